@@ -1,0 +1,94 @@
+"""CPU-only behaviour fixes that let real sglang 0.5.9 model code run without a GPU.
+
+They are not part of the EAGLE-3 patch set: they live in their own registry,
+applied only by :func:`eagle3_patches.cpu.activate`.  Each is the smallest change
+that lets the CPU path run; facts in ``docs/cpu-profile.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from ..registry import NotApplicable, Patch, Registry, Saver, expect_attr, expect_source
+
+
+class TorchNativeMlaDispatch(Patch):
+    name = "cpu_torch_native_mla_dispatch"
+    summary = "register torch_native -> MLA in DeepSeek's attention dispatch (0.5.9 falls back to triton's MHA)"
+    module = "sglang.srt.models.deepseek_common.attention_backend_handler"
+    applies_to = SpecifierSet(">=0.5.9")
+
+    def upstream(self, module: ModuleType) -> str | None:
+        if "torch_native" in module.AttentionBackendRegistry._handlers:
+            return "a torch_native handler is registered already"
+        return None
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(module.AttentionBackendRegistry, "_handlers")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        from sglang.srt.models.deepseek_common.attention_forward_methods.forward_methods import AttnForwardMethod
+
+        handlers = dict(module.AttentionBackendRegistry._handlers)
+        handlers["torch_native"] = lambda attn, forward_batch: AttnForwardMethod.MLA
+        saver.set(module.AttentionBackendRegistry, "_handlers", handlers)
+
+
+class SkipTritonKvCopyWarmup(Patch):
+    name = "cpu_skip_kv_copy_warmup"
+    summary = "skip MHATokenToKVPool's Triton KV-copy warm-up (no GPU driver; nothing to warm up)"
+    module = "sglang.srt.mem_cache.memory_pool"
+    applies_to = SpecifierSet(">=0.5.9")
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(module.MHATokenToKVPool, "_init_kv_copy_and_warmup")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        def no_warmup(wrapped, instance, args, kwargs):
+            instance._kv_copy_config = None
+
+        saver.wrap(module.MHATokenToKVPool, "_init_kv_copy_and_warmup", no_warmup)
+
+
+@contextlib.contextmanager
+def _cuda_sync_noop():
+    import torch
+
+    original = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize = original
+
+
+def _without_cuda_sync(wrapped, instance, args, kwargs):
+    with _cuda_sync_noop():
+        return wrapped(*args, **kwargs)
+
+
+class NoCudaSyncInSetEmbed(Patch):
+    name = "cpu_no_cuda_sync_in_set_embed"
+    summary = "LlamaForCausalLM.set_embed / set_embed_and_head end in torch.cuda.synchronize(); a no-op on CPU"
+    module = "sglang.srt.models.llama"
+    applies_to = SpecifierSet(">=0.5.9")
+
+    def check(self, module: ModuleType) -> None:
+        for attr in ("set_embed", "set_embed_and_head"):
+            expect_source(expect_attr(module.LlamaForCausalLM, attr), "torch.cuda.synchronize()")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        for attr in ("set_embed", "set_embed_and_head"):
+            saver.wrap(module.LlamaForCausalLM, attr, _without_cuda_sync)
+
+
+def build_registry() -> Registry:
+    from .spec_kernels import CpuSpecKernels
+
+    return Registry("cpu-profile", [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), CpuSpecKernels()])
+
+
+__all__ = ["build_registry", "NotApplicable"]

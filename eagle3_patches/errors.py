@@ -1,0 +1,48 @@
+"""Errors raised by eagle3-patches.
+
+Every error a user can cause carries four things: where (file, flag or config
+field), what was found, what was expected, and how to fix it.  The CLI prints
+``str(error)`` without a traceback for these.
+"""
+
+from __future__ import annotations
+
+
+class Eagle3Error(Exception):
+    """Base class: a problem a user can fix; the CLI prints it without a traceback."""
+
+
+class Eagle3ConfigError(Eagle3Error, ValueError):
+    """A draft/target/launch configuration that would make EAGLE-3 silently wrong."""
+
+    def __init__(self, what: str, *, where: str = "", found: str = "", expected: str = "", fix: str = ""):
+        self.what, self.where, self.found, self.expected, self.fix = what, where, found, expected, fix
+        parts = [f"eagle3-patches: {what}"]
+        if where:
+            parts.append(f"  where:    {where}")
+        if found:
+            parts.append(f"  found:    {found}")
+        if expected:
+            parts.append(f"  expected: {expected}")
+        if fix:
+            parts.append(f"  fix:      {fix}")
+        super().__init__("\n".join(parts))
+
+    def __reduce__(self):  # keep the fields across process boundaries (spawned sglang workers)
+        return (_rebuild, (type(self), self.what, self.where, self.found, self.expected, self.fix))
+
+
+def _rebuild(cls, what, where, found, expected, fix):
+    return cls(what, where=where, found=found, expected=expected, fix=fix)
+
+
+class Eagle3TargetError(Eagle3ConfigError, AttributeError):
+    """The target model cannot do EAGLE-3 aux-hidden-state capture (cf. vLLM's SupportsEagle3)."""
+
+
+class Eagle3CaptureError(Eagle3ConfigError, RuntimeError):
+    """The target forward captured the wrong number or width of aux hidden states."""
+
+
+class PatchError(Eagle3Error, RuntimeError):
+    """A patch could not be applied; every original was restored."""

@@ -1,0 +1,15 @@
+"""The EAGLE-3 patch set, in the order they apply (the fork-path series uses the same order)."""
+
+from __future__ import annotations
+
+from ..registry import Registry
+
+#: module names under eagle3_patches.patches, in application order
+PATCH_MODULES = []
+
+
+def build_registry() -> Registry:
+    import importlib
+
+    patches = [importlib.import_module(f"{__name__}.{m}").PATCH for m in PATCH_MODULES]
+    return Registry("eagle3", patches)

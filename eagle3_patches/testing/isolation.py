@@ -1,0 +1,55 @@
+"""Run a function in a fresh ``spawn``-ed process, as sglang's own workers run.
+
+sglang 0.5.9 keeps process-global state (model-parallel groups, eplb metadata),
+so tests build at most one target per process.  The child activates the CPU
+profile and the requested eagle3-patches *before* it imports sglang, exactly as
+the ``eagle3-patches run`` bootstrap does in a serving process.  Exceptions
+raised in the child are re-raised in the parent with their original type.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, Iterable
+
+
+def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, cpu_profile: bool, patches: Any, env: dict) -> Any:
+    os.environ.update(env)
+    if cpu_profile:
+        from eagle3_patches import cpu
+
+        cpu.activate()
+    if patches is not None:
+        import eagle3_patches
+
+        eagle3_patches.apply(None if patches == "all" else list(patches))
+    from .sglang_harness import quiet
+
+    quiet()
+    return fn(*args, **kwargs)
+
+
+def run_isolated(
+    fn: Callable[..., Any],
+    *args: Any,
+    patches: str | Iterable[str] | None = None,
+    cpu_profile: bool = True,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    **kwargs: Any,
+) -> Any:
+    """``fn(*args, **kwargs)`` in a new spawned process; ``patches``: None (stock), "all" or names."""
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+    try:
+        fut = pool.submit(_child, fn, args, kwargs, cpu_profile, patches if patches in (None, "all") else list(patches), env or {})
+        return fut.result(timeout=timeout)
+    except FutureTimeout:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout}s in its isolated process")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

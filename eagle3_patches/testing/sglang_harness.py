@@ -1,0 +1,204 @@
+"""Drive real sglang ``ModelRunner`` / ``TpModelWorker`` / ``EAGLEWorker`` objects on CPU.
+
+Every function here runs *inside* an isolated process (see :mod:`.isolation`):
+sglang 0.5.9 keeps process-global state (model-parallel groups, eplb metadata),
+so one target model per process.  Batches are built the way
+``sglang.bench_one_batch`` builds them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+
+def server_args(model_path: str, **overrides: Any):
+    from sglang.srt.server_args import ServerArgs
+
+    kwargs = dict(
+        model_path=str(model_path),
+        device="cpu",
+        attention_backend="torch_native",
+        disable_cuda_graph=True,
+        skip_tokenizer_init=True,
+        max_total_tokens=1024,
+        mem_fraction_static=0.05,
+        trust_remote_code=True,
+        random_seed=0,
+        disable_overlap_schedule=True,
+        grammar_backend="none",
+    )
+    kwargs.update(overrides)
+    if kwargs.get("speculative_algorithm"):
+        # EAGLE has no torch_native draft backend; triton runs under TRITON_INTERPRET=1
+        # and bf16 under the interpreter gives NaN garbage (docs/cpu-profile.md)
+        kwargs.setdefault("dtype", "float32")
+        if kwargs["attention_backend"] == "torch_native":
+            kwargs["attention_backend"] = "triton"
+    return ServerArgs(**kwargs)
+
+
+def eagle3_server_args(target: str, draft: str, algorithm: str = "EAGLE3", **overrides: Any):
+    return server_args(
+        target,
+        speculative_algorithm=algorithm,
+        speculative_draft_model_path=str(draft),
+        speculative_num_steps=overrides.pop("speculative_num_steps", 3),
+        speculative_eagle_topk=overrides.pop("speculative_eagle_topk", 1),
+        speculative_num_draft_tokens=overrides.pop("speculative_num_draft_tokens", 4),
+        **overrides,
+    )
+
+
+def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft: bool = False, **kw: Any):
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.model_executor.model_runner import ModelRunner
+    from sglang.srt.server_args import PortArgs
+
+    model_path = sa.speculative_draft_model_path if is_draft else sa.model_path
+    return ModelRunner(
+        model_config=ModelConfig.from_server_args(sa, model_path=model_path, is_draft_model=is_draft),
+        mem_fraction_static=sa.mem_fraction_static,
+        gpu_id=0,
+        tp_rank=tp_rank,
+        tp_size=sa.tp_size,
+        moe_ep_rank=0,
+        moe_ep_size=1,
+        pp_rank=0,
+        pp_size=1,
+        nccl_port=nccl_port or PortArgs.init_new(sa).nccl_port,
+        server_args=sa,
+        is_draft_worker=is_draft,
+        **kw,
+    )
+
+
+class _TreeCache(SimpleNamespace):
+    """What ``ScheduleBatch`` needs of a tree cache when nothing is cached (as bench_one_batch)."""
+
+    def supports_swa(self) -> bool:
+        return False
+
+    def supports_mamba(self) -> bool:
+        return False
+
+    def is_chunk_cache(self) -> bool:
+        return False
+
+    def is_tree_cache(self) -> bool:
+        return True
+
+
+def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8):
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    reqs = []
+    for i, ids in enumerate(prompts):
+        req = Req(
+            rid=str(i),
+            origin_input_text="",
+            origin_input_ids=list(ids),
+            sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new_tokens),
+        )
+        req.fill_ids = req.origin_input_ids
+        req.logprob_start_len = -1
+        req.set_extend_input_len(len(req.fill_ids) - len(req.prefix_indices))
+        reqs.append(req)
+    return reqs
+
+
+def schedule_batch(reqs, runner, spec_algorithm=None):
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    return ScheduleBatch.init_new(
+        reqs=reqs,
+        req_to_token_pool=runner.req_to_token_pool,
+        token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
+        tree_cache=_TreeCache(
+            page_size=runner.server_args.page_size,
+            device=runner.device,
+            token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
+        ),
+        model_config=runner.model_config,
+        enable_overlap=False,
+        spec_algorithm=spec_algorithm or SpeculativeAlgorithm.NONE,
+    )
+
+
+@dataclass
+class Step:
+    logits_output: Any
+    next_token_ids: Any
+    batch: Any
+
+
+def prefill(runner, prompts: Sequence[Sequence[int]], *, return_hidden_states: bool = False) -> Step:
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    batch = schedule_batch(make_reqs(prompts), runner)
+    batch.return_hidden_states = return_hidden_states
+    batch.prepare_for_extend()
+    fb = ForwardBatch.init_new(batch.get_model_worker_batch(), runner)
+    with torch.no_grad():
+        out = runner.forward(fb).logits_output
+        nxt = runner.sample(out, fb)
+    return Step(out, nxt, batch)
+
+
+def decode(runner, step: Step) -> Step:
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    batch = step.batch
+    batch.output_ids = step.next_token_ids
+    batch.prepare_for_decode()
+    fb = ForwardBatch.init_new(batch.get_model_worker_batch(), runner)
+    with torch.no_grad():
+        out = runner.forward(fb).logits_output
+        nxt = runner.sample(out, fb)
+    return Step(out, nxt, batch)
+
+
+def eagle_workers(sa):
+    """The real target ``TpModelWorker`` and ``EAGLEWorker`` as the scheduler builds them."""
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.server_args import PortArgs
+    from sglang.srt.speculative.eagle_worker import EAGLEWorker
+
+    port = PortArgs.init_new(sa).nccl_port
+    common = dict(gpu_id=0, tp_rank=0, moe_ep_rank=0, attn_cp_rank=0, moe_dp_rank=0, nccl_port=port, dp_rank=None)
+    target = TpModelWorker(server_args=sa, pp_rank=0, **common)
+    draft = EAGLEWorker(server_args=sa, target_worker=target, **common)
+    return target, draft
+
+
+def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
+    """One prefill batch through ``EAGLEWorker.forward_batch_generation`` (target extend + draft extend)."""
+    import torch
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    runner = target.model_runner
+    batch = schedule_batch(make_reqs(prompts), runner, SpeculativeAlgorithm.from_string(runner.server_args.speculative_algorithm))
+    batch.prepare_for_extend()
+    with torch.no_grad():
+        return draft.forward_batch_generation(batch), batch
+
+
+def record_fc_inputs(draft_worker) -> list[tuple[int, ...]]:
+    """Forward hook on the draft's ``fc``: returns the list that collects its input shapes."""
+    shapes: list[tuple[int, ...]] = []
+    fc = draft_worker.draft_model_runner.model.model.fc
+    fc.register_forward_hook(lambda mod, inp, out: shapes.append(tuple(inp[0].shape)))
+    return shapes
+
+
+def quiet() -> None:
+    import logging
+
+    os.environ.setdefault("SGLANG_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("sglang").setLevel(logging.WARNING)

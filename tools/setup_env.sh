@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create (or reuse) the CPU test environment in .venv: idempotent, no GPU needed.
+# sglang 0.5.9 goes in with --no-deps: its own pins (torch 2.9.1 CUDA, sgl-kernel,
+# flashinfer) cannot run on a CPU machine; the CPU profile stands in for them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${EAGLE3_VENV:-.venv}
+SGLANG_VERSION=${SGLANG_VERSION:-0.5.9}
+stamp="$VENV/.eagle3-env-$(sha256sum requirements-test.txt | cut -c1-16)-sglang-$SGLANG_VERSION"
+if [ -f "$stamp" ]; then exit 0; fi
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+"$VENV/bin/python" -m pip install -q -r requirements-test.txt
+"$VENV/bin/python" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
+"$VENV/bin/python" -m pip install -q --no-deps -e .
+rm -f "$VENV"/.eagle3-env-*
+touch "$stamp"
