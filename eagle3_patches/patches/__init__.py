@@ -5,7 +5,15 @@ from __future__ import annotations
 from ..registry import Registry
 
 #: module names under eagle3_patches.patches, in application order
-PATCH_MODULES = []
+PATCH_MODULES = [
+    "kimi_k25_eagle3_delegation",
+    "aux_capture_validation",
+    "cuda_graph_capture_order",
+    "tp_allreduce_fusion_capture",
+    "eagle3_draft_strict_loading",
+    "eagle3_fc_guard",
+    "eagle3_algorithm_guard",
+]
 
 
 def build_registry() -> Registry:

@@ -202,3 +202,27 @@ def quiet() -> None:
 
     os.environ.setdefault("SGLANG_LOGGING_LEVEL", "WARNING")
     logging.getLogger("sglang").setLevel(logging.WARNING)
+
+
+def load_drafts(target: str, drafts: Sequence[str], **overrides: Any) -> list[dict]:
+    """Load each draft checkpoint into a real draft ``ModelRunner`` (pools shared with one target).
+
+    Returns, per draft, ``{"ok": True, "params": {name: tensor}}`` or
+    ``{"ok": False, "type": exception class name, "message": str}``.
+    """
+    sa = eagle3_server_args(target, drafts[0], **overrides)
+    tr = model_runner(sa)
+    results = []
+    for path in drafts:
+        sa.speculative_draft_model_path = str(path)
+        try:
+            dr = model_runner(
+                sa, is_draft=True, req_to_token_pool=tr.req_to_token_pool, token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator
+            )
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            results.append({"ok": False, "type": type(exc).__name__, "message": str(exc)})
+            continue
+        params = {n: p.detach().clone() for n, p in dr.model.named_parameters()}
+        hot = dr.model.hot_token_id
+        results.append({"ok": True, "params": params, "hot_token_id": None if hot is None else hot.clone()})
+    return results

@@ -1,0 +1,132 @@
+"""aux_capture_validation
+
+Bug: the aux layer ids are never validated and the capture is never checked: id n-1 becomes
+n and is never reached (2 states, fc shape crash), -1 becomes 0 (TypeError on a None
+residual), duplicates and unsorted ids are silently merged and reordered, and two-batch
+overlap or pipeline parallelism capture nothing or too little (garbage or a crash far away).
+Releases: 0.5.8-0.5.12 (the +1 rule it validates against changed in 0.5.13).
+Upstream probe: none (0.5.23 raises for too few states, still nothing for TBO).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from ..errors import Eagle3CaptureError, Eagle3ConfigError
+from ..registry import Patch, Saver, expect_attr, expect_source
+
+FIELD = "eagle_config.eagle_aux_hidden_state_layer_ids"
+
+
+def validate_layer_ids(layer_ids, num_layers: int) -> None:
+    """0.5.8-0.5.12 meaning: id i captures the output of layer i, i.e. before layer i + 1."""
+    where = f"draft config.json {FIELD} (target has {num_layers} layers)"
+    if not isinstance(layer_ids, (list, tuple)) or not layer_ids:
+        raise Eagle3ConfigError("EAGLE-3 aux layer ids must be a non-empty list", where=where, found=repr(layer_ids),
+                                expected="a list such as [2, 30, 58] for Kimi-K2.5", fix=f"set {FIELD} in the draft config")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in layer_ids):
+        raise Eagle3ConfigError("EAGLE-3 aux layer ids must be integers", where=where, found=repr(layer_ids),
+                                expected="integers", fix=f"fix {FIELD}")
+    last = num_layers - 2
+    bad = [i for i in layer_ids if i < 0 or i > last]
+    if bad:
+        raise Eagle3ConfigError(
+            f"EAGLE-3 aux layer id(s) {bad} cannot be captured",
+            where=where,
+            found=repr(list(layer_ids)),
+            expected=f"0 <= id <= {last}: id i captures the output of layer i before layer i + 1 runs, so id "
+            f"{num_layers - 1} would wait for a layer {num_layers} that never runs and a negative id has no residual",
+            fix="use the ids the draft was trained with in sglang's convention; a speculators/vLLM id N (the input of "
+            "layer N) is N - 1 here (`eagle3-patches convert` translates them)",
+        )
+    if len(set(layer_ids)) != len(layer_ids) or list(layer_ids) != sorted(layer_ids):
+        raise Eagle3ConfigError(
+            "EAGLE-3 aux layer ids must be distinct and ascending: sglang captures in layer order and merges duplicates",
+            where=where, found=repr(list(layer_ids)), expected=repr(sorted(set(layer_ids))),
+            fix="list each layer once, in ascending order, in the order the draft's fc was trained on",
+        )
+
+
+def _refuse_unsupported_parallelism(model) -> None:
+    from sglang.srt.server_args import get_global_server_args
+
+    args = get_global_server_args()
+    if getattr(args, "enable_two_batch_overlap", False):
+        raise Eagle3ConfigError(
+            "EAGLE-3 aux capture does not work with two-batch overlap: the overlapped layers capture nothing",
+            where="--enable-two-batch-overlap", found="two-batch overlap on with --speculative-algorithm EAGLE3",
+            expected="two-batch overlap off", fix="drop --enable-two-batch-overlap when serving an EAGLE-3 draft",
+        )
+    pp_group = getattr(model, "pp_group", None)
+    if pp_group is not None and getattr(pp_group, "world_size", 1) > 1:
+        raise Eagle3ConfigError(
+            "EAGLE-3 aux capture does not work with pipeline parallelism: only the last stage's layers are captured",
+            where=f"--pp-size {pp_group.world_size}", found="pipeline parallel with --speculative-algorithm EAGLE3",
+            expected="--pp-size 1", fix="use tensor parallelism (--tp) instead of --pp-size for EAGLE-3",
+        )
+
+
+def _validated_set_layers(wrapped, instance, args, kwargs):
+    layer_ids = args[0] if args else kwargs.get("layer_ids")
+    _refuse_unsupported_parallelism(instance)
+    if layer_ids is not None:
+        validate_layer_ids(layer_ids, instance.config.num_hidden_layers)
+    return wrapped(*args, **kwargs)
+
+
+def _checked_model_forward(wrapped, instance, args, kwargs):
+    out = wrapped(*args, **kwargs)
+    expected = len(instance.layers_to_capture)
+    if expected and instance.pp_group.is_last_rank:
+        aux = out[1] if isinstance(out, tuple) and len(out) == 2 else None
+        hidden = (out[0] if isinstance(out, tuple) else out).shape[-1]
+        if aux is None or len(aux) != expected or any(a.shape[-1] != hidden for a in aux):
+            found = "no aux states" if aux is None else f"{len(aux)} states of widths {[a.shape[-1] for a in aux]}"
+            raise Eagle3CaptureError(
+                "the target forward did not capture the configured EAGLE-3 aux hidden states",
+                where=f"DeepseekV2Model.forward, layers_to_capture={instance.layers_to_capture}",
+                found=found,
+                expected=f"{expected} states of width {hidden}",
+                fix="check the launch flags with `eagle3-patches doctor` (two-batch overlap, pipeline parallel and "
+                "out-of-range layer ids all lose captures)",
+            )
+    return out
+
+
+def _checked_causal_lm_forward(wrapped, instance, args, kwargs):
+    out = wrapped(*args, **kwargs)
+    stored = getattr(out, "hidden_states", None)
+    n = len(instance.model.layers_to_capture)
+    if n and stored is not None and instance.capture_aux_hidden_states:
+        expected = n * instance.config.hidden_size
+        if stored.shape[-1] != expected:
+            raise Eagle3CaptureError(
+                "the target stored hidden states of the wrong width for the EAGLE-3 draft",
+                where="logits_output.hidden_states of the target forward",
+                found=f"width {stored.shape[-1]}",
+                expected=f"{expected} = {n} aux layers x hidden {instance.config.hidden_size}",
+                fix="report this with `eagle3-patches status` output; the capture path changed in this sglang build",
+            )
+    return out
+
+
+class AuxCaptureValidation(Patch):
+    name = "aux_capture_validation"
+    summary = "aux layer ids validated; every capturing forward checked for count and width (shapes only)"
+    module = "sglang.srt.models.deepseek_v2"
+    applies_to = SpecifierSet(">=0.5.8,<0.5.13")
+
+    def check(self, module: ModuleType) -> None:
+        expect_source(expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids")
+        expect_source(expect_attr(module.DeepseekV2Model, "forward"), "layers_to_capture", "aux_hidden_states")
+        expect_attr(module.DeepseekV2ForCausalLM, "forward")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture", _validated_set_layers)
+        saver.wrap(module.DeepseekV2Model, "forward", _checked_model_forward)
+        saver.wrap(module.DeepseekV2ForCausalLM, "forward", _checked_causal_lm_forward)
+
+
+PATCH = AuxCaptureValidation()

@@ -1,0 +1,69 @@
+"""eagle3_algorithm_guard
+
+Bug: ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft starts fine, captures no aux
+layers, feeds the draft the final H-wide state and skips its fc: accept length ~1.0, no error.
+This was the field's real root cause.  Nothing validates the draft against the algorithm in
+any release through 0.5.23 (an upstream PR proposing a guard was closed unmerged).
+Upstream probe: none; the patch applies to every release whose ServerArgs has ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from .. import settings
+from ..checkpoint.draft_kind import eagle3_draft_evidence
+from ..errors import Eagle3ConfigError
+from ..registry import Patch, Saver, expect_attr
+
+logger = logging.getLogger("eagle3_patches")
+
+
+def check_algorithm(server_args) -> None:
+    """Refuse (or, opted in, upgrade) EAGLE/NEXTN with an EAGLE-3 draft.  Reads config + header only."""
+    algorithm = (server_args.speculative_algorithm or "").upper()
+    draft = server_args.speculative_draft_model_path
+    if algorithm not in ("EAGLE", "NEXTN") or not draft:
+        return
+    evidence = eagle3_draft_evidence(draft)
+    if evidence is None:
+        return
+    if settings.flag(settings.UPGRADE_ALGORITHM):
+        logger.warning(
+            "eagle3-patches: --speculative-algorithm %s with an EAGLE-3 draft (%s); upgraded to EAGLE3 because %s is set",
+            algorithm, evidence, settings.UPGRADE_ALGORITHM,
+        )
+        server_args.speculative_algorithm = "EAGLE3"
+        return
+    raise Eagle3ConfigError(
+        f"--speculative-algorithm {algorithm} with an EAGLE-3 draft: the target would capture no aux layers, "
+        "the draft's fc would be skipped and the accept length would fall to ~1.0",
+        where=f"--speculative-algorithm {server_args.speculative_algorithm} --speculative-draft-model-path {draft}",
+        found=f"an EAGLE-3 draft ({evidence})",
+        expected="--speculative-algorithm EAGLE3 for an EAGLE-3 draft",
+        fix=f"launch with --speculative-algorithm EAGLE3 (or set {settings.UPGRADE_ALGORITHM}=1 to upgrade automatically)",
+    )
+
+
+def _guarded_post_init(wrapped, instance, args, kwargs):
+    check_algorithm(instance)
+    return wrapped(*args, **kwargs)
+
+
+class Eagle3AlgorithmGuard(Patch):
+    name = "eagle3_algorithm_guard"
+    summary = "--speculative-algorithm EAGLE with an EAGLE-3 draft is refused at start with the exact flag"
+    module = "sglang.srt.server_args"
+    applies_to = SpecifierSet(">=0.5.8")
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(module.ServerArgs, "__post_init__")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.ServerArgs, "__post_init__", _guarded_post_init)
+
+
+PATCH = Eagle3AlgorithmGuard()

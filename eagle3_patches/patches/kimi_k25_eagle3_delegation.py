@@ -1,0 +1,63 @@
+"""kimi_k25_eagle3_delegation
+
+Bug: sglang 0.5.9's ``KimiK25ForConditionalGeneration`` wraps a DeepSeek-V3 language
+model but does not delegate ``set_eagle3_layers_to_capture``, ``get_embed_and_head``
+or ``set_embed_and_head`` to it, so EAGLE-3 on Kimi-K2.5 dies at start with an
+AttributeError (and a hand-rolled fix that forgets one silently captures nothing).
+Releases: 0.5.9 (``kimi_k25.py`` first appeared there); 0.5.10 added the delegation.
+Upstream probe: the class defines ``set_eagle3_layers_to_capture`` itself.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from ..errors import Eagle3TargetError
+from ..registry import Patch, Saver
+
+DELEGATED = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
+
+
+def _delegate(method: str):
+    def delegated(self, *args, **kwargs):
+        lm = getattr(self, "language_model", None)
+        target = getattr(lm, method, None)
+        if target is None:
+            raise Eagle3TargetError(
+                f"the Kimi-K2.5 target cannot do EAGLE-3: its language model has no {method}()",
+                where=f"{type(self).__name__}.language_model ({type(lm).__name__})",
+                found=f"no {method} on the language model",
+                expected="a DeepSeek-V3-family language model (DeepseekV3ForCausalLM) that supports aux hidden-state capture",
+                fix="serve this target without --speculative-algorithm EAGLE3, or use an sglang release whose language "
+                "model supports EAGLE-3 capture",
+            )
+        return target(*args, **kwargs)
+
+    delegated.__name__ = method
+    delegated.__qualname__ = f"KimiK25ForConditionalGeneration.{method}"
+    delegated.__doc__ = f"Delegates to ``self.language_model.{method}`` (added by eagle3-patches)."
+    return delegated
+
+
+class KimiK25Eagle3Delegation(Patch):
+    name = "kimi_k25_eagle3_delegation"
+    summary = "KimiK25ForConditionalGeneration delegates the EAGLE-3 hooks to its language_model"
+    module = "sglang.srt.models.kimi_k25"
+    applies_to = SpecifierSet(">=0.5.9,<0.5.10")
+
+    def upstream(self, module: ModuleType) -> str | None:
+        cls = module.KimiK25ForConditionalGeneration
+        if "set_eagle3_layers_to_capture" in vars(cls):
+            return "KimiK25ForConditionalGeneration defines set_eagle3_layers_to_capture itself (sglang >= 0.5.10)"
+        return None
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        cls = module.KimiK25ForConditionalGeneration
+        for method in DELEGATED:
+            if method not in vars(cls):  # never replace one the class already has
+                saver.set(cls, method, _delegate(method))
+
+
+PATCH = KimiK25Eagle3Delegation()

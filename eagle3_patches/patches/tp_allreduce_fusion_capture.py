@@ -1,0 +1,107 @@
+"""tp_allreduce_fusion_capture
+
+Bug: with TP > 1 and EAGLE-3 aux capture, flashinfer all-reduce fusion defers each layer's
+MLP/MoE all-reduce into the next layer, so the captured ``hidden_states + residual`` are per-rank partial sums.
+Releases: sglang >=0.5.8,<0.5.14 (0.5.14 captures inside the decoder layer, after the all-reduce).
+Upstream probe: ``models/deepseek_v2.py`` (read as text, not imported) passes
+``captured_last_layer_outputs`` to its decoder layers, as 0.5.14 does.
+
+Symptom: sglang auto-enables ``enable_flashinfer_allreduce_fusion`` for DeepSeek-V3 and
+Kimi-K2.5 (and GptOss, Glm4Moe, Qwen3Moe) on sm90/sm100, single node, no dp-attention
+(``ServerArgs._handle_model_specific_adjustments``; 0.5.9 has no flag to turn it off).
+With ``--tp-size`` > 1 the draft then gets aux states that differ per rank and from the
+real layer outputs: lower accept length, no error.
+
+The patch wraps ``ServerArgs._handle_model_specific_adjustments``: after sglang's own
+adjustment, when the speculative algorithm is EAGLE3, ``tp_size`` > 1 and the fusion is on,
+it turns the fusion off and logs a warning (logger ``eagle3_patches``) saying why.  An
+explicit ``--enable-flashinfer-allreduce-fusion`` is overridden too (correct aux states
+matter more than the fused kernel's latency), and the warning says the flag was overridden;
+``EAGLE3_PATCHES_DISABLE=tp_allreduce_fusion_capture`` keeps the fusion.  EAGLE (EAGLE-2),
+NEXTN, no speculation and TP = 1 are left alone: nothing is captured mid-model there, or
+there is no all-reduce to defer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from .. import settings
+from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source
+
+logger = logging.getLogger("eagle3_patches")
+
+NAME = "tp_allreduce_fusion_capture"
+FLAG = "enable_flashinfer_allreduce_fusion"
+UPSTREAM_MARKER = "captured_last_layer_outputs"
+
+
+def fusion_breaks_capture(server_args) -> bool:
+    """EAGLE-3 aux capture with TP > 1 while flashinfer all-reduce fusion is on."""
+    algorithm = str(getattr(server_args, "speculative_algorithm", None) or "").upper()
+    tp_size = getattr(server_args, "tp_size", 1) or 1
+    return algorithm == "EAGLE3" and tp_size > 1 and bool(getattr(server_args, FLAG, False))
+
+
+def turn_off_fusion(server_args, *, requested: bool) -> None:
+    setattr(server_args, FLAG, False)
+    how = (
+        "--enable-flashinfer-allreduce-fusion was passed explicitly and is overridden"
+        if requested
+        else "sglang had enabled it automatically for this model and GPU"
+    )
+    logger.warning(
+        "eagle3-patches: flashinfer all-reduce fusion turned off (%s): with --speculative-algorithm EAGLE3 "
+        "and --tp-size %s, this sglang captures the EAGLE-3 aux hidden states before the fused all-reduce, "
+        "so the draft would get per-rank partial sums (silently lower accept length; fixed in sglang 0.5.14). "
+        "Set %s=%s to keep the fusion anyway.",
+        how,
+        server_args.tp_size,
+        settings.DISABLE,
+        NAME,
+    )
+
+
+def _adjust_then_check(wrapped, instance, args, kwargs):
+    requested = bool(getattr(instance, FLAG, False))  # before sglang's own auto-enable
+    result = wrapped(*args, **kwargs)
+    if fusion_breaks_capture(instance):
+        turn_off_fusion(instance, requested=requested)
+    return result
+
+
+class TpAllreduceFusionCapture(Patch):
+    name = NAME
+    summary = "TP > 1 + EAGLE3: flashinfer all-reduce fusion is turned off so aux states are full sums"
+    module = "sglang.srt.server_args"
+    applies_to = SpecifierSet(">=0.5.8,<0.5.14")
+
+    def upstream(self, module: ModuleType) -> str | None:
+        path = os.path.join(os.path.dirname(getattr(module, "__file__", "") or ""), "models", "deepseek_v2.py")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                source = fh.read()
+        except OSError:
+            return None
+        if UPSTREAM_MARKER in source:
+            return (
+                "deepseek_v2.py captures aux states inside the decoder layer after the all-reduce "
+                f"({UPSTREAM_MARKER}, sglang >= 0.5.14)"
+            )
+        return None
+
+    def check(self, module: ModuleType) -> None:
+        if FLAG not in getattr(module.ServerArgs, "__dataclass_fields__", {}):
+            raise NotApplicable(f"ServerArgs has no {FLAG} field")
+        adjust = expect_attr(module.ServerArgs, "_handle_model_specific_adjustments")
+        expect_source(adjust, f"self.{FLAG} = True")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.ServerArgs, "_handle_model_specific_adjustments", _adjust_then_check)
+
+
+PATCH = TpAllreduceFusionCapture()

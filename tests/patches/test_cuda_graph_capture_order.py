@@ -1,0 +1,247 @@
+"""cuda_graph_capture_order: the layers baked into CUDA graphs are the configured ones.
+
+There is no CUDA graph on CPU, so the bug is shown by the call sequence the real
+``ModelRunner`` performs: its real ``initialize`` -> ``init_device_graphs`` -> the real
+``CudaGraphRunner.__init__`` (which makes the no-argument ``set_eagle3_layers_to_capture()``
+call) -> ``capture()``.  Stand-ins, only for what cannot run on CPU:
+
+* ``init_device_graphs`` skips graphs for device ``cpu`` unless torch.compile is on, and its
+  ``cpu`` slot is ``CPUGraphRunner``: the child sets ``enable_torch_compile`` on the
+  already-built ``ServerArgs`` (so nothing else in ``__post_init__`` changes) and puts a
+  subclass of the real ``CudaGraphRunner`` in that slot, so the GPU code path runs.
+* ``CudaGraphRunner.capture`` (the CUDA graph capture itself) records the target's
+  ``layers_to_capture`` at the moment capture starts instead of capturing.
+
+The tiny draft's aux ids are [1, 2, 3] (configured capture [2, 3, 4]); the tiny 6-layer
+target's no-argument defaults are [2, 6 // 2, 6 - 3] = [2, 3, 3].
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.patches import cuda_graph_capture_order as cgo
+from eagle3_patches.testing.isolation import run_isolated
+
+CONFIGURED = [2, 3, 4]  # draft eagle_aux_hidden_state_layer_ids [1, 2, 3], + 1
+DEFAULTS = [2, 3, 3]  # [2, n // 2, n - 3] for the 6-layer tiny target
+
+
+# --------------------------------------------------------------------------- child side
+def _layers(model) -> list[int]:
+    lm = getattr(model, "language_model", model)  # Kimi-K2.5 wraps a DeepseekV3ForCausalLM
+    return list(lm.model.layers_to_capture)
+
+
+def _graph_capture_sequence(target: str, draft: str, patched: bool, with_kimi_delegation: bool = False) -> dict:
+    """Build the real target ModelRunner (EAGLE3) and record the layers in force at graph capture."""
+    from eagle3_patches.registry import Registry
+
+    patches = []
+    if with_kimi_delegation:  # 0.5.9's Kimi wrapper has no set_eagle3_layers_to_capture at all
+        from eagle3_patches.patches.kimi_k25_eagle3_delegation import PATCH as kimi_patch
+
+        patches.append(kimi_patch)
+    if patched:
+        patches.append(cgo.PATCH)
+    reg = Registry("test", patches)
+    reg.apply()  # lazy: lands when sglang's modules are imported below
+
+    import sglang.srt.model_executor.model_runner as mr
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+    from eagle3_patches.testing import sglang_harness as h
+
+    at_capture: list[list[int]] = []
+
+    class CudaGraphRunnerOnCpu(CudaGraphRunner):
+        """The real CudaGraphRunner; only the CUDA graph capture itself is replaced by a record."""
+
+        def capture(self) -> None:
+            at_capture.append(_layers(self.model_runner.model))
+
+    mr.CPUGraphRunner = CudaGraphRunnerOnCpu  # the GPU path's runner in the cpu slot of init_device_graphs
+    sa = h.eagle3_server_args(target, draft)
+    sa.enable_torch_compile = True  # the only way past `if device == "cpu" and not enable_torch_compile: return`
+
+    out: dict = {
+        "state": reg.status()[cgo.NAME].state.value if patched else None,
+        "upstream": cgo.PATCH.upstream(mr),
+    }
+    current = mr.ModelRunner.__dict__["init_device_graphs"]
+    out["wrapped"] = current is not reg.get_original(mr.ModelRunner, "init_device_graphs")
+
+    model_runner = h.model_runner(sa)
+    out["configured_ids"] = model_runner.eagle_aux_hidden_state_layer_ids
+    out["graph_runner"] = type(model_runner.graph_runner).__name__
+    out["at_capture"] = list(at_capture)
+    out["eager"] = _layers(model_runner.model)
+    out["shadow_left"] = cgo.SETTER in vars(model_runner.model)
+
+    # the weight-update path (update_weights_from_disk with recapture) captures the graphs again
+    model_runner.init_device_graphs()
+    out["at_recapture"] = at_capture[-1]
+    out["eager_after_recapture"] = _layers(model_runner.model)
+
+    if patched:
+        original = reg.get_original(mr.ModelRunner, "init_device_graphs")
+        reg.revert([cgo.NAME])
+        out["revert_identity"] = mr.ModelRunner.__dict__["init_device_graphs"] is original
+        out["original_is_sglangs"] = original.__code__.co_filename == mr.__file__
+    return out
+
+
+# --------------------------------------------------------------------------- real sglang, isolated
+@pytest.mark.sglang
+def test_stock_graphs_bake_in_the_default_layers(tiny):
+    """Stock 0.5.9: capture runs with [2, 3, 3], eager prefill with [2, 3, 4]: the bug."""
+    out = run_isolated(_graph_capture_sequence, str(tiny["deepseek_v3"]), str(tiny["draft"]), False)
+    assert out["upstream"] is None  # the probe does not mistake 0.5.9 for the fixed release
+    assert out["configured_ids"] == [1, 2, 3]
+    assert out["graph_runner"] == "CudaGraphRunnerOnCpu"  # the GPU path really ran
+    assert out["at_capture"] == [DEFAULTS]
+    assert out["eager"] == CONFIGURED
+    assert out["at_capture"][0] != out["eager"]  # graphs and eager prefill capture different layers
+    # recapturing (weight update) leaves the defaults in force for eager runs too
+    assert out["at_recapture"] == DEFAULTS
+    assert out["eager_after_recapture"] == DEFAULTS
+
+
+@pytest.mark.sglang
+def test_patched_graphs_bake_in_the_configured_layers(tiny):
+    out = run_isolated(_graph_capture_sequence, str(tiny["deepseek_v3"]), str(tiny["draft"]), True)
+    assert out["state"] == "applied"
+    assert out["wrapped"]
+    assert out["graph_runner"] == "CudaGraphRunnerOnCpu"
+    assert out["at_capture"] == [CONFIGURED]
+    assert out["eager"] == CONFIGURED
+    assert not out["shadow_left"]  # the temporary instance attribute is gone after capture
+    assert out["at_recapture"] == CONFIGURED
+    assert out["eager_after_recapture"] == CONFIGURED
+    assert out["revert_identity"]  # revert puts sglang's own function object back
+    assert out["original_is_sglangs"]
+
+
+@pytest.mark.sglang
+def test_patched_kimi_wrapper_graphs_bake_in_the_configured_layers(tiny):
+    """Model-agnostic: Kimi-K2.5's wrapper (setter delegated to its language_model)."""
+    out = run_isolated(_graph_capture_sequence, str(tiny["kimi_k25"]), str(tiny["draft"]), True, True)
+    assert out["state"] == "applied"
+    assert out["at_capture"] == [CONFIGURED]
+    assert out["eager"] == CONFIGURED
+    assert out["at_recapture"] == CONFIGURED
+    assert not out["shadow_left"]
+
+
+# --------------------------------------------------------------------------- the wrapper alone
+class _LanguageModel:
+    def __init__(self):
+        self.calls: list = []
+        self.layers_to_capture: list[int] = []
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        self.calls.append(layer_ids)
+        self.layers_to_capture = [2, 3, 3] if layer_ids is None else [i + 1 for i in layer_ids]
+
+
+class _Wrapper:
+    """Like KimiK25ForConditionalGeneration after the delegation patch."""
+
+    def __init__(self):
+        self.language_model = _LanguageModel()
+
+    def set_eagle3_layers_to_capture(self, layer_ids=None):
+        return self.language_model.set_eagle3_layers_to_capture(layer_ids)
+
+
+class _Runner:
+    def __init__(self, model, ids, use_aux=True):
+        self.model = model
+        self.eagle_use_aux_hidden_state = use_aux
+        self.eagle_aux_hidden_state_layer_ids = ids
+        self.seen: list = []
+
+    def init_device_graphs(self):  # what CudaGraphRunner.__init__ does in 0.5.9
+        self.model.set_eagle3_layers_to_capture()
+        self.seen.append(list(self.model.language_model.layers_to_capture))
+
+
+def _call(runner):
+    return cgo._configured_ids_during_graph_capture(runner.init_device_graphs, runner, (), {})
+
+
+def test_wrapper_redirects_the_no_argument_call_only_during_capture():
+    runner = _Runner(_Wrapper(), [1, 2, 3])
+    _call(runner)
+    assert runner.seen == [CONFIGURED]
+    assert cgo.SETTER not in vars(runner.model)
+    runner.model.set_eagle3_layers_to_capture()  # outside capture: the model's own behaviour again
+    assert runner.model.language_model.layers_to_capture == DEFAULTS
+
+
+def test_wrapper_passes_through_without_configured_ids():
+    for runner in (_Runner(_Wrapper(), None), _Runner(_Wrapper(), [1, 2, 3], use_aux=False)):
+        _call(runner)
+        assert runner.seen == [DEFAULTS]
+        assert runner.model.language_model.calls == [None]
+
+
+def test_wrapper_restores_an_own_attribute_and_survives_errors():
+    model = _Wrapper()
+    own = model.set_eagle3_layers_to_capture  # a bound method stored on the instance
+    model.set_eagle3_layers_to_capture = own
+    runner = _Runner(model, [1, 2, 3])
+
+    def boom():
+        runner.model.set_eagle3_layers_to_capture()
+        raise RuntimeError("capture failed")
+
+    with pytest.raises(RuntimeError, match="capture failed"):
+        cgo._configured_ids_during_graph_capture(boom, runner, (), {})
+    assert vars(model)[cgo.SETTER] is own
+    assert model.language_model.layers_to_capture == CONFIGURED
+
+
+# --------------------------------------------------------------------------- upstream probe
+_INIT_059 = """
+def initialize(self):
+    self.init_attention_backend()
+    self.init_device_graphs()
+    if self.eagle_use_aux_hidden_state:
+        self.model.set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)
+"""
+_INIT_0511 = """
+def initialize(self):
+    # Must be called BEFORE init_device_graphs() so CUDA graph capture sees the ids
+    self.init_aux_hidden_state_capture()
+    self.init_attention_backend()
+    self.init_device_graphs()
+"""
+_GRAPH_RUNNER_059 = """
+def __init__(self, model_runner):
+    if model_runner.eagle_use_aux_hidden_state:
+        self.model_runner.model.set_eagle3_layers_to_capture()
+    self.capture()
+"""
+_GRAPH_RUNNER_0511 = """
+def __init__(self, model_runner):
+    self.capture()
+"""
+
+
+def test_upstream_probe_reads_the_call_order():
+    assert not cgo.ids_configured_before_graphs(_INIT_059, _GRAPH_RUNNER_059)
+    assert cgo.ids_configured_before_graphs(_INIT_0511, _GRAPH_RUNNER_0511)
+    assert cgo.ids_configured_before_graphs(_INIT_0511, None)
+    # ids set first but the graph runner still resets them to the defaults: not fixed
+    assert not cgo.ids_configured_before_graphs(_INIT_0511, _GRAPH_RUNNER_059)
+    # a comment mentioning init_device_graphs() is not a call
+    assert not cgo.ids_configured_before_graphs(_INIT_059.replace("    self.init_attention", "    # init_device_graphs()\n    self.init_attention"), None)
+
+
+def test_version_gate():
+    from packaging.version import Version
+
+    assert Version("0.5.9") in cgo.PATCH.applies_to
+    assert Version("0.5.8") in cgo.PATCH.applies_to
+    assert Version("0.5.11") not in cgo.PATCH.applies_to

@@ -1,0 +1,115 @@
+"""eagle3_fc_guard: the silent fc skip becomes an error; silent on a correct setup.
+
+Also at Kimi-K2.5's real widths: sglang's LlamaForCausalLMEagle3 built with the SpecForge
+Kimi-K2.5 draft dimensions (hidden 7168, aux ids [2, 30, 58]; heads, intermediate size and
+vocabulary shrunk, none of which touches the fc width) receives 21504-wide inputs, and a
+7168-wide input is refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.testing import tiny_models as tm
+from eagle3_patches.testing.isolation import run_isolated
+
+pytestmark = pytest.mark.sglang
+
+KIMI_HIDDEN = 7168
+KIMI_AUX_IDS = (2, 30, 58)
+
+
+def _eagle_without_capture(target: str, draft: str):
+    """--speculative-algorithm EAGLE with the EAGLE-3 draft (algorithm guard off): target captures nothing."""
+    from eagle3_patches.testing import sglang_harness as h
+
+    sa = h.eagle3_server_args(target, draft, algorithm="EAGLE")
+    tw, dw = h.eagle_workers(sa)
+    fc_inputs = h.record_fc_inputs(dw)
+    try:
+        h.eagle_prefill(tw, dw, [[5, 6, 7, 8, 9]])
+    except Exception as exc:  # noqa: BLE001
+        return {"error": type(exc).__name__, "message": str(exc), "fc_inputs": fc_inputs}
+    return {"error": None, "fc_inputs": fc_inputs}
+
+
+def test_stock_skips_fc_silently_when_the_target_does_not_capture(tiny):
+    """The field's root cause, reproduced on stock 0.5.9: no error, fc never runs."""
+    out = run_isolated(_eagle_without_capture, str(tiny["deepseek_v3"]), str(tiny["draft"]), patches=None)
+    assert out == {"error": None, "fc_inputs": []}
+
+
+def test_guard_turns_the_skip_into_an_error_naming_the_flag(tiny):
+    out = run_isolated(
+        _eagle_without_capture, str(tiny["deepseek_v3"]), str(tiny["draft"]),
+        patches="all", env={"EAGLE3_PATCHES_DISABLE": "eagle3_algorithm_guard"},
+    )
+    assert out["error"] == "Eagle3CaptureError"
+    assert "--speculative-algorithm EAGLE3" in out["message"]
+    assert f"{3 * tm.HIDDEN} = fc.in_features" in out["message"]
+    assert out["fc_inputs"] == []
+
+
+def _draft_forward_widths(target: str, draft: str, widths: list[int]):
+    """Feed a real draft ModelRunner an EXTEND batch whose spec_info carries the given widths."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from eagle3_patches.testing import sglang_harness as h
+
+    sa = h.eagle3_server_args(target, draft, load_format="dummy")
+    target_runner = h.model_runner(sa)
+    runner = h.model_runner(sa, is_draft=True, req_to_token_pool=target_runner.req_to_token_pool,
+                            token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator)
+    fc_inputs = h.record_fc_inputs(SimpleWorker(runner))
+    results = []
+    for width in widths:
+        batch = h.schedule_batch(h.make_reqs([[5, 6, 7, 8]]), runner, SpeculativeAlgorithm.EAGLE3)
+        batch.prepare_for_extend()
+        batch.spec_info = EagleDraftInput(hidden_states=torch.randn(4, width), verified_id=torch.tensor([9]))
+        batch.capture_hidden_mode = CaptureHiddenMode.LAST
+        mwb = batch.get_model_worker_batch()
+        fb = ForwardBatch.init_new(mwb, runner)
+        try:
+            with torch.no_grad():
+                runner.forward(fb)
+            results.append(None)
+        except Exception as exc:  # noqa: BLE001
+            results.append(f"{type(exc).__name__}: {exc}")
+    return {"fc_in_features": runner.model.model.fc.in_features, "fc_inputs": fc_inputs, "results": results}
+
+
+class SimpleWorker:
+    def __init__(self, runner):
+        self.draft_model_runner = runner
+
+
+@pytest.fixture(scope="module")
+def kimi_width_draft(tiny_root):
+    spec = tm.TinyDraftSpec(hidden=KIMI_HIDDEN, target_hidden=KIMI_HIDDEN, aux_ids=KIMI_AUX_IDS, num_heads=2,
+                            num_kv_heads=2, intermediate_size=64, vocab=tm.VOCAB, draft_vocab=tm.DRAFT_VOCAB)
+    cfg = tm.eagle3_draft_config(spec)
+    cfg["head_dim"] = 128  # SpecForge's Kimi-K2.5 draft: head_dim 128
+    path = tiny_root / "kimi-width-draft"
+    path.mkdir(exist_ok=True)
+    import json
+
+    (path / "config.json").write_text(json.dumps(cfg))  # weights: --load-format dummy
+    tm.write_tokenizer(path, tm.VOCAB)
+    return path
+
+
+def test_kimi_width_draft_fc_receives_21504_and_refuses_7168(tiny, kimi_width_draft):
+    out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft),
+                       [3 * KIMI_HIDDEN, KIMI_HIDDEN], patches=["eagle3_fc_guard"])
+    assert out["fc_in_features"] == 21504
+    assert out["fc_inputs"] == [(4, 21504)]
+    assert out["results"][0] is None
+    assert out["results"][1].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][1]
+
+
+def test_kimi_width_draft_on_stock_skips_fc_for_7168(tiny, kimi_width_draft):
+    out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft), [KIMI_HIDDEN], patches=None)
+    assert out["results"] == [None] and out["fc_inputs"] == []  # silent skip: the bug

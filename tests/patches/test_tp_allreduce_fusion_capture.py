@@ -1,0 +1,173 @@
+"""tp_allreduce_fusion_capture: TP > 1 + EAGLE3 turns flashinfer all-reduce fusion off.
+
+The fused kernel needs sm90/sm100 and flashinfer, so what is tested is the decision, on the
+real ``ServerArgs`` of sglang 0.5.9 built for the tiny Kimi-K2.5 / DeepSeek-V3 targets.  The
+only stand-ins are the hardware facts ``ServerArgs`` reads (``is_sm90_supported`` /
+``is_sm100_supported`` / ``get_device_name`` as imported into ``sglang.srt.server_args``),
+replaced inside the isolated child process only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from eagle3_patches.patches import tp_allreduce_fusion_capture as tafc
+from eagle3_patches.testing.isolation import run_isolated
+
+
+# --------------------------------------------------------------------------- child side
+def _fusion_decisions(kimi: str, deepseek: str, draft: str) -> dict:
+    import sglang.srt.server_args as sa_mod
+
+    from eagle3_patches.registry import Registry
+    from eagle3_patches.testing import sglang_harness as h
+
+    records: list[logging.LogRecord] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logging.getLogger("eagle3_patches").addHandler(_Collect(level=logging.DEBUG))
+
+    def fusion(path: str, algorithm: str | None, tp: int, **kw) -> dict:
+        before = len(records)
+        if algorithm:
+            sa = h.eagle3_server_args(path, draft, algorithm=algorithm, tp_size=tp, **kw)
+        else:
+            sa = h.server_args(path, tp_size=tp, **kw)
+        logs = [(r.levelname, r.getMessage()) for r in records[before:]]
+        return {"fusion": sa.enable_flashinfer_allreduce_fusion, "algorithm": sa.speculative_algorithm, "logs": logs}
+
+    out: dict = {}
+    # real hardware facts of this CPU machine: sglang does not enable the fusion
+    out["cpu_stock"] = fusion(kimi, "EAGLE3", 2)
+
+    # an H200 (sm90), as the hardware-detection functions in server_args would report it
+    sa_mod.is_sm90_supported = lambda *a, **k: True
+    sa_mod.get_device_name = lambda *a, **k: "NVIDIA H200"
+    out["stock"] = {name: fusion(path, "EAGLE3", 2) for name, path in (("kimi", kimi), ("deepseek", deepseek))}
+
+    reg = Registry("test", [tafc.PATCH])
+    original = sa_mod.ServerArgs.__dict__["_handle_model_specific_adjustments"]
+    reg.apply()  # sglang.srt.server_args is imported: lands now
+    out["state"] = reg.status()[tafc.NAME].state.value
+    out["reason"] = reg.status()[tafc.NAME].reason
+    out["upstream"] = tafc.PATCH.upstream(sa_mod)
+    out["patched"] = {
+        "kimi_eagle3_tp2": fusion(kimi, "EAGLE3", 2),
+        "deepseek_eagle3_tp2": fusion(deepseek, "EAGLE3", 2),
+        "kimi_eagle3_tp2_explicit": fusion(kimi, "EAGLE3", 2, enable_flashinfer_allreduce_fusion=True),
+        "kimi_eagle3_tp1": fusion(kimi, "EAGLE3", 1),
+        "kimi_none_tp2": fusion(kimi, None, 2),
+        "kimi_eagle_tp2": fusion(kimi, "EAGLE", 2),
+        "kimi_eagle_tp2_explicit": fusion(kimi, "EAGLE", 2, enable_flashinfer_allreduce_fusion=True),
+    }
+    # sm100 (B200) instead of sm90
+    sa_mod.is_sm90_supported = lambda *a, **k: False
+    sa_mod.is_sm100_supported = lambda *a, **k: True
+    sa_mod.get_device_name = lambda *a, **k: "NVIDIA B200"
+    out["patched"]["kimi_eagle3_tp2_sm100"] = fusion(kimi, "EAGLE3", 2)
+
+    reg.revert([tafc.NAME])
+    out["revert_identity"] = sa_mod.ServerArgs.__dict__["_handle_model_specific_adjustments"] is original
+    out["reverted"] = fusion(kimi, "EAGLE3", 2)
+    return out
+
+
+@pytest.fixture(scope="module")
+def decisions(tiny) -> dict:
+    return run_isolated(_fusion_decisions, str(tiny["kimi_k25"]), str(tiny["deepseek_v3"]), str(tiny["draft"]))
+
+
+# --------------------------------------------------------------------------- real ServerArgs, isolated
+@pytest.mark.sglang
+def test_stock_enables_fusion_with_eagle3_and_tp2(decisions):
+    assert decisions["cpu_stock"]["fusion"] is False  # the sm90 stand-in is what turns it on
+    for name in ("kimi", "deepseek"):
+        stock = decisions["stock"][name]
+        assert stock["algorithm"] == "EAGLE3"
+        assert stock["fusion"] is True, name  # the bug condition: fusion on while capturing with TP 2
+        assert stock["logs"] == []
+
+
+@pytest.mark.sglang
+def test_patched_turns_fusion_off_and_says_why(decisions):
+    assert decisions["state"] == "applied", decisions["reason"]
+    assert decisions["upstream"] is None
+    for case in ("kimi_eagle3_tp2", "deepseek_eagle3_tp2", "kimi_eagle3_tp2_sm100"):
+        got = decisions["patched"][case]
+        assert got["fusion"] is False, case
+        assert len(got["logs"]) == 1, case
+        level, message = got["logs"][0]
+        assert level == "WARNING"
+        assert "all-reduce fusion turned off" in message
+        assert "enabled it automatically" in message
+        assert "EAGLE3" in message and "--tp-size 2" in message
+        assert "partial sums" in message
+        assert f"EAGLE3_PATCHES_DISABLE={tafc.NAME}" in message
+
+
+@pytest.mark.sglang
+def test_patched_overrides_an_explicit_flag_and_says_so(decisions):
+    got = decisions["patched"]["kimi_eagle3_tp2_explicit"]
+    assert got["fusion"] is False
+    assert len(got["logs"]) == 1
+    assert got["logs"][0][0] == "WARNING"
+    assert "--enable-flashinfer-allreduce-fusion was passed explicitly and is overridden" in got["logs"][0][1]
+
+
+@pytest.mark.sglang
+@pytest.mark.parametrize(
+    "case",
+    ["kimi_eagle3_tp1", "kimi_none_tp2", "kimi_eagle_tp2", "kimi_eagle_tp2_explicit"],
+)
+def test_patched_stays_silent_where_nothing_is_captured_mid_model(decisions, case):
+    """TP 1 (no all-reduce), no speculation, EAGLE-2 (final state only): fusion left on, no log."""
+    got = decisions["patched"][case]
+    assert got["fusion"] is True
+    assert got["logs"] == []
+
+
+@pytest.mark.sglang
+def test_revert_restores_the_original(decisions):
+    assert decisions["revert_identity"]
+    assert decisions["reverted"]["fusion"] is True
+    assert decisions["reverted"]["logs"] == []
+
+
+# --------------------------------------------------------------------------- probe and decision alone
+def test_upstream_probe_reads_deepseek_v2_as_text(tmp_path):
+    import types
+
+    pkg = tmp_path / "srt"
+    (pkg / "models").mkdir(parents=True)
+    module = types.ModuleType("fake_server_args")
+    module.__file__ = str(pkg / "server_args.py")
+    (pkg / "models" / "deepseek_v2.py").write_text("aux_hidden_states.append(hidden_states + residual)\n")
+    assert tafc.PATCH.upstream(module) is None
+    (pkg / "models" / "deepseek_v2.py").write_text("layer(..., captured_last_layer_outputs=aux)\n")
+    assert "0.5.14" in tafc.PATCH.upstream(module)
+    (pkg / "models" / "deepseek_v2.py").unlink()
+    assert tafc.PATCH.upstream(module) is None
+
+
+def test_decision_table():
+    from types import SimpleNamespace as NS
+
+    assert tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE3", tp_size=2, enable_flashinfer_allreduce_fusion=True))
+    assert tafc.fusion_breaks_capture(NS(speculative_algorithm="eagle3", tp_size=8, enable_flashinfer_allreduce_fusion=True))
+    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE3", tp_size=2, enable_flashinfer_allreduce_fusion=False))
+    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE3", tp_size=1, enable_flashinfer_allreduce_fusion=True))
+    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE", tp_size=2, enable_flashinfer_allreduce_fusion=True))
+    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm=None, tp_size=2, enable_flashinfer_allreduce_fusion=True))
+
+
+def test_version_gate():
+    from packaging.version import Version
+
+    assert Version("0.5.9") in tafc.PATCH.applies_to
+    assert Version("0.5.13") in tafc.PATCH.applies_to
+    assert Version("0.5.14") not in tafc.PATCH.applies_to
