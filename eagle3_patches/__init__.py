@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 _registry: Registry | None = None
 
 
-def registry() -> Registry:
+def get_registry() -> Registry:
     """The production EAGLE-3 patch set (built on first use)."""
     global _registry
     if _registry is None:
@@ -34,23 +34,23 @@ def registry() -> Registry:
 
 def apply(names: Iterable[str] | None = None) -> dict[str, PatchStatus]:
     """Apply the default patches (or the named ones); honours ``EAGLE3_PATCHES_DISABLE``."""
-    return registry().apply(names)
+    return get_registry().apply(names)
 
 
 def revert(names: Iterable[str] | None = None) -> dict[str, PatchStatus]:
     """Restore every original changed by the given (default: all) patches."""
-    return registry().revert(names)
+    return get_registry().revert(names)
 
 
 def status() -> dict[str, PatchStatus]:
-    return registry().status()
+    return get_registry().status()
 
 
 __all__ = [
     "apply",
     "revert",
     "status",
-    "registry",
+    "get_registry",
     "PatchStatus",
     "State",
     "Eagle3Error",

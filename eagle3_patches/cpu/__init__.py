@@ -28,7 +28,7 @@ CPU_ENV = {
 _registry = None
 
 
-def registry():
+def get_registry():
     global _registry
     if _registry is None:
         from .workarounds import build_registry
@@ -57,7 +57,7 @@ def activate(force: bool = False) -> None:
     from .stubs import install_stubs
 
     install_stubs()
-    registry().apply()
+    get_registry().apply()
 
 
 def is_active() -> bool:

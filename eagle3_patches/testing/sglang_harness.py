@@ -91,7 +91,7 @@ class _TreeCache(SimpleNamespace):
         return True
 
 
-def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8):
+def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8, vocab_size: int | None = None):
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
@@ -103,6 +103,8 @@ def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8):
             origin_input_ids=list(ids),
             sampling_params=SamplingParams(temperature=0, max_new_tokens=max_new_tokens),
         )
+        req.sampling_params.normalize(None)  # what the scheduler does on arrival
+        req.vocab_size = vocab_size  # needed by check_finished in decode/verify steps
         req.fill_ids = req.origin_input_ids
         req.logprob_start_len = -1
         req.set_extend_input_len(len(req.fill_ids) - len(req.prefix_indices))
@@ -140,7 +142,7 @@ def prefill(runner, prompts: Sequence[Sequence[int]], *, return_hidden_states: b
     import torch
     from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
-    batch = schedule_batch(make_reqs(prompts), runner)
+    batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner)
     batch.return_hidden_states = return_hidden_states
     batch.prepare_for_extend()
     fb = ForwardBatch.init_new(batch.get_model_worker_batch(), runner)
@@ -183,7 +185,8 @@ def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner = target.model_runner
-    batch = schedule_batch(make_reqs(prompts), runner, SpeculativeAlgorithm.from_string(runner.server_args.speculative_algorithm))
+    algorithm = SpeculativeAlgorithm.from_string(runner.server_args.speculative_algorithm)
+    batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner, algorithm)
     batch.prepare_for_extend()
     with torch.no_grad():
         return draft.forward_batch_generation(batch), batch

@@ -1,0 +1,41 @@
+"""``eagle3-patches`` command line: run, status, doctor, convert.
+
+User mistakes (:class:`~eagle3_patches.errors.Eagle3Error`) print a message and exit 1;
+usage errors exit 2; nothing prints a traceback unless ``EAGLE3_PATCHES_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..errors import Eagle3Error
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import run_cmd, status_cmd
+
+    parser = argparse.ArgumentParser(
+        prog="eagle3-patches",
+        description="Make EAGLE-3 speculative decoding work on stock SGLang for Kimi-K2.5 / DeepSeek-V3 targets.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in (run_cmd, status_cmd):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except Eagle3Error as exc:
+        if os.environ.get("EAGLE3_PATCHES_DEBUG"):
+            raise
+        print(str(exc), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

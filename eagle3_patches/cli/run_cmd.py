@@ -1,0 +1,46 @@
+"""``eagle3-patches run [options] -- COMMAND ...``: start COMMAND with the patches active in every process.
+
+The ``opentelemetry-instrument`` / ``ddtrace-run`` pattern: a bootstrap ``sitecustomize``
+goes first on PYTHONPATH (chaining to any existing one) and the selection travels in
+environment variables, so sglang's ``spawn``-ed scheduler and TP workers apply the same
+patches as the launcher.  It does exactly what ``eagle3_patches.apply()`` does by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+
+from .._bootstrap import child_environment
+from ..errors import Eagle3Error
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a command (e.g. python -m sglang.launch_server ...) with the patches active")
+    p.add_argument("--only", action="append", default=[], metavar="NAME", help="apply only these patches (repeatable)")
+    p.add_argument("--disable", action="append", default=[], metavar="NAME", help="never apply this patch (repeatable)")
+    p.add_argument("--cpu-profile", action="store_true", help="also activate the CPU profile (machines without a GPU)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise Eagle3Error("eagle3-patches run: no command given; usage: eagle3-patches run -- python -m sglang.launch_server ...")
+    import eagle3_patches
+
+    known = set(eagle3_patches.get_registry().names())
+    for name in [*args.only, *args.disable]:
+        if name not in known:
+            raise Eagle3Error(f"eagle3-patches run: unknown patch {name!r}; known patches: {', '.join(sorted(known))}")
+    env = child_environment(patches=",".join(args.only) or "all", cpu_profile=args.cpu_profile, disable=args.disable)
+    executable = shutil.which(command[0], path=env.get("PATH")) or command[0]
+    try:
+        os.execvpe(executable, command, env)
+    except OSError as exc:
+        raise Eagle3Error(f"eagle3-patches run: cannot start {command[0]!r}: {exc.strerror}") from None
+    return 0  # pragma: no cover - execvpe does not return

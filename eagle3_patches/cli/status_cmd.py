@@ -1,0 +1,59 @@
+"""``eagle3-patches status``: the installed sglang and, per patch, what applying it does here."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+from ..sglang_version import installed_sglang_version
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("status", help="show, for the installed sglang, what each patch does (applied/upstream/...)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--cpu-profile", action="store_true", help="activate the CPU profile first (machines without a GPU)")
+    p.set_defaults(func=run)
+
+
+def resolve_status(cpu_profile: bool = False) -> dict:
+    """Apply every patch in this process and import its sglang module, then report the states."""
+    import eagle3_patches
+
+    version = installed_sglang_version()
+    report = {"sglang": str(version) if version else None, "patches": []}
+    if version is None:
+        report["patches"] = [
+            {**s.as_dict(), "state": "not-applicable", "reason": "sglang is not installed"}
+            for s in eagle3_patches.status().values()
+        ]
+        return report
+    if cpu_profile:
+        from .. import cpu
+
+        cpu.activate()
+    statuses = eagle3_patches.apply()
+    for name, st in statuses.items():
+        if st.state.value == "pending":
+            module = eagle3_patches.get_registry()[name].module
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # noqa: BLE001 - reported per patch
+                hint = "" if cpu_profile else " (on a machine without a GPU, add --cpu-profile)"
+                report.setdefault("import_errors", {})[module] = f"{type(exc).__name__}: {exc}{hint}"
+    report["patches"] = [s.as_dict() for s in eagle3_patches.status().values()]
+    return report
+
+
+def run(args) -> int:
+    report = resolve_status(cpu_profile=args.cpu_profile)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"sglang {report['sglang'] or '(not installed)'}")
+        width = max(len(p["name"]) for p in report["patches"])
+        for p in report["patches"]:
+            reason = f"  ({p['reason']})" if p["reason"] else ""
+            print(f"  {p['name']:<{width}}  {p['state']:<14}{reason}")
+        for module, err in report.get("import_errors", {}).items():
+            print(f"  could not import {module}: {err}")
+    return 1 if any(p["state"] == "failed" for p in report["patches"]) or report.get("import_errors") else 0

@@ -1,0 +1,108 @@
+"""The CPU profile: stand-ins only where the real package cannot import; refused where CUDA is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+def _py(code: str, env=None, pythonpath: str | None = None):
+    e = {**os.environ, **(env or {})}
+    if pythonpath:
+        e["PYTHONPATH"] = pythonpath
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e, timeout=120)
+
+
+def test_stand_ins_raise_not_implemented_and_hide_fallback_names():
+    out = _py(
+        """
+        from eagle3_patches.cpu.stubs import install_stubs, is_stub
+        install_stubs()
+        import sgl_kernel, torchvision
+        from torchvision.transforms import InterpolationMode
+        assert is_stub(sgl_kernel) and is_stub(torchvision)
+        try:
+            sgl_kernel.build_tree_kernel_efficient(1, 2)
+        except NotImplementedError as e:
+            print("NIE", "CUDA kernel" in str(e))
+        try:
+            from sgl_kernel import scaled_fp4_quant
+        except ImportError:
+            print("absent")
+        try:
+            from sgl_kernel.scalar_type import scalar_types
+        except ImportError:
+            print("absent-submodule")
+        from sgl_kernel.flash_attn import flash_attn_varlen_func
+        try:
+            flash_attn_varlen_func()
+        except NotImplementedError:
+            print("NIE-submodule")
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["NIE", "True", "absent", "absent-submodule", "NIE-submodule"]
+
+
+def test_a_real_install_is_never_shadowed(tmp_path):
+    real = tmp_path / "sgl_kernel"
+    real.mkdir()
+    (real / "__init__.py").write_text("REAL = True\n")
+    out = _py(
+        """
+        from eagle3_patches.cpu.stubs import install_stubs
+        installed = install_stubs()
+        import sgl_kernel
+        print(getattr(sgl_kernel, "REAL", False), "sgl_kernel" in installed)
+        """,
+        pythonpath=str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]
+
+
+def test_a_broken_real_install_gets_the_stand_in(tmp_path):
+    broken = tmp_path / "sgl_kernel"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise OSError('libnvrtc.so.12: cannot open shared object file')\n")
+    out = _py(
+        """
+        from eagle3_patches.cpu.stubs import install_stubs, is_stub
+        install_stubs()
+        import sgl_kernel
+        print(is_stub(sgl_kernel))
+        """,
+        pythonpath=str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_refused_where_cuda_is_available_unless_forced(monkeypatch):
+    from eagle3_patches import cpu
+
+    monkeypatch.setattr(cpu, "_cuda_available", lambda: True)  # the hardware fact this machine lacks
+    monkeypatch.delenv("EAGLE3_PATCHES_CPU_PROFILE", raising=False)
+    with pytest.raises(RuntimeError, match="CUDA is available"):
+        cpu.activate()
+
+
+def test_profile_sets_the_environment_and_workarounds_in_a_fresh_process():
+    out = _py(
+        """
+        import os
+        from eagle3_patches import cpu
+        cpu.activate()
+        import sglang.srt.models.deepseek_common.attention_backend_handler as h
+        print(os.environ["SGLANG_USE_CPU_ENGINE"], os.environ["TORCHDYNAMO_DISABLE"], "torch_native" in h.AttentionBackendRegistry._handlers)
+        print(sorted(n for n, s in cpu.get_registry().status().items() if s.state.value == "applied"))
+        """
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = out.stdout.strip().splitlines()[-2:]
+    assert first.split() == ["1", "1", "True"]
+    assert "cpu_torch_native_mla_dispatch" in second

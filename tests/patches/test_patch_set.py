@@ -1,0 +1,52 @@
+"""The whole patch set on real sglang 0.5.9: applied, idempotent, and revert restores every original."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.testing.isolation import run_isolated
+
+pytestmark = pytest.mark.sglang
+
+
+def _apply_twice_and_revert():
+    import importlib
+
+    import eagle3_patches
+
+    reg = eagle3_patches.get_registry()
+    modules = {name: importlib.import_module(reg[name].module) for name in reg.names()}
+
+    def snapshot():
+        """Every class attribute of every patched module, by identity."""
+        snap = {}
+        for mod in set(modules.values()):
+            for cls_name, cls in vars(mod).items():
+                if isinstance(cls, type) and cls.__module__ == mod.__name__:
+                    for attr, value in vars(cls).items():
+                        snap[(mod.__name__, cls_name, attr)] = id(value)
+        return snap
+
+    before = snapshot()
+    first = {n: s.state.value for n, s in eagle3_patches.apply().items()}
+    patched = snapshot()
+    eagle3_patches.apply()
+    again = snapshot()
+    changed = sorted(f"{m.rsplit('.', 1)[-1]}.{c}.{a}" for (m, c, a) in set(before) | set(patched)
+                     if before.get((m, c, a)) != patched.get((m, c, a)))
+    eagle3_patches.revert()
+    after = snapshot()
+    return {"states": first, "changed": changed, "idempotent": patched == again, "restored": before == after,
+            "after_revert": {n: s.state.value for n, s in eagle3_patches.status().items()}}
+
+
+def test_apply_twice_then_revert_restores_every_original():
+    out = run_isolated(_apply_twice_and_revert)
+    assert set(out["states"].values()) == {"applied"}, out["states"]
+    # each patch changed something, and only what it declares
+    assert "kimi_k25.KimiK25ForConditionalGeneration.set_eagle3_layers_to_capture" in out["changed"]
+    assert "llama_eagle3.LlamaForCausalLMEagle3.load_weights" in out["changed"]
+    assert "server_args.ServerArgs.__post_init__" in out["changed"]
+    assert out["idempotent"]
+    assert out["restored"]
+    assert set(out["after_revert"].values()) == {"not-selected"}

@@ -1,0 +1,177 @@
+"""The registry's contract on a throwaway module: lazy, idempotent, all-or-nothing, exact revert."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import uuid
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from eagle3_patches.errors import PatchError
+from eagle3_patches.registry import NotApplicable, Patch, Registry, State
+
+
+@pytest.fixture
+def module_name(tmp_path, monkeypatch):
+    """A real importable module on disk with a class to patch."""
+    name = f"fake_sglang_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "class Target:\n"
+        "    def method(self):\n"
+        "        return 'original'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def _patch(module_name, *, name="p", fail=False, add=False, upstream=None, check=None):
+    class P(Patch):
+        summary = "test patch"
+        module = module_name
+        applies_to = SpecifierSet()
+
+        def upstream(self, module):
+            return upstream
+
+        def check(self, module):
+            if check:
+                raise NotApplicable(check)
+
+        def patch(self, module, saver):
+            saver.wrap(module.Target, "method", lambda wrapped, inst, a, k: "patched:" + wrapped(*a, **k))
+            if add:
+                saver.set(module.Target, "added", lambda self: "new")
+            if fail:
+                raise RuntimeError("boom halfway")
+
+    P.name = name
+    return P()
+
+
+def test_lazy_until_import_then_applied(module_name):
+    reg = Registry("t", [_patch(module_name)])
+    reg.apply()
+    assert module_name not in sys.modules
+    assert reg.status()["p"].state is State.PENDING
+    mod = importlib.import_module(module_name)
+    assert reg.status()["p"].state is State.APPLIED
+    assert mod.Target().method() == "patched:original"
+
+
+def test_apply_twice_changes_nothing_and_revert_restores_identity(module_name):
+    mod = importlib.import_module(module_name)
+    original = mod.Target.__dict__["method"]
+    reg = Registry("t", [_patch(module_name, add=True)])
+    reg.apply()
+    wrapped = mod.Target.__dict__["method"]
+    reg.apply()
+    assert mod.Target.__dict__["method"] is wrapped
+    assert mod.Target().method() == "patched:original"
+    assert reg.is_object_patched(mod.Target, "method")
+    assert reg.get_original(mod.Target, "method") is original
+    reg.revert()
+    assert mod.Target.__dict__["method"] is original
+    assert "added" not in mod.Target.__dict__
+    assert not reg.is_object_patched(mod.Target, "method")
+    assert reg.status()["p"].state is State.NOT_SELECTED
+
+
+def test_failure_halfway_restores_every_original_and_raises(module_name):
+    mod = importlib.import_module(module_name)
+    original = mod.Target.__dict__["method"]
+    reg = Registry("t", [_patch(module_name, name="good"), _patch(module_name, name="bad", fail=True, add=True)])
+    # "good" wraps method, then "bad" wraps it again and fails halfway: both are undone
+    with pytest.raises(PatchError, match="bad.*boom halfway"):
+        reg.apply()
+    assert mod.Target.__dict__["method"] is original
+    assert "added" not in mod.Target.__dict__
+    assert reg.status()["bad"].state is State.FAILED
+
+
+def test_failure_at_import_time_is_rolled_back_and_reported(module_name):
+    reg = Registry("t", [_patch(module_name, fail=True, add=True)])
+    reg.apply()
+    mod = importlib.import_module(module_name)
+    assert mod.Target().method() == "original" and "added" not in mod.Target.__dict__
+    status = reg.status()["p"]
+    assert status.state is State.FAILED and "boom halfway" in status.reason
+
+
+def test_upstream_and_not_applicable_leave_the_module_untouched(module_name):
+    mod = importlib.import_module(module_name)
+    original = mod.Target.__dict__["method"]
+    reg = Registry("t", [_patch(module_name, name="up", upstream="fixed in 9.9"),
+                         _patch(module_name, name="na", check="signature changed")])
+    reg.apply()
+    assert mod.Target.__dict__["method"] is original
+    assert reg.status()["up"].state is State.UPSTREAM and reg.status()["up"].reason == "fixed in 9.9"
+    assert reg.status()["na"].state is State.NOT_APPLICABLE and "signature changed" in reg.status()["na"].reason
+
+
+def test_version_gate(module_name, monkeypatch):
+    import eagle3_patches.registry as registry_module
+    from packaging.version import Version
+
+    p = _patch(module_name)
+    p.applies_to = SpecifierSet("<0.5.10")
+    monkeypatch.setattr(registry_module, "installed_sglang_version", lambda: Version("0.5.12"))
+    reg = Registry("t", [p])
+    reg.apply()
+    importlib.import_module(module_name)
+    assert reg.status()["p"].state is State.NOT_APPLICABLE and "0.5.12" in reg.status()["p"].reason
+
+
+def test_disabled_by_environment(module_name, monkeypatch):
+    monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", "p, other")
+    reg = Registry("t", [_patch(module_name)])
+    reg.apply()
+    mod = importlib.import_module(module_name)
+    assert reg.status()["p"].state is State.DISABLED
+    assert mod.Target().method() == "original"
+
+
+def test_unknown_name_is_a_clear_error(module_name):
+    reg = Registry("t", [_patch(module_name)])
+    with pytest.raises(KeyError, match="unknown patch 'nope'.*known t patches: p"):
+        reg.apply(["nope"])
+
+
+def test_concurrent_apply_wraps_once(module_name):
+    mod = importlib.import_module(module_name)
+    reg = Registry("t", [_patch(module_name)])
+    threads = [threading.Thread(target=reg.apply) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert mod.Target().method() == "patched:original"  # not patched:patched:...
+
+
+def test_in_source_marker_reports_in_source(tmp_path, monkeypatch):
+    name = f"fake_forked_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("# eagle3-patches: p\nclass Target:\n    def method(self):\n        return 'fixed'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("t", [_patch(name)])
+    reg.apply()
+    mod = importlib.import_module(name)
+    assert reg.status()["p"].state is State.IN_SOURCE
+    assert mod.Target().method() == "fixed"
+    sys.modules.pop(name, None)
+
+
+def test_production_registry_declares_every_patch():
+    import eagle3_patches
+
+    reg = eagle3_patches.get_registry()
+    assert reg.names() == [
+        "kimi_k25_eagle3_delegation", "aux_capture_validation", "cuda_graph_capture_order",
+        "tp_allreduce_fusion_capture", "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
+    ]
+    for name in reg.names():
+        p = reg[name]
+        assert p.summary and p.module.startswith("sglang.") and p.applies_to
+        assert sys.modules[type(p).__module__].__doc__.lstrip().startswith(name)
