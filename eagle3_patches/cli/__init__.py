@@ -1,4 +1,4 @@
-"""``eagle3-patches`` command line: run, status, doctor, convert.
+"""``eagle3-patches`` command line: run, status, doctor, convert, apply.
 
 User mistakes (:class:`~eagle3_patches.errors.Eagle3Error`) print a message and exit 1;
 usage errors exit 2; nothing prints a traceback unless ``EAGLE3_PATCHES_DEBUG=1``.
@@ -14,7 +14,7 @@ from ..errors import Eagle3Error
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import run_cmd, status_cmd
+    from . import apply_cmd, convert_cmd, doctor_cmd, run_cmd, status_cmd
 
     parser = argparse.ArgumentParser(
         prog="eagle3-patches",
@@ -22,7 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (run_cmd, status_cmd):
+    # each module registers one subcommand; add new ones to this tuple
+    for module in (run_cmd, status_cmd, doctor_cmd, convert_cmd, apply_cmd):
         module.add_parser(sub)
     return parser
 

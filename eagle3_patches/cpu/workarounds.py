@@ -8,6 +8,7 @@ that lets the CPU path run; facts in ``docs/cpu-profile.md``.
 from __future__ import annotations
 
 import contextlib
+import os
 from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
@@ -85,10 +86,43 @@ class NoCudaSyncInSetEmbed(Patch):
             saver.wrap(module.LlamaForCausalLM, attr, _without_cuda_sync)
 
 
+def split_cpus(cpus: list[int], ranks: int) -> str:
+    """``SGLANG_CPU_OMP_THREADS_BIND`` for ``ranks`` TP ranks over ``cpus``: contiguous groups, "0|1" for 2 on 2."""
+    cpus = sorted(cpus)
+    if ranks <= len(cpus):
+        size = len(cpus) // ranks
+        groups = [cpus[r * size:(r + 1) * size] for r in range(ranks)]
+    else:  # more ranks than cores: share them round-robin
+        groups = [[cpus[r % len(cpus)]] for r in range(ranks)]
+    return "|".join(",".join(str(c) for c in g) for g in groups)
+
+
+def _bind_threads_per_rank(wrapped, instance, args, kwargs):
+    if not os.environ.get("SGLANG_CPU_OMP_THREADS_BIND") and instance.tp_size > 1:
+        os.environ["SGLANG_CPU_OMP_THREADS_BIND"] = split_cpus(list(os.sched_getaffinity(0)), instance.tp_size)
+    return wrapped(*args, **kwargs)
+
+
+class TpThreadBinding(Patch):
+    name = "cpu_tp_thread_binding"
+    summary = "TP > 1 on CPU: bind each rank to its share of the cores (sglang asserts tp_size <= NUMA nodes)"
+    module = "sglang.srt.model_executor.model_runner"
+    applies_to = SpecifierSet(">=0.5.9")
+
+    def check(self, module: ModuleType) -> None:
+        expect_source(expect_attr(module.ModelRunner, "init_threads_binding"), "SGLANG_CPU_OMP_THREADS_BIND")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.ModelRunner, "init_threads_binding", _bind_threads_per_rank)
+
+
 def build_registry() -> Registry:
     from .spec_kernels import CpuSpecKernels
 
-    return Registry("cpu-profile", [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), CpuSpecKernels()])
+    return Registry(
+        "cpu-profile",
+        [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), TpThreadBinding(), CpuSpecKernels()],
+    )
 
 
 __all__ = ["build_registry", "NotApplicable"]

@@ -10,12 +10,15 @@ Upstream probe: none (0.5.23 raises for too few states, still nothing for TBO).
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
+
+logger = logging.getLogger("eagle3_patches")
 
 FIELD = "eagle_config.eagle_aux_hidden_state_layer_ids"
 
@@ -73,7 +76,24 @@ def _validated_set_layers(wrapped, instance, args, kwargs):
     _refuse_unsupported_parallelism(instance)
     if layer_ids is not None:
         validate_layer_ids(layer_ids, instance.config.num_hidden_layers)
-    return wrapped(*args, **kwargs)
+    result = wrapped(*args, **kwargs)
+    _log_rank_evidence(instance, layer_ids)
+    return result
+
+
+def _log_rank_evidence(model, layer_ids) -> None:
+    """One line per rank and configuration: which layers it captures, which patches are live here."""
+    import os
+
+    import eagle3_patches
+    from sglang.srt.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+    states = ", ".join(f"{n}={s.state.value}" for n, s in eagle3_patches.status().items())
+    logger.info(
+        "eagle3-patches: tp rank %d/%d pid %d: aux layer ids %s -> layers_to_capture %s; %s",
+        get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size(), os.getpid(),
+        layer_ids, list(model.model.layers_to_capture), states,
+    )
 
 
 def _checked_model_forward(wrapped, instance, args, kwargs):

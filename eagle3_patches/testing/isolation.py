@@ -53,3 +53,39 @@ def run_isolated(
         raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout}s in its isolated process")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    patches: str | Iterable[str] | None = None,
+    cpu_profile: bool = True,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> list[Any]:
+    """``fn(rank, world_size, port, *args)`` in ``world_size`` concurrent spawned processes (one TP rank each)."""
+    ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=world_size, mp_context=ctx)
+    port = free_port()
+    sel = patches if patches in (None, "all") else list(patches)
+    try:
+        futures = [
+            pool.submit(_child, fn, (rank, world_size, port, *args), {}, cpu_profile, sel, env or {})
+            for rank in range(world_size)
+        ]
+        return [f.result(timeout=timeout) for f in futures]
+    except FutureTimeout:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout}s on {world_size} ranks")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
