@@ -27,7 +27,7 @@ HIDDEN = 64
 VOCAB = 1024
 NUM_LAYERS = 6
 DRAFT_VOCAB = 256
-#: sglang <= 0.5.12 convention: id i captures the output of layer i (see docs/layer-ids.md)
+#: sglang <= 0.5.12 convention: id i captures the output of layer i (see docs/checkpoints.md)
 DRAFT_AUX_IDS = (1, 2, 3)
 
 
@@ -397,3 +397,28 @@ def tensor_names(path: os.PathLike) -> Iterable[str]:
 
     with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
         return list(f.keys())
+
+
+# --------------------------------------------------------------------------- trained draft
+#: the tiny EAGLE-3 draft trained on the tiny Kimi-K2.5 target's greedy continuations
+#: (regenerate bit for bit with ``tools/train_tiny_draft.py``; check with ``--check``)
+TRAINED_DRAFT_TENSORS = Path(__file__).resolve().parent / "data" / "tiny_kimi_k25_eagle3_draft.safetensors"
+
+
+def build_trained_eagle3_draft(root: os.PathLike, tensors_file: os.PathLike = TRAINED_DRAFT_TENSORS) -> Path:
+    """A servable draft directory (SGLang format, float32) holding the trained tensors.
+
+    Written to ``root/tiny-eagle3-draft-trained-<sha256 of the tensors file>``: retraining gives a
+    new directory, never a stale one.
+    """
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    digest = hashlib.sha256(Path(tensors_file).read_bytes()).hexdigest()[:12]
+    path = Path(root) / f"tiny-eagle3-draft-trained-{digest}"
+    if (path / "config.json").exists():
+        return path
+    tensors = load_file(str(tensors_file))
+    spec = TinyDraftSpec(draft_vocab=int(tensors["lm_head.weight"].shape[0]), extra_config={"torch_dtype": "float32"})
+    return _write(path, eagle3_draft_config(spec), tensors, spec.vocab)

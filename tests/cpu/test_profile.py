@@ -106,3 +106,13 @@ def test_profile_sets_the_environment_and_workarounds_in_a_fresh_process():
     first, second = out.stdout.strip().splitlines()[-2:]
     assert first.split() == ["1", "1", "True"]
     assert "cpu_torch_native_mla_dispatch" in second
+
+
+@pytest.mark.parametrize(
+    "cpus, ranks, expected",
+    [([0, 1], 2, "0|1"), ([0, 1, 2, 3], 2, "0,1|2,3"), ([3, 2, 1, 0], 1, "0,1,2,3"), ([0], 2, "0|0")],
+)
+def test_tp_thread_binding_splits_the_cores(cpus, ranks, expected):
+    from eagle3_patches.cpu.workarounds import split_cpus
+
+    assert split_cpus(cpus, ranks) == expected

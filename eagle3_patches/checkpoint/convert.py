@@ -1,0 +1,610 @@
+"""Convert a speculators-format EAGLE-3 draft to SGLang format, streaming, atomically.
+
+    from eagle3_patches.checkpoint.convert import convert
+    result = convert("/models/draft-speculators", "/models/draft-sglang")
+
+What changes (docs/checkpoints.md has the full mapping):
+
+* ``config.json``: ``transformer_layer_config`` becomes the top level, with
+  ``architectures: ["LlamaForCausalLMEagle3"]``, ``model_type: llama``, ``torch_dtype``,
+  ``rope_theta`` / ``rope_scaling`` from ``rope_parameters``, ``draft_vocab_size``,
+  ``target_hidden_size`` (from ``fc.weight`` when speculators left it null) and
+  ``eagle_config``.  The aux layer ids are translated from speculators' meaning (HF
+  ``hidden_states[N]`` = the input of layer N) to this library's ``output-of-layer``
+  convention (``N - 1``) and the convention is recorded under
+  ``eagle_config.eagle3_patches_layer_id_convention``.  speculators' ``auto_map`` and its
+  ``config.py`` are neither executed nor copied.
+* tensors: ``layers.0.*`` -> ``midlayer.*``; everything else keeps its name, dtype and
+  bytes (``d2t`` stays int64 offsets, ``t2d`` stays bool).
+
+How: headers are planned first, then every tensor's bytes are copied from the source
+file's data region into the new file (``os.copy_file_range`` where the kernel has it),
+so the peak memory is one copy buffer, no pickle is ever loaded and nothing is decoded.
+The output is written into a temporary directory next to DST, its headers re-read and
+checked against the plan, the doctor's draft checks run on it, and only then is it
+renamed to DST: an interrupted run leaves no DST.  SRC is never written.  An existing
+DST is refused unless ``force``.
+
+Drafts speculators trained with ``norm_before_fc``, ``norm_before_residual``,
+``norm_output`` or ``fc_norm`` (or a non-llama decoder layer) are refused: sglang's
+``LlamaForCausalLMEagle3`` cannot run them faithfully.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import Eagle3ConfigError
+from . import layer_ids as L
+from .formats import (
+    SGLANG_EAGLE3,
+    SPECULATORS,
+    SPECULATORS_UNSUPPORTED,
+    checkpoint_dir,
+    detect_format,
+    draft_view,
+    list_weight_files,
+    read_config,
+)
+from .safetensors_header import (
+    HeaderError,
+    TensorInfo,
+    alignment_order,
+    encode_header,
+    read_header,
+)
+
+#: default largest output shard (as transformers' save_pretrained)
+DEFAULT_MAX_SHARD_SIZE = 5 * 1000**3
+COPY_CHUNK = 64 << 20
+#: small non-weight files copied to DST (never *.py, never pickles)
+COPY_FILES = re.compile(
+    r"^(tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt"
+    r"|generation_config\.json|[\w.-]*\.tiktoken|tiktoken\.model|chat_template\.(json|jinja))$"
+)
+SAFETENSORS_DTYPE_TO_CONFIG = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+_MIDLAYER_PARAMS = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "hidden_norm.weight",
+)
+KNOWN_OUTPUT_NAMES = frozenset(
+    {"fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d"}
+    | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
+)
+
+
+class ConvertError(Eagle3ConfigError):
+    """The source cannot be converted (or the destination cannot be written) safely."""
+
+
+@dataclass
+class ConvertResult:
+    src: Path
+    dst: Path
+    files: list[Path]
+    tensors: int
+    bytes_copied: int
+    seconds: float
+    config: dict
+    renamed: dict[str, str]  # source name -> output name, where they differ
+    dropped: list[str]
+    report: Any = None  # the doctor's Report on the output
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Item:
+    out: str
+    src: TensorInfo
+    src_path: Path
+    src_data_start: int
+
+
+# ====================================================================== helpers
+def parse_size(text: str | int) -> int:
+    """``5GB`` / ``500MB`` / ``1GiB`` / ``123`` -> bytes."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?i?B?)?\s*", str(text), re.I)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (e.g. 5GB, 500MB)")
+    num, unit = float(m.group(1)), (m.group(2) or "").upper()
+    base = 1024 if "I" in unit else 1000
+    power = {"": 0, "B": 0, "K": 1, "M": 2, "G": 3, "T": 4}[unit[:1] if unit and unit[0] in "KMGT" else ""]
+    size = int(num * base**power)
+    if size <= 0:
+        raise ValueError(f"size must be positive: {text!r}")
+    return size
+
+
+def _err(what: str, **kw: str) -> ConvertError:
+    return ConvertError(what, **kw)
+
+
+def _inside(a: Path, b: Path) -> bool:
+    """a == b or a is inside b."""
+    try:
+        a.relative_to(b)
+        return True
+    except ValueError:
+        return False
+
+
+def _check_paths(src: Path, dst: Path, force: bool) -> None:
+    rs, rd = src.resolve(), dst.resolve()
+    if _inside(rd, rs) or _inside(rs, rd):
+        raise _err(
+            "the destination overlaps the source; the converter never writes into SRC",
+            where=str(dst),
+            found=f"SRC {rs}, DST {rd}",
+            fix="choose a DST outside SRC (e.g. a sibling directory)",
+        )
+    if os.path.lexists(dst) and not force:
+        raise _err(
+            "the destination already exists",
+            where=str(dst),
+            fix="choose a new DST, or pass --force to replace it",
+        )
+
+
+# ====================================================================== planning
+def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, Path, int]], list[str]]:
+    wf = list_weight_files(src)
+    if not wf.files:
+        if wf.pickles:
+            raise _err(
+                "the source has only pickle weights; the converter never loads pickles",
+                where=str(src),
+                found=", ".join(p.name for p in wf.pickles[:3]),
+                fix="re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
+            )
+        raise _err("the source directory holds no *.safetensors weights", where=str(src), fix="pass the speculators draft's directory")
+    out: dict[str, tuple[TensorInfo, Path, int]] = {}
+    for p in wf.files:
+        if not p.is_file():
+            raise _err("a shard named by the source's index is missing", where=str(wf.index), found=p.name, fix="restore the shard")
+        h = read_header(p)
+        for name, t in h.tensors.items():
+            if name in out:
+                raise _err(f"tensor {name} is stored in two shards", where=str(src), found=f"{out[name][0].file}, {t.file}", fix="re-export the draft")
+            out[name] = (t, p, h.data_start)
+    if wf.weight_map is not None:
+        absent = [n for n, f in wf.weight_map.items() if n not in out or out[n][0].file != Path(f).name]
+        if absent:
+            raise _err("tensors in the source's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-export the draft")
+    return out, [p.name for p in wf.files]
+
+
+def _output_name(name: str) -> str:
+    m = re.match(r"^(model\.)?layers\.0\.", name)
+    if m:
+        return "midlayer." + name[m.end():]
+    if name.startswith("model.") and name != "model.lm_head.weight":
+        return name[len("model."):]
+    return name
+
+
+def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids: list[int] | None = None, num_target_layers: int | None = None) -> dict:
+    """The SGLang-format config.json for a speculators config (raises :class:`ConvertError`)."""
+    dv = draft_view(config)
+    if dv.problems:
+        p = dv.problems[0]
+        raise _err(f"the source config field {p.where} is unusable", where=f"config.json: {p.where}", found=p.found, expected=p.expected, fix="repair the source config.json")
+    bad = [k for k in SPECULATORS_UNSUPPORTED if config.get(k)]
+    if "input_norm.weight" in tensors and "norm_before_fc" not in bad:
+        bad.append("norm_before_fc (input_norm.weight present)")
+    if bad:
+        raise _err(
+            "this draft was trained with options sglang's LlamaForCausalLMEagle3 does not implement; converting it would produce a draft that loads but predicts wrong",
+            where="config.json",
+            found=", ".join(b if "(" in b else f"{b}=true" for b in bad),
+            expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
+            fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM",
+        )
+    layer = config.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise _err("the source config has no transformer_layer_config", where="config.json: transformer_layer_config", fix="this is not a speculators EAGLE-3 draft")
+    if layer.get("model_type", "llama") != "llama":
+        raise _err(
+            "the draft's decoder layer is not a llama layer; sglang's LlamaForCausalLMEagle3 runs only llama",
+            where="config.json: transformer_layer_config.model_type",
+            found=repr(layer.get("model_type")),
+            expected="'llama'",
+            fix="train the draft with a llama transformer_layer_config",
+        )
+    if layer.get("num_hidden_layers", 1) != 1:
+        raise _err("sglang's EAGLE-3 draft has exactly one decoder layer", where="config.json: transformer_layer_config.num_hidden_layers", found=str(layer.get("num_hidden_layers")), expected="1")
+    ids = aux_layer_ids if aux_layer_ids is not None else dv.aux_ids
+    if not ids:
+        raise _err(
+            "the source config names no aux layer ids",
+            where="config.json: eagle_aux_hidden_state_layer_ids",
+            fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for Kimi-K2.5)",
+        )
+    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
+        raise _err("the aux layer ids are not distinct and increasing", where="config.json: eagle_aux_hidden_state_layer_ids", found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
+    out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
+    if out_ids[0] < 0:
+        raise _err(
+            "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
+            where="config.json: eagle_aux_hidden_state_layer_ids",
+            found=str(ids),
+            fix="only the outputs of decoder layers can be captured",
+        )
+    if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
+        raise _err(
+            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a {num_target_layers}-layer target",
+            where="config.json: eagle_aux_hidden_state_layer_ids",
+            found=str(ids),
+            expected=f"ids in 1..{num_target_layers - 1}",
+            fix="the final hidden state (id num_layers) cannot be captured by sglang",
+        )
+    fc = tensors.get("fc.weight")
+    k = len(ids)
+    target_hidden = dv.target_hidden
+    if target_hidden is None and fc is not None and len(fc.shape) == 2 and fc.shape[1] % k == 0:
+        target_hidden = fc.shape[1] // k
+    dtype = dv.dtype
+    if dtype is None and fc is not None:
+        dtype = SAFETENSORS_DTYPE_TO_CONFIG.get(fc.dtype)
+    draft_vocab = dv.draft_vocab
+    if draft_vocab is None and "lm_head.weight" in tensors:
+        draft_vocab = tensors["lm_head.weight"].shape[0]
+
+    out = {k2: v for k2, v in layer.items() if k2 not in ("rope_parameters", "dtype", "torch_dtype", "architectures", "auto_map")}
+    rp = layer.get("rope_parameters")
+    if isinstance(rp, dict):
+        if "rope_theta" in rp:
+            out["rope_theta"] = rp["rope_theta"]
+        rope_type = rp.get("rope_type", rp.get("type", "default"))
+        extra = {k2: v for k2, v in rp.items() if k2 not in ("rope_theta", "rope_type", "type")}
+        out["rope_scaling"] = None if rope_type == "default" and not extra else {**extra, "rope_type": rope_type, "type": rope_type}
+    out.update(
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "torch_dtype": dtype,
+            "tie_word_embeddings": bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
+            "draft_vocab_size": draft_vocab,
+            "target_hidden_size": target_hidden,
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": out_ids,
+                "use_aux_hidden_state": True,
+                L.CONVENTION_KEY: L.OUTPUT_OF_LAYER,
+            },
+            "eagle3_patches_converted_from": {
+                "format": "speculators",
+                "speculators_version": config.get("speculators_version"),
+                "architectures": config.get("architectures"),
+                "eagle_aux_hidden_state_layer_ids": list(ids),
+                "layer_id_convention": L.INPUT_OF_LAYER,
+                "verifier": (config.get("speculators_config") or {}).get("verifier") if isinstance(config.get("speculators_config"), dict) else None,
+            },
+        }
+    )
+    if out.get("torch_dtype") is None:
+        out.pop("torch_dtype")
+    return out
+
+
+def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, Path, int]], drop_embed_tokens: bool) -> tuple[list[_Item], dict[str, str], list[str]]:
+    items: list[_Item] = []
+    renamed: dict[str, str] = {}
+    dropped: list[str] = []
+    unknown: list[str] = []
+    seen: dict[str, str] = {}
+    for name, (t, path, data_start) in tensors.items():
+        out = _output_name(name)
+        if out not in KNOWN_OUTPUT_NAMES:
+            unknown.append(name)
+            continue
+        if out == "embed_tokens.weight" and drop_embed_tokens:
+            dropped.append(name)
+            continue
+        if out in seen:
+            raise _err(f"tensors {seen[out]} and {name} map to the same output name {out}", where=str(src), fix="keep one of them")
+        seen[out] = name
+        if out != name:
+            renamed[name] = out
+        items.append(_Item(out, t, path, data_start))
+    if unknown:
+        hints = []
+        if any(n.endswith("input_norm.weight") for n in unknown):
+            hints.append("input_norm.weight: trained with norm_before_fc=True, which sglang cannot run")
+        if any(re.search(r"q_norm|k_norm", n) for n in unknown):
+            hints.append("q_norm/k_norm: a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")
+        raise _err(
+            f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop them silently)",
+            where=str(src),
+            found=", ".join(sorted(unknown)[:8]) + (" ..." if len(unknown) > 8 else ""),
+            expected="fc, layers.0.* (self_attn q/k/v/o, mlp gate/up/down, input_layernorm, post_attention_layernorm, hidden_norm), norm, lm_head, embed_tokens, d2t, t2d",
+            fix="; ".join(hints) or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
+        )
+    names = {i.out for i in items}
+    required = {"fc.weight", "norm.weight"} | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
+    if not config.get("tie_word_embeddings"):
+        required.add("lm_head.weight")
+    missing = sorted(required - names)
+    if missing:
+        raise _err("the source lacks tensors every EAGLE-3 draft needs", where=str(src), found=", ".join(missing), fix="re-export the draft")
+    return items, renamed, dropped
+
+
+def _shards(items: list[_Item], max_shard_size: int) -> list[list[_Item]]:
+    ordered = {e[0]: None for e in alignment_order((i.out, i.src.dtype, i.src.shape) for i in items)}
+    by_name = {i.out: i for i in items}
+    shards: list[list[_Item]] = [[]]
+    size = 0
+    for name in ordered:
+        it = by_name[name]
+        if shards[-1] and size + it.src.nbytes > max_shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(it)
+        size += it.src.nbytes
+    return shards
+
+
+# ====================================================================== copying
+class _Progress:
+    def __init__(self, total: int, progress: Any):
+        self.total, self.done, self.bar, self.cb = total, 0, None, None
+        if callable(progress) and not isinstance(progress, bool):
+            self.cb = progress
+        elif progress is True or (progress is None and total >= (256 << 20) and sys.stderr.isatty()):
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="convert", file=sys.stderr)
+            except ImportError:  # pragma: no cover - tqdm is in the test env, optional otherwise
+                self.bar = None
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        if self.cb is not None:
+            self.cb(self.done, self.total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _copy_range(src_fd: int, offset: int, length: int, dst_fd: int, progress: _Progress) -> None:
+    """Copy ``length`` bytes at ``offset`` of ``src_fd`` to the current position of ``dst_fd``."""
+    use_cfr = hasattr(os, "copy_file_range")
+    remaining = length
+    while remaining:
+        n = min(remaining, COPY_CHUNK)
+        done = 0
+        if use_cfr:
+            try:
+                done = os.copy_file_range(src_fd, dst_fd, n, offset)
+            except OSError:
+                use_cfr, done = False, 0
+        if not use_cfr:
+            buf = os.pread(src_fd, n, offset)
+            if not buf:
+                raise _err("the source file ended early while copying", found=f"offset {offset}")
+            view = memoryview(buf)
+            while view:
+                w = os.write(dst_fd, view)
+                view = view[w:]
+            done = len(buf)
+        if done <= 0:
+            raise _err("the source file ended early while copying", found=f"offset {offset}")
+        offset += done
+        remaining -= done
+        progress.update(done)
+
+
+def _write_shard(path: Path, items: list[_Item], progress: _Progress) -> dict[str, tuple[int, int]]:
+    header, offsets = encode_header(((i.out, i.src.dtype, i.src.shape) for i in items), {"format": "pt"})
+    fds: dict[Path, int] = {}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, header)
+        for it in items:
+            sfd = fds.get(it.src_path)
+            if sfd is None:
+                sfd = fds[it.src_path] = os.open(it.src_path, os.O_RDONLY)
+            _copy_range(sfd, it.src_data_start + it.src.start, it.src.nbytes, fd, progress)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        for sfd in fds.values():
+            os.close(sfd)
+    return offsets
+
+
+def _verify(path: Path, items: list[_Item], offsets: dict[str, tuple[int, int]]) -> None:
+    try:
+        h = read_header(path)
+    except HeaderError as exc:
+        raise _err("the written shard does not read back", where=str(path), found=exc.what) from None
+    want = {i.out: (i.src.dtype, i.src.shape, offsets[i.out]) for i in items}
+    got = {n: (t.dtype, t.shape, (t.start, t.end)) for n, t in h.tensors.items()}
+    if want != got or h.metadata.get("format") != "pt":
+        diff = sorted(set(want.items()) ^ set(got.items()))[:3]
+        raise _err("the written shard's header does not match the plan", where=str(path), found=str(diff))
+    try:  # the safetensors library's own validation of the file
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="numpy") as f:
+            if set(f.keys()) != set(want):
+                raise _err("the safetensors library reads other tensor names back", where=str(path))
+    except ConvertError:
+        raise
+    except ImportError:  # pragma: no cover
+        pass
+    except Exception as exc:  # noqa: BLE001 - any refusal by the library is a failed verification
+        raise _err("the safetensors library refuses the written shard", where=str(path), found=f"{type(exc).__name__}: {exc}") from None
+
+
+# ====================================================================== entry point
+def convert(
+    src: os.PathLike | str,
+    dst: os.PathLike | str,
+    *,
+    force: bool = False,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
+    aux_layer_ids: list[int] | None = None,
+    drop_embed_tokens: bool = False,
+    target: os.PathLike | str | None = None,
+    sglang_version: str | None = None,
+    progress: bool | Callable[[int, int], None] | None = None,
+    run_doctor: bool = True,
+) -> ConvertResult:
+    """Convert the speculators draft at ``src`` into an SGLang-format draft at ``dst``.
+
+    ``aux_layer_ids``: override the source's ids (speculators' meaning).  ``drop_embed_tokens``:
+    leave out ``embed_tokens.weight`` (sglang uses the target's embedding anyway).
+    ``target``: also run the doctor's target cross-checks (layer range, hidden, vocab) on the
+    result.  ``progress``: True for a progress bar, a ``callable(done, total)``, or None (a
+    bar for large checkpoints on a terminal).  Raises :class:`ConvertError` /
+    :class:`Eagle3ConfigError` with what / where / fix; on any failure DST is left untouched.
+    """
+    t0 = time.perf_counter()
+    src_dir = checkpoint_dir(src, "source draft")
+    dst = Path(dst)
+    _check_paths(src_dir, dst, force)
+    config = read_config(src_dir, "source draft")
+    fmt = detect_format(config)
+    if fmt != SPECULATORS:
+        if fmt == SGLANG_EAGLE3:
+            raise _err("the source is already in SGLang format; nothing to convert", where=str(src_dir / "config.json"), fix=f"check it with `eagle3-patches doctor --draft {src_dir}`")
+        raise _err(
+            "the source is not a speculators EAGLE-3 draft",
+            where=str(src_dir / "config.json"),
+            found=f"architectures {config.get('architectures')}",
+            expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
+        )
+    tensors, src_files = _source_tensors(src_dir)
+    n_target = None
+    if target is not None:
+        from .formats import target_view
+
+        n_target = target_view(read_config(target, "target")).num_layers
+    out_config = build_config(config, {n: t for n, (t, _, _) in tensors.items()}, aux_layer_ids=aux_layer_ids, num_target_layers=n_target)
+    items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens)
+    limit = parse_size(max_shard_size)
+    shards = _shards(items, limit)
+    total = sum(i.src.nbytes for i in items)
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.eagle3-convert-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    bar = _Progress(total, progress)
+    try:
+        (tmp / "config.json").write_text(json.dumps(out_config, indent=2, sort_keys=True) + "\n")
+        n = len(shards)
+        names = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+        weight_map: dict[str, str] = {}
+        written: list[Path] = []
+        for name, shard in zip(names, shards):
+            path = tmp / name
+            offsets = _write_shard(path, shard, bar)
+            _verify(path, shard, offsets)
+            weight_map.update({i.out: name for i in shard})
+            written.append(path)
+        if n > 1:
+            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+        for f in sorted(src_dir.iterdir()):
+            if f.is_file() and COPY_FILES.match(f.name):
+                shutil.copyfile(f, tmp / f.name)
+        bar.close()
+        report = None
+        if run_doctor:
+            from .doctor import check_draft
+
+            report = check_draft(tmp, target=target, sglang_version=sglang_version)
+            for fnd in report.findings:
+                for attr in ("where", "what", "fix"):
+                    setattr(fnd, attr, getattr(fnd, attr).replace(str(tmp), str(dst)))
+            for key, value in list(report.facts.items()):
+                if isinstance(value, str):
+                    report.facts[key] = value.replace(str(tmp), str(dst))
+            if report.errors:
+                first = report.errors[0]
+                raise _err(
+                    f"the converted draft fails the doctor's checks: {first.what}",
+                    where=first.where,
+                    found=first.found,
+                    expected=first.expected,
+                    fix=first.fix or "see `eagle3-patches doctor --draft` on the source",
+                )
+        _fsync_dir(tmp)
+        _replace(tmp, dst, force)
+    except BaseException:
+        bar.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ConvertResult(
+        src=src_dir,
+        dst=dst,
+        files=[dst / p.name for p in written],
+        tensors=len(items),
+        bytes_copied=total,
+        seconds=time.perf_counter() - t0,
+        config=out_config,
+        renamed=renamed,
+        dropped=dropped,
+        report=report,
+        notes=[f"read {len(src_files)} source shard(s)", f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from speculators' {out_config['eagle3_patches_converted_from']['eagle_aux_hidden_state_layer_ids']}"],
+    )
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _replace(tmp: Path, dst: Path, force: bool) -> None:
+    """Rename ``tmp`` to ``dst``; with ``force`` an existing ``dst`` is moved aside first and removed after."""
+    old = None
+    if os.path.lexists(dst):
+        if not force:  # appeared while we were writing
+            raise _err("the destination appeared while converting", where=str(dst), fix="pass --force to replace it")
+        old = dst.parent / f".{dst.name}.eagle3-old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(dst, old)
+    try:
+        os.rename(tmp, dst)
+    except BaseException:
+        if old is not None:
+            os.rename(old, dst)
+        raise
+    _fsync_dir(dst.parent)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink()

@@ -1,0 +1,1168 @@
+"""The preflight doctor: every EAGLE-3 misconfiguration that can be seen before a server loads.
+
+Reads the target's and the draft's ``config.json``, ``model.safetensors.index.json`` and
+safetensors headers, and the sglang launch flags; the only tensor data it reads are the
+draft's small ``d2t`` / ``t2d``.  Never imports sglang.
+
+    from eagle3_patches.checkpoint.doctor import doctor
+    report = doctor("/models/Kimi-K2.5", "/models/Kimi-K2.5-eagle3",
+                    launch="python -m sglang.launch_server --tp 8 --speculative-algorithm EAGLE3 ...")
+    print(report.format()); report.exit_code        # 0 fine, 1 errors
+
+Each :class:`Finding` has a severity, a stable ``code`` (docs/doctor.md lists them all, with
+the symptom each prevents), what is wrong, where, what was found and expected, and the fix.
+The doctor never raises for a bad checkpoint: unreadable files become findings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import Eagle3ConfigError
+from . import layer_ids as L
+from .formats import (
+    EAGLE,
+    MODEL,
+    SGLANG_EAGLE3,
+    SPECULATORS,
+    DraftView,
+    TargetView,
+    WeightFiles,
+    checkpoint_dir,
+    draft_view,
+    list_weight_files,
+    read_config,
+    target_view,
+)
+from .launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
+from .releases import PINNED, ReleaseFacts, facts, parse_version, patch_covers
+from .safetensors_header import (
+    CONFIG_DTYPES,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    HeaderError,
+    TensorInfo,
+    bytes_read,
+    count_read,
+    read_header,
+)
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+_RANK = {ERROR: 0, WARNING: 1, INFO: 2}
+
+#: architectures for which sglang turns flashinfer all-reduce fusion on by itself (0.5.9 server_args.py:1681-1697)
+AUTO_FUSION_ARCHS = frozenset(
+    {
+        "DeepseekV3ForCausalLM",
+        "GptOssForCausalLM",
+        "Glm4MoeForCausalLM",
+        "Glm4MoeLiteForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "KimiK25ForConditionalGeneration",
+    }
+)
+#: d2t / t2d larger than this are not read (a corrupted shape, not a vocabulary)
+MAX_MAP_BYTES = 64 << 20
+#: target shard headers sampled in quick mode (the first and the last shard)
+QUICK_TARGET_SHARDS = 2
+
+
+# ====================================================================== report
+@dataclass
+class Finding:
+    severity: str
+    code: str
+    what: str
+    where: str = ""
+    found: str = ""
+    expected: str = ""
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    # -- building
+    def add(self, severity: str, code: str, what: str, **kw: str) -> Finding:
+        f = Finding(severity, code, what, **{k: str(v) for k, v in kw.items() if v not in (None, "")})
+        self.findings.append(f)
+        return f
+
+    # -- reading
+    def by_severity(self, severity: str) -> list[Finding]:
+        return [f for f in self.findings if f.severity == severity]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return self.by_severity(ERROR)
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return self.by_severity(WARNING)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def codes(self, severity: str | None = None) -> list[str]:
+        return [f.code for f in self.findings if severity is None or f.severity == severity]
+
+    def raise_for_errors(self) -> None:
+        """Raise the first error as :class:`Eagle3ConfigError` (for guards and the converter)."""
+        for f in self.errors:
+            more = len(self.errors) - 1
+            raise Eagle3ConfigError(
+                f.what + (f" (and {more} more error(s): run `eagle3-patches doctor` for all)" if more else ""),
+                where=f.where,
+                found=f.found,
+                expected=f.expected,
+                fix=f.fix,
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "counts": {s: len(self.by_severity(s)) for s in (ERROR, WARNING, INFO)},
+            "facts": self.facts,
+            "findings": [f.as_dict() for f in sorted(self.findings, key=lambda f: _RANK.get(f.severity, 3))],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    def format(self, *, show_info: bool = True, color: bool = False) -> str:
+        def paint(s: str, code: str) -> str:
+            return f"\033[{code}m{s}\033[0m" if color else s
+
+        lines = ["eagle3-patches doctor"]
+        fx = self.facts
+        setup = [f"sglang {fx.get('sglang_version')} ({fx.get('sglang_version_source')})"]
+        if fx.get("algorithm"):
+            setup.append(f"--speculative-algorithm {fx['algorithm']} ({fx.get('algorithm_source')})")
+        if fx.get("tp"):
+            setup.append(f"tp {fx['tp']}")
+        setup.append("with eagle3-patches" if fx.get("with_patches") else "stock sglang (no eagle3-patches)")
+        lines.append("  setup:  " + ", ".join(setup))
+        for role in ("target", "draft"):
+            if fx.get(role):
+                lines.append(f"  {role}: {'' if role == 'target' else ' '}{fx[role]}")
+        lines.append("")
+        labels = {ERROR: paint("ERROR  ", "1;31"), WARNING: paint("WARNING", "1;33"), INFO: paint("info   ", "2")}
+        for f in sorted(self.findings, key=lambda f: _RANK.get(f.severity, 3)):
+            if f.severity == INFO and not show_info:
+                continue
+            lines.append(f"{labels.get(f.severity, f.severity)} [{f.code}] {f.what}")
+            for key in ("where", "found", "expected", "fix"):
+                val = getattr(f, key)
+                if val:
+                    lines.append(f"        {key + ':':<9} {val}")
+        n_e, n_w, n_i = (len(self.by_severity(s)) for s in (ERROR, WARNING, INFO))
+        read = fx.get("bytes_read")
+        tail = f" Read {_human(read)} in {fx.get('seconds', 0):.2f} s." if read is not None else ""
+        verdict = paint("FAIL", "1;31") if n_e else paint("OK", "1;32")
+        if lines[-1] != "":
+            lines.append("")
+        lines.append(f"{verdict}: {n_e} error(s), {n_w} warning(s), {n_i} note(s).{tail}")
+        return "\n".join(lines)
+
+
+def _human(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+# ====================================================================== context
+@dataclass
+class _Ctx:
+    report: Report
+    version: Any
+    rf: ReleaseFacts
+    algorithm: str | None
+    launch: LaunchArgs
+    with_patches: bool
+    tp: int
+    pp: int
+    deep: bool
+    target_dir: Path | None = None
+    target: TargetView | None = None
+    target_tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    draft_dir: Path | None = None
+    draft: DraftView | None = None
+    draft_tensors: dict[str, TensorInfo] = field(default_factory=dict)  # canonical name -> info
+    draft_raw_names: dict[str, str] = field(default_factory=dict)  # canonical -> raw name
+    draft_weights_read: bool = False
+    draft_naming: dict[str, list[str]] = field(default_factory=dict)  # naming kind -> raw names
+
+    def add(self, *a, **kw) -> Finding:
+        return self.report.add(*a, **kw)
+
+    def patched(self, name: str) -> bool:
+        return self.with_patches and patch_covers(name, self.version)
+
+    @property
+    def eagle3(self) -> bool:
+        """Capture will run: EAGLE3, or EAGLE/NEXTN with an EAGLE-3 draft (judged as after the fix to EAGLE3)."""
+        if self.algorithm == "EAGLE3":
+            return True
+        return self.algorithm in ("EAGLE", "NEXTN") and _draft_is_eagle3(self)[0]
+
+    @property
+    def once_eagle3(self) -> str:
+        return "" if self.algorithm == "EAGLE3" else " (once --speculative-algorithm is EAGLE3)"
+
+    def dcfg(self, key: str = "") -> str:
+        """``where`` for a draft config field."""
+        base = str(self.draft_dir / "config.json") if self.draft_dir else "draft config.json"
+        return f"{base}: {key}" if key else base
+
+    def tcfg(self, key: str = "", *, top: bool = False) -> str:
+        base = str(self.target_dir / "config.json") if self.target_dir else "target config.json"
+        prefix = self.target.text_prefix if self.target and not top else ""
+        return f"{base}: {prefix}{key}" if key else base
+
+
+def _guard(ctx: _Ctx, label: str, fn: Callable[[_Ctx], None]) -> None:
+    try:
+        fn(ctx)
+    except Eagle3ConfigError as exc:
+        ctx.add(
+            ERROR,
+            getattr(exc, "code", "checkpoint"),
+            exc.what,
+            where=exc.where,
+            found=exc.found,
+            expected=exc.expected,
+            fix=exc.fix,
+        )
+    except Exception as exc:  # noqa: BLE001 - a doctor must never show a traceback
+        ctx.add(
+            ERROR,
+            "internal-error",
+            f"the doctor's {label} check could not finish: {type(exc).__name__}: {exc}",
+            fix="this is a bug in eagle3-patches; please report it with the --json output",
+        )
+
+
+# ====================================================================== entry points
+def doctor(
+    target: os.PathLike | str | None = None,
+    draft: os.PathLike | str | None = None,
+    *,
+    speculative_algorithm: str | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    sglang_version: str | None = None,
+    launch: LaunchArgs | Sequence[str] | str | None = None,
+    with_patches: bool | None = None,
+    deep: bool = False,
+    checkpoint_only: bool = False,
+) -> Report:
+    """Check a target + draft + launch configuration; never raises for a bad checkpoint.
+
+    ``launch``: sglang launch flags or a whole launch command (list or string), or a
+    :class:`LaunchArgs`; explicit arguments win over what it says.  ``with_patches``:
+    whether the server runs under eagle3-patches (default: only when the launch command
+    is wrapped in ``eagle3-patches run``).  ``deep``: read the target's whole index and
+    every shard header (by default only the first and last shard headers are read, which
+    keeps a 1T-parameter checkpoint under a few MB read).
+    ``checkpoint_only``: only the checks of the checkpoints themselves (no algorithm, release
+    support or launch-flag findings), as the converter runs them on its output.
+    Raises ``ValueError`` only for unusable arguments (bad version string, unknown algorithm).
+    """
+    t0 = time.perf_counter()
+    read0 = bytes_read()
+    report = Report()
+    if launch is None:
+        la, launch_given = LaunchArgs(), False
+    elif isinstance(launch, LaunchArgs):
+        la, launch_given = launch, True
+    else:
+        la, launch_given = parse_launch_args(launch), True
+
+    # sglang version
+    if sglang_version is not None:
+        version, vsrc = parse_version(sglang_version), "--sglang-version"
+    else:
+        from ..sglang_version import installed_sglang_version
+
+        version = installed_sglang_version()
+        vsrc = "installed"
+        if version is None:
+            version, vsrc = PINNED, "assumed: sglang is not installed here"
+    rf = facts(version)
+
+    # algorithm
+    if speculative_algorithm is not None:
+        algo = speculative_algorithm.strip().upper()
+        if algo not in ALGORITHMS:
+            raise ValueError(f"unknown speculative algorithm {speculative_algorithm!r} (sglang knows {', '.join(ALGORITHMS)})")
+        asrc = "--speculative-algorithm"
+    elif la.algorithm:
+        algo, asrc = la.algorithm, "launch flags"
+    elif launch_given:
+        algo, asrc = None, "launch flags (none given)"
+    else:
+        algo, asrc = "EAGLE3", "assumed"
+
+    ctx = _Ctx(
+        report=report,
+        version=version,
+        rf=rf,
+        algorithm=algo,
+        launch=la,
+        with_patches=bool(la.with_patches if with_patches is None else with_patches),
+        tp=tp if tp is not None else la.tp,
+        pp=pp if pp is not None else la.pp,
+        deep=deep,
+    )
+    report.facts.update(
+        sglang_version=str(version),
+        sglang_version_source=vsrc,
+        algorithm=algo,
+        algorithm_source=asrc,
+        with_patches=ctx.with_patches,
+        tp=ctx.tp,
+        pp=ctx.pp,
+        launch=la.as_dict() if launch_given else None,
+    )
+    if not rf.in_table:
+        report.add(
+            INFO,
+            "sglang-version-unknown",
+            f"sglang {version} is outside the releases the doctor's table was read from (0.5.8-0.5.23); "
+            "its rules are extrapolated from the nearest release",
+            where=vsrc,
+        )
+    if vsrc.startswith("assumed"):
+        report.add(INFO, "sglang-version-assumed", f"sglang is not installed here; checking against {version}", fix="pass --sglang-version V for the server's release")
+
+    # paths: explicit arguments win over the launch command
+    target = _pick_path(ctx, "target", target, la.model_path, "--model-path")
+    draft = _pick_path(ctx, "draft", draft, la.draft_path, "--speculative-draft-model-path")
+
+    if target is not None:
+        _guard(ctx, "target config", lambda c: _load_target(c, target))
+        if ctx.target is not None:
+            _guard(ctx, "target weights", _check_target_weights)
+    if draft is not None:
+        _guard(ctx, "draft config", lambda c: _load_draft(c, draft))
+        if ctx.draft is not None:
+            _guard(ctx, "draft weights", _check_draft_weights)
+            _guard(ctx, "draft format", _check_draft_format)
+            _guard(ctx, "draft tensors", _check_draft_tensors)
+            _guard(ctx, "d2t", _check_d2t)
+            _guard(ctx, "dtypes", _check_dtypes)
+    if ctx.draft is not None and ctx.target is not None:
+        _guard(ctx, "sizes", _check_sizes)
+    if ctx.draft is not None:
+        _guard(ctx, "fc width", _check_fc)
+        _guard(ctx, "aux layer ids", _check_layer_ids)
+    if not checkpoint_only:
+        _guard(ctx, "algorithm", _check_algorithm)
+        if ctx.target is not None:
+            _guard(ctx, "target release support", _check_target_release)
+        _guard(ctx, "launch", _check_launch)
+    if target is None and draft is None:
+        report.add(ERROR, "nothing-to-check", "neither a target nor a draft was given", fix="pass --target PATH and --draft PATH (or a launch command naming them)")
+
+    report.facts["bytes_read"] = bytes_read() - read0
+    report.facts["seconds"] = round(time.perf_counter() - t0, 4)
+    return report
+
+
+def check_draft(
+    draft: os.PathLike | str,
+    *,
+    target: os.PathLike | str | None = None,
+    sglang_version: str | None = None,
+    with_patches: bool | None = None,
+) -> Report:
+    """The doctor's checks of a draft checkpoint (plus the cross-checks with ``target`` when given), for EAGLE3.
+
+    Server-setup findings (release support, launch flags) are left out: see :func:`doctor`.
+    """
+    return doctor(
+        target, draft, speculative_algorithm="EAGLE3", sglang_version=sglang_version, with_patches=with_patches, checkpoint_only=True
+    )
+
+
+def _pick_path(ctx: _Ctx, role: str, explicit, from_launch, flag: str):
+    if explicit is not None and from_launch is not None and os.path.abspath(str(explicit)) != os.path.abspath(str(from_launch)):
+        ctx.add(
+            WARNING,
+            "path-differs-from-launch",
+            f"the {role} checked is not the one the launch command names",
+            where=flag,
+            found=str(from_launch),
+            expected=str(explicit),
+            fix=f"check the {role} the server will load",
+        )
+    path = explicit if explicit is not None else from_launch
+    if path is not None:
+        ctx.report.facts[f"{role}_path"] = str(path)
+    return path
+
+
+# ====================================================================== target
+def _load_target(ctx: _Ctx, path) -> None:
+    d = checkpoint_dir(path, "target")
+    ctx.target_dir = d
+    cfg = read_config(d, "target")
+    tv = target_view(cfg)
+    ctx.target = tv
+    for p in tv.problems:
+        ctx.add(ERROR, "target-config-field", f"target config field {p.where} is unusable", where=ctx.tcfg(p.where.removeprefix(tv.text_prefix)), found=p.found, expected=p.expected, fix="repair the target's config.json")
+    ctx.report.facts["target"] = (
+        f"{d} ({tv.arch or tv.model_type or 'unknown architecture'}, {tv.num_layers} layers, hidden {tv.hidden}, vocab {tv.vocab}, dtype {tv.dtype})"
+    )
+    if not tv.deepseek_family:
+        ctx.add(
+            INFO,
+            "target-architecture",
+            f"target architecture {tv.arch or '?'} is not in the DeepSeek-V3 family; capture rules are checked as sglang's DeepseekV2ForCausalLM applies them",
+            where=ctx.tcfg("architectures", top=True),
+        )
+
+
+def _check_target_weights(ctx: _Ctx) -> None:
+    d = ctx.target_dir
+    wf = list_weight_files(d, read_the_index=ctx.deep)
+    if not wf.files and wf.weight_map is None:
+        if wf.pickles:
+            ctx.add(WARNING, "target-no-safetensors", "the target has only pickle weights; the doctor reads safetensors only", where=str(d), found=", ".join(p.name for p in wf.pickles[:3]))
+        else:
+            ctx.add(ERROR, "not-a-checkpoint", "the target directory holds no *.safetensors weights", where=str(d), fix="pass the directory that holds the target's weights")
+        return
+    missing = [p for p in wf.files if not p.is_file()]
+    if missing:
+        ctx.add(ERROR, "safetensors-index", f"{len(missing)} shard(s) named by the target's index are missing", where=str(wf.index), found=", ".join(p.name for p in missing[:5]), fix="finish the download")
+    files = [p for p in wf.files if p.is_file()]
+    sample = files if ctx.deep else _sample(files)
+    tensors: dict[str, TensorInfo] = {}
+    for p in sample:
+        try:
+            h = read_header(p)
+        except HeaderError as exc:
+            ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
+            continue
+        tensors.update(h.tensors)
+    ctx.target_tensors = tensors
+    ctx.report.facts["target_headers_read"] = f"{len(sample)} of {len(files)} shard header(s)" + ("" if ctx.deep else " (quick; --deep reads all)")
+    if ctx.deep and wf.weight_map is not None:
+        absent = [n for n, f in wf.weight_map.items() if (d / f).is_file() and n not in tensors]
+        if absent:
+            ctx.add(ERROR, "safetensors-index", f"{len(absent)} tensor(s) in the target's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-download the index and shards together")
+    tv = ctx.target
+    for suffix, dim0, what in (("embed_tokens.weight", tv.vocab, "vocab_size"), ("lm_head.weight", tv.vocab, "vocab_size")):
+        hits = [t for n, t in tensors.items() if n == suffix or n.endswith("." + suffix)]
+        for t in hits[:1]:
+            if len(t.shape) == 2 and tv.hidden and tv.vocab and (t.shape[1] != tv.hidden or t.shape[0] < tv.vocab):
+                ctx.add(ERROR, "target-config-vs-weights", f"the target's {t.name} does not match its config", where=f"{d / t.file}: {t.name}", found=str(list(t.shape)), expected=f"[{tv.vocab}, {tv.hidden}] ({what}, hidden_size)", fix="the config.json and the weights belong to different models")
+
+
+def _sample(files: list[Path]) -> list[Path]:
+    if len(files) <= QUICK_TARGET_SHARDS:
+        return files
+    return [files[0], files[-1]]
+
+
+# ====================================================================== draft: config and weights
+_LAYER0 = re.compile(r"^(model\.)?layers\.0\.")
+
+
+def _canonical(raw: str) -> tuple[str, str]:
+    """(canonical name, naming) for a draft tensor name; naming: sglang / speculators / model-prefix / map."""
+    if "d2t" in raw:
+        return "d2t", "map"
+    if "t2d" in raw:
+        return "t2d", "map"
+    m = _LAYER0.match(raw)
+    if m:
+        return "midlayer." + raw[m.end():], "speculators"
+    if raw.startswith("model.") and raw != "model.lm_head.weight":
+        return raw[len("model."):], "model-prefix"
+    return raw, "sglang"
+
+
+def _load_draft(ctx: _Ctx, path) -> None:
+    d = checkpoint_dir(path, "draft")
+    ctx.draft_dir = d
+    cfg = read_config(d, "draft")
+    dv = draft_view(cfg)
+    ctx.draft = dv
+    for p in dv.problems:
+        ctx.add(ERROR, "draft-config-field", f"draft config field {p.where} is unusable", where=ctx.dcfg(p.where), found=p.found, expected=p.expected, fix="repair the draft's config.json")
+    ids = f"aux ids {dv.aux_ids} ({dv.convention}{'' if dv.convention_stated else ', assumed'})" if dv.aux_ids is not None else "no aux ids"
+    ctx.report.facts["draft"] = (
+        f"{d} ({dv.format} format, {', '.join(dv.architectures) or '?'}, hidden {dv.hidden}, "
+        f"draft vocab {dv.draft_vocab}, {ids})"
+    )
+
+
+def _check_draft_weights(ctx: _Ctx) -> None:
+    d = ctx.draft_dir
+    wf: WeightFiles = list_weight_files(d)
+    if not wf.files:
+        if wf.pickles:
+            ctx.add(ERROR, "draft-no-safetensors", "the draft has only pickle weights; eagle3-patches reads safetensors only", where=str(d), found=", ".join(p.name for p in wf.pickles[:3]), fix="save the draft with safetensors (save_pretrained(safe_serialization=True))")
+        else:
+            ctx.add(ERROR, "not-a-checkpoint", "the draft directory holds no *.safetensors weights", where=str(d), fix="pass the directory that holds the draft's weights")
+        return
+    raw: dict[str, TensorInfo] = {}
+    ok = True
+    for p in wf.files:
+        if not p.is_file():
+            ctx.add(ERROR, "safetensors-index", "a shard named by the draft's index is missing", where=str(wf.index), found=p.name, fix="restore the shard or re-export the draft")
+            ok = False
+            continue
+        try:
+            h = read_header(p)
+        except HeaderError as exc:
+            ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
+            ok = False
+            continue
+        for name, t in h.tensors.items():
+            if name in raw:
+                ctx.add(ERROR, "duplicate-tensor", f"tensor {name} is stored in two shards", where=str(d), found=f"{raw[name].file}, {t.file}", fix="re-export the draft")
+            raw[name] = t
+    if wf.weight_map is not None and ok:
+        absent = [n for n, f in wf.weight_map.items() if n not in raw or raw[n].file != Path(f).name]
+        if absent:
+            ctx.add(ERROR, "safetensors-index", f"{len(absent)} tensor(s) in the draft's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-export the draft")
+    canon: dict[str, TensorInfo] = {}
+    names: dict[str, str] = {}
+    naming: dict[str, list[str]] = {}
+    for name, t in raw.items():
+        c, kind = _canonical(name)
+        naming.setdefault(kind, []).append(name)
+        if c in canon:
+            ctx.add(ERROR, "duplicate-tensor", f"tensors {names[c]} and {name} load into the same parameter", where=str(d), fix="keep one of them")
+            continue
+        canon[c], names[c] = t, name
+    ctx.draft_tensors, ctx.draft_raw_names = canon, names
+    ctx.draft_weights_read = ok
+    ctx.report.facts["draft_tensors"] = len(raw)
+    ctx.draft_naming = naming
+
+
+def _check_draft_format(ctx: _Ctx) -> None:
+    dv = ctx.draft
+    naming = ctx.draft_naming
+    if dv.format == SPECULATORS:
+        ctx.add(
+            ERROR,
+            "draft-speculators-format",
+            "the draft is in speculators format: sglang cannot read its config (no model_type, "
+            "only speculators_model_type), its ids mean HF hidden_states[N] (one layer later than sglang's), "
+            "and its layers.0.* keys are dropped silently by sglang < 0.5.12",
+            where=ctx.dcfg("speculators_model_type"),
+            found=f"architectures {dv.architectures}",
+            expected="architectures [\"LlamaForCausalLMEagle3\"], eagle_config, midlayer.* keys",
+            fix=f"convert it: eagle3-patches convert {ctx.draft_dir} {ctx.draft_dir}-sglang",
+        )
+        bad = [k for k, v in dv.speculators_norms.items() if v]
+        if bad:
+            ctx.add(
+                ERROR,
+                "draft-unsupported-architecture",
+                f"the draft was trained with {', '.join(k + '=true' for k in bad)}, which sglang's LlamaForCausalLMEagle3 does not implement: it cannot be served faithfully",
+                where=ctx.dcfg(bad[0]),
+                found=", ".join(f"{k}=true" for k in bad),
+                expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
+                fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM",
+            )
+        if dv.layer_model_type not in (None, "llama"):
+            ctx.add(
+                ERROR,
+                "draft-unsupported-architecture",
+                f"the draft's decoder layer is {dv.layer_model_type!r}; sglang's LlamaForCausalLMEagle3 runs a llama layer only",
+                where=ctx.dcfg("transformer_layer_config.model_type"),
+                found=repr(dv.layer_model_type),
+                expected="'llama'",
+                fix="train the draft with a llama transformer_layer_config",
+            )
+        return
+    if dv.format == SGLANG_EAGLE3:
+        if "LlamaForCausalLMEagle3" not in dv.architectures:
+            ctx.add(WARNING, "draft-architecture", "the draft's architecture is not LlamaForCausalLMEagle3; the doctor's key and shape checks assume it", where=ctx.dcfg("architectures"), found=str(dv.architectures))
+        if dv.model_type is None:
+            ctx.add(ERROR, "draft-config-field", "the draft config has no model_type; transformers' AutoConfig (and so sglang) cannot read it", where=ctx.dcfg("model_type"), expected='"llama"', fix='add "model_type": "llama"')
+        if dv.num_layers is not None and dv.num_layers != 1:
+            ctx.add(ERROR, "draft-num-layers", "sglang's LlamaForCausalLMEagle3 supports exactly one decoder layer", where=ctx.dcfg("num_hidden_layers"), found=str(dv.num_layers), expected="1", fix="set num_hidden_layers to 1 (an EAGLE-3 draft has one layer)")
+        if naming.get("speculators"):
+            n = len(naming["speculators"])
+            if ctx.rf.loads_layers0_keys:
+                ctx.add(INFO, "keys-speculators-names", f"{n} tensor(s) are named layers.0.*; sglang {ctx.version} maps them onto midlayer.*", where=str(ctx.draft_dir))
+            elif ctx.patched("eagle3_draft_strict_loading"):
+                ctx.add(INFO, "keys-speculators-names", f"{n} tensor(s) are named layers.0.*; eagle3-patches' strict loading maps them onto midlayer.*", where=str(ctx.draft_dir))
+            else:
+                ctx.add(
+                    ERROR,
+                    "keys-speculators-names",
+                    f"{n} tensor(s) are named layers.0.* (speculators' naming): sglang {ctx.version} drops them silently and the whole midlayer stays at its random init",
+                    where=str(ctx.draft_dir),
+                    found=", ".join(sorted(naming["speculators"])[:4]) + (" ..." if n > 4 else ""),
+                    expected="midlayer.*",
+                    fix=f"convert the draft (eagle3-patches convert), launch under `eagle3-patches run` (strict loading maps the names), or use sglang >= 0.5.12",
+                )
+    elif dv.format == EAGLE:
+        pass  # judged by the algorithm check
+    elif dv.format == MODEL:
+        ctx.add(
+            WARNING,
+            "draft-not-eagle3",
+            "the draft config does not look like an EAGLE-3 draft (no Eagle3 architecture, no eagle_config, no speculators_model_type)",
+            where=ctx.dcfg("architectures"),
+            found=str(dv.architectures),
+        )
+
+
+# ---------------------------------------------------------------- tensors
+def _expected_tensors(ctx: _Ctx) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+    """canonical name -> (expected shape or None when unknown, requirement: required/optional/conditional)."""
+    dv = ctx.draft
+    H, hd, nh, kv, inter = dv.hidden, dv.head_dim, dv.heads, dv.kv_heads, dv.intermediate
+    th = ctx.target.hidden if ctx.target and ctx.target.hidden else dv.effective_target_hidden
+    k = len(dv.aux_ids) if dv.aux_ids else 3
+    tv = ctx.target.vocab if ctx.target and ctx.target.vocab else dv.vocab
+
+    def shp(*dims):
+        return None if any(x is None for x in dims) else tuple(dims)
+
+    m = "midlayer."
+    exp: dict[str, tuple[tuple[int, ...] | None, str]] = {
+        "fc.weight": (shp(H, (k * th) if th else None), "required"),
+        m + "self_attn.q_proj.weight": (shp(nh * hd if nh and hd else None, 2 * H if H else None), "required"),
+        m + "self_attn.k_proj.weight": (shp(kv * hd if kv and hd else None, 2 * H if H else None), "required"),
+        m + "self_attn.v_proj.weight": (shp(kv * hd if kv and hd else None, 2 * H if H else None), "required"),
+        m + "self_attn.o_proj.weight": (shp(H, nh * hd if nh and hd else None), "required"),
+        m + "mlp.gate_proj.weight": (shp(inter, H), "required"),
+        m + "mlp.up_proj.weight": (shp(inter, H), "required"),
+        m + "mlp.down_proj.weight": (shp(H, inter), "required"),
+        m + "input_layernorm.weight": (shp(H), "required"),
+        m + "post_attention_layernorm.weight": (shp(H), "required"),
+        m + "hidden_norm.weight": (shp(H), "required"),
+        "norm.weight": (shp(H), "required"),
+        "embed_tokens.weight": (shp(dv.vocab, H), "optional"),
+        "t2d": (shp(tv), "optional"),
+    }
+    if dv.fc_bias:
+        exp["fc.bias"] = (shp(H), "required")
+    dvocab = dv.draft_vocab
+    if dv.tie_word_embeddings:
+        exp["lm_head.weight"] = (shp(dv.vocab, H), "optional")
+    elif dvocab is None:
+        exp["lm_head.weight"] = (shp(dv.vocab, H), "optional")
+    else:
+        exp["lm_head.weight"] = (shp(dvocab, H), "required")
+    partial = dvocab is not None and dv.vocab is not None and dvocab < dv.vocab
+    exp["d2t"] = (shp(dvocab), "required" if partial else "optional")
+    return exp
+
+
+def _check_draft_tensors(ctx: _Ctx) -> None:
+    dv = ctx.draft
+    if not ctx.draft_weights_read and not ctx.draft_tensors:
+        return
+    exp = _expected_tensors(ctx)
+    d = ctx.draft_dir
+    # unknown keys: sglang drops them silently
+    unknown = sorted(ctx.draft_raw_names[c] for c in ctx.draft_tensors if c not in exp)
+    if unknown:
+        hints = []
+        if any(n.endswith("input_norm.weight") for n in unknown):
+            hints.append("input_norm.weight means the draft was trained with norm_before_fc=True, which LlamaForCausalLMEagle3 does not implement: retrain with norm_before_fc=False")
+        if any(re.search(r"(q_norm|k_norm)", n) for n in unknown):
+            hints.append("q_norm/k_norm come from a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")
+        if any(re.match(r"^(model\.)?(layers|midlayer)\.[1-9]", n) for n in unknown):
+            hints.append("sglang's EAGLE-3 draft has one decoder layer")
+        if "model.lm_head.weight" in unknown:
+            hints.append("rename model.lm_head.weight to lm_head.weight")
+        ctx.add(
+            ERROR,
+            "keys-unknown",
+            f"{len(unknown)} tensor(s) LlamaForCausalLMEagle3 has no parameter for: sglang drops them silently (every release)",
+            where=str(d),
+            found=", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""),
+            expected="fc, midlayer.* (or layers.0.*), norm, lm_head, embed_tokens, d2t, t2d",
+            fix="; ".join(hints) or "remove them if they are unused, or fix their names",
+        )
+    if not ctx.draft_weights_read:
+        return  # a shard could not be read: do not call its tensors missing
+    missing = [n for n, (_, req) in exp.items() if req == "required" and n not in ctx.draft_tensors]
+    if missing:
+        d2t_only = missing == ["d2t"]
+        ctx.add(
+            ERROR,
+            "d2t-missing" if d2t_only else "keys-missing",
+            (
+                f"draft_vocab_size {dv.draft_vocab} < vocab_size {dv.vocab} but the draft has no d2t: the draft's proposals would index target ids 0..{dv.draft_vocab}-1"
+                if d2t_only
+                else f"{len(missing)} parameter(s) are missing from the checkpoint: sglang leaves them at their random init without a word"
+            ),
+            where=str(d),
+            found=", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""),
+            fix="re-export d2t (offsets: d2t[i] = target_id[i] - i)" if d2t_only else "re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, d2t, t2d)",
+        )
+    for name, (shape, _) in exp.items():
+        t = ctx.draft_tensors.get(name)
+        if t is None or shape is None or name in ("d2t", "t2d", "fc.weight"):  # judged by the d2t and fc checks
+            continue
+        if t.shape != shape:
+            ctx.add(
+                ERROR,
+                "tensor-shape",
+                f"{ctx.draft_raw_names[name]} has the wrong shape for the draft config" + (" (sglang's loader asserts on it at start)" if name not in ("t2d", "embed_tokens.weight") else ""),
+                where=f"{d / t.file}: {ctx.draft_raw_names[name]}",
+                found=str(list(t.shape)),
+                expected=str(list(shape)),
+                fix=_shape_fix(ctx, name, t.shape, shape),
+            )
+    if "d2t" in ctx.draft_tensors and "t2d" not in ctx.draft_tensors:
+        ctx.add(WARNING, "t2d-missing", "the draft has d2t but no t2d (sglang ignores t2d; SpecForge's exporter and other servers require it)", where=str(d), fix="re-export t2d (bool mask over the target vocabulary)")
+    if "embed_tokens.weight" not in ctx.draft_tensors:
+        ctx.add(INFO, "embed-from-target", "the draft has no embed_tokens.weight; sglang uses the target's embedding (as it does anyway for EAGLE-3)", where=str(d))
+    if dv.draft_vocab is None and dv.is_eagle3:
+        ctx.add(WARNING, "draft-vocab-missing", "the draft config has no draft_vocab_size: sglang then replaces the draft's lm_head by the target's full one", where=ctx.dcfg("draft_vocab_size"), fix="set draft_vocab_size to the number of rows of lm_head.weight")
+    if dv.tie_word_embeddings and dv.is_eagle3:
+        ctx.add(WARNING, "draft-tied-embeddings", "tie_word_embeddings is true: sglang makes the draft's lm_head the target's embedding and ignores lm_head.weight", where=ctx.dcfg("tie_word_embeddings"), fix="set tie_word_embeddings to false unless the draft really was trained tied")
+
+
+def _shape_fix(ctx: _Ctx, name: str, found, expected) -> str:
+    if name == "lm_head.weight":
+        return "draft_vocab_size must equal the rows of lm_head.weight"
+    if name == "t2d":
+        return "t2d has one entry per target token"
+    return "the config.json does not belong to these weights (hidden_size, heads, head_dim, intermediate_size)"
+
+
+# ---------------------------------------------------------------- d2t / t2d
+def _read_small(ctx: _Ctx, name: str):
+    t = ctx.draft_tensors.get(name)
+    if t is None:
+        return None
+    if t.nbytes > MAX_MAP_BYTES:
+        ctx.add(ERROR, f"{name}-invalid", f"{name} is implausibly large ({t.nbytes} bytes); not read", where=f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}", found=str(list(t.shape)), fix="re-export it")
+        return None
+    try:
+        from safetensors import safe_open
+    except ImportError:  # pragma: no cover - safetensors is a dependency
+        return None
+    where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}"
+    try:
+        with safe_open(str(ctx.draft_dir / t.file), framework="np") as f:
+            value = f.get_tensor(ctx.draft_raw_names[name])
+    except Exception as exc:  # noqa: BLE001 - the library's refusal is the finding
+        ctx.add(ERROR, f"{name}-invalid", f"{name} cannot be read", where=where, found=f"{type(exc).__name__}: {exc}"[:300], fix="re-export it")
+        return None
+    count_read(t.nbytes)
+    return value
+
+
+def _check_d2t(ctx: _Ctx) -> None:
+    dv = ctx.draft
+    if "d2t" not in ctx.draft_tensors or not ctx.draft_weights_read:
+        return
+    from .d2t import check_d2t
+
+    target_vocab = ctx.target.vocab if ctx.target and ctx.target.vocab else dv.vocab
+    t = ctx.draft_tensors["d2t"]
+    where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names['d2t']}"
+    if t.dtype not in INT_DTYPES or len(t.shape) != 1:
+        ctx.add(ERROR, "d2t-invalid", f"d2t is {t.dtype} {list(t.shape)}, expected a 1-D integer tensor of offsets", where=where, found=f"{t.dtype} {list(t.shape)}", expected=f"I64 [{dv.draft_vocab}]", fix="save d2t as 1-D int64 offsets (d2t[i] = target_id[i] - i)")
+        return
+    if target_vocab is None:
+        return
+    d2t = _read_small(ctx, "d2t")
+    if d2t is None:
+        return
+    problem = check_d2t(d2t, target_vocab=target_vocab, draft_vocab=dv.draft_vocab)
+    if problem is not None:
+        code = "d2t-length" if problem.kind == "length" else "d2t-invalid"
+        ctx.add(ERROR, code, problem.what, where=where, found=f"{t.dtype} {list(t.shape)}", fix=problem.fix)
+        return
+    # t2d: sglang skips it, but an inconsistent one says the export went wrong
+    if "t2d" in ctx.draft_tensors:
+        tt = ctx.draft_tensors["t2d"]
+        twhere = f"{ctx.draft_dir / tt.file}: {ctx.draft_raw_names['t2d']}"
+        if tt.dtype != "BOOL" or tt.shape != (target_vocab,):
+            ctx.add(WARNING, "t2d-invalid", "t2d is not a bool mask over the target vocabulary", where=twhere, found=f"{tt.dtype} {list(tt.shape)}", expected=f"BOOL [{target_vocab}]", fix="re-export t2d")
+            return
+        t2d = _read_small(ctx, "t2d")
+        if t2d is None:
+            return
+        hot = d2t.astype(np.int64) + np.arange(d2t.shape[0])
+        if int(t2d.sum()) != d2t.shape[0] or not bool(t2d[hot].all()):
+            ctx.add(WARNING, "t2d-invalid", "t2d does not mark exactly the target ids that d2t maps to (sglang ignores t2d, but d2t and t2d came from different exports)", where=twhere, found=f"{int(t2d.sum())} marked, {int(t2d[hot].sum())} of d2t's targets marked", expected=f"{d2t.shape[0]} marked, all of d2t's targets", fix="re-export d2t and t2d together")
+
+
+# ---------------------------------------------------------------- dtypes
+def _resolve_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str]:
+    """(dtype sglang would run, reason) following ``_get_and_verify_dtype`` (0.5.9)."""
+    flag = (flag or "auto").lower()
+    if flag != "auto":
+        canon = {"half": "float16", "float": "float32", "bf16": "bfloat16"}.get(flag, flag)
+        return canon, f"--dtype {flag}"
+    cd = (config_dtype or "").lower()
+    if cd in ("", "float32", "float"):
+        return "float16", ("config dtype float32 -> float16 (sglang's auto rule)" if cd else "no dtype in config -> float32 -> float16 (sglang's auto rule)")
+    canon = {"half": "float16"}.get(cd, cd)
+    return canon, f"config dtype {cd}"
+
+
+def _check_dtypes(ctx: _Ctx) -> None:
+    dv = ctx.draft
+    flag = ctx.launch.dtype
+    ddt, dwhy = _resolve_dtype(dv.dtype, flag)
+    if ctx.target is not None:
+        tdt, twhy = _resolve_dtype(ctx.target.dtype, flag)
+        if ddt != tdt:
+            ctx.add(
+                ERROR,
+                "dtype-mismatch",
+                f"the draft would run in {ddt} but the target's aux hidden states are {tdt}: the draft's fc raises a dtype error at the first forward",
+                where=ctx.dcfg("torch_dtype"),
+                found=f"draft: {dwhy}; target: {twhy}",
+                expected=f"the draft running in {tdt}",
+                fix=f'set "torch_dtype": "{tdt}" in the draft config.json (or launch with --dtype {tdt})',
+            )
+    elif ddt == "float16" and flag == "auto" and (dv.dtype or "float32") in ("float32", "float"):
+        ctx.add(WARNING, "dtype-float32-draft", f"sglang runs this draft in float16 ({dwhy}); with a bfloat16 target the fc raises a dtype error", where=ctx.dcfg("torch_dtype"), fix='state the target\'s dtype: "torch_dtype": "bfloat16"')
+    quantized = isinstance(dv.config.get("quantization_config"), dict)
+    for name, t in ctx.draft_tensors.items():
+        raw = ctx.draft_raw_names[name]
+        if name in ("d2t", "t2d"):
+            continue
+        if t.dtype not in FLOAT_DTYPES and not quantized:
+            ctx.add(ERROR, "tensor-dtype", f"{raw} is stored as {t.dtype}, not a floating-point dtype: the loader copies raw integers into a float parameter", where=f"{ctx.draft_dir / t.file}: {raw}", found=t.dtype, expected=" / ".join(sorted(FLOAT_DTYPES)), fix="re-export the draft's weights as floats")
+    stored = sorted({t.dtype for n, t in ctx.draft_tensors.items() if n not in ("d2t", "t2d") and t.dtype in FLOAT_DTYPES})
+    want = CONFIG_DTYPES.get(ddt or "")
+    if stored and want and stored != [want]:
+        ctx.add(INFO, "tensor-dtype-cast", f"draft weights are stored as {', '.join(stored)} and cast to {ddt} at load", where=str(ctx.draft_dir))
+
+
+# ---------------------------------------------------------------- sizes
+def _check_sizes(ctx: _Ctx) -> None:
+    dv, tv = ctx.draft, ctx.target
+    if dv.hidden and tv.hidden and dv.hidden != tv.hidden:
+        ctx.add(
+            ERROR,
+            "hidden-mismatch",
+            "the draft's hidden size differs from the target's: sglang gives the draft the target's embedding, so its input is the wrong width",
+            where=ctx.dcfg(dv.layer_prefix + "hidden_size"),
+            found=f"draft {dv.hidden}",
+            expected=f"target {tv.hidden}",
+            fix="this draft was trained for another target",
+        )
+    if dv.target_hidden is not None and tv.hidden and dv.target_hidden != tv.hidden:
+        ctx.add(ERROR, "target-hidden-size", "the draft's target_hidden_size is not the target's hidden size", where=ctx.dcfg("target_hidden_size"), found=str(dv.target_hidden), expected=str(tv.hidden), fix="this draft was trained for another target (or fix target_hidden_size)")
+    if dv.vocab and tv.vocab and dv.vocab != tv.vocab:
+        ctx.add(ERROR, "vocab-mismatch", "the draft's vocab_size differs from the target's: d2t/t2d and the shared embedding index the target vocabulary", where=ctx.dcfg(dv.layer_prefix + "vocab_size"), found=f"draft {dv.vocab}", expected=f"target {tv.vocab}", fix="this draft was trained for another target's tokenizer")
+    if dv.draft_vocab and dv.vocab and dv.draft_vocab > dv.vocab:
+        ctx.add(ERROR, "draft-vocab-size", "draft_vocab_size is larger than vocab_size", where=ctx.dcfg("draft_vocab_size"), found=str(dv.draft_vocab), expected=f"<= {dv.vocab}", fix="fix draft_vocab_size (the rows of lm_head.weight)")
+    if ctx.tp > 1:
+        bad = []
+        if dv.heads and dv.heads % ctx.tp:
+            bad.append(f"num_attention_heads {dv.heads}")
+        kv = dv.kv_heads
+        if kv and (kv % ctx.tp if kv >= ctx.tp else ctx.tp % kv):
+            bad.append(f"num_key_value_heads {kv}")
+        if dv.intermediate and dv.intermediate % ctx.tp:
+            bad.append(f"intermediate_size {dv.intermediate}")
+        if bad:
+            ctx.add(ERROR, "tp-draft-split", f"the draft cannot be split over tp {ctx.tp}", where=ctx.dcfg(), found=", ".join(bad), expected=f"divisible by {ctx.tp}", fix="use a tp size that divides the draft's heads and intermediate size")
+
+
+# ---------------------------------------------------------------- fc
+def _check_fc(ctx: _Ctx) -> None:
+    dv = ctx.draft
+    fc = ctx.draft_tensors.get("fc.weight")
+    th = ctx.target.hidden if ctx.target and ctx.target.hidden else dv.effective_target_hidden
+    k = len(dv.aux_ids) if dv.aux_ids else 3
+    if fc is not None and len(fc.shape) != 2:
+        ctx.add(ERROR, "tensor-shape", "fc.weight is not a matrix", where=f"{ctx.draft_dir / fc.file}: {ctx.draft_raw_names['fc.weight']}", found=str(list(fc.shape)), expected=f"[{dv.hidden}, {k} x {th}]", fix="re-export the draft")
+    elif fc is not None and th:
+        width = fc.shape[1]
+        if dv.hidden and fc.shape[0] != dv.hidden:
+            ctx.add(ERROR, "tensor-shape", "fc.weight's output width is not the draft's hidden size", where=f"{ctx.draft_dir / fc.file}: {ctx.draft_raw_names['fc.weight']}", found=str(list(fc.shape)), expected=f"[{dv.hidden}, {width}]", fix="the config.json does not belong to these weights")
+        if width != k * th:
+            states = f"{width // th} states" if width % th == 0 else f"{width / th:.2f} x hidden"
+            ctx.add(
+                ERROR,
+                "fc-width",
+                f"fc.weight takes {width} inputs but the target delivers {k} x {th} = {k * th}",
+                where=f"{ctx.draft_dir / fc.file}: {ctx.draft_raw_names['fc.weight']}",
+                found=f"[{fc.shape[0]}, {width}] ({states})",
+                expected=f"[{dv.hidden}, {k * th}] (len({dv.aux_ids_where.split('.')[-1]}) = {k} x target hidden {th})",
+                fix="the aux layer ids or the target do not belong to this draft",
+            )
+    if not ctx.rf.fc_width_from_ids and dv.is_eagle3:
+        if dv.aux_ids is not None and len(dv.aux_ids) != 3:
+            ctx.add(
+                ERROR,
+                "aux-ids-count",
+                f"sglang {ctx.version} builds fc for exactly 3 aux states (hidden_size_in * 3), the draft lists {len(dv.aux_ids)} ids",
+                where=ctx.dcfg(dv.aux_ids_where),
+                found=str(dv.aux_ids),
+                expected="3 ids",
+                fix="use sglang >= 0.5.12 (fc = hidden_in x len(ids)) or a 3-layer draft",
+            )
+
+
+# ---------------------------------------------------------------- layer ids
+def _check_layer_ids(ctx: _Ctx) -> None:
+    dv = ctx.draft
+    if not dv.is_eagle3:
+        return
+    n = ctx.target.num_layers if ctx.target else None
+    where = ctx.dcfg(dv.aux_ids_where)
+    if dv.format == SGLANG_EAGLE3 and dv.use_aux_hidden_state is False:
+        ctx.add(ERROR, "aux-disabled", "eagle_config.use_aux_hidden_state is false: the target captures nothing, the draft gets the final H-wide state and its fc is skipped (accept length ~1)", where=ctx.dcfg("eagle_config.use_aux_hidden_state"), found="false", expected="true", fix="set it to true")
+    if dv.aux_ids is None:
+        if dv.ignored_top_level_ids is not None:
+            ctx.add(ERROR, "aux-ids-ignored", "the layer ids are at the top level of config.json, where sglang never reads them; it uses its defaults instead", where=ctx.dcfg("eagle_aux_hidden_state_layer_ids"), found=str(dv.ignored_top_level_ids), expected="eagle_config.eagle_aux_hidden_state_layer_ids", fix="move them into eagle_config (and state eagle_config.%s)" % L.CONVENTION_KEY)
+        defaults = L.default_capture_points(n) if n else None
+        outputs = [p - 1 for p in defaults] if defaults else None
+        ctx.add(
+            ERROR,
+            "aux-ids-missing",
+            "the draft config names no aux layer ids: sglang captures its defaults "
+            + (f"(before layers {defaults} = the outputs of layers {outputs})" if defaults else "[2, n//2, n-3] (before those layers)"),
+            where=where,
+            found="no eagle_config.eagle_aux_hidden_state_layer_ids",
+            fix="state the ids the draft was trained on in eagle_config.eagle_aux_hidden_state_layer_ids "
+            f'(and eagle_config.{L.CONVENTION_KEY} = "{L.OUTPUT_OF_LAYER}" for sglang <= 0.5.12 ids)',
+        )
+        return
+    ids = dv.aux_ids
+    if not ids:
+        ctx.add(ERROR, "aux-ids-invalid", "the aux layer id list is empty", where=where, found="[]", fix="list the 3 target layers the draft was trained on")
+        return
+    intended = dv.output_ids
+    if not dv.convention_stated and dv.format == SGLANG_EAGLE3:
+        ctx.add(INFO, "aux-ids-convention-assumed", f"the draft config does not state what its ids mean; assuming {L.OUTPUT_OF_LAYER} (sglang <= 0.5.12 / SpecForge: id i = output of layer i)", where=where, fix=f'state it: eagle_config.{L.CONVENTION_KEY} = "{L.OUTPUT_OF_LAYER}" (eagle3-patches convert writes it)')
+    if dv.format == SPECULATORS:
+        # what the converted config will say, range-checked against the target
+        if n is not None:
+            bad = [i for i, o in zip(ids, intended) if not 0 <= o <= n - 2]
+            if bad:
+                ctx.add(ERROR, "aux-ids-out-of-range", f"speculators ids {bad} (HF hidden_states index) have no capture point in sglang on a {n}-layer target (valid 1..{n - 1})", where=where, found=str(ids), expected=f"ids in 1..{n - 1}", fix="id 0 (embeddings) and id num_layers (final state) cannot be captured by sglang: retrain on inner layers")
+            else:
+                ctx.add(INFO, "aux-ids-capture", f"after conversion, ids {ids} (speculators' meaning) become {intended} (outputs of those layers of {n})", where=where)
+        return
+    cap = L.what_captures(ids, n, ctx.version)
+    ctx.report.facts["capture"] = {
+        "ids": ids,
+        "convention": dv.convention,
+        "convention_stated": dv.convention_stated,
+        "capture_before_layers": list(cap.points),
+        "captured_outputs": list(cap.outputs),
+        "intended_outputs": intended,
+        "num_layers": n,
+    }
+    problems = False
+    if cap.crash_points:
+        problems = True
+        ctx.add(ERROR, "aux-ids-out-of-range", f"an id makes sglang {ctx.version} capture before layer 0, where residual is None: TypeError at the first forward", where=where, found=str(ids), expected=f"output-of-layer ids in 0..{(n - 2) if n else 'num_layers-2'}", fix="remove the negative id")
+    if cap.never_reached:
+        problems = True
+        last = f"{n - 2}" if n else "num_layers-2"
+        ctx.add(
+            ERROR,
+            "aux-ids-out-of-range",
+            f"ids {[i for i, p in zip(ids, cap.points) if p in cap.never_reached]} make sglang {ctx.version} capture before layers {list(cap.never_reached)}, which "
+            + (f"a {n}-layer target never reaches" if n else "can never be reached")
+            + f": {len(cap.outputs)} states instead of {len(ids)} and an fc shape error",
+            where=where,
+            found=str(ids),
+            expected=f"output-of-layer ids in 0..{last}",
+            fix="use ids of inner layers (the output of the last layer is not capturable in sglang)",
+        )
+    if cap.duplicates:
+        problems = True
+        ctx.add(ERROR, "aux-ids-duplicate", f"ids {sorted(set(cap.duplicates))} are listed twice: sglang captures each layer once, so fewer states arrive than fc expects", where=where, found=str(ids), fix="list distinct layers")
+    if cap.reordered:
+        problems = True
+        ctx.add(ERROR, "aux-ids-unsorted", "the ids are not in increasing order: sglang concatenates the captured states in layer order, not config order, so fc sees them permuted", where=where, found=str(ids), expected=str(sorted(ids)), fix="sort the ids only if the draft was trained with them sorted; otherwise it cannot be served correctly by sglang")
+    if n is not None:
+        ctx.add(INFO, "aux-ids-capture", cap.describe(), where=where)
+    if problems:
+        return
+    if list(cap.outputs) != list(intended) and (n is not None or not any(i < 0 for i in intended)):
+        try:
+            proposal = L.ids_for_sglang(sorted(intended), ctx.version)
+            conv = L.OUTPUT_OF_LAYER if ctx.rf.plus_one_always else L.INPUT_OF_LAYER
+            fix = f"for sglang {ctx.version} write {proposal} with eagle_config.{L.CONVENTION_KEY} = \"{conv}\" (or serve on a release that reads the ids as the draft means them)"
+        except Eagle3ConfigError as exc:
+            fix = exc.fix
+        stated = "states" if dv.convention_stated else "is assumed to use"
+        ctx.add(
+            ERROR if dv.convention_stated else WARNING,
+            "aux-ids-convention",
+            f"on sglang {ctx.version} these ids capture the outputs of layers {list(cap.outputs)}, but the draft config {stated} the {dv.convention} convention, i.e. the outputs of layers {intended}: "
+            "the draft is fed states one layer off (accept length drops, no error)",
+            where=where,
+            found=f"{ids} ({dv.convention})",
+            expected=f"capture of the outputs of layers {intended}",
+            fix=fix,
+        )
+
+
+# ---------------------------------------------------------------- algorithm
+def _draft_is_eagle3(ctx: _Ctx) -> tuple[bool, str]:
+    dv = ctx.draft
+    if dv is None:
+        return False, ""
+    if dv.format in (SGLANG_EAGLE3, SPECULATORS):
+        return True, f"{dv.format} draft ({', '.join(dv.architectures) or 'eagle_config'})"
+    fc = ctx.draft_tensors.get("fc.weight")
+    if fc is not None and len(fc.shape) == 2 and dv.hidden and fc.shape[1] % dv.hidden == 0 and fc.shape[1] // dv.hidden > 1:
+        return True, f"fc.weight takes {fc.shape[1]} = {fc.shape[1] // dv.hidden} x hidden inputs"
+    return False, f"{dv.format} ({', '.join(dv.architectures) or '?'})"
+
+
+def _check_algorithm(ctx: _Ctx) -> None:
+    algo = ctx.algorithm
+    if ctx.draft is None:
+        return
+    is3, why = _draft_is_eagle3(ctx)
+    if algo is None:
+        ctx.add(WARNING, "no-speculation", "the launch command names a draft but no --speculative-algorithm: sglang does not speculate at all", where="--speculative-algorithm", fix="add --speculative-algorithm EAGLE3")
+        return
+    if algo in ("EAGLE", "NEXTN") and is3:
+        upgrade = ctx.patched("eagle3_algorithm_guard") and os.environ.get("EAGLE3_PATCHES_UPGRADE_ALGORITHM", "").strip().lower() in ("1", "true", "yes", "on")
+        ctx.add(
+            WARNING if upgrade else ERROR,
+            "algorithm-eagle-with-eagle3-draft",
+            f"--speculative-algorithm {algo} with an EAGLE-3 draft ({why}): nothing is captured, the draft gets the final normed state, fc is skipped, "
+            "its lm_head is replaced by the target's, d2t is unused; accept length ~1.0 and no error"
+            + (" (EAGLE3_PATCHES_UPGRADE_ALGORITHM=1: eagle3-patches upgrades it to EAGLE3 with a warning)" if upgrade else ""),
+            where="--speculative-algorithm",
+            found=algo,
+            expected="EAGLE3",
+            fix="launch with --speculative-algorithm EAGLE3",
+        )
+    elif algo == "EAGLE3" and not is3 and ctx.draft.format != MODEL:
+        ctx.add(ERROR, "algorithm-eagle3-with-non-eagle3-draft", f"--speculative-algorithm EAGLE3 with a draft that is not EAGLE-3 ({why})", where="--speculative-algorithm", found="EAGLE3", expected="EAGLE for an EAGLE-1/2 draft", fix="use --speculative-algorithm EAGLE for this draft, or an EAGLE-3 draft")
+    elif algo in ("STANDALONE", "NGRAM"):
+        ctx.add(INFO, "algorithm-not-eagle", f"--speculative-algorithm {algo}: the EAGLE-3 checks do not apply", where="--speculative-algorithm")
+
+
+def _check_target_release(ctx: _Ctx) -> None:
+    tv = ctx.target
+    if not tv.is_kimi_k25 or ctx.algorithm not in ("EAGLE", "EAGLE3", "NEXTN"):
+        return
+    if not ctx.rf.has_kimi_k25:
+        ctx.add(ERROR, "kimi-k25-unsupported", f"sglang {ctx.version} has no KimiK25ForConditionalGeneration (models/kimi_k25.py arrived in 0.5.9)", where=ctx.tcfg("architectures", top=True), found=str(tv.architectures), fix="use sglang 0.5.9 with eagle3-patches, or >= 0.5.10")
+    elif not ctx.rf.kimi_delegation:
+        if ctx.patched("kimi_k25_eagle3_delegation"):
+            ctx.add(INFO, "kimi-k25-delegation", f"sglang {ctx.version}'s Kimi-K2.5 wrapper lacks the EAGLE-3 hooks; eagle3-patches' kimi_k25_eagle3_delegation adds them", where=ctx.tcfg("architectures", top=True))
+        else:
+            ctx.add(
+                ERROR,
+                "kimi-k25-delegation",
+                f"sglang {ctx.version}'s KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture / get_embed_and_head / set_embed_and_head: the server fails at start (AttributeError)",
+                where=ctx.tcfg("architectures", top=True),
+                found=f"{tv.arch} on sglang {ctx.version}",
+                expected="sglang >= 0.5.10, or eagle3-patches",
+                fix="launch under `eagle3-patches run -- python -m sglang.launch_server ...` (kimi_k25_eagle3_delegation), or upgrade sglang to >= 0.5.10",
+            )
+
+
+# ---------------------------------------------------------------- launch flags
+def _check_launch(ctx: _Ctx) -> None:
+    if not ctx.eagle3:
+        return
+    la, tv, rf = ctx.launch, ctx.target, ctx.rf
+    # TP > 1 with flashinfer all-reduce fusion
+    if ctx.tp > 1 and rf.allreduce_fusion_partial_sums:
+        explicit = la.enable_flashinfer_allreduce_fusion
+        auto = (
+            tv is not None
+            and tv.arch in AUTO_FUSION_ARCHS
+            and not la.enable_dp_attention
+            and la.nnodes == 1
+            and (la.moe_a2a_backend or "none") == "none"
+        )
+        if explicit or auto:
+            how = "--enable-flashinfer-allreduce-fusion" if explicit else f"sglang turns it on by itself for {tv.arch} on sm90/sm100 GPUs (H100/H200/B200), single node, without dp-attention or an a2a MoE backend"
+            if ctx.patched("tp_allreduce_fusion_capture"):
+                ctx.add(INFO, "tp-allreduce-fusion", f"tp {ctx.tp} with flashinfer all-reduce fusion ({how}): eagle3-patches' tp_allreduce_fusion_capture keeps the captured states whole", where="--tp-size")
+            else:
+                ctx.add(
+                    ERROR,
+                    "tp-allreduce-fusion",
+                    f"tp {ctx.tp} with flashinfer all-reduce fusion on sglang {ctx.version}: the captured hidden_states + residual is a per-rank partial sum, so the draft gets garbage (no error)" + ctx.once_eagle3,
+                    where="--enable-flashinfer-allreduce-fusion" if explicit else "--tp-size",
+                    found=how,
+                    expected="captured states after the all-reduce",
+                    fix="launch under `eagle3-patches run` (tp_allreduce_fusion_capture), or upgrade to sglang >= 0.5.14"
+                    + ("; or drop --enable-flashinfer-allreduce-fusion" if explicit else " (0.5.9 has no flag to turn the automatic fusion off)"),
+                )
+    if la.enable_two_batch_overlap:
+        ctx.add(
+            ERROR,
+            "two-batch-overlap",
+            "two-batch overlap with EAGLE-3: the TBO forward captures no aux states (every release through 0.5.23), so the draft gets an empty list (crash) or garbage"
+            + (" - eagle3-patches refuses this at start" if ctx.patched("aux_capture_validation") else "")
+            + ctx.once_eagle3,
+            where="--enable-two-batch-overlap",
+            found="on",
+            expected="off",
+            fix="drop --enable-two-batch-overlap when serving with an EAGLE-3 draft",
+        )
+    if ctx.pp > 1:
+        ctx.add(
+            ERROR,
+            "pipeline-parallel",
+            f"pipeline parallel (pp {ctx.pp}) with EAGLE-3: only the last stage's layers are captured, so fewer than the configured states reach fc (shape error or garbage)"
+            + (" - eagle3-patches refuses this at start" if ctx.patched("aux_capture_validation") else "")
+            + ctx.once_eagle3,
+            where="--pp-size",
+            found=str(ctx.pp),
+            expected="1",
+            fix="serve with tensor parallelism only (pp 1)",
+        )
+    # CUDA graphs baked with the default layers
+    dv = ctx.draft
+    if rf.cuda_graph_order_bug and not la.disable_cuda_graph and tv is not None and tv.num_layers and dv is not None and dv.format == SGLANG_EAGLE3 and dv.aux_ids:
+        n = tv.num_layers
+        default = sorted(set(L.default_capture_points(n)))
+        configured = sorted(set(L.capture_points(dv.aux_ids, ctx.version)))
+        if default != configured:
+            if ctx.patched("cuda_graph_capture_order"):
+                ctx.add(INFO, "cuda-graph-capture-order", f"sglang {ctx.version} captures CUDA graphs before setting the configured layers; eagle3-patches' cuda_graph_capture_order fixes the order", where="CUDA graphs")
+            else:
+                ctx.add(
+                    ERROR,
+                    "cuda-graph-capture-order",
+                    f"sglang {ctx.version} captures its CUDA graphs with the default layers (before {default}) before it sets the configured ones (before {configured}): "
+                    "decode batches replayed from graphs feed the draft other layers than eager prefill (accept length drops, no error)" + ctx.once_eagle3,
+                    where="CUDA graphs (on by default)",
+                    found=f"graphs: before layers {default}; eager: before layers {configured}",
+                    expected="the same layers",
+                    fix="launch under `eagle3-patches run` (cuda_graph_capture_order), upgrade to sglang >= 0.5.11, or add --disable-cuda-graph (slow)",
+                )

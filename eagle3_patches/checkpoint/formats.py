@@ -1,0 +1,473 @@
+"""Checkpoint formats: read ``config.json`` / the safetensors index, tell formats apart,
+and present target and draft configs as typed views.  Never imports sglang or torch.
+
+Formats of an EAGLE-3 draft (see docs/checkpoints.md):
+
+* :data:`SGLANG_EAGLE3` - SGLang / SpecForge: ``architectures: ["LlamaForCausalLMEagle3"]``,
+  ``model_type: llama``, ``draft_vocab_size``, ``target_hidden_size``,
+  ``eagle_config: {eagle_aux_hidden_state_layer_ids, use_aux_hidden_state}``, ``midlayer.*``.
+* :data:`SPECULATORS` - vllm-project/speculators: ``speculators_model_type: eagle3``,
+  ``transformer_layer_config``, top-level ``eagle_aux_hidden_state_layer_ids`` (HF
+  ``hidden_states`` index meaning), ``layers.0.*``.  No ``model_type``: transformers'
+  ``AutoConfig`` cannot read it.  Its ``config.py`` is never executed nor copied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import Eagle3ConfigError
+from .layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
+from .safetensors_header import count_read
+
+SGLANG_EAGLE3 = "sglang-eagle3"
+SPECULATORS = "speculators"
+EAGLE = "eagle"  # EAGLE-1/2 draft (LlamaForCausalLMEagle): no aux hidden states
+MODEL = "model"  # anything else: a target model
+
+INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+MAX_CONFIG_BYTES = 16 << 20
+MAX_INDEX_BYTES = 512 << 20
+
+KIMI_K25_ARCH = "KimiK25ForConditionalGeneration"
+DEEPSEEK_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", KIMI_K25_ARCH})
+
+
+class CheckpointError(Eagle3ConfigError):
+    """A path that is not a readable checkpoint, or a config.json / index that cannot be parsed.
+
+    ``code`` names the class of problem for reports (``not-a-checkpoint``, ``config-json``,
+    ``safetensors-index``).
+    """
+
+    code = "checkpoint"
+
+
+def _err(code: str, what: str, **kw: str) -> CheckpointError:
+    e = CheckpointError(what, **kw)
+    e.code = code
+    return e
+
+
+# ------------------------------------------------------------------ files
+def checkpoint_dir(path: os.PathLike | str, role: str = "checkpoint") -> Path:
+    """The checkpoint directory for ``path`` (a directory, or its ``config.json``)."""
+    p = Path(path)
+    if p.is_file() and p.name == "config.json":
+        return p.parent
+    if not p.exists():
+        raise _err(
+            "not-a-checkpoint",
+            f"the {role} path does not exist",
+            where=str(p),
+            fix=f"pass the local directory of the {role} checkpoint (hub ids are not downloaded by the doctor)",
+        )
+    if not p.is_dir():
+        raise _err(
+            "not-a-checkpoint",
+            f"the {role} path is not a directory",
+            where=str(p),
+            found="a file",
+            expected="a checkpoint directory holding config.json and *.safetensors",
+            fix=f"pass the directory that holds the {role}'s config.json",
+        )
+    return p
+
+
+def read_json(path: Path, what: str, *, max_bytes: int = MAX_CONFIG_BYTES, code: str = "config-json") -> Any:
+    """Parse a JSON file with a size bound; every failure is a :class:`CheckpointError`."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise _err(code, f"{what} is missing", where=str(path)) from None
+    except OSError as exc:
+        raise _err(code, f"cannot read {what}", where=str(path), found=str(exc)) from None
+    if not path.is_file():
+        raise _err(code, f"{what} is not a regular file", where=str(path))
+    if size > max_bytes:
+        raise _err(code, 
+            f"{what} is implausibly large", where=str(path), found=f"{size} bytes", expected=f"<= {max_bytes} bytes"
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise _err(code, f"cannot read {what}", where=str(path), found=str(exc)) from None
+    count_read(len(raw))
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _err(code, 
+            f"{what} is not valid JSON",
+            where=str(path),
+            found=str(exc)[:200],
+            fix=f"repair or re-download {path.name}",
+        ) from None
+
+
+def read_config(path: os.PathLike | str, role: str = "checkpoint") -> dict:
+    """The checkpoint's ``config.json`` as a dict (clear errors for missing, malformed, not a checkpoint)."""
+    d = checkpoint_dir(path, role)
+    cfg = d / "config.json"
+    if not cfg.exists():
+        has_weights = any(d.glob("*.safetensors")) or (d / INDEX_NAME).exists()
+        if not has_weights:
+            raise _err(
+                "not-a-checkpoint",
+                f"the {role} directory is not a checkpoint: no config.json and no *.safetensors",
+                where=str(d),
+                fix=f"pass the directory that holds the {role}'s config.json and weights",
+            )
+        raise _err(
+            "config-json",
+            f"the {role} checkpoint has weights but no config.json",
+            where=str(d),
+            fix="copy the config.json that belongs to these weights into the directory",
+        )
+    obj = read_json(cfg, f"the {role}'s config.json")
+    if not isinstance(obj, dict):
+        raise _err(
+            "config-json",
+            f"the {role}'s config.json is not a JSON object",
+            where=str(cfg),
+            found=type(obj).__name__,
+            expected="an object",
+            fix=f"repair or re-download {cfg}",
+        )
+    return obj
+
+
+@dataclass
+class WeightFiles:
+    directory: Path
+    index: Path | None = None
+    weight_map: dict[str, str] | None = None  # None when the index was not read
+    files: list[Path] = field(default_factory=list)
+    pickles: list[Path] = field(default_factory=list)
+
+
+def _safe_shard_name(name: str) -> bool:
+    return bool(name) and not os.path.isabs(name) and ".." not in Path(name).parts
+
+
+def read_index(path: Path) -> dict[str, str]:
+    obj = read_json(path, "the safetensors index", max_bytes=MAX_INDEX_BYTES, code="safetensors-index")
+    wm = obj.get("weight_map") if isinstance(obj, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise _err(
+            "safetensors-index",
+            "the safetensors index has no weight_map of tensor name -> file name",
+            where=str(path),
+            found=repr(obj)[:200],
+            fix=f"repair {path.name}, or delete it if the directory holds a single model.safetensors",
+        )
+    bad = sorted({v for v in wm.values() if not _safe_shard_name(v)})
+    if bad:
+        raise _err(
+            "safetensors-index",
+            "the safetensors index names files outside the checkpoint directory",
+            where=str(path),
+            found=", ".join(bad[:5]),
+            fix="shard file names must be relative names inside the checkpoint directory",
+        )
+    return dict(wm)
+
+
+def list_weight_files(path: os.PathLike | str, *, read_the_index: bool = True) -> WeightFiles:
+    """The safetensors files of a checkpoint (from its index when present and read, else ``*.safetensors``)."""
+    d = Path(path)
+    wf = WeightFiles(d)
+    idx = d / INDEX_NAME
+    if idx.exists():
+        wf.index = idx
+        if read_the_index:
+            wf.weight_map = read_index(idx)
+            wf.files = [d / n for n in sorted(set(wf.weight_map.values()))]
+    if not wf.files:
+        wf.files = sorted(p for p in d.glob("*.safetensors") if p.is_file())
+    wf.pickles = sorted(p for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()) if d.is_dir() else []
+    return wf
+
+
+# ------------------------------------------------------------------ formats
+def detect_format(config: dict) -> str:
+    """:data:`SPECULATORS`, :data:`SGLANG_EAGLE3`, :data:`EAGLE` or :data:`MODEL`."""
+    if config.get("speculators_model_type") == "eagle3" or isinstance(config.get("transformer_layer_config"), dict):
+        return SPECULATORS
+    archs = config.get("architectures")
+    archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    if any(a in ("Eagle3Speculator", "Eagle3DraftModel") for a in archs):
+        return SPECULATORS
+    if any("eagle3" in a.lower() for a in archs):
+        return SGLANG_EAGLE3
+    ec = config.get("eagle_config")
+    if isinstance(ec, dict) and ec.get("use_aux_hidden_state"):
+        return SGLANG_EAGLE3
+    if any("eagle" in a.lower() for a in archs):
+        return EAGLE
+    return MODEL
+
+
+# ------------------------------------------------------------------ typed access
+@dataclass
+class FieldProblem:
+    where: str
+    found: str
+    expected: str
+
+
+class _Reader:
+    """Typed reads from a config dict that record, rather than raise, on wrong types."""
+
+    def __init__(self, d: dict, prefix: str, problems: list[FieldProblem]):
+        self.d, self.prefix, self.problems = d, prefix, problems
+
+    def where(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def int(self, key: str, *, minimum: int = 1, required: bool = False) -> int | None:
+        v = self.d.get(key)
+        if v is None:
+            if required:
+                self.problems.append(FieldProblem(self.where(key), "missing", f"an integer >= {minimum}"))
+            return None
+        if type(v) is not int or v < minimum:
+            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], f"an integer >= {minimum}"))
+            return None
+        return v
+
+    def str(self, key: str) -> str | None:
+        v = self.d.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "a string"))
+            return None
+        return v
+
+    def bool(self, key: str, default: bool | None = None) -> bool | None:
+        v = self.d.get(key, default)
+        if v is None or isinstance(v, bool):
+            return v
+        self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "true or false"))
+        return default
+
+    def dict(self, key: str) -> dict | None:
+        v = self.d.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "an object"))
+            return None
+        return v
+
+    def int_list(self, key: str) -> list[int] | None:
+        v = self.d.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, list) or not all(type(i) is int for i in v):
+            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "a list of integers"))
+            return None
+        return list(v)
+
+    def str_list(self, key: str) -> list[str]:
+        v = self.d.get(key)
+        if v is None:
+            return []
+        if not isinstance(v, list) or not all(isinstance(i, str) for i in v):
+            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "a list of strings"))
+            return []
+        return list(v)
+
+
+def config_dtype(d: dict) -> str | None:
+    """The dtype a config states (``dtype`` first, as sglang reads it, then ``torch_dtype``)."""
+    for key in ("dtype", "torch_dtype"):
+        v = d.get(key)
+        if isinstance(v, str) and v:
+            return v.replace("torch.", "")
+    return None
+
+
+@dataclass
+class TargetView:
+    config: dict
+    architectures: list[str]
+    model_type: str | None
+    text_prefix: str  # "text_config." for multimodal wrappers, else ""
+    num_layers: int | None
+    hidden: int | None
+    vocab: int | None
+    dtype: str | None
+    first_k_dense_replace: int | None
+    quantized: bool
+    problems: list[FieldProblem]
+
+    @property
+    def arch(self) -> str:
+        return self.architectures[0] if self.architectures else ""
+
+    @property
+    def is_kimi_k25(self) -> bool:
+        return self.arch == KIMI_K25_ARCH or self.model_type == "kimi_k25"
+
+    @property
+    def deepseek_family(self) -> bool:
+        return self.arch in DEEPSEEK_ARCHS or self.model_type in ("deepseek_v3", "deepseek_v2", "kimi_k25", "kimi_k2")
+
+
+def target_view(config: dict) -> TargetView:
+    problems: list[FieldProblem] = []
+    top = _Reader(config, "", problems)
+    archs = top.str_list("architectures")
+    text = config.get("text_config")
+    prefix = ""
+    if isinstance(text, dict):
+        prefix = "text_config."
+        src = text
+    else:
+        if text is not None:
+            problems.append(FieldProblem("text_config", repr(text)[:80], "an object"))
+        src = config
+    r = _Reader(src, prefix, problems)
+    return TargetView(
+        config=config,
+        architectures=archs,
+        model_type=top.str("model_type"),
+        text_prefix=prefix,
+        num_layers=r.int("num_hidden_layers", required=True),
+        hidden=r.int("hidden_size", required=True),
+        vocab=r.int("vocab_size", required=True),
+        dtype=config_dtype(config) or config_dtype(src),
+        first_k_dense_replace=r.int("first_k_dense_replace", minimum=0),
+        quantized=isinstance(config.get("quantization_config"), dict) or isinstance(src.get("quantization_config"), dict),
+        problems=problems,
+    )
+
+
+@dataclass
+class DraftView:
+    format: str
+    config: dict
+    layer_prefix: str  # where the llama fields live ("" or "transformer_layer_config.")
+    architectures: list[str]
+    model_type: str | None
+    hidden: int | None
+    vocab: int | None
+    draft_vocab: int | None  # None: not stated
+    target_hidden: int | None  # None: not stated (sglang uses hidden_size)
+    num_layers: int | None
+    heads: int | None
+    kv_heads: int | None
+    head_dim: int | None
+    intermediate: int | None
+    dtype: str | None
+    tie_word_embeddings: bool
+    fc_bias: bool
+    aux_ids: list[int] | None
+    aux_ids_where: str
+    convention: str
+    convention_stated: bool
+    use_aux_hidden_state: bool | None
+    ignored_top_level_ids: list[int] | None  # sglang format: a top-level id list sglang never reads
+    speculators_norms: dict[str, bool]  # speculators' options sglang cannot run
+    layer_model_type: str | None
+    problems: list[FieldProblem]
+
+    @property
+    def is_eagle3(self) -> bool:
+        return self.format in (SGLANG_EAGLE3, SPECULATORS)
+
+    @property
+    def effective_target_hidden(self) -> int | None:
+        return self.target_hidden if self.target_hidden is not None else self.hidden
+
+    @property
+    def effective_draft_vocab(self) -> int | None:
+        return self.draft_vocab if self.draft_vocab is not None else self.vocab
+
+    @property
+    def output_ids(self) -> list[int] | None:
+        """The aux ids in the output-of-layer convention."""
+        if self.aux_ids is None:
+            return None
+        return [i - 1 for i in self.aux_ids] if self.convention == INPUT_OF_LAYER else list(self.aux_ids)
+
+
+SPECULATORS_UNSUPPORTED = ("norm_before_fc", "norm_before_residual", "norm_output", "fc_norm")
+
+
+def draft_view(config: dict) -> DraftView:
+    problems: list[FieldProblem] = []
+    fmt = detect_format(config)
+    top = _Reader(config, "", problems)
+    if fmt == SPECULATORS:
+        layer = top.dict("transformer_layer_config") or {}
+        prefix = "transformer_layer_config."
+    else:
+        layer = config
+        prefix = ""
+    r = _Reader(layer, prefix, problems)
+    hidden = r.int("hidden_size", required=True)
+    heads = r.int("num_attention_heads", required=True)
+    head_dim = r.int("head_dim")
+    if head_dim is None and hidden and heads:
+        head_dim = hidden // heads
+    ignored_top = None
+    if fmt == SPECULATORS:
+        ids = top.int_list("eagle_aux_hidden_state_layer_ids")
+        ids_where = "eagle_aux_hidden_state_layer_ids"
+        convention, stated = INPUT_OF_LAYER, True
+        use_aux = True
+        norms = {k: bool(config.get(k)) for k in SPECULATORS_UNSUPPORTED}
+    else:
+        ec = top.dict("eagle_config") or {}
+        er = _Reader(ec, "eagle_config.", problems)
+        ids = er.int_list("eagle_aux_hidden_state_layer_ids")
+        ids_where = "eagle_config.eagle_aux_hidden_state_layer_ids"
+        conv = er.str(CONVENTION_KEY)
+        if conv is not None and conv not in CONVENTIONS:
+            problems.append(FieldProblem(f"eagle_config.{CONVENTION_KEY}", repr(conv)[:80], " or ".join(CONVENTIONS)))
+            conv = None
+        convention, stated = (conv, True) if conv else (OUTPUT_OF_LAYER, False)
+        use_aux = er.bool("use_aux_hidden_state")
+        norms = {}
+        if "eagle_aux_hidden_state_layer_ids" in config:
+            ignored_top = top.int_list("eagle_aux_hidden_state_layer_ids")
+    draft_vocab = top.int("draft_vocab_size")
+    target_hidden = top.int("target_hidden_size")
+    # speculators: a null target_hidden_size means "the verifier's hidden size"
+    tie = top.bool("tie_word_embeddings", False)
+    return DraftView(
+        format=fmt,
+        config=config,
+        layer_prefix=prefix,
+        architectures=top.str_list("architectures"),
+        model_type=top.str("model_type"),
+        hidden=hidden,
+        vocab=r.int("vocab_size", required=True),
+        draft_vocab=draft_vocab,
+        target_hidden=target_hidden,
+        num_layers=r.int("num_hidden_layers", minimum=0, required=fmt != SPECULATORS),
+        heads=heads,
+        kv_heads=r.int("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        intermediate=r.int("intermediate_size", required=True),
+        dtype=config_dtype(config) or config_dtype(layer),
+        tie_word_embeddings=bool(tie),
+        fc_bias=bool(r.bool("bias", False)) if fmt != SPECULATORS else False,
+        aux_ids=ids,
+        aux_ids_where=ids_where,
+        convention=convention,
+        convention_stated=stated,
+        use_aux_hidden_state=use_aux,
+        ignored_top_level_ids=ignored_top,
+        speculators_norms=norms,
+        layer_model_type=layer.get("model_type") if isinstance(layer.get("model_type"), str) else None,
+        problems=problems,
+    )

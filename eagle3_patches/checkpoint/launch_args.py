@@ -1,0 +1,172 @@
+"""Parse the sglang ``launch_server`` flags the doctor cares about, without importing sglang.
+
+Accepts bare flags (``--tp 8 --speculative-algorithm EAGLE3 ...``) or a whole command
+line, as a list or a string: ``python -m sglang.launch_server ...``, ``sglang serve ...``,
+and the same wrapped in ``eagle3-patches run -- ...`` / ``python -m eagle3_patches run -- ...``
+(which means the patch set is active).  Flags the doctor does not know are kept in
+:attr:`LaunchArgs.unknown`; they never cause an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import Eagle3ConfigError
+
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+
+class LaunchArgsError(Eagle3ConfigError):
+    """The launch command line cannot be understood (a usage error)."""
+
+
+@dataclass
+class LaunchArgs:
+    model_path: str | None = None
+    draft_path: str | None = None
+    algorithm: str | None = None
+    tp: int = 1
+    pp: int = 1
+    nnodes: int = 1
+    dtype: str = "auto"
+    enable_two_batch_overlap: bool = False
+    disable_cuda_graph: bool = False
+    enable_flashinfer_allreduce_fusion: bool = False
+    enable_dp_attention: bool = False
+    moe_a2a_backend: str = "none"
+    json_model_override_args: str | None = None
+    with_patches: bool = False  # wrapped in `eagle3-patches run`
+    program: str = ""  # what was recognised: "flags", "python -m sglang.launch_server", ...
+    given: set[str] = field(default_factory=set)  # dests set explicitly on the command line
+    unknown: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in vars(self).items() if k not in ("given", "unknown")}
+        d["given"] = sorted(self.given)
+        d["unknown"] = list(self.unknown)
+        return d
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # never exit: a usage error the caller reports
+        raise LaunchArgsError(
+            "cannot parse the sglang launch flags",
+            found=message,
+            fix="pass the flags exactly as for `python -m sglang.launch_server`",
+        )
+
+
+def _algorithm(v: str) -> str:
+    u = v.strip().upper()
+    if u not in ALGORITHMS:
+        raise argparse.ArgumentTypeError(f"unknown speculative algorithm {v!r} (sglang knows {', '.join(ALGORITHMS)})")
+    return u
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
+    a = p.add_argument
+    a("--model-path", "--model", dest="model_path")
+    a("--speculative-draft-model-path", "--speculative-draft-model", dest="draft_path")
+    a("--speculative-algorithm", dest="algorithm", type=_algorithm)
+    a("--tensor-parallel-size", "--tp-size", "--tp", dest="tp", type=int)
+    a("--pipeline-parallel-size", "--pp-size", "--pp", dest="pp", type=int)
+    a("--nnodes", dest="nnodes", type=int)
+    a("--dtype", dest="dtype")
+    a("--enable-two-batch-overlap", dest="enable_two_batch_overlap", action="store_true", default=None)
+    a("--disable-cuda-graph", dest="disable_cuda_graph", action="store_true", default=None)
+    a("--enable-flashinfer-allreduce-fusion", dest="enable_flashinfer_allreduce_fusion", action="store_true", default=None)
+    a("--enable-dp-attention", dest="enable_dp_attention", action="store_true", default=None)
+    a("--moe-a2a-backend", dest="moe_a2a_backend")
+    a("--json-model-override-args", dest="json_model_override_args")
+    return p
+
+
+_PY = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
+
+
+def _strip_program(argv: list[str]) -> tuple[list[str], str, bool]:
+    """Return (flags, program description, with_patches)."""
+    with_patches = False
+    i = 0
+    while True:
+        # environment assignments and `env`
+        while i < len(argv) and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", argv[i]) or argv[i] == "env"):
+            i += 1
+        if i >= len(argv):
+            return [], "flags", with_patches
+        tok = argv[i]
+        if tok.startswith("-"):
+            return argv[i:], "flags", with_patches
+        base = os.path.basename(tok)
+        module = None
+        if _PY.match(base):
+            i += 1
+            while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
+                i += 2 if argv[i] in _PY_OPTS_WITH_ARG else 1
+            if i < len(argv) and argv[i] == "-m":
+                if i + 1 >= len(argv):
+                    raise LaunchArgsError("`python -m` without a module name", found=" ".join(argv)[:200])
+                module = argv[i + 1]
+                i += 2
+            elif i < len(argv):
+                module = argv[i]  # a script path
+                i += 1
+            else:
+                raise LaunchArgsError("a bare `python` is not a launch command", found=" ".join(argv)[:200])
+        else:
+            module = base
+            i += 1
+        if module in ("eagle3-patches", "eagle3_patches"):
+            if i >= len(argv) or argv[i] != "run":
+                raise LaunchArgsError(
+                    "only `eagle3-patches run -- <command>` can wrap a launch command",
+                    found=" ".join(argv)[:200],
+                    fix="pass the sglang command, or `eagle3-patches run -- python -m sglang.launch_server ...`",
+                )
+            i += 1
+            while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+                i += 1  # run's own options (none take values today)
+            if i < len(argv) and argv[i] == "--":
+                i += 1
+            with_patches = True
+            continue
+        if module in ("sglang.launch_server", "launch_server.py") or module.endswith("/launch_server.py"):
+            return argv[i:], "python -m sglang.launch_server", with_patches
+        if module == "sglang" and i < len(argv) and argv[i] == "serve":
+            return argv[i + 1 :], "sglang serve", with_patches
+        raise LaunchArgsError(
+            "unrecognised launch command",
+            found=" ".join(argv)[:200],
+            expected="sglang flags, `python -m sglang.launch_server ...`, `sglang serve ...` or `eagle3-patches run -- ...`",
+            fix="pass the sglang command line (or only its flags) after `--`",
+        )
+
+
+def parse_launch_args(argv: Sequence[str] | str) -> LaunchArgs:
+    """Parse sglang launch flags or a whole launch command line."""
+    if isinstance(argv, str):
+        try:
+            argv = shlex.split(argv)
+        except ValueError as exc:
+            raise LaunchArgsError("cannot split the launch command line", found=str(exc)) from None
+    argv = [str(a) for a in argv]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    flags, program, with_patches = _strip_program(argv)
+    ns, unknown = _parser().parse_known_args(flags)
+    out = LaunchArgs(program=program, with_patches=with_patches, unknown=unknown)
+    for k, v in vars(ns).items():
+        if v is not None:
+            setattr(out, k, v)
+            out.given.add(k)
+    for k in ("tp", "pp", "nnodes"):
+        if getattr(out, k) < 1:
+            raise LaunchArgsError(f"--{k} must be >= 1", found=str(getattr(out, k)))
+    return out

@@ -1,0 +1,122 @@
+"""``eagle3-patches convert SRC DST``: a speculators-format EAGLE-3 draft to SGLang format.
+
+Exit status: 0 converted, 1 refused or failed (DST untouched), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EPILOG = """\
+examples:
+  eagle3-patches convert /models/draft-speculators /models/draft-sglang
+  eagle3-patches convert SRC DST --target /models/Kimi-K2.5 --max-shard-size 2GB --force
+
+Streams tensor by tensor (never loads pickles, never writes SRC), writes DST atomically,
+re-reads its headers and runs the doctor's draft checks on it. Layer ids are translated
+from speculators' meaning (input of layer N) to eagle3-patches' (output of layer N-1).
+See docs/checkpoints.md.
+"""
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        ids = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of integers: {text!r}") from None
+    if not ids:
+        raise argparse.ArgumentTypeError("empty id list")
+    return ids
+
+
+def _size(text: str) -> int:
+    from ..checkpoint.convert import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "convert",
+        help="convert a speculators-format EAGLE-3 draft to SGLang format",
+        description="Convert a speculators EAGLE-3 draft (Eagle3DraftModel / Eagle3Speculator) to SGLang's LlamaForCausalLMEagle3 format.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("src", metavar="SRC", help="the speculators draft directory (read only)")
+    p.add_argument("dst", metavar="DST", help="the new SGLang-format draft directory (must not exist unless --force)")
+    p.add_argument("--force", action="store_true", help="replace an existing DST (atomically, after the new one is complete)")
+    p.add_argument("--max-shard-size", type=_size, default="5GB", metavar="SIZE", help="largest output shard, e.g. 5GB (default), 500MB")
+    p.add_argument("--aux-layer-ids", type=_ids, metavar="N,N,N", help="override the source's aux layer ids (speculators' meaning: HF hidden_states index)")
+    p.add_argument("--drop-embed-tokens", action="store_true", help="leave out embed_tokens.weight (sglang uses the target's embedding)")
+    p.add_argument("--target", metavar="PATH", help="the target checkpoint: also check layer range, hidden and vocab against it")
+    p.add_argument("--sglang-version", metavar="V", help="the sglang release to check the result against (default: the installed one)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a progress bar")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from ..checkpoint.convert import convert
+    from ..checkpoint.releases import parse_version
+    from ..errors import Eagle3Error
+
+    if args.sglang_version is not None:
+        try:
+            parse_version(args.sglang_version)
+        except ValueError as exc:
+            print(f"eagle3-patches convert: {exc}", file=sys.stderr)
+            return 2
+    try:
+        res = convert(
+            args.src,
+            args.dst,
+            force=args.force,
+            max_shard_size=args.max_shard_size,
+            aux_layer_ids=args.aux_layer_ids,
+            drop_embed_tokens=args.drop_embed_tokens,
+            target=args.target,
+            sglang_version=args.sglang_version,
+            progress=args.progress,
+        )
+    except Eagle3Error as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "src": str(res.src),
+                    "dst": str(res.dst),
+                    "files": [str(f) for f in res.files],
+                    "tensors": res.tensors,
+                    "bytes": res.bytes_copied,
+                    "seconds": round(res.seconds, 3),
+                    "renamed": res.renamed,
+                    "dropped": res.dropped,
+                    "config": res.config,
+                    "doctor": res.report.to_dict() if res.report is not None else None,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    ec = res.config["eagle_config"]
+    src_ids = res.config.get("eagle3_patches_converted_from", {}).get("eagle_aux_hidden_state_layer_ids")
+    print(f"converted {res.src} -> {res.dst}")
+    print(f"  {res.tensors} tensors, {res.bytes_copied / 1e6:.1f} MB in {len(res.files)} file(s), {res.seconds:.2f} s")
+    print(f"  {len(res.renamed)} renamed (layers.0.* -> midlayer.*)" + (f", dropped {', '.join(res.dropped)}" if res.dropped else ""))
+    print(f"  aux layer ids {src_ids} (speculators: input of layer N) -> {ec['eagle_aux_hidden_state_layer_ids']} (output of layer N-1)")
+    if res.report is not None:
+        for f in res.report.warnings:
+            print(f"  warning [{f.code}] {f.what}")
+        print(f"  doctor: {len(res.report.errors)} error(s), {len(res.report.warnings)} warning(s)")
+    return 0

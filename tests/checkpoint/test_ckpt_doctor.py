@@ -1,0 +1,529 @@
+"""The doctor: a correct setup passes; every fault class is named (exit 1); bad files never crash it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eagle3_patches.checkpoint.doctor import ERROR, INFO, WARNING, doctor
+from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY
+from eagle3_patches.testing import tiny_models as tm
+
+#: a release without the CUDA-graph order bug and with the Kimi delegation: isolates draft faults
+CLEAN = "0.5.11"
+
+
+def run(target, draft, version=CLEAN, **kw):
+    return doctor(target, draft, sglang_version=version, **kw)
+
+
+def assert_error(report, code):
+    assert code in report.codes(ERROR), report.format()
+    assert report.exit_code == 1
+    assert "internal-error" not in report.codes(), report.format()
+
+
+def assert_clean(report):
+    assert report.ok, report.format()
+    assert "internal-error" not in report.codes()
+
+
+# ------------------------------------------------------------------ correct setups
+def test_correct_tiny_setup_passes(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"])
+    assert_clean(r)
+    assert not r.warnings, r.format()
+    assert r.facts["capture"]["captured_outputs"] == [1, 2, 3]
+
+
+def test_correct_kimi_setup_passes_with_patches_on_059(tiny):
+    r = run(tiny["kimi_k25"], tiny["draft"], "0.5.9", with_patches=True)
+    assert_clean(r)
+    assert {"kimi-k25-delegation", "cuda-graph-capture-order"} <= set(r.codes(INFO))
+
+
+def test_cli_passes_correct_setup(cli, tiny):
+    rc, out, err = cli("doctor", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN)
+    assert rc == 0, out + err
+    assert "OK: 0 error(s)" in out
+
+
+def test_cli_json(cli, tiny):
+    rc, out, _ = cli("doctor", "--json", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN)
+    data = json.loads(out)
+    assert rc == 0 and data["ok"] is True and data["exit_code"] == 0
+    assert all({"severity", "code", "what", "where", "fix"} <= set(f) for f in data["findings"])
+    assert data["facts"]["sglang_version"] == CLEAN
+
+
+# ------------------------------------------------------------------ algorithm
+def test_eagle_algorithm_with_eagle3_draft(cli, tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm="EAGLE")
+    assert_error(r, "algorithm-eagle-with-eagle3-draft")
+    f = next(f for f in r.errors if f.code == "algorithm-eagle-with-eagle3-draft")
+    assert "--speculative-algorithm EAGLE3" in f.fix
+    rc, out, _ = cli("doctor", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN, "--", "--speculative-algorithm", "EAGLE")
+    assert rc == 1 and "--speculative-algorithm EAGLE3" in out
+
+
+def test_nextn_with_eagle3_draft_too(tiny):
+    assert_error(run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm="NEXTN"), "algorithm-eagle-with-eagle3-draft")
+
+
+def test_launch_without_algorithm_warns(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"], launch=["--tp", "1"])
+    assert "no-speculation" in r.codes(WARNING)
+
+
+# ------------------------------------------------------------------ aux layer ids
+def test_aux_ids_missing(make_draft, tiny, DELETE):
+    d = make_draft(config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": DELETE}})
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "aux-ids-missing")
+    assert "[2, 3, 3]" in r.errors[0].what or "before layers" in r.errors[0].what
+
+
+def test_aux_ids_at_top_level_are_ignored_by_sglang(make_draft, tiny, DELETE):
+    d = make_draft(config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": DELETE}, "eagle_aux_hidden_state_layer_ids": [1, 2, 3]})
+    assert_error(run(tiny["deepseek_v3"], d), "aux-ids-ignored")
+
+
+@pytest.mark.parametrize("ids", [(1, 2, 5), (2, 3, 6), (-1, 2, 3)])
+def test_aux_ids_out_of_range(make_draft, tiny, ids):
+    # 6 layers: output-of-layer ids 0..4 are capturable on 0.5.9-0.5.12; 5 needs "before layer 6"; -1 -> before layer 0
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=ids))
+    assert_error(run(tiny["deepseek_v3"], d), "aux-ids-out-of-range")
+
+
+def test_aux_ids_in_range_edges(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(0, 2, 4)))
+    assert_clean(run(tiny["deepseek_v3"], d))
+
+
+def test_aux_ids_duplicate(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(1, 2, 2)))
+    assert_error(run(tiny["deepseek_v3"], d), "aux-ids-duplicate")
+
+
+def test_aux_ids_unsorted(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(3, 1, 2)))
+    assert_error(run(tiny["deepseek_v3"], d), "aux-ids-unsorted")
+
+
+def test_aux_ids_meaning_changed_in_0513(make_draft, tiny):
+    # stated output-of-layer ids [2,3,4]: 0.5.12 captures outputs 2,3,4; 0.5.13 uses them as-is -> outputs 1,2,3
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}})
+    assert_clean(run(tiny["deepseek_v3"], d, "0.5.12"))
+    r = run(tiny["deepseek_v3"], d, "0.5.13")
+    assert_error(r, "aux-ids-convention")
+    f = next(f for f in r.errors if f.code == "aux-ids-convention")
+    assert "[1, 2, 3]" in f.what and "[2, 3, 4]" in f.what
+    assert "[3, 4, 5]" in f.fix and "input-of-layer" in f.fix  # what to write for 0.5.13
+
+
+def test_aux_ids_first_id_one_keeps_plus_one_in_0513(make_draft, tiny):
+    # the tiny draft's [1,2,3]: 0.5.13 still adds +1 because the first id is 1
+    d = make_draft(config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}})
+    assert_clean(run(tiny["deepseek_v3"], d, "0.5.13"))
+
+
+def test_aux_ids_unstated_convention_only_warns(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)))
+    r = run(tiny["deepseek_v3"], d, "0.5.13")
+    assert "aux-ids-convention" in r.codes(WARNING) and r.ok
+
+
+def test_aux_ids_stated_input_of_layer_on_059(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}})
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "aux-ids-convention")
+
+
+def test_aux_disabled(make_draft, tiny):
+    d = make_draft(config={"eagle_config": {"use_aux_hidden_state": False}})
+    assert_error(run(tiny["deepseek_v3"], d), "aux-disabled")
+
+
+def test_aux_ids_count_on_059(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(1, 2, 3, 4)))
+    assert_error(run(tiny["deepseek_v3"], d, "0.5.11"), "aux-ids-count")
+    assert "aux-ids-count" not in run(tiny["deepseek_v3"], d, "0.5.12").codes()
+
+
+# ------------------------------------------------------------------ widths and sizes
+def test_fc_width(make_draft, tiny):
+    def narrow_fc(t):
+        t["fc.weight"] = t["fc.weight"][:, :128].contiguous()
+
+    d = make_draft(tensors=narrow_fc)
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "fc-width")
+    assert "[64, 128]" in next(f for f in r.errors if f.code == "fc-width").found
+
+
+def test_draft_hidden_vs_target_hidden(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(hidden=32, target_hidden=64))
+    assert_error(run(tiny["deepseek_v3"], d), "hidden-mismatch")
+
+
+def test_target_hidden_size_field(make_draft, tiny):
+    d = make_draft(config={"target_hidden_size": 48})
+    assert_error(run(tiny["deepseek_v3"], d), "target-hidden-size")
+
+
+def test_vocab_mismatch(make_draft, tiny):
+    d = make_draft(config={"vocab_size": 2048})
+    assert_error(run(tiny["deepseek_v3"], d), "vocab-mismatch")
+
+
+def test_draft_vocab_size_vs_d2t_length(make_draft, tiny):
+    def short_d2t(t):
+        t["d2t"] = t["d2t"][:200].contiguous()
+
+    r = run(tiny["deepseek_v3"], make_draft(tensors=short_d2t))
+    assert_error(r, "d2t-length")
+    assert "draft_vocab_size=256" in next(f for f in r.errors if f.code == "d2t-length").what
+
+
+def test_draft_vocab_size_vs_lm_head(make_draft, tiny):
+    r = run(tiny["deepseek_v3"], make_draft(config={"draft_vocab_size": 200}))
+    assert_error(r, "tensor-shape")
+
+
+# ------------------------------------------------------------------ d2t
+def _hot():
+    return tm.hot_token_ids(tm.VOCAB, tm.DRAFT_VOCAB)
+
+
+def _dup(d2t, hot):
+    d2t = d2t.clone()
+    d2t[1] = hot[0] - 1  # draft tokens 0 and 1 both map to target hot[0]
+    return d2t
+
+
+@pytest.mark.parametrize(
+    "make_d2t, words",
+    [
+        (lambda hot: hot.clone(), "absolute target ids"),
+        (lambda hot: hot - 2 * torch.arange(len(hot)), "arange subtracted twice"),
+        (lambda hot: (hot - torch.arange(len(hot))) + 5000, "outside the target vocabulary"),
+        (lambda hot: _dup(hot - torch.arange(len(hot)), hot), "already used"),
+    ],
+)
+def test_d2t_invalid(make_draft, tiny, make_d2t, words):
+    def bad(t):
+        t["d2t"] = make_d2t(_hot()).to(torch.int64)
+
+    r = run(tiny["deepseek_v3"], make_draft(tensors=bad))
+    assert_error(r, "d2t-invalid")
+    assert words in next(f for f in r.errors if f.code == "d2t-invalid").what
+
+
+def test_d2t_float(make_draft, tiny):
+    def bad(t):
+        t["d2t"] = t["d2t"].float()
+
+    assert_error(run(tiny["deepseek_v3"], make_draft(tensors=bad)), "d2t-invalid")
+
+
+def test_d2t_missing(make_draft, tiny):
+    assert_error(run(tiny["deepseek_v3"], make_draft(tensors=lambda t: {k: v for k, v in t.items() if k != "d2t"})), "d2t-missing")
+
+
+def test_full_vocab_draft_without_d2t_is_fine(make_draft, tiny):
+    d = make_draft(spec=tm.TinyDraftSpec(draft_vocab=tm.VOCAB))
+    assert_clean(run(tiny["deepseek_v3"], d))
+
+
+def test_t2d_inconsistent_warns(make_draft, tiny):
+    def bad(t):
+        t["t2d"] = torch.roll(t["t2d"], 1)
+
+    r = run(tiny["deepseek_v3"], make_draft(tensors=bad))
+    assert "t2d-invalid" in r.codes(WARNING)
+
+
+# ------------------------------------------------------------------ key naming
+def _speculators_names(t):
+    return {k.replace("midlayer.", "layers.0."): v for k, v in t.items()}
+
+
+def test_layers0_names_on_059_stock(make_draft, tiny):
+    d = make_draft(tensors=_speculators_names)
+    r = run(tiny["deepseek_v3"], d, "0.5.9", launch=["--speculative-algorithm", "EAGLE3", "--disable-cuda-graph"])
+    assert_error(r, "keys-speculators-names")
+    assert "random init" in next(f for f in r.errors if f.code == "keys-speculators-names").what
+
+
+def test_layers0_names_loaded_natively_from_0512_or_with_patches(make_draft, tiny):
+    d = make_draft(tensors=_speculators_names)
+    assert "keys-speculators-names" in run(tiny["deepseek_v3"], d, "0.5.12").codes(INFO)
+    assert "keys-speculators-names" in run(tiny["deepseek_v3"], d, "0.5.9", with_patches=True).codes(INFO)
+
+
+def test_unknown_keys(make_draft, tiny):
+    def extra(t):
+        t["input_norm.weight"] = torch.ones(192, dtype=torch.bfloat16)
+
+    r = run(tiny["deepseek_v3"], make_draft(tensors=extra))
+    assert_error(r, "keys-unknown")
+    f = next(f for f in r.errors if f.code == "keys-unknown")
+    assert "input_norm.weight" in f.found and "norm_before_fc" in f.fix
+
+
+def test_missing_tensor(make_draft, tiny):
+    r = run(tiny["deepseek_v3"], make_draft(tensors=lambda t: {k: v for k, v in t.items() if k != "midlayer.mlp.down_proj.weight"}))
+    assert_error(r, "keys-missing")
+    assert "midlayer.mlp.down_proj.weight" in next(f for f in r.errors if f.code == "keys-missing").found
+
+
+def test_wrong_tensor_shape(make_draft, tiny):
+    def bad(t):
+        t["midlayer.self_attn.q_proj.weight"] = t["midlayer.self_attn.q_proj.weight"][:, :64].contiguous()
+
+    assert_error(run(tiny["deepseek_v3"], make_draft(tensors=bad)), "tensor-shape")
+
+
+def test_speculators_format_given_to_doctor(make_draft, tiny):
+    d = make_draft(speculators=True)
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "draft-speculators-format")
+    assert "eagle3-patches convert" in next(f for f in r.errors if f.code == "draft-speculators-format").fix
+    assert r.codes(ERROR) == ["draft-speculators-format"], r.format()  # everything else about it is fine
+
+
+def test_speculators_unsupported_norms(make_draft, tiny):
+    d = make_draft(speculators=True, config={"norm_before_fc": True})
+    assert_error(run(tiny["deepseek_v3"], d), "draft-unsupported-architecture")
+
+
+def test_sharded_draft(make_draft, tiny):
+    assert_clean(run(tiny["deepseek_v3"], make_draft(shards=3)))
+
+
+# ------------------------------------------------------------------ dtypes
+@pytest.mark.parametrize("edit", [{"torch_dtype": "float32"}, {"torch_dtype": None}])
+def test_float32_or_unstated_draft_dtype(make_draft, tiny, edit):
+    r = run(tiny["deepseek_v3"], make_draft(config=edit))
+    assert_error(r, "dtype-mismatch")
+    assert "float16" in next(f for f in r.errors if f.code == "dtype-mismatch").what
+
+
+def test_dtype_flag_fixes_it(make_draft, tiny):
+    r = run(tiny["deepseek_v3"], make_draft(config={"torch_dtype": "float32"}), launch=["--speculative-algorithm", "EAGLE3", "--dtype", "bfloat16"])
+    assert "dtype-mismatch" not in r.codes()
+
+
+def test_integer_weight_dtype(make_draft, tiny):
+    def bad(t):
+        t["norm.weight"] = t["norm.weight"].to(torch.int16)
+
+    assert_error(run(tiny["deepseek_v3"], make_draft(tensors=bad)), "tensor-dtype")
+
+
+# ------------------------------------------------------------------ target and release
+def test_kimi_wrapper_on_059_without_patches(tiny):
+    r = run(tiny["kimi_k25"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "EAGLE3", "--disable-cuda-graph"])
+    assert_error(r, "kimi-k25-delegation")
+    assert "eagle3-patches run" in next(f for f in r.errors if f.code == "kimi-k25-delegation").fix
+    assert "kimi-k25-delegation" not in run(tiny["kimi_k25"], tiny["draft"], "0.5.10").codes()
+
+
+def test_kimi_wrapper_on_058(tiny):
+    assert_error(run(tiny["kimi_k25"], tiny["draft"], "0.5.8", with_patches=True), "kimi-k25-unsupported")
+
+
+def test_tp_with_allreduce_fusion(tiny):
+    # DeepseekV3ForCausalLM: sglang turns the fusion on by itself (sm90/sm100, single node)
+    r = run(tiny["deepseek_v3"], tiny["draft"], tp=2)
+    assert_error(r, "tp-allreduce-fusion")
+    assert "tp-allreduce-fusion" not in run(tiny["deepseek_v3"], tiny["draft"], "0.5.14", tp=2).codes()
+    assert "tp-allreduce-fusion" in run(tiny["deepseek_v3"], tiny["draft"], tp=2, with_patches=True).codes(INFO)
+    # dp-attention keeps sglang from turning it on; the explicit flag turns it on anyway
+    flags = ["--speculative-algorithm", "EAGLE3", "--tp", "2"]
+    assert "tp-allreduce-fusion" not in run(tiny["deepseek_v3"], tiny["draft"], launch=flags + ["--enable-dp-attention"]).codes()
+    r = run(tiny["deepseek_v3"], tiny["draft"], launch=flags + ["--enable-dp-attention", "--enable-flashinfer-allreduce-fusion"])
+    assert_error(r, "tp-allreduce-fusion")
+
+
+def test_two_batch_overlap(cli, tiny):
+    rc, out, _ = cli(
+        "doctor", "--sglang-version", CLEAN, "--",
+        "python", "-m", "sglang.launch_server", "--model-path", tiny["deepseek_v3"],
+        "--speculative-draft-model-path", tiny["draft"], "--speculative-algorithm", "EAGLE3", "--enable-two-batch-overlap",
+    )
+    assert rc == 1 and "[two-batch-overlap]" in out
+
+
+def test_pipeline_parallel(tiny):
+    assert_error(run(tiny["deepseek_v3"], tiny["draft"], launch="--speculative-algorithm EAGLE3 --pp-size 2"), "pipeline-parallel")
+    assert_error(run(tiny["deepseek_v3"], tiny["draft"], pp=2), "pipeline-parallel")
+
+
+def test_cuda_graph_capture_order(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"], "0.5.9")
+    assert_error(r, "cuda-graph-capture-order")
+    ok = run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "EAGLE3", "--disable-cuda-graph"])
+    assert_clean(ok)
+    assert "cuda-graph-capture-order" in run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", with_patches=True).codes(INFO)
+
+
+def test_cuda_graph_defaults_equal_configured(make_draft, make_target, tiny):
+    # 12 layers: defaults [2, 6, 9] = configured [1, 5, 8] + 1 -> nothing to report
+    t = make_target(config={"num_hidden_layers": 12})
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(1, 5, 8)))
+    assert "cuda-graph-capture-order" not in run(t, d, "0.5.9").codes()
+
+
+def test_wrapped_launch_command_means_patches(tiny):
+    cmd = (
+        f"EAGLE3_PATCHES_ENABLE=x eagle3-patches run -- python3 -m sglang.launch_server --model-path {tiny['kimi_k25']} "
+        f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {tiny['draft']} --mem-fraction-static 0.8"
+    )
+    r = doctor(launch=cmd, sglang_version="0.5.9")
+    assert r.facts["with_patches"] is True
+    assert_clean(r)
+
+
+def test_path_differs_from_launch(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"], launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["kimi_k25"])])
+    assert "path-differs-from-launch" in r.codes(WARNING)
+
+
+# ------------------------------------------------------------------ unreadable inputs never crash
+def _draft_copy(make_draft):
+    return make_draft("broken")
+
+
+def test_truncated_safetensors(make_draft, tiny, cli):
+    d = _draft_copy(make_draft)
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:5000])
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "safetensors-header")
+    rc, out, err = cli("doctor", "--target", tiny["deepseek_v3"], "--draft", d, "--sglang-version", CLEAN)
+    assert rc == 1 and "Traceback" not in out + err and "truncated" in out
+
+
+def test_truncated_data_region(make_draft, tiny):
+    d = _draft_copy(make_draft)
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-10])
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "safetensors-header")
+    assert "keys-missing" not in r.codes()  # an unreadable shard is not "missing tensors"
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda b: (2**40).to_bytes(8, "little") + b[8:],  # implausible length
+        lambda b: b[:8] + b"\xff\xfe" + b[10:],  # not UTF-8
+        lambda b: b[:8] + b"[" + b[9:],  # not JSON
+        lambda b: b[:3],  # shorter than the length prefix
+        lambda b: b"",
+    ],
+)
+def test_corrupted_safetensors_header(make_draft, tiny, corrupt):
+    d = _draft_copy(make_draft)
+    f = d / "model.safetensors"
+    f.write_bytes(corrupt(f.read_bytes()))
+    assert_error(run(tiny["deepseek_v3"], d), "safetensors-header")
+
+
+def test_corrupted_target_shard(tmp_path, tiny):
+    t = tmp_path / "t"
+    t.mkdir()
+    (t / "config.json").write_text((tiny["deepseek_v3"] / "config.json").read_text())
+    (t / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    assert_error(run(t, tiny["draft"]), "safetensors-header")
+
+
+def test_missing_config_json(make_draft, tiny, cli):
+    d = _draft_copy(make_draft)
+    (d / "config.json").unlink()
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "config-json")
+    rc, out, err = cli("doctor", "--target", tiny["deepseek_v3"], "--draft", d)
+    assert rc == 1 and "no config.json" in out and "Traceback" not in out + err
+
+
+@pytest.mark.parametrize("text", ["{", "[1, 2]", "", "\x00\x01", '{"hidden_size": "big"}', "null"])
+def test_malformed_config_json(make_draft, tiny, text):
+    d = _draft_copy(make_draft)
+    (d / "config.json").write_text(text)
+    r = run(tiny["deepseek_v3"], d)
+    assert r.exit_code == 1 and "internal-error" not in r.codes(), r.format()
+
+
+def test_malformed_target_config(make_target, tiny):
+    t = make_target(config={"num_hidden_layers": "sixty-one"})
+    r = run(t, tiny["draft"])
+    assert_error(r, "target-config-field")
+
+
+def test_directory_that_is_not_a_checkpoint(tmp_path, tiny, cli):
+    (tmp_path / "notes.txt").write_text("hello")
+    r = run(tmp_path, tiny["draft"])
+    assert_error(r, "not-a-checkpoint")
+    rc, out, err = cli("doctor", "--target", tmp_path, "--draft", tiny["draft"])
+    assert rc == 1 and "is not a checkpoint" in out and "Traceback" not in out + err
+
+
+def test_nonexistent_path_and_file_path(tmp_path, tiny):
+    assert_error(run(tmp_path / "nope", tiny["draft"]), "not-a-checkpoint")
+    assert_error(run(tiny["deepseek_v3"], tiny["draft"] / "model.safetensors"), "not-a-checkpoint")
+    # a config.json path is accepted as its directory
+    assert_clean(run(tiny["deepseek_v3"] / "config.json", tiny["draft"]))
+
+
+def test_index_naming_a_missing_shard(make_draft, tiny):
+    d = make_draft("sharded", shards=2)
+    (d / "model-00002-of-00002.safetensors").unlink()
+    assert_error(run(tiny["deepseek_v3"], d), "safetensors-index")
+
+
+def test_malformed_index(make_draft, tiny):
+    d = make_draft("sharded", shards=2)
+    (d / "model.safetensors.index.json").write_text('{"weight_map": {"fc.weight": "../../etc/passwd"}}')
+    assert_error(run(tiny["deepseek_v3"], d), "safetensors-index")
+
+
+# ------------------------------------------------------------------ usage
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor"],
+        ["doctor", "--target", "x", "--sglang-version", "not.a.version!"],
+        ["doctor", "--target", "x", "--tp", "0"],
+        ["doctor", "--target", "x", "--speculative-algorithm", "MEDUSA"],
+        ["doctor", "--target", "x", "--command", "vllm serve x"],
+        ["doctor", "--target", "x", "--command", "python -m sglang.launch_server", "--", "--tp", "2"],
+        ["doctor", "--", "--tp", "two"],
+    ],
+)
+def test_usage_errors_exit_2(cli, argv):
+    rc, out, err = cli(*argv)
+    assert rc == 2, out + err
+    assert "Traceback" not in out + err
+
+
+def test_deep_mode_reads_all_target_headers(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"], deep=True)
+    assert_clean(r)
+    assert r.facts["target_headers_read"].startswith("1 of 1")
+
+
+def test_report_text_has_severity_what_where_fix(tiny):
+    text = run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm="EAGLE").format()
+    assert "ERROR   [algorithm-eagle-with-eagle3-draft]" in text
+    assert "where:" in text and "fix:" in text and "FAIL: 1 error(s)" in text
+
+
+def test_raise_for_errors_gives_a_config_error(tiny):
+    from eagle3_patches.errors import Eagle3ConfigError
+
+    with pytest.raises(Eagle3ConfigError, match="EAGLE3|--speculative-algorithm"):
+        run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm="EAGLE").raise_for_errors()

@@ -1,0 +1,216 @@
+"""Building blocks: safetensors headers, layer-id conventions across releases, launch-flag parsing, formats."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from eagle3_patches.checkpoint import layer_ids as L
+from eagle3_patches.checkpoint.formats import SGLANG_EAGLE3, SPECULATORS, CheckpointError, detect_format, draft_view, read_config, target_view
+from eagle3_patches.checkpoint.launch_args import LaunchArgsError, parse_launch_args
+from eagle3_patches.checkpoint.releases import facts, patch_covers
+from eagle3_patches.checkpoint.safetensors_header import HeaderError, alignment_order, bytes_read, encode_header, read_header, reset_bytes_read
+from eagle3_patches.errors import Eagle3ConfigError
+from eagle3_patches.testing import tiny_models as tm
+
+
+# ------------------------------------------------------------------ safetensors headers
+def test_read_header_matches_the_library(tiny):
+    f = tiny["draft"] / "model.safetensors"
+    reset_bytes_read()
+    h = read_header(f)
+    assert bytes_read() == 8 + h.header_len < f.stat().st_size  # the header only
+    ref = load_file(str(f))
+    assert set(h.tensors) == set(ref)
+    for name, t in h.tensors.items():
+        assert list(t.shape) == list(ref[name].shape)
+        assert t.nbytes == ref[name].numel() * ref[name].element_size()
+    assert h.metadata == {"format": "pt"}
+
+
+def test_encode_header_is_readable_by_safetensors(tmp_path):
+    entries = alignment_order([("b", "BOOL", [3]), ("a", "BF16", [2, 2]), ("c", "I64", [2])])
+    assert [e[0] for e in entries] == ["c", "a", "b"]  # widest first
+    header, offsets = encode_header(entries, {"format": "pt"})
+    data = torch.arange(2, dtype=torch.int64).numpy().tobytes() + torch.ones(2, 2, dtype=torch.bfloat16).view(torch.uint8).numpy().tobytes() + bytes([1, 0, 1])
+    f = tmp_path / "x.safetensors"
+    f.write_bytes(header + data)
+    assert len(header) % 8 == 0
+    got = load_file(str(f))
+    assert got["c"].tolist() == [0, 1] and got["b"].tolist() == [True, False, True]
+    assert read_header(f).tensors["a"].start == offsets["a"][0]
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ({"x": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}}, "unknown dtype"),
+        ({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, "non-negative"),
+        ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "does not match"),
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, "gap"),
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}, "overlaps"),
+        ({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}, "truncated"),
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "__metadata__": {"a": 1}}, "__metadata__"),
+        ([1, 2], "not a JSON object"),
+    ],
+)
+def test_bad_headers(tmp_path, body, needle):
+    raw = json.dumps(body).encode()
+    f = tmp_path / "bad.safetensors"
+    f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 8)
+    with pytest.raises(HeaderError, match=needle) as info:
+        read_header(f)
+    assert info.value.where == str(f) and info.value.fix
+
+
+def test_duplicate_keys_and_trailing_bytes(tmp_path):
+    raw = b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}'
+    f = tmp_path / "dup.safetensors"
+    f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0")
+    with pytest.raises(HeaderError, match="duplicate"):
+        read_header(f)
+    raw = b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}'
+    f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0\0")
+    with pytest.raises(HeaderError, match="trailing"):
+        read_header(f)
+
+
+def test_header_errors_are_config_errors(tmp_path):
+    f = tmp_path / "empty.safetensors"
+    f.write_bytes(b"")
+    with pytest.raises(Eagle3ConfigError, match="too short"):
+        read_header(f)
+    with pytest.raises(Eagle3ConfigError, match="directory"):
+        read_header(tmp_path)
+
+
+# ------------------------------------------------------------------ layer ids
+def test_kimi_ids_on_each_release():
+    # SpecForge's Kimi-K2.5 draft: [2, 30, 58], 61 layers
+    assert L.what_captures([2, 30, 58], 61, "0.5.9").outputs == (2, 30, 58)
+    assert L.what_captures([2, 30, 58], 61, "0.5.12").outputs == (2, 30, 58)
+    assert L.what_captures([2, 30, 58], 61, "0.5.13").outputs == (1, 29, 57)  # the meaning changed
+    assert L.what_captures([1, 30, 58], 61, "0.5.13").outputs == (1, 30, 58)  # first id 1: +1 kept
+    assert L.what_captures([2, 30, 58], 61, "0.5.10.post1").points == (3, 31, 59)
+
+
+def test_what_captures_names_every_failure():
+    cap = L.what_captures([58, 2, 60, -1, 2], 61, "0.5.9")
+    assert cap.crash_points == (0,)  # -1 -> before layer 0: residual None
+    assert cap.never_reached == (61,)  # 60 -> before layer 61
+    assert cap.duplicates == (2,)
+    assert cap.reordered
+    assert cap.outputs == (2, 58) and cap.n_states == 2
+
+
+def test_defaults_when_no_ids():
+    cap = L.what_captures(None, 61, "0.5.9")
+    assert cap.points == (2, 30, 58) and cap.outputs == (1, 29, 57)
+
+
+def test_conventions_round_trip():
+    assert L.to_output_of_layer([2, 30, 58], L.INPUT_OF_LAYER) == [1, 29, 57]
+    assert L.from_output_of_layer([1, 29, 57], L.INPUT_OF_LAYER) == [2, 30, 58]
+    assert L.to_output_of_layer([2, 30, 58], L.OUTPUT_OF_LAYER) == [2, 30, 58]
+    with pytest.raises(ValueError):
+        L.to_output_of_layer([1], "sideways")
+
+
+@pytest.mark.parametrize("version", ["0.5.8", "0.5.9", "0.5.12", "0.5.13", "0.5.23"])
+@pytest.mark.parametrize("outputs", [[2, 30, 58], [1, 29, 57], [0, 30, 59]])
+def test_ids_for_sglang_capture_what_was_asked(version, outputs):
+    try:
+        ids = L.ids_for_sglang(outputs, version)
+    except Eagle3ConfigError:
+        assert outputs[0] == 0 and not facts(version).plus_one_always
+        return
+    assert list(L.what_captures(ids, 61, version).outputs) == outputs
+
+
+def test_valid_range():
+    assert L.valid_output_range(61) == (0, 59)
+    assert L.what_captures([59], 61, "0.5.9").never_reached == ()
+    assert L.what_captures([60], 61, "0.5.9").never_reached == (61,)
+
+
+def test_release_facts():
+    f9, f10, f14 = facts("0.5.9"), facts("0.5.10"), facts("0.5.14")
+    assert f9.has_kimi_k25 and not f9.kimi_delegation and f9.cuda_graph_order_bug and f9.plus_one_always
+    assert f10.kimi_delegation and not facts("0.5.11").cuda_graph_order_bug
+    assert not f14.allreduce_fusion_partial_sums and not f14.plus_one_always
+    assert not facts("0.5.8").has_kimi_k25
+    with pytest.raises(ValueError, match="not a version"):
+        facts("banana")
+
+
+def test_patch_covers_reads_the_registry():
+    assert patch_covers("kimi_k25_eagle3_delegation", "0.5.9")
+    assert not patch_covers("kimi_k25_eagle3_delegation", "0.5.10")
+    assert not patch_covers("no_such_patch", "0.5.9")
+
+
+# ------------------------------------------------------------------ launch flags
+def test_parse_full_command():
+    la = parse_launch_args(
+        "SGLANG_X=1 eagle3-patches run -- python3.11 -u -m sglang.launch_server --model-path /m --tp 8 "
+        "--speculative-algorithm eagle3 --speculative-draft-model /d --enable-two-batch-overlap "
+        "--mem-fraction-static 0.8 --pp-size=2 --disable-cuda-graph --dtype bfloat16"
+    )
+    assert la.with_patches and la.program == "python -m sglang.launch_server"
+    assert (la.model_path, la.draft_path, la.algorithm, la.tp, la.pp, la.dtype) == ("/m", "/d", "EAGLE3", 8, 2, "bfloat16")
+    assert la.enable_two_batch_overlap and la.disable_cuda_graph
+    assert la.unknown == ["--mem-fraction-static", "0.8"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--tp-size", "4"],
+        ["--", "--tensor-parallel-size", "4"],
+        ["python", "-m", "sglang.launch_server", "--tp", "4"],
+        ["sglang", "serve", "--tp", "4"],
+        ["python", "/x/sglang/launch_server.py", "--tp", "4"],
+        ["python", "-m", "eagle3_patches", "run", "--", "python", "-m", "sglang.launch_server", "--tp", "4"],
+    ],
+)
+def test_parse_forms(argv):
+    assert parse_launch_args(argv).tp == 4
+
+
+@pytest.mark.parametrize("argv", ["vllm serve x", "python -m sglang.bench_one_batch", "--tp two", "--speculative-algorithm MEDUSA", "python -m", "eagle3-patches status", "--tp 0", 'a "b'])
+def test_parse_errors(argv):
+    with pytest.raises(LaunchArgsError):
+        parse_launch_args(argv)
+
+
+# ------------------------------------------------------------------ formats
+def test_detect_formats():
+    assert detect_format(tm.eagle3_draft_config()) == SGLANG_EAGLE3
+    assert detect_format(tm.speculators_config()) == SPECULATORS
+    assert detect_format({"architectures": ["Eagle3Speculator"]}) == SPECULATORS
+    assert detect_format(tm.TinyTargetSpec().text_config()) == "model"
+    assert detect_format({"architectures": ["LlamaForCausalLMEagle"]}) == "eagle"
+
+
+def test_views():
+    dv = draft_view(tm.speculators_config())
+    assert dv.aux_ids == [2, 3, 4] and dv.output_ids == [1, 2, 3] and dv.convention == L.INPUT_OF_LAYER
+    assert dv.hidden == tm.HIDDEN and dv.layer_prefix == "transformer_layer_config."
+    tv = target_view(tm.kimi_k25_config())
+    assert tv.is_kimi_k25 and tv.num_layers == tm.NUM_LAYERS and tv.text_prefix == "text_config."
+
+
+def test_read_config_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        read_config(tmp_path / "none")
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
+        read_config(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="no config.json"):
+        read_config(tmp_path)
+    (tmp_path / "config.json").write_text("{oops")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        read_config(tmp_path)
