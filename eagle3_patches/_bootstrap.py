@@ -10,6 +10,7 @@ from pathlib import Path
 from . import settings
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+PROBE_PATCH = "eagle3_probe"  # eagle3_patches.patches.eagle3_probe.PROBE_NAME
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -26,6 +27,8 @@ def activate_from_env() -> None:
 
         names = None if selection == "all" else sorted(settings.name_list(settings.APPLY))
         eagle3_patches.apply(names)
+        if settings.probe_setting()[0]:  # EAGLE3_PATCHES_PROBE alone switches the probe on
+            eagle3_patches.apply([PROBE_PATCH])
         _install_excepthook()
         logger.debug("eagle3-patches active in pid %d", os.getpid())
 
@@ -46,13 +49,28 @@ def _install_excepthook() -> None:
 
 
 def child_environment(
-    *, patches: str = "all", cpu_profile: bool = False, disable: list[str] | None = None, base: dict | None = None
+    *,
+    patches: str = "all",
+    cpu_profile: bool = False,
+    disable: list[str] | None = None,
+    base: dict | None = None,
+    probe: str | None = None,
 ) -> dict[str, str]:
-    """The environment ``eagle3-patches run`` gives the command it starts."""
+    """The environment ``eagle3-patches run`` gives the command it starts.
+
+    ``probe``: ``"1"`` (log lines) or an output path switches the diagnostic probe on
+    (``EAGLE3_PATCHES_PROBE``, and ``eagle3_probe`` added to the patches enabled).
+    """
     env = dict(os.environ if base is None else base)
     pythonpath = env.get("PYTHONPATH", "")
     parts = [p for p in pythonpath.split(os.pathsep) if p and Path(p).resolve() != BOOTSTRAP_DIR]
     env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *parts])
+    if probe is not None:
+        env[settings.PROBE] = probe
+        if patches != "all" and PROBE_PATCH not in patches.split(","):
+            patches = f"{patches},{PROBE_PATCH}"
+        enabled = {n.strip() for n in env.get(settings.ENABLE, "").split(",") if n.strip()}
+        env[settings.ENABLE] = ",".join(sorted(enabled | {PROBE_PATCH}))
     env[settings.APPLY] = patches
     if cpu_profile:
         env.setdefault(settings.CPU_PROFILE, "1")

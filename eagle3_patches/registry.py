@@ -207,13 +207,32 @@ class Registry:
         return self.status()
 
     def revert(self, names: Iterable[str] | None = None) -> dict[str, PatchStatus]:
-        """Restore every original changed by the given (default: all) patches."""
+        """Restore every original changed by the given (default: all) patches.
+
+        Patches come off in reverse order of application.  A patch applied later that wraps an
+        attribute a reverted patch also changed comes off first and is applied again afterwards,
+        so stacked wrappers never resurrect a reverted one.
+        """
         with self._lock:
-            for name in list(names) if names is not None else list(self._patches):
+            wanted = list(names) if names is not None else list(self._patches)
+            for name in wanted:
                 self._unknown(name)
-                self._selected.discard(name)
+            touched: set[tuple[int, str]] = set()
+            undo = []
+            for name, saver in self._savers.items():  # application order
+                keys = {(id(owner), attr) for owner, attr, _ in saver.records}
+                if name in wanted or keys & touched:
+                    undo.append(name)
+                    touched |= keys
+            for name in reversed(undo):
                 self._unland(name)
+            for name in wanted:
+                self._selected.discard(name)
                 self._set(name, State.NOT_SELECTED)
+            for name in undo:
+                if name not in wanted:  # stacked on a reverted patch: put it back on top
+                    self._set(name, State.PENDING)
+                    self._land(self._patches[name], sys.modules[self._patches[name].module])
         return self.status()
 
     def status(self) -> dict[str, PatchStatus]:

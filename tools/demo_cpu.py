@@ -1,14 +1,26 @@
-"""The CPU demo (README's main job): EAGLE-3 on a tiny Kimi-K2.5 through real sglang 0.5.9 code.
+"""The CPU demo (README's main job): the real SGLang 0.5.9 server doing EAGLE-3 speculative
+decoding on a tiny Kimi-K2.5, with the accept length measured.  Every step is a real
+``python -m sglang.launch_server`` under ``eagle3-patches run --cpu-profile`` (docs/e2e.md).
 
-1. builds (or reuses) a tiny Kimi-K2.5 target and a tiny EAGLE-3 draft in .eagle3-demo/;
-2. stock sglang 0.5.9: the target alone runs prefill + decode; EAGLE-3 on Kimi fails at start;
-3. with eagle3-patches: the real TpModelWorker + EAGLEWorker run a prefill batch, and the draft's
-   fc receives the 3 x hidden concatenation; the patch status is printed;
-4. --speculative-algorithm EAGLE with the EAGLE-3 draft is refused with the fix in the message.
+1. builds (or reuses) the tiny Kimi-K2.5 target and the trained tiny EAGLE-3 draft in .eagle3-demo/
+   (``--retrain``: regenerate the draft with tools/train_tiny_draft.py first, ~10 min);
+2. stock sglang 0.5.9 (every patch disabled): Kimi-K2.5 + EAGLE3 fails at start;
+3. with eagle3-patches: the target without speculation, then with EAGLE3 (3 steps, topk 1) and the
+   diagnostic probe; same prompts, greedy: outputs compared token for token, the accept length,
+   tokens/s of both (eagle3_patches.bench), the draft fc input width the probe saw in the server,
+   and the patch status the server's processes logged;
+4. --speculative-algorithm EAGLE with the EAGLE-3 draft: refused at start, with the fix;
+   and with the guards disabled, the field's symptom (accept length ~1.0).
 """
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import asdict
+import json
+import random
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,79 +28,118 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from eagle3_patches import bench  # noqa: E402
 from eagle3_patches.testing import tiny_models  # noqa: E402
-from eagle3_patches.testing.isolation import run_isolated  # noqa: E402
+from eagle3_patches.testing.server import Server, ServerError, speculative_flags  # noqa: E402
 
-PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12]]
-
-
-def _target_alone(target: str):
-    from eagle3_patches.testing import sglang_harness as h
-
-    runner = h.model_runner(h.server_args(target))
-    runner.model.language_model.set_eagle3_layers_to_capture(list(tiny_models.DRAFT_AUX_IDS))
-    step = h.prefill(runner, PROMPTS, return_hidden_states=True)
-    dec = h.decode(runner, step)
-    return {
-        "layers_to_capture": list(runner.model.language_model.model.layers_to_capture),
-        "captured": tuple(step.logits_output.hidden_states.shape),
-        "tokens": [step.next_token_ids.tolist(), dec.next_token_ids.tolist()],
-    }
+WORK = ROOT / ".eagle3-demo"
+H = tiny_models.HIDDEN
 
 
-def _eagle3(target: str, draft: str, algorithm: str = "EAGLE3"):
-    import eagle3_patches
-    from eagle3_patches.testing import sglang_harness as h
-
-    try:
-        tw, dw = h.eagle_workers(h.eagle3_server_args(target, draft, algorithm=algorithm))
-    except Exception as exc:  # noqa: BLE001 - shown to the reader
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    fc_inputs = h.record_fc_inputs(dw)
-    result, _ = h.eagle_prefill(tw, dw, PROMPTS)
-    return {
-        "target_hidden_states": tuple(result.logits_output.hidden_states.shape),
-        "fc_inputs": fc_inputs,
-        "fc_weight": tuple(dw.draft_model_runner.model.model.fc.weight.shape),
-        "status": {n: s.state.value for n, s in eagle3_patches.status().items()},
-    }
+def prompts(n: int, seed: int = 4321) -> list[bench.Prompt]:
+    rng = random.Random(seed)  # held out: the draft was trained on prompts from seed 1234
+    return [bench.Prompt(input_ids=[rng.randrange(4, tiny_models.VOCAB) for _ in range(rng.randrange(4, 13))]) for _ in range(n)]
 
 
-def main() -> int:
+def status_line(log: str) -> str:
+    m = re.search(r"layers_to_capture \[[^\]]*\]; (.*)$", log, re.M)
+    return m.group(1) if m else "(no status line in the server log)"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="EAGLE-3 on a tiny Kimi-K2.5 through the real sglang 0.5.9 server on CPU")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--retrain", action="store_true", help="retrain the draft (tools/train_tiny_draft.py) first")
+    ap.add_argument("--skip-symptom", action="store_true", help="skip the EAGLE-with-guards-disabled server (~1 min)")
+    args = ap.parse_args(argv)
     t0 = time.time()
-    paths = tiny_models.build_all(ROOT / ".eagle3-demo")
-    target, draft = str(paths["kimi_k25"]), str(paths["draft"])
-    h = tiny_models.HIDDEN
-    print(f"tiny Kimi-K2.5 target: {target}\n  hidden {h}, {tiny_models.NUM_LAYERS} layers; draft aux ids {list(tiny_models.DRAFT_AUX_IDS)}")
+    logs = WORK / "logs"
+    if args.retrain:
+        subprocess.run([sys.executable, str(ROOT / "tools" / "train_tiny_draft.py")], check=True)
+    target = str(tiny_models.build_kimi_k25(WORK / "tiny-kimi-k25"))
+    draft = str(tiny_models.build_trained_eagle3_draft(WORK))
+    cfg = json.loads((Path(draft) / "config.json").read_text())
+    print(f"tiny Kimi-K2.5 target: {target}\n  hidden {H}, {tiny_models.NUM_LAYERS} layers, vocab {tiny_models.VOCAB}, random weights")
+    print(f"trained EAGLE-3 draft: {draft}\n  aux ids {cfg['eagle_config']['eagle_aux_hidden_state_layer_ids']}, "
+          f"fc {3 * H} -> {H}, draft vocab {cfg['draft_vocab_size']} (tools/train_tiny_draft.py, from hidden_state_dump shards)")
+    ps = prompts(args.prompts)
+    kw = dict(api="generate", max_new_tokens=args.max_new_tokens, timeout=600)
+    spec = speculative_flags(draft, "EAGLE3", steps=3, topk=1, draft_tokens=4)
+    import eagle3_patches
 
-    print("\n[1] stock sglang 0.5.9, target alone (ModelRunner, capture on via language_model):")
-    out = run_isolated(_target_alone, target)
-    print(f"  layers_to_capture {out['layers_to_capture']}  captured hidden states {out['captured']}  tokens {out['tokens']}")
+    all_patches = eagle3_patches.get_registry().names()
 
-    print("\n[2] stock sglang 0.5.9, --speculative-algorithm EAGLE3 on Kimi-K2.5:")
-    stock = run_isolated(_eagle3, target, draft, patches=None)
-    print(f"  {stock.get('error', stock)}")
+    print("\n[1] stock sglang 0.5.9 (every patch disabled), Kimi-K2.5 + --speculative-algorithm EAGLE3:")
+    stock = Server(target, spec, log_path=logs / "stock.log", disable=all_patches)
+    rc = stock.wait_exit(timeout=240)
+    err = [line for line in stock.log().splitlines() if "Error" in line and "set_eagle3_layers_to_capture" in line]
+    how = "sglang killed its own process tree" if rc == -9 else "exited"
+    print(f"  failed at start ({how}, status {rc}): {err[-1].strip() if err else stock.log_tail(3)}")
 
-    print("\n[3] with eagle3-patches, TpModelWorker + EAGLEWorker.forward_batch_generation:")
-    patched = run_isolated(_eagle3, target, draft, patches="all")
-    if "error" in patched:
-        print(f"  FAILED: {patched['error']}")
+    print("\n[2] with eagle3-patches: the target without speculation (reference)")
+    base = Server(target, [], log_path=logs / "baseline.log")
+    try:
+        base.start()
+        ref = bench.bench_server(base.url, ps, label="no spec", concurrency=1, **kw)
+    finally:
+        base.stop()
+
+    print("\n[3] with eagle3-patches: --speculative-algorithm EAGLE3 (3 steps, topk 1, 4 draft tokens), probe on")
+    probe_dir = logs / "probe"
+    for old in probe_dir.glob("*.jsonl"):
+        old.unlink()
+    eagle3 = Server(target, spec, log_path=logs / "eagle3.log", env={"EAGLE3_PATCHES_PROBE": str(probe_dir)})
+    try:
+        t1 = time.time()
+        eagle3.start()
+        print(f"  server ready in {time.time() - t1:.0f} s")
+        rep = bench.bench_server(eagle3.url, ps, label="EAGLE3", concurrency=1, **kw)
+    except ServerError as exc:
+        print(f"  FAILED: {exc}")
         return 1
-    print(f"  target logits_output.hidden_states {patched['target_hidden_states']}  (3 x {h} = {3 * h})")
-    print(f"  draft fc.weight {patched['fc_weight']}; fc input widths seen by a forward hook: {patched['fc_inputs']}")
-    for name, state in patched["status"].items():
-        print(f"    {name:<30} {state}")
+    finally:
+        eagle3.stop()
+    report = {"servers": [asdict(rep), asdict(ref)]}
+    report["ratios"] = bench.compare(rep, ref)
+    print("\n" + "\n".join("  " + line for line in bench.format_table(report).splitlines()))
+    for p, a, b in zip(ps, rep.outputs, ref.outputs):
+        print(f"  prompt {p.input_ids}\n    EAGLE3  {a}\n    no spec {b}  {'identical' if a == b else 'DIFFERENT'}")
+    print(f"  mean accept length (completion tokens / verify steps, prefill counted): {rep.single.accept_length:.2f}")
+    records = [json.loads(line) for f in sorted(probe_dir.glob("*.jsonl")) for line in f.read_text().splitlines() if line.strip()]
+    for r in records:
+        if r.get("hop") == "draft_input" and r.get("mode") == "decode":
+            print(f"  probe (in the server): draft input in decode: width {r.get('width')} (the draft's own state "
+                  "between its steps: fc skipped there by design)")
+        elif r.get("hop") == "draft_input" and r.get("fc_applied") is not None:
+            print(f"  probe (in the server): draft input in {r.get('mode')}: width {r.get('width')}, "
+                  f"fc {'applied' if r.get('fc_applied') else 'SKIPPED'}, fc input {r.get('fc_input_shape')} (3 x {H} = {3 * H})")
+        elif r.get("hop") == "target_output" and r.get("width"):
+            print(f"  probe (in the server): target output in {r.get('mode')}: layers_to_capture {r.get('layers_to_capture')}, width {r.get('width')}")
+    print("  patch status in the server's processes:")
+    for item in status_line(eagle3.log()).split(", "):
+        print(f"    {item.replace('=', ': ')}")
 
-    print("\n[4] with eagle3-patches, --speculative-algorithm EAGLE with the EAGLE-3 draft:")
-    refused = run_isolated(_eagle3, target, draft, "EAGLE", patches="all")
-    print("  " + refused.get("error", "NOT REFUSED").replace("\n", "\n  "))
-
-    ok = (
-        "set_eagle3_layers_to_capture" in stock.get("error", "")
-        and patched["fc_inputs"] and all(s[-1] == 3 * h for s in patched["fc_inputs"])
-        and "Eagle3ConfigError" in refused.get("error", "")
-    )
-    print(f"\ndemo {'OK' if ok else 'FAILED'} in {time.time() - t0:.0f}s")
+    print("\n[4] --speculative-algorithm EAGLE with the EAGLE-3 draft (the field's mistake):")
+    refused = Server(target, speculative_flags(draft, "EAGLE"), log_path=logs / "eagle-refused.log")
+    rc = refused.wait_exit(timeout=240)
+    msg = [line for line in refused.log().splitlines() if "EAGLE-3 draft" in line or line.lstrip().startswith(("where", "found", "expected", "fix"))]
+    print(f"  refused at start (exit status {rc}):")
+    for line in msg[:6]:
+        print(f"    {line.strip()}")
+    if not args.skip_symptom:
+        print("  the same with the algorithm and fc guards disabled (what stock sglang does silently):")
+        sym = Server(target, speculative_flags(draft, "EAGLE"), log_path=logs / "eagle-unguarded.log",
+                     disable=["eagle3_algorithm_guard", "eagle3_fc_guard"])
+        try:
+            sym.start()
+            srep = bench.bench_server(sym.url, ps[:2], label="EAGLE", concurrency=1, progress=False, **kw)
+            print(f"    accept length {srep.single.accept_length:.2f} (EAGLE3 above: {rep.single.accept_length:.2f}); "
+                  f"outputs still identical to no speculation: {srep.outputs == ref.outputs[:2]}")
+        finally:
+            sym.stop()
+    print(f"\ndemo finished in {time.time() - t0:.0f} s; server logs in {logs}")
+    ok = report["ratios"]["same_outputs"] and rep.single.accept_length is not None
     return 0 if ok else 1
 
 

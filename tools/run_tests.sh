@@ -1,6 +1,18 @@
 #!/usr/bin/env bash
-# README's test command: set up the CPU environment if needed, then run the whole suite.
+# README's test command: set up the CPU environment if needed, then run the suite in both modes:
+#   (a) stock sglang 0.5.9 + runtime patches (the whole suite);
+#   (b) sglang 0.5.9 with the fork-path diffs applied (a patched copy shadows site-packages)
+#       and runtime patching off: the behavioural patch tests again (docs/fork.md).
+# Extra arguments go to the mode (a) pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+PY=.venv/bin/python
+
+echo "== mode (a): stock sglang + runtime patches"
+$PY -m pytest -q -p no:cacheprovider "$@"
+
+echo "== mode (b): sglang with the fork-path diffs applied, runtime patching off"
+rm -rf .fork-tree
+$PY tools/make_fork_tree.py .fork-tree >/dev/null
+PYTHONPATH="$PWD/.fork-tree" $PY -m pytest -q -p no:cacheprovider tests/patches tests/fork

@@ -14,7 +14,7 @@ from ..errors import Eagle3Error
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import apply_cmd, convert_cmd, doctor_cmd, run_cmd, status_cmd
+    from . import apply_cmd, convert_cmd, doctor_cmd, probe_report_cmd, run_cmd, status_cmd
 
     parser = argparse.ArgumentParser(
         prog="eagle3-patches",
@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     # each module registers one subcommand; add new ones to this tuple
-    for module in (run_cmd, status_cmd, doctor_cmd, convert_cmd, apply_cmd):
+    from . import bench_cmd
+
+    for module in (run_cmd, status_cmd, doctor_cmd, convert_cmd, apply_cmd, probe_report_cmd, bench_cmd):
         module.add_parser(sub)
     return parser
 

@@ -21,6 +21,12 @@ def add_parser(sub) -> None:
     p.add_argument("--only", action="append", default=[], metavar="NAME", help="apply only these patches (repeatable)")
     p.add_argument("--disable", action="append", default=[], metavar="NAME", help="never apply this patch (repeatable)")
     p.add_argument("--cpu-profile", action="store_true", help="also activate the CPU profile (machines without a GPU)")
+    p.add_argument(
+        "--probe", nargs="?", const="1", default=None, metavar="PATH",
+        help="also apply the diagnostic probe (eagle3_probe): log what flows through the EAGLE-3 path once per "
+        "process and forward mode; with PATH (a directory, or a *.jsonl file) also write JSON lines there for "
+        "`eagle3-patches probe-report`; put -- before the command",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(func=run)
 
@@ -37,7 +43,12 @@ def run(args) -> int:
     for name in [*args.only, *args.disable]:
         if name not in known:
             raise Eagle3Error(f"eagle3-patches run: unknown patch {name!r}; known patches: {', '.join(sorted(known))}")
-    env = child_environment(patches=",".join(args.only) or "all", cpu_profile=args.cpu_profile, disable=args.disable)
+    probe = getattr(args, "probe", None)
+    if probe is not None and probe != "1":
+        probe = os.path.abspath(probe)  # the server may change directory
+    env = child_environment(
+        patches=",".join(args.only) or "all", cpu_profile=args.cpu_profile, disable=args.disable, probe=probe
+    )
     executable = shutil.which(command[0], path=env.get("PATH")) or command[0]
     try:
         os.execvpe(executable, command, env)

@@ -71,6 +71,9 @@ def _torchvision_stub() -> types.ModuleType:
         LANCZOS = "lanczos"
 
     transforms.InterpolationMode = InterpolationMode
+    # transformers >= 5.12 parses torchvision's version at import time ("N/A" for a module without one
+    # raises InvalidVersion); a stand-in claims the oldest version, so no torchvision feature is chosen
+    tv.__version__ = "0.0.0"
     tv.transforms = transforms
     sys.modules["torchvision.transforms"] = transforms
     return tv

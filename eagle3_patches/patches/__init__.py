@@ -13,6 +13,10 @@ PATCH_MODULES = [
     "eagle3_draft_strict_loading",
     "eagle3_fc_guard",
     "eagle3_algorithm_guard",
+    "eagle3_target_capability",
+    "hidden_state_dump",
+    "layer_id_convention",
+    "eagle3_probe",
 ]
 
 

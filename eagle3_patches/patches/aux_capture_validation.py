@@ -81,6 +81,9 @@ def _validated_set_layers(wrapped, instance, args, kwargs):
     return result
 
 
+_logged: set[tuple] = set()
+
+
 def _log_rank_evidence(model, layer_ids) -> None:
     """One line per rank and configuration: which layers it captures, which patches are live here."""
     import os
@@ -88,6 +91,10 @@ def _log_rank_evidence(model, layer_ids) -> None:
     import eagle3_patches
     from sglang.srt.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 
+    key = (os.getpid(), id(model), tuple(model.model.layers_to_capture))
+    if key in _logged:
+        return
+    _logged.add(key)
     states = ", ".join(f"{n}={s.state.value}" for n, s in eagle3_patches.status().items())
     logger.info(
         "eagle3-patches: tp rank %d/%d pid %d: aux layer ids %s -> layers_to_capture %s; %s",

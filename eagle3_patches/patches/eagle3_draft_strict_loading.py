@@ -29,6 +29,21 @@ def sglang_name(name: str) -> str:
     return _SPECULATORS_LAYER.sub(lambda m: f"{m.group(1) or ''}midlayer.", name)
 
 
+#: sglang >= 0.5.12 names the draft's layer ``layers.0`` and renames these legacy names while loading
+_LEGACY_NAMES = (("midlayer", "layers.0"), ("aux_norm_low", "fc_norm.0"), ("aux_norm_mid", "fc_norm.1"),
+                 ("aux_norm_high", "fc_norm.2"))
+
+
+def loader_name(name: str, params: dict) -> str:
+    """``name`` as the installed loader looks it up: ``midlayer.*`` (<= 0.5.11) or ``layers.0.*`` (0.5.12+)."""
+    if any(p.startswith(("midlayer.", "model.midlayer.")) for p in params):
+        return name
+    for legacy, new in _LEGACY_NAMES:
+        if legacy in name:
+            name = name.replace(legacy, new)
+    return name
+
+
 def resolve_param(name: str, params: dict) -> str | None:
     """The parameter sglang 0.5.9's loader would write ``name`` into, or None (it would drop it)."""
     for shard, fused in _STACKED:
@@ -68,7 +83,7 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
                     d2t_problem.append(problem)
                     continue
             elif leaf != "t2d":
-                param = resolve_param(name, params)
+                param = resolve_param(loader_name(name, params), params)
                 if param is None:
                     unknown.append(raw_name)
                     continue

@@ -58,7 +58,12 @@ def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft
     from sglang.srt.server_args import PortArgs
 
     model_path = sa.speculative_draft_model_path if is_draft else sa.model_path
-    return ModelRunner(
+    if is_draft and "memory_pool_config" not in kw and _LAST_TARGET:
+        import inspect
+
+        if "memory_pool_config" in inspect.signature(ModelRunner.__init__).parameters:  # sglang >= 0.5.13
+            kw["memory_pool_config"] = getattr(_LAST_TARGET[-1], "memory_pool_config", None)
+    runner = ModelRunner(
         model_config=ModelConfig.from_server_args(sa, model_path=model_path, is_draft_model=is_draft),
         mem_fraction_static=sa.mem_fraction_static,
         gpu_id=0,
@@ -73,6 +78,12 @@ def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft
         is_draft_worker=is_draft,
         **kw,
     )
+    if not is_draft:
+        _LAST_TARGET[:] = [runner]  # a draft runner built next shares its memory-pool config (0.5.13+)
+    return runner
+
+
+_LAST_TARGET: list = []
 
 
 class _TreeCache(SimpleNamespace):
@@ -106,8 +117,13 @@ def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8, vocab_s
         req.sampling_params.normalize(None)  # what the scheduler does on arrival
         req.vocab_size = vocab_size  # needed by check_finished in decode/verify steps
         req.fill_ids = req.origin_input_ids
+        if hasattr(req, "full_untruncated_fill_ids"):  # sglang >= 0.5.13 (bench_one_batch does the same)
+            from array import array
+
+            req.full_untruncated_fill_ids = array("q", req.origin_input_ids)
+            req.fill_len = len(req.origin_input_ids)
         req.logprob_start_len = -1
-        req.set_extend_input_len(len(req.fill_ids) - len(req.prefix_indices))
+        req.set_extend_input_len(len(req.origin_input_ids) - len(req.prefix_indices))
         reqs.append(req)
     return reqs
 
@@ -131,6 +147,17 @@ def schedule_batch(reqs, runner, spec_algorithm=None):
     )
 
 
+def worker_batch(batch):
+    """What ``ForwardBatch.init_new`` takes: a ``ModelWorkerBatch`` (<= 0.5.12), the ``ScheduleBatch`` itself (0.5.13+)."""
+    get = getattr(batch, "get_model_worker_batch", None)
+    if get is not None:
+        return get()
+    if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
+        batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # as 0.5.13's bench_one_batch.extend
+        batch.prefill_input_ids_cpu = None
+    return batch
+
+
 @dataclass
 class Step:
     logits_output: Any
@@ -145,7 +172,7 @@ def prefill(runner, prompts: Sequence[Sequence[int]], *, return_hidden_states: b
     batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner)
     batch.return_hidden_states = return_hidden_states
     batch.prepare_for_extend()
-    fb = ForwardBatch.init_new(batch.get_model_worker_batch(), runner)
+    fb = ForwardBatch.init_new(worker_batch(batch), runner)
     with torch.no_grad():
         out = runner.forward(fb).logits_output
         nxt = runner.sample(out, fb)
@@ -158,8 +185,10 @@ def decode(runner, step: Step) -> Step:
 
     batch = step.batch
     batch.output_ids = step.next_token_ids
+    if not hasattr(batch, "get_model_worker_batch"):  # sglang >= 0.5.13 (as its bench_one_batch.decode)
+        batch.input_ids = step.next_token_ids.to(torch.int64)
     batch.prepare_for_decode()
-    fb = ForwardBatch.init_new(batch.get_model_worker_batch(), runner)
+    fb = ForwardBatch.init_new(worker_batch(batch), runner)
     with torch.no_grad():
         out = runner.forward(fb).logits_output
         nxt = runner.sample(out, fb)
@@ -170,7 +199,10 @@ def eagle_workers(sa):
     """The real target ``TpModelWorker`` and ``EAGLEWorker`` as the scheduler builds them."""
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.server_args import PortArgs
-    from sglang.srt.speculative.eagle_worker import EAGLEWorker
+    try:
+        from sglang.srt.speculative.eagle_worker import EAGLEWorker
+    except ImportError:  # sglang >= 0.5.13 has only the v2 worker
+        from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2 as EAGLEWorker
 
     port = PortArgs.init_new(sa).nccl_port
     common = dict(gpu_id=0, tp_rank=0, moe_ep_rank=0, attn_cp_rank=0, moe_dp_rank=0, nccl_port=port, dp_rank=None)
@@ -188,6 +220,9 @@ def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
     algorithm = SpeculativeAlgorithm.from_string(runner.server_args.speculative_algorithm)
     batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner, algorithm)
     batch.prepare_for_extend()
+    if getattr(batch, "input_ids", None) is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
+        batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # sglang >= 0.5.13, as its scheduler
+        batch.prefill_input_ids_cpu = None
     with torch.no_grad():
         return draft.forward_batch_generation(batch), batch
 
@@ -195,7 +230,10 @@ def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
 def record_fc_inputs(draft_worker) -> list[tuple[int, ...]]:
     """Forward hook on the draft's ``fc``: returns the list that collects its input shapes."""
     shapes: list[tuple[int, ...]] = []
-    fc = draft_worker.draft_model_runner.model.model.fc
+    runner = getattr(draft_worker, "draft_model_runner", None)
+    if runner is None:  # sglang >= 0.5.13: EAGLEWorkerV2 -> EagleDraftWorker.draft_runner
+        runner = draft_worker.draft_worker.draft_runner
+    fc = runner.model.model.fc
     fc.register_forward_hook(lambda mod, inp, out: shapes.append(tuple(inp[0].shape)))
     return shapes
 

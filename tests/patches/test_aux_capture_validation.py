@@ -6,9 +6,10 @@ import pytest
 
 from eagle3_patches.patches.aux_capture_validation import validate_layer_ids
 from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.testing.releases import requires_patch
 from eagle3_patches.testing.tiny_models import NUM_LAYERS
 
-pytestmark = pytest.mark.sglang
+pytestmark = [pytest.mark.sglang, requires_patch("aux_capture_validation")]  # sglang < 0.5.13
 
 
 @pytest.mark.parametrize(
@@ -57,6 +58,7 @@ def _capture_outcomes(target: str, cases: dict):
 CASES = {"good": [1, 2, 3], "last": [1, 2, NUM_LAYERS - 1], "duplicate": [1, 1, 3]}
 
 
+@pytest.mark.stock
 def test_stock_accepts_uncapturable_ids_silently_or_crashes_far_away(tiny):
     out = run_isolated(_capture_outcomes, str(tiny["deepseek_v3"]), CASES, patches=None)
     assert out["good"] == ("ok", (5, 192))
@@ -92,6 +94,7 @@ def test_patched_forward_check_names_the_lost_capture(tiny):
     assert "2 states" in message and "3 states of width 64" in message
 
 
+@pytest.mark.stock
 def test_stock_forward_with_a_lost_capture_passes_silently(tiny):
     assert run_isolated(_capture_lost, str(tiny["deepseek_v3"]), patches=None) == ("ok", None)
 
@@ -125,6 +128,7 @@ def test_patched_refuses_two_batch_overlap_and_pipeline_parallel(tiny, flag, nee
         assert kind == "Eagle3ConfigError" and needle in message
 
 
+@pytest.mark.stock
 @pytest.mark.parametrize("flag", ["tbo", "pp"])
 def test_stock_starts_with_two_batch_overlap_or_pipeline_parallel_and_capture(tiny, flag):
     assert run_isolated(_parallelism_refusal, str(tiny["deepseek_v3"]), str(tiny["draft"]), flag) == ("ok", None)

@@ -22,6 +22,7 @@ import pytest
 
 from eagle3_patches.patches import cuda_graph_capture_order as cgo
 from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.testing.releases import requires_patch, stock_bug
 
 CONFIGURED = [2, 3, 4]  # draft eagle_aux_hidden_state_layer_ids [1, 2, 3], + 1
 DEFAULTS = [2, 3, 3]  # [2, n // 2, n - 3] for the 6-layer tiny target
@@ -92,7 +93,9 @@ def _graph_capture_sequence(target: str, draft: str, patched: bool, with_kimi_de
 
 
 # --------------------------------------------------------------------------- real sglang, isolated
+@pytest.mark.stock
 @pytest.mark.sglang
+@stock_bug("cuda_graph_capture_order")
 def test_stock_graphs_bake_in_the_default_layers(tiny):
     """Stock 0.5.9: capture runs with [2, 3, 3], eager prefill with [2, 3, 4]: the bug."""
     out = run_isolated(_graph_capture_sequence, str(tiny["deepseek_v3"]), str(tiny["draft"]), False)
@@ -107,7 +110,9 @@ def test_stock_graphs_bake_in_the_default_layers(tiny):
     assert out["eager_after_recapture"] == DEFAULTS
 
 
+@pytest.mark.runtime_only
 @pytest.mark.sglang
+@requires_patch("cuda_graph_capture_order")
 def test_patched_graphs_bake_in_the_configured_layers(tiny):
     out = run_isolated(_graph_capture_sequence, str(tiny["deepseek_v3"]), str(tiny["draft"]), True)
     assert out["state"] == "applied"
@@ -122,7 +127,9 @@ def test_patched_graphs_bake_in_the_configured_layers(tiny):
     assert out["original_is_sglangs"]
 
 
+@pytest.mark.runtime_only
 @pytest.mark.sglang
+@requires_patch("cuda_graph_capture_order")
 def test_patched_kimi_wrapper_graphs_bake_in_the_configured_layers(tiny):
     """Model-agnostic: Kimi-K2.5's wrapper (setter delegated to its language_model)."""
     out = run_isolated(_graph_capture_sequence, str(tiny["kimi_k25"]), str(tiny["draft"]), True, True)

@@ -22,6 +22,7 @@ def _server_args_outcomes(target: str, draft: str, cases: list[str]):
     return out
 
 
+@pytest.mark.stock
 def test_stock_accepts_eagle_with_an_eagle3_draft(tiny):
     out = run_isolated(_server_args_outcomes, str(tiny["kimi_k25"]), str(tiny["draft"]), ["EAGLE"], patches=None)
     assert out["EAGLE"] == ("ok", "EAGLE")  # the silent misconfiguration

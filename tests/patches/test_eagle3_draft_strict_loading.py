@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.testing.releases import only_release
 from eagle3_patches.testing.sglang_harness import load_drafts
 
 pytestmark = pytest.mark.sglang
@@ -71,6 +72,8 @@ def patched(tiny, drafts):
     return _load(tiny, drafts, PATCH)
 
 
+@pytest.mark.stock
+@only_release("<0.5.12", "0.5.12 loads layers.0.* natively")
 def test_stock_drops_layers0_midlayer_silently(stock, drafts):
     """The bug on 0.5.9: a speculators-named draft 'loads' with its midlayer at random init."""
     assert stock["layers0"]["ok"]

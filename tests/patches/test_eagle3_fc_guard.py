@@ -33,6 +33,7 @@ def _eagle_without_capture(target: str, draft: str):
     return {"error": None, "fc_inputs": fc_inputs}
 
 
+@pytest.mark.stock
 def test_stock_skips_fc_silently_when_the_target_does_not_capture(tiny):
     """The field's root cause, reproduced on stock 0.5.9: no error, fc never runs."""
     out = run_isolated(_eagle_without_capture, str(tiny["deepseek_v3"]), str(tiny["draft"]), patches=None)
@@ -101,6 +102,7 @@ def kimi_width_draft(tiny_root):
     return path
 
 
+@pytest.mark.runtime_only
 def test_kimi_width_draft_fc_receives_21504_and_refuses_7168(tiny, kimi_width_draft):
     out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft),
                        [3 * KIMI_HIDDEN, KIMI_HIDDEN], patches=["eagle3_fc_guard"])
@@ -110,6 +112,7 @@ def test_kimi_width_draft_fc_receives_21504_and_refuses_7168(tiny, kimi_width_dr
     assert out["results"][1].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][1]
 
 
+@pytest.mark.stock
 def test_kimi_width_draft_on_stock_skips_fc_for_7168(tiny, kimi_width_draft):
     out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft), [KIMI_HIDDEN], patches=None)
     assert out["results"] == [None] and out["fc_inputs"] == []  # silent skip: the bug

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.testing.releases import stock_bug
 from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 
 pytestmark = pytest.mark.sglang
@@ -56,6 +57,7 @@ def _kimi_eagle3_workers(target: str, draft: str):
     h.eagle_workers(h.eagle3_server_args(target, draft))
 
 
+@stock_bug("kimi_k25_eagle3_delegation")
 def test_kimi_k25_eagle3_fails_at_start_on_stock_0_5_9(tiny):
     """The bug, pinned: this test fails the day a release delegates (then see docs/compat.md)."""
     with pytest.raises(AttributeError, match="KimiK25ForConditionalGeneration.*set_eagle3_layers_to_capture"):

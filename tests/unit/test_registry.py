@@ -170,8 +170,33 @@ def test_production_registry_declares_every_patch():
     assert reg.names() == [
         "kimi_k25_eagle3_delegation", "aux_capture_validation", "cuda_graph_capture_order",
         "tp_allreduce_fusion_capture", "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
+        "eagle3_target_capability",
+        "hidden_state_dump", "layer_id_convention", "eagle3_probe",
     ]
     for name in reg.names():
         p = reg[name]
         assert p.summary and p.module.startswith("sglang.") and p.applies_to
         assert sys.modules[type(p).__module__].__doc__.lstrip().startswith(name)
+
+
+def test_reverting_a_patch_under_a_stacked_one_keeps_the_other_and_restores_identity(module_name):
+    mod = importlib.import_module(module_name)
+    original = mod.Target.__dict__["method"]
+    reg = Registry("t", [_patch(module_name, name="first"), _patch(module_name, name="second")])
+    reg.apply()
+    assert mod.Target().method() == "patched:patched:original"
+    reg.revert(["first"])
+    assert mod.Target().method() == "patched:original"  # second is still on, first is gone
+    assert reg.status()["second"].state is State.APPLIED
+    assert reg.status()["first"].state is State.NOT_SELECTED
+    reg.revert()
+    assert mod.Target.__dict__["method"] is original
+
+
+def test_full_revert_of_stacked_patches_restores_identity(module_name):
+    mod = importlib.import_module(module_name)
+    original = mod.Target.__dict__["method"]
+    reg = Registry("t", [_patch(module_name, name="first"), _patch(module_name, name="second")])
+    reg.apply()
+    reg.revert()
+    assert mod.Target.__dict__["method"] is original

@@ -1,0 +1,80 @@
+"""eagle3_target_capability
+
+Bug: nothing checks at start that the target model class can capture EAGLE-3 aux states; a
+target without ``set_eagle3_layers_to_capture`` / ``get_embed_and_head`` (sglang 0.5.9's
+Kimi-K2.5 wrapper without the delegation) fails inside every TP rank's scheduler after the
+launcher has already started them, with a bare AttributeError per rank.
+Releases: every release (vLLM's ``SupportsEagle3`` check has no sglang counterpart through 0.5.23).
+Upstream probe: none; the check runs in the launcher, before any rank is spawned.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from ..errors import Eagle3TargetError
+from ..registry import Patch, Saver, expect_attr
+
+#: what sglang's EAGLE-3 path calls on the target (model_runner.py, eagle_worker.py)
+REQUIRED = ("set_eagle3_layers_to_capture", "get_embed_and_head")
+
+
+def _architectures(model_path: str) -> list[str]:
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return []  # a hub id or an unreadable config: sglang reports those itself
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def check_target_supports_eagle3(server_args) -> None:
+    """Refuse EAGLE3 at start, in the launcher, when the target class lacks the capture hooks."""
+    if (server_args.speculative_algorithm or "").upper() != "EAGLE3":
+        return
+    archs = _architectures(server_args.model_path)
+    if not archs:
+        return
+    from sglang.srt.models.registry import ModelRegistry
+
+    try:
+        cls, arch = ModelRegistry.resolve_model_cls(archs)
+    except Exception:  # noqa: BLE001 - an unknown architecture is sglang's own error to report
+        return
+    missing = [m for m in REQUIRED if not callable(getattr(cls, m, None))]
+    if missing:
+        raise Eagle3TargetError(
+            f"the target model {arch} cannot serve an EAGLE-3 draft: it has no {' / '.join(missing)}",
+            where=f"--model-path {server_args.model_path} (architectures {archs}) with --speculative-algorithm EAGLE3",
+            found=f"{cls.__module__}.{cls.__qualname__} without {', '.join(missing)}",
+            expected="a target that captures aux hidden states (set_eagle3_layers_to_capture) and shares its "
+            "embedding and lm_head (get_embed_and_head)",
+            fix="for Kimi-K2.5 on sglang 0.5.9 enable eagle3-patches' kimi_k25_eagle3_delegation (remove it from "
+            "EAGLE3_PATCHES_DISABLE) or upgrade sglang to >= 0.5.10; otherwise serve without an EAGLE-3 draft",
+        )
+
+
+def _checked_post_init(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    check_target_supports_eagle3(instance)
+    return result
+
+
+class Eagle3TargetCapability(Patch):
+    name = "eagle3_target_capability"
+    summary = "EAGLE3 with a target that cannot capture aux states is refused once, in the launcher"
+    module = "sglang.srt.server_args"
+    applies_to = SpecifierSet(">=0.5.8")
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(module.ServerArgs, "__post_init__")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.ServerArgs, "__post_init__", _checked_post_init)
+
+
+PATCH = Eagle3TargetCapability()

@@ -1,0 +1,161 @@
+"""layer_id_convention
+
+Bug: from sglang 0.5.13 the meaning of ``eagle_config.eagle_aux_hidden_state_layer_ids`` depends on
+the first id: ``DeepseekV2ForCausalLM.set_eagle3_layers_to_capture`` adds 1 only when the first id
+is 1, otherwise it uses the ids as they are.  Before 0.5.13 it always added 1.  So one draft config,
+e.g. ``[2, 30, 58]`` (Kimi-K2.5's SpecForge drafters), captures the outputs of layers 2, 30, 58 on
+0.5.12 and of layers 1, 29, 57 on 0.5.13: the draft silently gets the wrong layers (only a lower
+accept length shows it).
+Releases: 0.5.13 and later (the rule is unchanged through 0.5.23).
+Upstream probe: none (the check below requires the first-id rule; another body is not-applicable).
+
+This library has one convention (``eagle3_patches.checkpoint.layer_ids``): id ``i`` is the
+**output of target layer i** (``output-of-layer``, sglang <= 0.5.12's meaning).  ``eagle3-patches
+convert`` records it in the draft config it writes, under
+``eagle_config.eagle3_patches_layer_id_convention``.  The patch wraps
+``set_eagle3_layers_to_capture``: after sglang's own code ran, when the draft config records a
+convention it sets ``layers_to_capture`` to what that convention means, whatever the first id:
+
+* ``output-of-layer``: ``[i + 1 for i in ids]`` (capture before layer i + 1 = the output of layer i);
+* ``input-of-layer`` (speculators / vLLM): ``ids`` as they are.
+
+A draft config that records no convention is left to sglang's rule (a draft made for this release
+may rely on it), unless ``EAGLE3_PATCHES_LAYER_ID_CONVENTION`` names one; then a warning is logged
+once when the ids mean different layers on sglang <= 0.5.12 and on this release.  The default
+no-argument call (sglang's ``[2, n // 2, n - 3]``) is never changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from ..checkpoint.layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
+from ..errors import Eagle3ConfigError
+from ..registry import Patch, Saver, expect_attr, expect_source
+
+logger = logging.getLogger("eagle3_patches")
+
+NAME = "layer_id_convention"
+SETTER = "set_eagle3_layers_to_capture"
+#: environment override for draft configs that record no convention
+ENV = "EAGLE3_PATCHES_LAYER_ID_CONVENTION"
+_warned: set[tuple] = set()
+
+
+def capture_points_for(ids, convention: str) -> list[int]:
+    """sglang's ``layers_to_capture`` (capture before these layers) for ``ids`` in ``convention``."""
+    if convention == OUTPUT_OF_LAYER:
+        return [int(i) + 1 for i in ids]
+    if convention == INPUT_OF_LAYER:
+        return [int(i) for i in ids]
+    raise ValueError(f"unknown layer-id convention {convention!r}; known: {', '.join(CONVENTIONS)}")
+
+
+def _read_draft_config(path: str | None) -> dict | None:
+    if not path:
+        return None
+    candidates = [os.path.join(path, "config.json")]
+    if not os.path.isdir(path):  # a hub id: only the local cache is read (no network from here)
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json")
+            candidates = [cached] if isinstance(cached, str) else []
+        except Exception:  # noqa: BLE001 - no cache, no hub library: unknown convention
+            candidates = []
+    for candidate in candidates:
+        try:
+            with open(candidate, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def draft_convention() -> tuple[str | None, str]:
+    """(convention, where it came from) for the draft being served; (None, why) when none is recorded."""
+    try:
+        from sglang.srt.server_args import get_global_server_args
+
+        draft = getattr(get_global_server_args(), "speculative_draft_model_path", None)
+    except Exception:  # noqa: BLE001 - no global server args (a bare model): nothing recorded
+        draft = None
+    config = _read_draft_config(draft)
+    eagle_config = (config or {}).get("eagle_config") or {}
+    recorded = eagle_config.get(CONVENTION_KEY) if isinstance(eagle_config, dict) else None
+    if recorded is not None:
+        if recorded not in CONVENTIONS:
+            raise Eagle3ConfigError(
+                f"unknown EAGLE-3 layer-id convention {recorded!r}",
+                where=f"draft config.json eagle_config.{CONVENTION_KEY} ({draft})",
+                found=repr(recorded),
+                expected=" or ".join(CONVENTIONS),
+                fix=f"write {OUTPUT_OF_LAYER!r} (id i = the output of target layer i) or re-convert the draft "
+                "with `eagle3-patches convert`",
+            )
+        return recorded, f"eagle_config.{CONVENTION_KEY} in {draft}/config.json"
+    forced = os.environ.get(ENV, "").strip()
+    if forced:
+        if forced not in CONVENTIONS:
+            raise Eagle3ConfigError(
+                f"unknown EAGLE-3 layer-id convention {forced!r}", where=ENV, found=repr(forced),
+                expected=" or ".join(CONVENTIONS), fix=f"set {ENV} to {OUTPUT_OF_LAYER} or {INPUT_OF_LAYER}",
+            )
+        return forced, ENV
+    return None, f"the draft config ({draft}) records no eagle_config.{CONVENTION_KEY}"
+
+
+def _conventional_set_layers(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    layer_ids = args[0] if args else kwargs.get("layer_ids")
+    if layer_ids is None or not instance.pp_group.is_last_rank:
+        return result
+    convention, source = draft_convention()
+    stock = list(instance.model.layers_to_capture)
+    if convention is None:
+        as_before = capture_points_for(layer_ids, OUTPUT_OF_LAYER)
+        key = (tuple(layer_ids), tuple(stock))
+        if stock != as_before and key not in _warned:
+            _warned.add(key)
+            logger.warning(
+                "eagle3-patches: EAGLE-3 aux layer ids %s capture the outputs of layers %s on this sglang, but of "
+                "layers %s on sglang <= 0.5.12 (the +1 rule changed in 0.5.13); %s. If the draft was trained for "
+                "sglang <= 0.5.12 (SpecForge), set eagle_config.%s = %r in its config (or %s=%s).",
+                list(layer_ids), [p - 1 for p in stock], list(layer_ids), source, CONVENTION_KEY, OUTPUT_OF_LAYER,
+                ENV, OUTPUT_OF_LAYER,
+            )
+        return result
+    points = capture_points_for(layer_ids, convention)
+    instance.model.layers_to_capture = points
+    if points != stock:
+        logger.info(
+            "eagle3-patches: aux layer ids %s (%s, from %s) -> layers_to_capture %s (sglang's own rule gave %s)",
+            list(layer_ids), convention, source, points, stock,
+        )
+    return result
+
+
+class LayerIdConvention(Patch):
+    name = NAME
+    summary = "aux layer ids mean the draft config's recorded convention on sglang >= 0.5.13 (the +1 rule changed)"
+    module = "sglang.srt.models.deepseek_v2"
+    applies_to = SpecifierSet(">=0.5.13")
+
+    def check(self, module: ModuleType) -> None:
+        expect_source(
+            expect_attr(module.DeepseekV2ForCausalLM, SETTER),
+            "layer_ids[0] == 1",
+            "self.model.layers_to_capture = list(layer_ids)",
+        )
+        expect_source(expect_attr(module.DeepseekV2Model, "forward"), "layers_to_capture")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.DeepseekV2ForCausalLM, SETTER, _conventional_set_layers)
+
+
+PATCH = LayerIdConvention()

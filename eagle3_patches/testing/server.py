@@ -1,0 +1,146 @@
+"""Start and stop a real ``sglang.launch_server`` on CPU under ``eagle3-patches run --cpu-profile``.
+
+Used by the e2e tests, the tiny-draft trainer and the CPU demo.  The server runs in its own
+process group (``start_new_session``) so that :meth:`Server.stop` kills the launcher, the
+scheduler and the detokenizer together; its output goes to a log file that :meth:`Server.log`
+reads back (for failures, and for the probe / dump log lines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Sequence
+
+#: flags every CPU server needs (docs/cpu-profile.md, docs/e2e.md)
+CPU_FLAGS = [
+    "--device", "cpu",
+    "--dtype", "float32",
+    "--disable-cuda-graph",
+    "--grammar-backend", "none",
+    "--skip-server-warmup",
+    "--mem-fraction-static", "0.05",
+    "--max-total-tokens", "4096",
+    "--random-seed", "0",
+    "--log-level", "info",
+]
+
+
+def speculative_flags(draft: str, algorithm: str = "EAGLE3", steps: int = 3, topk: int = 1, draft_tokens: int = 4) -> list[str]:
+    return [
+        "--speculative-algorithm", algorithm,
+        "--speculative-draft-model-path", str(draft),
+        "--speculative-num-steps", str(steps),
+        "--speculative-eagle-topk", str(topk),
+        "--speculative-num-draft-tokens", str(draft_tokens),
+    ]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class Server:
+    def __init__(self, model: str, args: Sequence[str] = (), *, log_path: os.PathLike, env: dict | None = None,
+                 disable: Sequence[str] = (), attention_backend: str = "triton", python: str | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        run = [python or sys.executable, "-m", "eagle3_patches", "run", "--cpu-profile"]
+        for name in disable:
+            run += ["--disable", name]
+        self.command = [
+            *run, "--", python or sys.executable, "-m", "sglang.launch_server",
+            "--model-path", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+            "--attention-backend", attention_backend, *CPU_FLAGS, *args,
+        ]
+        self.env = dict(os.environ)
+        self.env.setdefault("TRITON_INTERPRET", "1")
+        self.env.update(env or {})
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 240.0) -> "Server":
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(f"server exited with {self.proc.returncode} before it was ready:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/get_model_info", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise ServerError(f"server not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def wait_exit(self, timeout: float = 240.0) -> int:
+        """For a server expected to refuse to start: its exit status (killed after ``timeout``)."""
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        log.close()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return -9
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(wait)
+                # the group may outlive the leader: make sure it is gone
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                continue
+            break
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = 60) -> str:
+        return "\n".join(self.log().splitlines()[-n:])
+
+    def generate(self, input_ids: Sequence[int], max_new_tokens: int = 16, timeout: float = 300.0) -> dict:
+        body = {"input_ids": list(input_ids), "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
+                                                                   "ignore_eos": True}}
+        req = urllib.request.Request(self.url + "/generate", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,159 @@
+"""layer_id_convention: one draft config captures the same layer outputs on every sglang release.
+
+The draft config says ``eagle_aux_hidden_state_layer_ids: [2, 3, 4]`` on the tiny 6-layer DeepSeek-V3
+target and records the library's convention (``output-of-layer``: id i = the output of layer i).
+sglang <= 0.5.12 captures the outputs of layers 2, 3, 4 for it; stock 0.5.13+ the outputs of layers
+1, 2, 3 (the +1 rule changed).  The captured aux tensor (``logits_output.hidden_states``, real prefill)
+is compared, chunk by chunk, with every decoder layer's output (``hidden_states + residual``, taken by
+forward hooks on the same run) to find which layers were really captured.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY, INPUT_OF_LAYER, OUTPUT_OF_LAYER
+from eagle3_patches.patches import layer_id_convention as lic
+from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.testing.releases import only_release, patch_applies, sglang_version
+from eagle3_patches.testing.tiny_models import HIDDEN, NUM_LAYERS, TinyDraftSpec, build_eagle3_draft
+
+IDS = (2, 3, 4)  # output-of-layer: the outputs of layers 2, 3, 4 (capture before layers 3, 4, 5)
+
+
+def _draft_spec(convention: str | None) -> TinyDraftSpec:
+    eagle_config = {"eagle_aux_hidden_state_layer_ids": list(IDS), "use_aux_hidden_state": True}
+    if convention:
+        eagle_config[CONVENTION_KEY] = convention
+    return TinyDraftSpec(aux_ids=IDS, extra_config={"eagle_config": eagle_config})
+
+
+@pytest.fixture(scope="module")
+def drafts(tiny_root):
+    return {
+        "marked": build_eagle3_draft(tiny_root / "tiny-eagle3-draft-ids234-output-of-layer", _draft_spec(OUTPUT_OF_LAYER)),
+        "unmarked": build_eagle3_draft(tiny_root / "tiny-eagle3-draft-ids234", _draft_spec(None)),
+    }
+
+
+def _captured_layers(target: str, marked: str, unmarked: str):
+    """In one process: which layers' outputs the aux tensor holds, patched and stock (same weights)."""
+    import logging
+
+    import torch
+
+    import eagle3_patches
+    from eagle3_patches.testing import sglang_harness as h
+    from sglang.srt.server_args import get_global_server_args
+
+    sa = h.eagle3_server_args(target, marked)
+    sa.attention_backend = "torch_native"  # the target alone: faster than interpreted triton
+    runner = h.model_runner(sa)
+    model = runner.model
+    outputs: dict[int, torch.Tensor] = {}
+
+    def hook(i):
+        def record(module, args, out):
+            outputs[i] = (out[0] + out[1]).detach().clone()  # the layer's output: hidden_states + residual
+
+        return record
+
+    for i, layer in enumerate(model.model.layers):
+        layer.register_forward_hook(hook(i))
+
+    def run():
+        outputs.clear()
+        step = h.prefill(runner, [[5, 6, 7, 8, 9], [10, 11, 12]], return_hidden_states=True)
+        aux = step.logits_output.hidden_states
+        found = []
+        for chunk in aux.split(model.config.hidden_size, dim=-1):
+            same = [i for i in sorted(outputs) if outputs[i].shape == chunk.shape and torch.allclose(chunk, outputs[i], rtol=1e-5, atol=1e-6)]
+            found.append(same[0] if len(same) == 1 else same)
+        return {"layers_to_capture": list(model.model.layers_to_capture), "width": aux.shape[-1], "outputs_of": found}
+
+    result = {"state": eagle3_patches.status()["layer_id_convention"].state.value,
+              "reason": eagle3_patches.status()["layer_id_convention"].reason}
+    result["patched"] = run()  # ModelRunner itself called set_eagle3_layers_to_capture with the draft's ids
+
+    eagle3_patches.revert(["layer_id_convention"])
+    model.set_eagle3_layers_to_capture(list(IDS))
+    result["stock"] = run()
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda rec: records.append(rec.getMessage())
+    logging.getLogger("eagle3_patches").addHandler(handler)
+    eagle3_patches.apply(["layer_id_convention"])
+    get_global_server_args().speculative_draft_model_path = unmarked
+    model.set_eagle3_layers_to_capture(list(IDS))
+    result["unmarked"] = {"layers_to_capture": list(model.model.layers_to_capture), "logs": records}
+    return result
+
+
+@pytest.fixture(scope="module")
+def captured(tiny, drafts):
+    return run_isolated(_captured_layers, str(tiny["deepseek_v3"]), str(drafts["marked"]), str(drafts["unmarked"]),
+                        patches="all")
+
+
+@pytest.mark.sglang
+def test_same_draft_config_captures_the_outputs_of_layers_2_3_4(captured):
+    """On every release: ids [2, 3, 4] in the library's convention = the outputs of layers 2, 3, 4."""
+    assert captured["patched"]["width"] == len(IDS) * HIDDEN
+    assert captured["patched"]["layers_to_capture"] == [i + 1 for i in IDS]
+    assert captured["patched"]["outputs_of"] == list(IDS)
+
+
+@pytest.mark.sglang
+def test_patch_state_follows_the_release(captured):
+    expected = "applied" if patch_applies("layer_id_convention") else "not-applicable"
+    assert captured["state"] == expected, captured["reason"]
+
+
+@pytest.mark.sglang
+@only_release(">=0.5.13", "the +1 rule changed in 0.5.13")
+def test_stock_0_5_13_reads_the_same_ids_as_the_outputs_of_layers_1_2_3(captured):
+    """The bug, pinned: without the patch the same config captures other layers from 0.5.13 on."""
+    assert captured["stock"]["layers_to_capture"] == list(IDS)
+    assert captured["stock"]["outputs_of"] == [i - 1 for i in IDS]
+
+
+@pytest.mark.sglang
+@only_release("<0.5.13", "before 0.5.13 sglang always adds 1")
+def test_stock_before_0_5_13_already_captures_the_outputs_of_layers_2_3_4(captured):
+    assert captured["stock"]["outputs_of"] == list(IDS)
+
+
+@pytest.mark.sglang
+@only_release(">=0.5.13", "the patch applies from 0.5.13")
+def test_unmarked_config_keeps_sglangs_rule_and_warns(captured):
+    """A config that records no convention may have been made for this release: left alone, with a warning."""
+    assert captured["unmarked"]["layers_to_capture"] == list(IDS)
+    assert any("+1 rule changed in 0.5.13" in m and CONVENTION_KEY in m for m in captured["unmarked"]["logs"])
+
+
+# -- no sglang --------------------------------------------------------------------------------------
+def test_capture_points_per_convention():
+    assert lic.capture_points_for([2, 30, 58], OUTPUT_OF_LAYER) == [3, 31, 59]
+    assert lic.capture_points_for([1, 29, 57], OUTPUT_OF_LAYER) == [2, 30, 58]  # first id 1: same as <= 0.5.12
+    assert lic.capture_points_for([2, 30, 58], INPUT_OF_LAYER) == [2, 30, 58]
+    with pytest.raises(ValueError):
+        lic.capture_points_for([1], "nonsense")
+
+
+def test_convention_read_from_the_draft_config(drafts):
+    assert lic._read_draft_config(str(drafts["marked"]))["eagle_config"][CONVENTION_KEY] == OUTPUT_OF_LAYER
+    assert lic._read_draft_config(str(drafts["unmarked"]))["eagle_config"].get(CONVENTION_KEY) is None
+    assert lic._read_draft_config(None) is None
+
+
+def test_declared_releases():
+    from packaging.version import Version
+
+    assert Version("0.5.12") not in lic.PATCH.applies_to
+    assert Version("0.5.13") in lic.PATCH.applies_to and Version("0.5.23") in lic.PATCH.applies_to
+    assert sglang_version() is None or isinstance(sglang_version(), Version)
+
+
+def test_tiny_target_has_room_for_the_ids():
+    assert max(IDS) <= NUM_LAYERS - 2

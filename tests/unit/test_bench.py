@@ -1,0 +1,95 @@
+"""eagle3_patches.bench and `eagle3-patches bench` against a fake SGLang server (stdlib HTTP)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from contextlib import redirect_stdout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from eagle3_patches import bench
+from eagle3_patches.cli import main
+
+
+def _fake(accept: float | None):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, obj):
+            data = json.dumps(obj).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send({"model_path": "/nonexistent"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/generate":
+                n = body["sampling_params"]["max_new_tokens"]
+                meta = {"completion_tokens": n}
+                if accept:
+                    meta.update(spec_verify_ct=round(n / accept), spec_accept_length=n / round(n / accept))
+                self._send({"output_ids": [t + 1 for t in body["input_ids"]][:n], "meta_info": meta})
+            else:
+                self._send({"choices": [{"text": "x"}], "usage": {"completion_tokens": body["max_tokens"]}})
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+@pytest.fixture
+def servers():
+    a, url_a = _fake(2.0)
+    b, url_b = _fake(None)
+    yield url_a, url_b
+    a.shutdown()
+    b.shutdown()
+
+
+def test_percentile():
+    assert bench.percentile([], 50) is None
+    assert bench.percentile([1, 2, 3, 4], 50) == 2.5
+    assert bench.percentile([5], 99) == 5
+
+
+def test_report_with_baseline(servers, capsys):
+    url, base = servers
+    prompts = bench.random_prompts(6, 5, 100)
+    rep = bench.run([url, base], prompts, concurrency=3, max_new_tokens=8)
+    s, b = rep["servers"]
+    assert s["single"]["accept_length"] == pytest.approx(2.0) and s["single"]["accept_length_pooled"] == pytest.approx(2.0)
+    assert b["single"]["accept_length"] is None and s["concurrent"]["requests"] == 6
+    assert s["single"]["output_tokens"] == 48 and rep["ratios"]["same_outputs"]
+    table = bench.format_table(rep)
+    assert "accept len" in table and "2.00" in table and "same outputs (single stream): yes" in table
+    assert "c=3" in capsys.readouterr().err  # the progress bar
+
+
+def test_cli_json_and_openai(servers):
+    url, base = servers
+    out = io.StringIO()
+    with redirect_stdout(out):
+        rc = main(["bench", url, "--baseline", base, "--vocab-size", "50", "--num-prompts", "3", "--json", "--no-progress",
+                   "--max-new-tokens", "4", "--concurrency", "2"])
+    assert rc == 0
+    rep = json.loads(out.getvalue())
+    assert rep["servers"][0]["single"]["accept_length"] == pytest.approx(2.0) and "ratios" in rep
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["bench", url, "--api", "openai", "--prompt", "hello", "--concurrency", "1", "--no-progress"]) == 0
+    assert "server" in out.getvalue()
+
+
+def test_unreachable_server_is_an_error(capsys):
+    bench_wait = bench.wait_ready
+    with pytest.raises(Exception):
+        bench_wait("http://127.0.0.1:9", timeout=0.5)

@@ -1,0 +1,494 @@
+#!/usr/bin/env python3
+"""The sglang release matrix: one isolated CPU venv per release, the behavioural suite and
+``eagle3-patches status`` in each, and docs/compat.md generated from the results.
+
+    python tools/matrix.py                      # the full matrix -> docs/compat.md
+    python tools/matrix.py --releases 0.5.9,0.5.13
+    python tools/matrix.py --ci                 # pinned + newest, quick selection -> .matrix/ci-report.md
+    python tools/matrix.py --setup-only         # build the venvs only
+    python tools/matrix.py --report-only        # regenerate the report from .matrix/results
+
+Each release gets ``.matrix/venv-<release>`` (gitignored): requirements-test.txt with the release's
+own ``transformers`` (and ``openai``) pin read from the wheel's METADATA, the per-release extras of
+tools/matrix_releases.json, torch 2.13.0 (CPU) everywhere, then the sglang wheel with ``--no-deps``
+and a ``.pth`` that puts this checkout on ``sys.path`` (nothing is written into the checkout).
+A venv is rebuilt only when its inputs change.  ``newest`` means the newest sglang on PyPI
+(``pip index versions sglang``; ``newest_fallback`` of the data file when offline).
+
+Exit status: 0 when every release ran green (no failed test, no failed patch, no import error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = ROOT / ".matrix"
+DATA_FILE = ROOT / "tools" / "matrix_releases.json"
+REQUIREMENTS = ROOT / "requirements-test.txt"
+COMPAT = ROOT / "docs" / "compat.md"
+CI_REPORT = MATRIX / "ci-report.md"
+
+#: the behavioural suite (tests/checkpoint, tests/fork and tests/distributed are release-independent
+#: or need TP 2; the main CI job runs them on the pinned release)
+FULL_SELECTION = ["tests/unit", "tests/cpu", "tests/patches", "tests/sglang"]
+#: --ci: the checks that prove the EAGLE-3 path on a release in a few minutes
+CI_SELECTION = [
+    "tests/unit/test_registry.py",
+    "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc",
+    "tests/patches/test_layer_id_convention.py",
+    "tests/patches/test_patch_set.py",
+]
+FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
+LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
+TORCH_PIN = "torch==2.13.0"
+
+
+# -- releases ----------------------------------------------------------------------------------
+def load_data() -> dict:
+    return json.loads(DATA_FILE.read_text())
+
+
+def host_python() -> str:
+    return sys.executable
+
+
+def newest_release(data: dict) -> str:
+    try:
+        out = subprocess.run([host_python(), "-m", "pip", "index", "versions", "sglang"], capture_output=True,
+                             text=True, timeout=120).stdout
+        m = re.search(r"^sglang \(([^)]+)\)", out, re.M)
+        if m:
+            return m.group(1)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return data["newest_fallback"]
+
+
+def resolve_releases(spec: list[str], data: dict) -> list[str]:
+    out: list[str] = []
+    for r in spec:
+        r = r.strip()
+        if not r:
+            continue
+        if r == "newest":
+            r = newest_release(data)
+        elif r == "pinned":
+            r = data["pinned"]
+        if r not in out:
+            out.append(r)
+    return out
+
+
+# -- environments -------------------------------------------------------------------------------
+def log(msg: str) -> None:
+    print(f"[matrix {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def wheel_for(version: str, pip_python: str) -> Path:
+    wheels = MATRIX / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if found:
+        return found[0]
+    subprocess.run([pip_python, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(wheels)],
+                   check=True, capture_output=True, text=True)
+    found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        raise RuntimeError(f"pip download sglang=={version} gave no wheel")
+    return found[0]
+
+
+def metadata_pins(wheel: Path, names: list[str]) -> dict[str, str]:
+    """``{name: "name==X"}`` for the unconditional Requires-Dist pins of ``names`` in the wheel's METADATA."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        text = zf.read(meta).decode()
+    pins: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = line.split(":", 1)[1].strip()
+        if ";" in req:  # extras / platform markers: not the base install
+            continue
+        m = re.match(r"([A-Za-z0-9_.\-]+)\s*(\[[^\]]*\])?\s*(.*)$", req)
+        if m and m.group(1).lower() in names and m.group(3):
+            pins[m.group(1).lower()] = m.group(1) + m.group(3).replace(" ", "")
+    return pins
+
+
+def _req_name(line: str) -> str | None:
+    m = re.match(r"\s*([A-Za-z0-9_.\-]+)", line.split("#", 1)[0])
+    return m.group(1).lower() if m else None
+
+
+def requirements_for(version: str, wheel: Path, data: dict) -> tuple[str, dict]:
+    extra = data.get("releases", {}).get(version, {}).get("extra", [])
+    bare = [e.lower() for e in extra if re.fullmatch(r"[A-Za-z0-9_.\-]+", e)]
+    names = [n.lower() for n in data.get("pins_from_metadata", [])]
+    pins = metadata_pins(wheel, names + bare)
+    extra = [pins.get(e.lower(), e) if e.lower() in bare else e for e in extra]
+    lines = []
+    for line in REQUIREMENTS.read_text().splitlines():
+        name = _req_name(line)
+        if name == "torch":
+            lines.append(TORCH_PIN)
+        elif name in pins:
+            lines.append(pins[name] + f"  # sglang {version}'s pin (wheel METADATA)")
+        else:
+            lines.append(line)
+    if extra:
+        lines.append(f"# extras for sglang {version} (tools/matrix_releases.json)")
+        lines.extend(extra)
+    return "\n".join(lines) + "\n", pins
+
+
+def venv_python(version: str) -> Path:
+    return MATRIX / f"venv-{version}" / "bin" / "python"
+
+
+def setup_release(version: str, data: dict) -> dict:
+    """Create (or reuse) the release's venv; returns {ok, seconds, pins, error}."""
+    t0 = time.time()
+    venv = MATRIX / f"venv-{version}"
+    logs = MATRIX / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    logfile = logs / f"setup-{version}.log"
+    py = venv_python(version)
+    try:
+        if not py.exists():
+            subprocess.run([host_python(), "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
+        wheel = wheel_for(version, str(py))
+        req_text, pins = requirements_for(version, wheel, data)
+        digest = hashlib.sha256((req_text + wheel.name + str(ROOT)).encode()).hexdigest()[:16]
+        stamp = venv / f".matrix-env-{digest}"
+        if stamp.exists():
+            return {"ok": True, "seconds": round(time.time() - t0, 1), "pins": pins, "reused": True}
+        req_file = MATRIX / f"requirements-{version}.txt"
+        req_file.write_text(req_text)
+        log(f"{version}: installing ({', '.join(pins.values()) or 'no pins'}) -> {venv.relative_to(ROOT)}")
+        with open(logfile, "w") as fh:
+            for cmd in (
+                [str(py), "-m", "pip", "install", "-q", "-r", str(req_file)],
+                [str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
+                [str(py), "-m", "pip", "install", "-q", TORCH_PIN],  # nothing may have replaced it
+            ):
+                fh.write("$ " + " ".join(cmd) + "\n")
+                fh.flush()
+                r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True)
+                if r.returncode:
+                    raise RuntimeError(f"`{' '.join(cmd[2:5])} ...` failed (see {logfile.relative_to(ROOT)})")
+        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        Path(site, "eagle3_patches_checkout.pth").write_text(str(ROOT) + "\n")
+        for old in venv.glob(".matrix-env-*"):
+            old.unlink()
+        stamp.touch()
+        return {"ok": True, "seconds": round(time.time() - t0, 1), "pins": pins, "reused": False}
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return {"ok": False, "seconds": round(time.time() - t0, 1), "pins": {}, "error": f"{type(exc).__name__}: {exc}"}
+
+
+# -- running ------------------------------------------------------------------------------------
+def _env(version: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["EAGLE3_TINY_CACHE"] = str(MATRIX / "tiny")  # tiny checkpoints are release-independent: build once
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    return env
+
+
+def run_status(version: str) -> dict:
+    py = venv_python(version)
+    t0 = time.time()
+    r = subprocess.run([str(py), "-m", "eagle3_patches", "status", "--cpu-profile", "--json"], capture_output=True,
+                       text=True, cwd=str(MATRIX), env=_env(version), timeout=600)
+    try:
+        report = json.loads(r.stdout)
+    except ValueError:
+        tail = (r.stderr or r.stdout).strip().splitlines()
+        return {"ok": False, "error": tail[-1] if tail else f"exit {r.returncode}", "seconds": round(time.time() - t0, 1)}
+    report["ok"] = r.returncode == 0
+    report["seconds"] = round(time.time() - t0, 1)
+    return report
+
+
+def _first_line(text: str | None) -> str:
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if line:
+            return line[:300]
+    return ""
+
+
+def _why(case: ET.Element) -> str:
+    """The first line of the failure: the exception line of the report (E ...), else the message."""
+    for tag in ("failure", "error"):
+        el = case.find(tag)
+        if el is None:
+            continue
+        body = el.text or ""
+        e_lines = [ln[1:].strip() for ln in body.splitlines() if ln.startswith("E ")]
+        # the innermost exception is the last "E   SomeError: ..." line that names a type
+        named = [ln for ln in e_lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt|Failed)\b", ln)]
+        if named:
+            return named[-1][:300]
+        if e_lines:
+            return e_lines[0][:300]
+        return _first_line(el.get("message")) or _first_line(body)
+    return ""
+
+
+def run_suite(version: str, selection: list[str], timeout: int) -> dict:
+    py = venv_python(version)
+    out_dir = MATRIX / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    junit = out_dir / f"junit-{version}.xml"
+    log_file = MATRIX / "logs" / f"pytest-{version}.log"
+    if junit.exists():
+        junit.unlink()
+    (MATRIX / "tiny").mkdir(parents=True, exist_ok=True)
+    cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
+           f"--junitxml={junit}", "--timeout=600", *selection]
+    t0 = time.time()
+    with open(log_file, "w") as fh:
+        try:
+            r = subprocess.run(cmd, cwd=str(ROOT), env=_env(version), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+            rc = r.returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    seconds = round(time.time() - t0, 1)
+    result = {"rc": rc, "seconds": seconds, "passed": 0, "failed": 0, "skipped": 0, "errors": 0, "failures": [],
+              "skips": {}, "log": str(log_file.relative_to(ROOT)), "tests": {}}
+    if not junit.exists():
+        tail = log_file.read_text().strip().splitlines()
+        result["failures"].append({"test": "(pytest)", "why": tail[-1] if tail else f"pytest exit {rc}"})
+        result["errors"] = 1
+        return result
+    root = ET.parse(junit).getroot()
+    for case in root.iter("testcase"):
+        cls = case.get("classname", "")
+        file = case.get("file") or (cls.replace(".", "/") + ".py")
+        name = f"{file}::{case.get('name')}"
+        if case.find("skipped") is not None:
+            result["skipped"] += 1
+            reason = _first_line(case.find("skipped").get("message"))
+            result["skips"][reason] = result["skips"].get(reason, 0) + 1
+            state = "skipped"
+        elif case.find("failure") is not None or case.find("error") is not None:
+            kind = "failed" if case.find("failure") is not None else "errors"
+            result[kind] += 1
+            result["failures"].append({"test": name, "why": _why(case)})
+            state = "failed"
+        else:
+            result["passed"] += 1
+            state = "passed"
+        result["tests"][name] = state
+    return result
+
+
+def run_release(version: str, data: dict, selection: list[str], timeout: int, setup_only: bool) -> dict:
+    res: dict = {"release": version, "started": _dt.datetime.now().isoformat(timespec="seconds")}
+    log(f"{version}: set-up")
+    res["setup"] = setup_release(version, data)
+    if not res["setup"]["ok"]:
+        log(f"{version}: set-up failed: {res['setup']['error']}")
+        return res
+    if setup_only:
+        return res
+    log(f"{version}: eagle3-patches status --cpu-profile --json")
+    res["status"] = run_status(version)
+    log(f"{version}: pytest {' '.join(selection)}")
+    res["suite"] = run_suite(version, selection, timeout)
+    s = res["suite"]
+    log(f"{version}: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped "
+        f"in {s['seconds']}s")
+    (MATRIX / "results" / f"{version}.json").write_text(json.dumps(res, indent=2))
+    return res
+
+
+# -- the report ---------------------------------------------------------------------------------
+SHORT = {"applied": "applied", "upstream": "upstream", "not-applicable": "n/a", "failed": "FAILED",
+         "not-selected": "off", "disabled": "disabled", "pending": "pending", "in-source": "in-source"}
+
+
+def _fc_verdict(res: dict) -> str:
+    suite = res.get("suite") or {}
+    state = next((v for k, v in suite.get("tests", {}).items() if k.endswith(FC_TEST.split("/", 1)[1]) or k == FC_TEST),
+                 None)
+    if state == "passed":
+        return "yes"
+    if state is None:
+        return "not run"
+    why = next((f["why"] for f in suite.get("failures", []) if f["test"].endswith("test_patched_kimi_eagle3_feeds_3h_to_fc")), "")
+    return f"no ({state}{': ' + why if why else ''})"
+
+
+def _layer_verdict(res: dict) -> str:
+    tests = {k: v for k, v in (res.get("suite") or {}).get("tests", {}).items() if LAYER_TEST_FILE in k}
+    if not tests:
+        return "not run"
+    states = set(tests.values())
+    if states == {"passed"} or states == {"passed", "skipped"}:
+        return "yes"
+    failed = [k for k, v in tests.items() if v == "failed"]
+    why = next((f["why"] for f in (res.get("suite") or {}).get("failures", []) if f["test"] in failed), "")
+    return f"no ({len(failed)} failed{': ' + why if why else ''})"
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render(results: list[dict], command: str, selection: list[str], total_s: float) -> str:
+    names: list[str] = []
+    for res in results:
+        for p in (res.get("status") or {}).get("patches", []):
+            if p["name"] not in names:
+                names.append(p["name"])
+    lines = [
+        "# Compatibility across sglang releases",
+        "",
+        "Generated by `tools/matrix.py`; do not edit by hand. Regenerate with:",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        f"Run {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
+        f"({os.cpu_count()} cores, no GPU, CPU profile), Python {platform.python_version()}, torch 2.13.0 CPU in "
+        f"every venv; {total_s / 60:.1f} min in all. Test selection: `{' '.join(selection)}`.",
+        "",
+        "States are `eagle3-patches status --cpu-profile --json` in each release's venv: **applied** (patched "
+        "here), **upstream** (the installed sglang has the fix), **n/a** (not-applicable: the release is outside "
+        "the patch's range, or the code it targets is not what it was written for; sglang left untouched), "
+        "**off** (opt-in patch, not selected). *3 x H at fc*: the real `EAGLEWorker` on the tiny Kimi-K2.5 "
+        f"(`{FC_TEST}`) fed `[tokens, 3 x hidden]` to the draft's `fc`. *Layer ids*: "
+        f"`{LAYER_TEST_FILE}` - draft ids `[2, 3, 4]` (library convention, output of layer i) captured exactly "
+        "the outputs of layers 2, 3, 4 (compared with forward hooks on the decoder layers).",
+        "",
+    ]
+    head = ["sglang", "transformers", *names, "suite (pass/fail/skip)", "3 x H at fc", "layer ids"]
+    lines.append("| " + " | ".join(f"`{h}`" if h in names else h for h in head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for res in results:
+        v = res["release"]
+        pins = (res.get("setup") or {}).get("pins", {})
+        tf = pins.get("transformers", "").split("==")[-1] or "?"
+        if not (res.get("setup") or {}).get("ok"):
+            lines.append(f"| {v} | {tf} | " + " | ".join("-" for _ in names) + " | set-up failed | - | - |")
+            continue
+        states = {p["name"]: p for p in (res.get("status") or {}).get("patches", [])}
+        cells = [SHORT.get(states[n]["state"], states[n]["state"]) if n in states else "-" for n in names]
+        s = res.get("suite") or {}
+        suite = f"{s.get('passed', 0)}/{s.get('failed', 0) + s.get('errors', 0)}/{s.get('skipped', 0)}"
+        lines.append(f"| {v} | {tf} | " + " | ".join(cells) + f" | {suite} | {_fc_verdict(res)} | {_layer_verdict(res)} |")
+    lines.append("")
+    for res in results:
+        v = res["release"]
+        setup = res.get("setup") or {}
+        lines += [f"## sglang {v}", ""]
+        if not setup.get("ok"):
+            lines += [f"Set-up failed: `{_md(setup.get('error', '?'))}`", ""]
+            continue
+        pins = ", ".join(f"`{p}`" for p in setup.get("pins", {}).values())
+        lines.append(f"venv `.matrix/venv-{v}` ({pins}; set-up {setup.get('seconds')} s"
+                     f"{', reused' if setup.get('reused') else ''}).")
+        lines.append("")
+        note = load_data().get("releases", {}).get(v, {}).get("note")
+        if note:
+            lines += [f"Note: {note}", ""]
+        status = res.get("status") or {}
+        if not status.get("patches"):
+            lines += [f"`eagle3-patches status` failed: `{_md(status.get('error', '?'))}`", ""]
+        else:
+            lines += ["| patch | state | reason |", "|---|---|---|"]
+            for p in status["patches"]:
+                lines.append(f"| `{p['name']}` | {p['state']} | {_md(p['reason'])} |")
+            for mod, err in (status.get("import_errors") or {}).items():
+                lines.append(f"| (import `{mod}`) | error | {_md(err)} |")
+            lines.append("")
+        s = res.get("suite") or {}
+        lines.append(f"Suite: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('errors', 0)} errors, "
+                     f"{s.get('skipped', 0)} skipped in {s.get('seconds', 0)} s (log `{s.get('log', '')}`).")
+        lines.append("")
+        if s.get("failures"):
+            lines += ["| failing test | why (first line of the failure) |", "|---|---|"]
+            for f in s["failures"]:
+                lines.append(f"| `{_md(f['test'])}` | {_md(f['why'])} |")
+            lines.append("")
+        if s.get("skips"):
+            lines += ["| skipped | tests |", "|---|---|"]
+            for reason, n in sorted(s["skips"].items(), key=lambda kv: -kv[1]):
+                lines.append(f"| {_md(reason)} | {n} |")
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--releases", help="comma list (default: the data file's full list); 'newest' and 'pinned' allowed")
+    ap.add_argument("--ci", action="store_true", help="pinned + newest, quick selection; report to .matrix/ci-report.md")
+    ap.add_argument("--tests", help="pytest selection (space separated) instead of the default")
+    ap.add_argument("--output", help="report path (default docs/compat.md; --ci: .matrix/ci-report.md)")
+    ap.add_argument("--setup-only", action="store_true")
+    ap.add_argument("--report-only", action="store_true", help="render the report from .matrix/results/*.json")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per release for pytest")
+    args = ap.parse_args(argv)
+
+    data = load_data()
+    spec = args.releases.split(",") if args.releases else (data["ci"] if args.ci else data["full"])
+    releases = resolve_releases(spec, data)
+    selection = args.tests.split() if args.tests else (CI_SELECTION if args.ci else FULL_SELECTION)
+    output = Path(args.output) if args.output else (CI_REPORT if args.ci else COMPAT)
+    command = "python tools/matrix.py" + (" --ci" if args.ci else "") + (
+        f" --releases {','.join(releases)}" if args.releases or not args.ci else "")
+    MATRIX.mkdir(exist_ok=True)
+    t0 = time.time()
+    results = []
+    for version in releases:
+        if args.report_only:
+            path = MATRIX / "results" / f"{version}.json"
+            results.append(json.loads(path.read_text()) if path.exists() else {"release": version, "setup": {
+                "ok": False, "error": "no results yet: run tools/matrix.py"}})
+            continue
+        results.append(run_release(version, data, selection, args.timeout, args.setup_only))
+        if not args.setup_only:  # the report so far, after every release
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(render(results, command, selection, time.time() - t0))
+    if args.setup_only:
+        return 0 if all(r["setup"]["ok"] for r in results) else 1
+    total = time.time() - t0
+    if args.report_only:
+        total = sum((r.get("setup") or {}).get("seconds", 0) + (r.get("suite") or {}).get("seconds", 0)
+                    + (r.get("status") or {}).get("seconds", 0) for r in results)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(render(results, command, selection, total))
+    log(f"wrote {output} ({total / 60:.1f} min)")
+    green = all(
+        r.get("setup", {}).get("ok")
+        and not (r.get("suite") or {}).get("failed") and not (r.get("suite") or {}).get("errors")
+        and (r.get("suite") or {}).get("rc") in (0, 5)
+        and not (r.get("status") or {}).get("import_errors")
+        and all(p["state"] != "failed" for p in (r.get("status") or {}).get("patches", []))
+        for r in results
+    )
+    return 0 if green else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
