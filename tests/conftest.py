@@ -46,3 +46,19 @@ def pytest_collection_modifyitems(config, items):
         for mark, reason in reasons.items():
             if item.get_closest_marker(mark):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+_FIGURES: list[str] = []
+
+
+@pytest.fixture
+def figure():
+    """``figure("...")`` records a measured figure; all of them are printed in pytest's summary (CI logs)."""
+    return _FIGURES.append
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _FIGURES:
+        terminalreporter.section("measured figures")
+        for line in _FIGURES:
+            terminalreporter.write_line(line)

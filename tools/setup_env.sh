@@ -9,6 +9,8 @@ SGLANG_VERSION=${SGLANG_VERSION:-0.5.9}
 stamp="$VENV/.eagle3-env-$(sha256sum requirements-test.txt | cut -c1-16)-sglang-$SGLANG_VERSION"
 if [ -f "$stamp" ]; then exit 0; fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+# pip's notes about this machine's unused local index locations are noise here
+exec 2> >(grep -v "^WARNING: Location 'file://" >&2)
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$VENV/bin/python" -m pip install -q -r requirements-test.txt
 "$VENV/bin/python" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"

@@ -41,13 +41,13 @@ def tp2(tiny):
     return run_ranks(_capture, 2, str(tiny["kimi_k25"]), patches="all")
 
 
-def test_tp2_ranks_capture_identical_3h_states_equal_to_tp1(tp1, tp2):
+def test_tp2_ranks_capture_identical_3h_states_equal_to_tp1(tp1, tp2, figure):
     r0, r1 = tp2
     assert {r0["state"], r1["state"], tp1["state"]} == {"applied"}
     assert r0["pid"] != r1["pid"]
     assert r0["aux"].shape == r1["aux"].shape == tp1["aux"].shape == (8, 3 * HIDDEN)
     assert torch.equal(r0["aux"], r1["aux"])
     diff = (r0["aux"] - tp1["aux"]).abs().max().item()
-    print(f"\nTP1 vs TP2 aux hidden states: max |diff| = {diff:.3g} (float32)")
+    figure(f"TP 1 vs TP 2 aux hidden states (ranks {r0['pid']}, {r1['pid']}): max |diff| = {diff:.3g} (float32)")
     assert diff < 1e-4
     assert r0["tokens"] == r1["tokens"] == tp1["tokens"]

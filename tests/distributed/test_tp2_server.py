@@ -27,7 +27,7 @@ def _server(tiny, tmp_path, name, disable=()):
     return Server(str(tiny["kimi_k25"]), args, log_path=tmp_path / f"{name}.log", disable=disable)
 
 
-def test_tp2_eagle3_server_has_the_patches_in_every_rank(tiny, tmp_path):
+def test_tp2_eagle3_server_has_the_patches_in_every_rank(tiny, tmp_path, figure):
     with _server(tiny, tmp_path, "tp2") as server:
         out = server.generate([5, 6, 7, 8, 9], max_new_tokens=8)
         log = server.log()
@@ -36,7 +36,8 @@ def test_tp2_eagle3_server_has_the_patches_in_every_rank(tiny, tmp_path):
     ranks = {}
     for rank, pid, states in RANK_LINE.findall(log):
         ranks[int(rank)] = (int(pid), dict(s.split("=") for s in states.split(", ")))
-    print("\n" + "\n".join(f"rank {r}: pid {pid}" for r, (pid, _) in sorted(ranks.items())))
+    for r, (pid, states) in sorted(ranks.items()):
+        figure(f"TP 2 server: rank {r} pid {pid}: {sum(v == 'applied' for v in states.values())} patches applied")
     assert sorted(ranks) == [0, 1]
     assert ranks[0][0] != ranks[1][0]
     for _, states in ranks.values():

@@ -93,15 +93,15 @@ def test_eagle3_greedy_outputs_identical_to_no_speculation(baseline, eagle3):
         assert got == want, f"prompt {prompt}: speculative {got} != plain {want}"
 
 
-def test_eagle3_accept_length_with_trained_draft(eagle3):
+def test_eagle3_accept_length_with_trained_draft(eagle3, figure):
     accept = _accept_length(eagle3["responses"])
     per_request = [round(r["meta_info"]["spec_accept_length"], 2) for r in eagle3["responses"]]
-    print(f"\nEAGLE3, 3 steps, topk 1, {MAX_NEW_TOKENS} new tokens: mean accept length {accept:.2f} {per_request}")
+    figure(f"EAGLE3, 3 steps, topk 1, {MAX_NEW_TOKENS} new tokens: mean accept length {accept:.2f} {per_request}")
     assert all(r["meta_info"]["spec_verify_ct"] > 0 for r in eagle3["responses"])
     assert accept >= 2.0
 
 
-def test_eagle3_draft_fc_received_3h_inputs(eagle3):
+def test_eagle3_draft_fc_received_3h_inputs(eagle3, figure):
     draft_in = [r for r in eagle3["probe"] if r.get("hop") == "draft_input"]
     assert draft_in, "the probe recorded no draft input:\n" + eagle3["log"][-3000:]
     extend = [r for r in draft_in if r.get("fc_applied")]
@@ -109,14 +109,14 @@ def test_eagle3_draft_fc_received_3h_inputs(eagle3):
     shapes = {tuple(r["fc_input_shape"])[-1] for r in extend if r.get("fc_input_shape")}
     assert shapes == {3 * H}, draft_in
     assert "draft_input" in eagle3["log"] and "fc applied" in eagle3["log"]
-    print(f"\nprobe: draft fc inputs {sorted({tuple(r['fc_input_shape']) for r in extend if r.get('fc_input_shape')})}")
+    figure(f"probe in the EAGLE3 server: draft fc inputs {sorted({tuple(r['fc_input_shape']) for r in extend if r.get('fc_input_shape')})}")
     # the patch status line: every default patch applied in the server's processes
     assert "eagle3_algorithm_guard=applied" in eagle3["log"]
 
 
-def test_eagle_with_guards_disabled_reproduces_the_symptom(eagle_unguarded):
+def test_eagle_with_guards_disabled_reproduces_the_symptom(eagle_unguarded, figure):
     accept = _accept_length(eagle_unguarded["responses"])
-    print(f"\n--speculative-algorithm EAGLE with the EAGLE-3 draft (guards disabled): accept length {accept:.2f}")
+    figure(f"--speculative-algorithm EAGLE with the EAGLE-3 draft (guards disabled): accept length {accept:.2f}")
     assert accept < 1.3
 
 

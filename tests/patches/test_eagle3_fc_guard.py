@@ -69,7 +69,7 @@ def _draft_forward_widths(target: str, draft: str, widths: list[int]):
     for width in widths:
         batch = h.schedule_batch(h.make_reqs([[5, 6, 7, 8]]), runner, SpeculativeAlgorithm.EAGLE3)
         batch.prepare_for_extend()
-        batch.spec_info = EagleDraftInput(hidden_states=torch.randn(4, width), verified_id=torch.tensor([9]))
+        batch.spec_info = EagleDraftInput(hidden_states=torch.randn(4, width))
         batch.capture_hidden_mode = CaptureHiddenMode.LAST
         mwb = batch.get_model_worker_batch()
         fb = ForwardBatch.init_new(mwb, runner)
