@@ -257,9 +257,7 @@ def main() -> int:
         print(f"built in {build_s:.1f} s: target {n_tensors} tensors in {SHARDS} shards, {declared / 1e12:.3f} TB declared "
               f"(index {index_mb:.1f} MB); draft {draft_declared / 1e9:.2f} GB declared; {disk / 1e6:.1f} MB on disk")
 
-        # warm the imports (torch for d2t, the patch registry) as a long-lived process would have them
-        import torch  # noqa: F401
-
+        # warm the imports (the patch registry) as a long-lived process would have them
         from eagle3_patches.checkpoint.releases import patch_covers
 
         patch_covers("kimi_k25_eagle3_delegation", "0.5.9")

@@ -88,7 +88,7 @@ def judge(rec: dict, context: dict | None = None) -> list[Problem]:
     expected width (the draft's ``fc.in_features``) and for the cause of a draft-side symptom.
     """
     context = context or {}
-    hop, mode = rec.get("hop"), rec.get("mode")
+    hop = rec.get("hop")
     problems: list[Problem] = []
     if hop == TARGET:
         p = _judge_target(rec, context)

@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 import time

@@ -14,6 +14,8 @@ exec 2> >(grep -v "^WARNING: Location 'file://" >&2)
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$VENV/bin/python" -m pip install -q -r requirements-test.txt
 "$VENV/bin/python" -m pip install -q --no-deps "sglang==$SGLANG_VERSION"
-"$VENV/bin/python" -m pip install -q --no-deps -e .
+# setuptools warns about every editable install; keep its output unless the install fails
+"$VENV/bin/python" -m pip install -q --no-deps -e . 2>"$VENV/editable-install.log" \
+  || { cat "$VENV/editable-install.log" >&2; exit 1; }
 rm -f "$VENV"/.eagle3-env-*
 touch "$stamp"

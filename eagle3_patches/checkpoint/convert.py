@@ -54,6 +54,7 @@ from .formats import (
     draft_view,
     list_weight_files,
     read_config,
+    unknown_tensor_hints,
 )
 from .safetensors_header import (
     HeaderError,
@@ -327,11 +328,7 @@ def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, Path, in
             renamed[name] = out
         items.append(_Item(out, t, path, data_start))
     if unknown:
-        hints = []
-        if any(n.endswith("input_norm.weight") for n in unknown):
-            hints.append("input_norm.weight: trained with norm_before_fc=True, which sglang cannot run")
-        if any(re.search(r"q_norm|k_norm", n) for n in unknown):
-            hints.append("q_norm/k_norm: a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")
+        hints = unknown_tensor_hints(unknown)
         raise _err(
             f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop them silently)",
             where=str(src),

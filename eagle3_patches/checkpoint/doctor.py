@@ -41,6 +41,7 @@ from .formats import (
     list_weight_files,
     read_config,
     target_view,
+    unknown_tensor_hints,
 )
 from .launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
 from .releases import PINNED, ReleaseFacts, facts, parse_version, patch_covers
@@ -626,7 +627,7 @@ def _check_draft_format(ctx: _Ctx) -> None:
                     where=str(ctx.draft_dir),
                     found=", ".join(sorted(naming["speculators"])[:4]) + (" ..." if n > 4 else ""),
                     expected="midlayer.*",
-                    fix=f"convert the draft (eagle3-patches convert), launch under `eagle3-patches run` (strict loading maps the names), or use sglang >= 0.5.12",
+                    fix="convert the draft (eagle3-patches convert), launch under `eagle3-patches run` (strict loading maps the names), or use sglang >= 0.5.12",
                 )
     elif dv.format == EAGLE:
         pass  # judged by the algorithm check
@@ -692,15 +693,7 @@ def _check_draft_tensors(ctx: _Ctx) -> None:
     # unknown keys: sglang drops them silently
     unknown = sorted(ctx.draft_raw_names[c] for c in ctx.draft_tensors if c not in exp)
     if unknown:
-        hints = []
-        if any(n.endswith("input_norm.weight") for n in unknown):
-            hints.append("input_norm.weight means the draft was trained with norm_before_fc=True, which LlamaForCausalLMEagle3 does not implement: retrain with norm_before_fc=False")
-        if any(re.search(r"(q_norm|k_norm)", n) for n in unknown):
-            hints.append("q_norm/k_norm come from a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")
-        if any(re.match(r"^(model\.)?(layers|midlayer)\.[1-9]", n) for n in unknown):
-            hints.append("sglang's EAGLE-3 draft has one decoder layer")
-        if "model.lm_head.weight" in unknown:
-            hints.append("rename model.lm_head.weight to lm_head.weight")
+        hints = unknown_tensor_hints(unknown)
         ctx.add(
             ERROR,
             "keys-unknown",

@@ -471,3 +471,22 @@ def draft_view(config: dict) -> DraftView:
         layer_model_type=layer.get("model_type") if isinstance(layer.get("model_type"), str) else None,
         problems=problems,
     )
+
+
+def unknown_tensor_hints(names) -> list[str]:
+    """What tensors sglang's ``LlamaForCausalLMEagle3`` has no parameter for usually mean (doctor,
+    converter and the strict loader say the same)."""
+    import re
+
+    names = list(names)
+    hints = []
+    if any(n.endswith("input_norm.weight") for n in names):
+        hints.append("input_norm.weight means the draft was trained with norm_before_fc=True, which "
+                     "LlamaForCausalLMEagle3 does not implement: retrain with norm_before_fc=False")
+    if any(re.search(r"(q_norm|k_norm)", n) for n in names):
+        hints.append("q_norm/k_norm come from a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")
+    if any(re.match(r"^(model\.)?(layers|midlayer)\.[1-9]", n) for n in names):
+        hints.append("sglang's EAGLE-3 draft has one decoder layer")
+    if "model.lm_head.weight" in names:
+        hints.append("rename model.lm_head.weight to lm_head.weight")
+    return hints

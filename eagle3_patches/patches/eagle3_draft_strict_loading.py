@@ -15,6 +15,7 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from ..checkpoint.d2t import check_d2t
+from ..checkpoint.formats import unknown_tensor_hints
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 
@@ -108,9 +109,7 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
         fixes = []
         if d2t_problem:
             fixes.append(d2t_problem[0].fix)
-        if any(n.endswith("input_norm.weight") for n in unknown):
-            fixes.append("input_norm.weight comes from a speculators draft trained with norm_before_fc=True, which "
-                         "sglang's LlamaForCausalLMEagle3 cannot run: retrain with norm_before_fc=False")
+        fixes.extend(unknown_tensor_hints(unknown))
         fixes.append("check the checkpoint with `eagle3-patches doctor --draft PATH`; convert speculators drafts "
                      "with `eagle3-patches convert SRC DST`")
         raise Eagle3ConfigError(

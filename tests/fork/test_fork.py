@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from eagle3_patches import fork
-from eagle3_patches.cli import apply_cmd
 from eagle3_patches.patches import PATCH_MODULES
 from eagle3_patches.registry import SOURCE_MARKER
 
@@ -73,19 +72,10 @@ def tree(tmp_path, installed) -> Path:
 
 
 def _cli(argv: list[str]) -> int:
-    import argparse
+    """`eagle3-patches apply ...` through the real CLI entry point (messages, exit codes)."""
+    from eagle3_patches.cli import main
 
-    from eagle3_patches.cli import main  # noqa: F401 - the error printing convention is main()'s
-
-    parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers()
-    apply_cmd.add_parser(sub)
-    args = parser.parse_args(["apply", *argv])
-    try:
-        return args.func(args)
-    except fork.ForkError as exc:
-        print(str(exc), file=sys.stderr)
-        return 1
+    return main(["apply", *argv])
 
 
 # --------------------------------------------------------------------------- the series itself
