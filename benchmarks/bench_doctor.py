@@ -281,7 +281,7 @@ def main() -> int:
         out = subprocess.run([sys.executable, "-c", cold], capture_output=True, text=True, cwd=ROOT, check=True).stdout
         wall = time.perf_counter() - t0
         inner, read, rc = json.loads(out.strip().splitlines()[-1])
-        print(f"doctor (cold process: interpreter + torch import + doctor): {wall:.2f} s wall, {inner:.2f} s after interpreter start, exit {rc}")
+        print(f"doctor (cold process: interpreter + doctor, no torch): {wall:.2f} s wall, {inner:.2f} s after interpreter start, exit {rc}")
 
         report, dt, io = measure(target, draft, launch, deep=True)
         print(f"doctor --deep (whole index + all {SHARDS} headers, for comparison): {dt:.2f} s, "
