@@ -53,9 +53,9 @@ def validate_layer_ids(layer_ids, num_layers: int) -> None:
 
 
 def _refuse_unsupported_parallelism(model) -> None:
-    from sglang.srt.server_args import get_global_server_args
+    from ..sglang_runtime import current_server_args
 
-    args = get_global_server_args()
+    args = current_server_args()
     if getattr(args, "enable_two_batch_overlap", False):
         raise Eagle3ConfigError(
             "EAGLE-3 aux capture does not work with two-batch overlap: the overlapped layers capture nothing",

@@ -59,9 +59,9 @@ def resolve_param(name: str, params: dict) -> str | None:
 
 def _draft_path() -> str:
     try:
-        from sglang.srt.server_args import get_global_server_args
+        from ..sglang_runtime import current_server_args
 
-        return str(get_global_server_args().speculative_draft_model_path)
+        return str(current_server_args().speculative_draft_model_path)
     except Exception:  # noqa: BLE001 - only used to word the message
         return "the draft checkpoint"
 

@@ -80,9 +80,9 @@ def _read_draft_config(path: str | None) -> dict | None:
 def draft_convention() -> tuple[str | None, str]:
     """(convention, where it came from) for the draft being served; (None, why) when none is recorded."""
     try:
-        from sglang.srt.server_args import get_global_server_args
+        from ..sglang_runtime import current_server_args
 
-        draft = getattr(get_global_server_args(), "speculative_draft_model_path", None)
+        draft = getattr(current_server_args(), "speculative_draft_model_path", None)
     except Exception:  # noqa: BLE001 - no global server args (a bare model): nothing recorded
         draft = None
     config = _read_draft_config(draft)

@@ -63,8 +63,15 @@ def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft
 
         if "memory_pool_config" in inspect.signature(ModelRunner.__init__).parameters:  # sglang >= 0.5.13
             kw["memory_pool_config"] = getattr(_LAST_TARGET[-1], "memory_pool_config", None)
-    runner = ModelRunner(
-        model_config=ModelConfig.from_server_args(sa, model_path=model_path, is_draft_model=is_draft),
+    nccl_port = nccl_port or PortArgs.init_new(sa).nccl_port
+    if not is_draft:
+        publish_process_config(sa, tp_rank=tp_rank, nccl_port=nccl_port)
+    model_config = ModelConfig.from_server_args(sa, model_path=model_path, is_draft_model=is_draft)
+    if not is_draft:
+        init_layer_runtime(model_config)
+    runner = _construct(
+        ModelRunner,
+        model_config=model_config,
         mem_fraction_static=sa.mem_fraction_static,
         gpu_id=0,
         tp_rank=tp_rank,
@@ -73,17 +80,85 @@ def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft
         moe_ep_size=1,
         pp_rank=0,
         pp_size=1,
-        nccl_port=nccl_port or PortArgs.init_new(sa).nccl_port,
+        nccl_port=nccl_port,
         server_args=sa,
         is_draft_worker=is_draft,
         **kw,
     )
+    _finish_runner_init(runner, is_draft)
     if not is_draft:
         _LAST_TARGET[:] = [runner]  # a draft runner built next shares its memory-pool config (0.5.13+)
     return runner
 
 
 _LAST_TARGET: list = []
+_PUBLISHED: list = []
+
+
+def _construct(cls, **kwargs: Any):
+    """``cls(**kwargs)`` without the keywords its ``__init__`` no longer takes (sglang >= 0.5.23 dropped
+    the rank arguments: ranks come from the published process config)."""
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return cls(**kwargs)
+
+
+def publish_process_config(sa, *, tp_rank: int = 0, nccl_port: int) -> bool:
+    """sglang >= 0.5.23: what the scheduler process entry does before it builds a worker.
+
+    ``run_scheduler_process`` / ``bench_one_batch`` resolve the ``ServerArgs``, ``publish`` them for the
+    ``scheduler`` role with the process placement, set the process-global GEMM / MoE configs and start
+    the parallel runtime (process groups).  Earlier releases do all of it inside ``ModelRunner``; there
+    this is a no-op (returns False).  Once per process and record (draft runners reuse the target's).
+    """
+    try:
+        from sglang.srt.distributed import bootstrap
+        from sglang.srt.runtime_context import SpawnRanks, get_device, publish, spawn_world_rank
+    except ImportError:
+        return False
+    if any(p is sa for p in _PUBLISHED):
+        return True
+    sa.resolve_once()
+    publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=tp_rank, pp_rank=0), gpu_id=0))
+    from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
+    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
+    from sglang.srt.layers.quantization.unquant import initialize_bf16_gemm_config
+
+    initialize_moe_config()
+    initialize_fp8_gemm_config()
+    initialize_bf16_gemm_config()
+    initialize_fp4_gemm_config()
+    bootstrap.init_parallel_runtime(server_args=sa, device=get_device().device, dist_port=nccl_port)
+    _PUBLISHED[:] = [sa]
+    return True
+
+
+def init_layer_runtime(model_config) -> None:
+    """sglang >= 0.5.23: ``bootstrap.init_layer_runtime`` for the target model (as the scheduler)."""
+    try:
+        from sglang.srt.distributed import bootstrap
+    except ImportError:
+        return
+    if hasattr(bootstrap, "init_layer_runtime"):
+        bootstrap.init_layer_runtime(model_config=model_config)
+
+
+def _finish_runner_init(runner, is_draft: bool = False) -> None:
+    """sglang >= 0.5.15 builds a ``ModelRunner`` in stages: the constructor loads the weights, and the
+    caller (scheduler, bench_one_batch) then allocates the pools, the attention backends (which also
+    sets the EAGLE-3 capture layers) and the graphs.  Earlier releases do all of it in the constructor."""
+    if not hasattr(runner, "alloc_memory_pool"):
+        return
+    runner.alloc_memory_pool(getattr(runner, "memory_pool_config", None))
+    runner.init_attention_backends()
+    if is_draft:
+        runner.init_cuda_graphs(capture_decode_cuda_graph=False)  # as base_spec_worker.init_cuda_graphs
+    else:
+        runner.init_cuda_graphs()
 
 
 class _TreeCache(SimpleNamespace):
@@ -101,6 +176,15 @@ class _TreeCache(SimpleNamespace):
     def is_tree_cache(self) -> bool:
         return True
 
+    def supports_prefix_sharing(self) -> bool:  # sglang >= 0.5.23
+        return True
+
+    def evict(self, params: Any = None) -> None:
+        pass
+
+    def maybe_hand_to_session(self, req: Any) -> None:  # sglang >= 0.5.23
+        pass
+
 
 def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8, vocab_size: int | None = None):
     from sglang.srt.managers.schedule_batch import Req
@@ -116,13 +200,27 @@ def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8, vocab_s
         )
         req.sampling_params.normalize(None)  # what the scheduler does on arrival
         req.vocab_size = vocab_size  # needed by check_finished in decode/verify steps
+        req.logprob_start_len = -1
+        if hasattr(req, "set_extend_range"):  # sglang >= 0.5.15 (as its benchmark/one_batch.py)
+            from array import array
+
+            req.full_untruncated_fill_ids = array("q", req.origin_input_ids)
+            req.set_extend_range(len(req.prefix_indices), len(req.origin_input_ids))
+            reqs.append(req)
+            continue
+        if hasattr(req, "extend_end"):  # sglang >= 0.5.23 (as its benchmark/one_batch.py)
+            from array import array
+
+            req.full_untruncated_fill_ids = array("q", req.origin_input_ids)
+            req.extend_end = len(req.origin_input_ids)
+            reqs.append(req)
+            continue
         req.fill_ids = req.origin_input_ids
         if hasattr(req, "full_untruncated_fill_ids"):  # sglang >= 0.5.13 (bench_one_batch does the same)
             from array import array
 
             req.full_untruncated_fill_ids = array("q", req.origin_input_ids)
             req.fill_len = len(req.origin_input_ids)
-        req.logprob_start_len = -1
         req.set_extend_input_len(len(req.origin_input_ids) - len(req.prefix_indices))
         reqs.append(req)
     return reqs
@@ -137,7 +235,7 @@ def schedule_batch(reqs, runner, spec_algorithm=None):
         req_to_token_pool=runner.req_to_token_pool,
         token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
         tree_cache=_TreeCache(
-            page_size=runner.server_args.page_size,
+            page_size=runner.server_args.page_size or getattr(runner, "page_size", None) or 1,  # 0.5.23: resolved on the runner
             device=runner.device,
             token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
         ),
@@ -158,6 +256,18 @@ def worker_batch(batch):
     return batch
 
 
+def forward_batch(batch, runner):
+    """``ForwardBatch.init_new`` (sglang >= 0.5.23 requires ``return_hidden_states_before_norm``, which
+    bench_one_batch passes as False)."""
+    import inspect
+
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    if "return_hidden_states_before_norm" in inspect.signature(ForwardBatch.init_new).parameters:
+        return ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
+    return ForwardBatch.init_new(batch, runner)
+
+
 @dataclass
 class Step:
     logits_output: Any
@@ -171,8 +281,12 @@ def prefill(runner, prompts: Sequence[Sequence[int]], *, return_hidden_states: b
 
     batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner)
     batch.return_hidden_states = return_hidden_states
+    if return_hidden_states and hasattr(batch, "return_hidden_states_mode"):  # sglang >= 0.5.23: a mode per batch
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+
+        batch.return_hidden_states_mode = CaptureHiddenMode.FULL
     batch.prepare_for_extend()
-    fb = ForwardBatch.init_new(worker_batch(batch), runner)
+    fb = forward_batch(worker_batch(batch), runner)
     with torch.no_grad():
         out = runner.forward(fb).logits_output
         nxt = runner.sample(out, fb)
@@ -188,7 +302,7 @@ def decode(runner, step: Step) -> Step:
     if not hasattr(batch, "get_model_worker_batch"):  # sglang >= 0.5.13 (as its bench_one_batch.decode)
         batch.input_ids = step.next_token_ids.to(torch.int64)
     batch.prepare_for_decode()
-    fb = ForwardBatch.init_new(worker_batch(batch), runner)
+    fb = forward_batch(worker_batch(batch), runner)
     with torch.no_grad():
         out = runner.forward(fb).logits_output
         nxt = runner.sample(out, fb)
@@ -205,9 +319,23 @@ def eagle_workers(sa):
         from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2 as EAGLEWorker
 
     port = PortArgs.init_new(sa).nccl_port
+    if publish_process_config(sa, tp_rank=0, nccl_port=port):  # sglang >= 0.5.23, as Scheduler.__init__
+        from sglang.srt.configs.model_config import ModelConfig
+
+        init_layer_runtime(ModelConfig.from_server_args(sa))
     common = dict(gpu_id=0, tp_rank=0, moe_ep_rank=0, attn_cp_rank=0, moe_dp_rank=0, nccl_port=port, dp_rank=None)
-    target = TpModelWorker(server_args=sa, pp_rank=0, **common)
-    draft = EAGLEWorker(server_args=sa, target_worker=target, **common)
+    target = _construct(TpModelWorker, server_args=sa, pp_rank=0, **common)
+    draft = _construct(EAGLEWorker, server_args=sa, target_worker=target, **common)
+    if hasattr(target, "alloc_memory_pool"):  # sglang >= 0.5.15: staged, as Scheduler.init_model_worker
+        mr = target.model_runner
+        if mr.memory_pool_config is None or mr.req_to_token_pool is None or mr.token_to_kv_pool_allocator is None:
+            target.alloc_memory_pool()
+        pool, allocator = target.get_memory_pool()
+        draft.alloc_memory_pool(memory_pool_config=mr.memory_pool_config, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator)
+        target.init_attention_backends()
+        draft.init_attention_backends()
+        target.init_cuda_graphs()
+        draft.init_cuda_graphs()
     return target, draft
 
 

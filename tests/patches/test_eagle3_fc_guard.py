@@ -71,8 +71,8 @@ def _draft_forward_widths(target: str, draft: str, widths: list[int]):
         batch.prepare_for_extend()
         batch.spec_info = EagleDraftInput(hidden_states=torch.randn(4, width))
         batch.capture_hidden_mode = CaptureHiddenMode.LAST
-        mwb = batch.get_model_worker_batch()
-        fb = ForwardBatch.init_new(mwb, runner)
+        mwb = h.worker_batch(batch)  # ModelWorkerBatch (<= 0.5.12) or the ScheduleBatch (0.5.13+)
+        fb = h.forward_batch(mwb, runner)
         try:
             with torch.no_grad():
                 runner.forward(fb)

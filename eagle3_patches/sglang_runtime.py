@@ -1,0 +1,15 @@
+"""Access to sglang's process-wide state across releases (imported lazily, from inside patches)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def current_server_args() -> Any:
+    """This process's ``ServerArgs``: ``runtime_context.get_server_args()`` from sglang 0.5.23 on
+    (where ``get_global_server_args()`` raises), ``server_args.get_global_server_args()`` before."""
+    try:
+        from sglang.srt.runtime_context import get_server_args
+    except ImportError:
+        from sglang.srt.server_args import get_global_server_args as get_server_args
+    return get_server_args()
