@@ -277,7 +277,6 @@ class Step:
 
 def prefill(runner, prompts: Sequence[Sequence[int]], *, return_hidden_states: bool = False) -> Step:
     import torch
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
     batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner)
     batch.return_hidden_states = return_hidden_states
@@ -295,7 +294,6 @@ def prefill(runner, prompts: Sequence[Sequence[int]], *, return_hidden_states: b
 
 def decode(runner, step: Step) -> Step:
     import torch
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
 
     batch = step.batch
     batch.output_ids = step.next_token_ids

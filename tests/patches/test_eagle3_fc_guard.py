@@ -54,7 +54,7 @@ def test_guard_turns_the_skip_into_an_error_naming_the_flag(tiny):
 def _draft_forward_widths(target: str, draft: str, widths: list[int]):
     """Feed a real draft ModelRunner an EXTEND batch whose spec_info carries the given widths."""
     import torch
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
