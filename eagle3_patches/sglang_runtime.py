@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def server_args_resolution_method(server_args_cls: type) -> str:
+    """The ``ServerArgs`` method that turns the flags into a resolved configuration: ``resolve_once``
+    from sglang 0.5.23 on (where ``__post_init__`` does nothing), ``__post_init__`` before."""
+    return "resolve_once" if "resolve_once" in vars(server_args_cls) else "__post_init__"
+
+
 def current_server_args() -> Any:
     """This process's ``ServerArgs``: ``runtime_context.get_server_args()`` from sglang 0.5.23 on
     (where ``get_global_server_args()`` raises), ``server_args.get_global_server_args()`` before."""

@@ -4,7 +4,7 @@ Bug: ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft starts fine, captur
 layers, feeds the draft the final H-wide state and skips its fc: accept length ~1.0, no error.
 This was the field's real root cause.  Nothing validates the draft against the algorithm in
 any release through 0.5.23 (an upstream PR proposing a guard was closed unmerged).
-Upstream probe: none; the patch applies to every release whose ServerArgs has ``__post_init__``.
+Upstream probe: none; it hooks where ServerArgs resolves the flags (``__post_init__``; ``resolve_once`` from 0.5.23).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .. import settings
 from ..checkpoint.draft_kind import eagle3_draft_evidence
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr
+from ..sglang_runtime import server_args_resolution_method
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -60,10 +61,10 @@ class Eagle3AlgorithmGuard(Patch):
     applies_to = SpecifierSet(">=0.5.8")
 
     def check(self, module: ModuleType) -> None:
-        expect_attr(module.ServerArgs, "__post_init__")
+        expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
-        saver.wrap(module.ServerArgs, "__post_init__", _guarded_post_init)
+        saver.wrap(module.ServerArgs, server_args_resolution_method(module.ServerArgs), _guarded_post_init)
 
 
 PATCH = Eagle3AlgorithmGuard()

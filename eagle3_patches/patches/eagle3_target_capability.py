@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..errors import Eagle3TargetError
 from ..registry import Patch, Saver, expect_attr
+from ..sglang_runtime import server_args_resolution_method
 
 #: what sglang's EAGLE-3 path calls on the target (model_runner.py, eagle_worker.py)
 REQUIRED = ("set_eagle3_layers_to_capture", "get_embed_and_head")
@@ -71,10 +72,10 @@ class Eagle3TargetCapability(Patch):
     applies_to = SpecifierSet(">=0.5.8")
 
     def check(self, module: ModuleType) -> None:
-        expect_attr(module.ServerArgs, "__post_init__")
+        expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
-        saver.wrap(module.ServerArgs, "__post_init__", _checked_post_init)
+        saver.wrap(module.ServerArgs, server_args_resolution_method(module.ServerArgs), _checked_post_init)
 
 
 PATCH = Eagle3TargetCapability()

@@ -40,6 +40,16 @@ def server_args(model_path: str, **overrides: Any):
     return ServerArgs(**kwargs)
 
 
+def launcher_server_args(build, *args: Any, **kwargs: Any):
+    """``build(*args, **kwargs)`` resolved as the launcher resolves it before it starts any rank
+    (``ServerArgs.__post_init__``; plus ``resolve_once()`` from sglang 0.5.23, whose constructor
+    resolves nothing).  Resolved 0.5.23 server args are read-only: set fields on ``build``'s result."""
+    sa = build(*args, **kwargs)
+    if hasattr(sa, "resolve_once"):
+        sa.resolve_once()
+    return sa
+
+
 def eagle3_server_args(target: str, draft: str, algorithm: str = "EAGLE3", **overrides: Any):
     return server_args(
         target,

@@ -15,7 +15,7 @@ def _server_args_outcomes(target: str, draft: str, cases: list[str]):
     out = {}
     for algorithm in cases:
         try:
-            sa = h.eagle3_server_args(target, draft, algorithm=algorithm)
+            sa = h.launcher_server_args(h.eagle3_server_args, target, draft, algorithm=algorithm)
             out[algorithm] = ("ok", sa.speculative_algorithm)
         except Exception as exc:  # noqa: BLE001
             out[algorithm] = (type(exc).__name__, str(exc))

@@ -16,7 +16,7 @@ def _server_args_outcomes(cases: dict):
     out = {}
     for name, (target, draft) in cases.items():
         try:
-            h.eagle3_server_args(target, draft)
+            h.launcher_server_args(h.eagle3_server_args, target, draft)
             out[name] = ("ok", None)
         except Exception as exc:  # noqa: BLE001
             out[name] = (type(exc).__name__, str(exc))
