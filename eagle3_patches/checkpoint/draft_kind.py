@@ -1,35 +1,35 @@
-"""Is a draft checkpoint an EAGLE-3 draft?  Read from config.json and the safetensors header only."""
+"""Is a draft checkpoint an EAGLE-3 draft?  Read from config.json and the safetensors header only
+(the algorithm guard's question, answered with the same format detection the doctor uses)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from .formats import SGLANG_EAGLE3, SPECULATORS, detect_format, list_weight_files
+from .safetensors_header import read_header
+
+_FC = ("fc.weight", "model.fc.weight")
+
 
 def _fc_in_width(path: Path) -> int | None:
     """``fc.weight``'s in-width from the safetensors header (no tensor data is read)."""
-    from safetensors import safe_open
-
-    index = path / "model.safetensors.index.json"
-    files = [path / "model.safetensors"]
-    if index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        files = [path / weight_map[k] for k in ("fc.weight", "model.fc.weight") if k in weight_map]
+    wf = list_weight_files(path)
+    files = [path / wf.weight_map[k] for k in _FC if k in wf.weight_map] if wf.weight_map else wf.files
     for f in files:
-        if not f.is_file():
-            continue
-        with safe_open(str(f), "pt") as st:
-            for key in ("fc.weight", "model.fc.weight"):
-                if key in st.keys():
-                    return int(st.get_slice(key).get_shape()[-1])
+        tensors = read_header(f).tensors
+        for key in _FC:
+            if key in tensors:
+                return int(tensors[key].shape[-1])
     return None
 
 
 def eagle3_draft_evidence(path: str | Path) -> str | None:
     """Why the checkpoint at ``path`` is an EAGLE-3 draft, or None if it is not (or cannot be read).
 
-    Evidence, in order: ``architectures`` naming an Eagle3 class; ``eagle_config.use_aux_hidden_state``;
-    speculators' ``speculators_model_type: eagle3``; an ``fc`` whose in-width is a multiple (>1) of hidden.
+    Evidence: the config is in SGLang's or speculators' EAGLE-3 format (``formats.detect_format``:
+    an Eagle3 architecture, ``eagle_config.use_aux_hidden_state``, ``speculators_model_type``), else
+    an ``fc`` whose in-width is a multiple (> 1) of hidden.
     """
     path = Path(path)
     try:
@@ -38,16 +38,10 @@ def eagle3_draft_evidence(path: str | Path) -> str | None:
         return None
     if not isinstance(config, dict):
         return None
-    archs = config.get("architectures") or []
-    for arch in archs if isinstance(archs, list) else []:
-        if isinstance(arch, str) and "eagle3" in arch.lower():
-            return f"config.json architectures = {archs}"
-    eagle_config = config.get("eagle_config")
-    if isinstance(eagle_config, dict) and eagle_config.get("use_aux_hidden_state"):
-        return "config.json eagle_config.use_aux_hidden_state = true"
-    if config.get("speculators_model_type") == "eagle3":
-        return "config.json speculators_model_type = eagle3"
-    hidden = config.get("hidden_size") or (config.get("transformer_layer_config") or {}).get("hidden_size")
+    fmt = detect_format(config)
+    if fmt in (SGLANG_EAGLE3, SPECULATORS):
+        return f"config.json: {fmt} format, architectures {config.get('architectures')}"
+    hidden = config.get("hidden_size")
     try:
         width = _fc_in_width(path)
     except Exception:  # noqa: BLE001 - an unreadable header is the doctor's business, not the guard's

@@ -301,16 +301,8 @@ def verify_tree_greedy_func(
     topk: int = -1,
 ):
     """Stand-in for ``sglang.srt.speculative.eagle_utils.verify_tree_greedy_func`` on CPU."""
-    verify_tree_greedy(
-        predicts=predicts,
-        accept_index=accept_index,
-        accept_token_num=accept_token_num,
-        candidates=candidates,
-        retrive_index=retrive_index,
-        retrive_next_token=retrive_next_token,
-        retrive_next_sibling=retrive_next_sibling,
-        target_predict=target_predict,
-    )
+    verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                       retrive_next_token, retrive_next_sibling, target_predict)
     return predicts, accept_index, accept_token_num
 
 
