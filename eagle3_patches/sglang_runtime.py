@@ -19,3 +19,22 @@ def current_server_args() -> Any:
     except ImportError:
         from sglang.srt.server_args import get_global_server_args as get_server_args
     return get_server_args()
+
+
+def server_arg(name: str, default: Any = None) -> Any:
+    """The value of server argument ``name`` in effect in this process.
+
+    From sglang 0.5.23 the resolved configuration lives in namespace bags (``get_context()``) and can be
+    changed there at run time (``get_context().override(source, ...)``) while ``ServerArgs`` keeps the
+    operator's raw input; the bag's value wins.  Before, and in a process that has published nothing,
+    the ``ServerArgs`` attribute (``default`` when it has none)."""
+    try:
+        from sglang.srt.runtime_context import get_context
+    except ImportError:
+        get_context = None
+    if get_context is not None:
+        try:
+            return get_context().config_leaf(name)
+        except (AttributeError, KeyError, ValueError, RuntimeError):
+            pass
+    return getattr(current_server_args(), name, default)

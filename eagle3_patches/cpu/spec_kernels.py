@@ -33,6 +33,8 @@ verification with a logged warning, so on CPU every request is verified greedily
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
 import sys
 from types import ModuleType
@@ -289,74 +291,117 @@ def verify_tree_greedy(
     accept_token_num[:bs] = torch.tensor(acc_nums, dtype=accept_token_num.dtype)
 
 
-def verify_tree_greedy_func(
-    predicts: torch.Tensor,
-    accept_index: torch.Tensor,
-    accept_token_num: torch.Tensor,
-    candidates: torch.Tensor,
-    retrive_index: torch.Tensor,
-    retrive_next_token: torch.Tensor,
-    retrive_next_sibling: torch.Tensor,
-    target_predict: torch.Tensor,
-    topk: int = -1,
-):
-    """Stand-in for ``sglang.srt.speculative.eagle_utils.verify_tree_greedy_func`` on CPU."""
-    verify_tree_greedy(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                       retrive_next_token, retrive_next_sibling, target_predict)
-    return predicts, accept_index, accept_token_num
+def verify_tree_greedy_like(original):
+    """A CPU stand-in for sglang's ``verify_tree_greedy_func`` ``original``, with its signature.
+
+    The keyword names changed between releases (``retrive_index`` up to 0.5.10, ``retrieve_index``
+    from 0.5.12) and sglang calls the function by keyword, so the stand-in binds its arguments with
+    the original's own signature, runs :func:`verify_tree_greedy` and returns what sglang's returns
+    (``predicts, accept_index, accept_token_num``)."""
+    signature = inspect.signature(original)
+
+    def verify_tree_greedy_func(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        tensors = list(bound.arguments.values())[:8]  # predicts ... target_predict, in the kernel's order
+        verify_tree_greedy(*tensors)
+        return tensors[0], tensors[1], tensors[2]
+
+    verify_tree_greedy_func.__signature__ = signature
+    verify_tree_greedy_func.__doc__ = f"CPU stand-in for {original.__module__}.verify_tree_greedy_func."
+    return verify_tree_greedy_func
 
 
 def _accelerator_in_use(eagle_utils: ModuleType) -> str | None:
     if torch.cuda.is_available():
         return "CUDA is available: the real sgl_kernel ops serve the decode loop"
-    for flag in ("_is_cuda", "_is_hip", "_is_npu"):
+    for flag in ("_is_cuda", "_is_hip", "_is_npu", "_is_musa", "_is_xpu"):
         if getattr(eagle_utils, flag, False):
             return f"sglang's eagle_utils.{flag} is true: its own kernels serve the decode loop"
     return None
 
 
+#: one replacement: (module, attribute, new value)
+Replacement = tuple[ModuleType, str, object]
+
+
 class CpuSpecKernels(Patch):
+    """Where the CUDA-only tree ops sit moved twice; :meth:`plan` finds them:
+
+    * sglang 0.5.9 - 0.5.15: ``eagle_utils.build_tree_kernel_efficient`` calls the module global
+      ``sgl_build_tree_kernel_efficient`` (imported from sgl_kernel on CUDA/HIP only) and
+      ``eagle_utils.verify_tree_greedy_func`` has no CPU branch; up to 0.5.13 ``eagle_info`` and
+      ``eagle_info_v2`` hold the same function under the same name (``from eagle_utils import``);
+    * sglang 0.5.23: both live in ``sglang.kernels.ops.speculative.spec_tree``, whose CPU branch
+      (``SGLANG_USE_CPU_ENGINE=1``, set by the CPU profile) calls ``sgl_kernel``'s CPU build
+      (``build_tree_kernel_efficient_cpu``, ``verify_tree_greedy_cpu``); without that build the
+      names are the CPU profile's stand-ins, and the patch puts the pure-torch ops there.
+    """
+
     name = "cpu_spec_kernels"
     summary = "pure-torch build_tree_kernel_efficient / verify_tree_greedy for the EAGLE decode loop on CPU"
-    # eagle_info imports eagle_info_v2, which imports eagle_utils: when eagle_info's import ends,
-    # all three are complete (eagle_utils alone lands while the other two are half-initialised,
-    # before they bind ``verify_tree_greedy_func``). Every EAGLE worker imports eagle_info.
+    # Every EAGLE worker imports eagle_info.  Up to 0.5.13 eagle_info imports eagle_info_v2, which
+    # imports eagle_utils: when eagle_info's import ends, all three are complete (eagle_utils alone
+    # lands while the other two are half-initialised, before they bind ``verify_tree_greedy_func``).
     module = _EAGLE_INFO
     applies_to = SpecifierSet(">=0.5.9")
 
-    def _modules(self, module: ModuleType) -> tuple[ModuleType, ModuleType, ModuleType]:
-        try:
-            return sys.modules[_EAGLE_UTILS], sys.modules[_EAGLE_INFO_V2], module
-        except KeyError as exc:  # pragma: no cover - eagle_info imports both
-            raise NotApplicable(f"{exc.args[0]} is not imported alongside {module.__name__}") from None
-
-    def check(self, module: ModuleType) -> None:
-        utils, info_v2, info = self._modules(module)
+    def plan(self, info: ModuleType) -> list[Replacement]:
+        """What to replace on this release; NotApplicable (sglang untouched) when the layout is unknown."""
+        utils = importlib.import_module(_EAGLE_UTILS)
         why = _accelerator_in_use(utils)
         if why:
             raise NotApplicable(why)
+        if hasattr(utils, "build_tree_kernel_efficient_func"):  # sglang 0.5.23: the spec_tree ops module
+            return self._plan_spec_tree(sys.modules[utils.build_tree_kernel_efficient_func.__module__])
         expect_source(expect_attr(utils, "build_tree_kernel_efficient"), "sgl_build_tree_kernel_efficient(")
         original = expect_attr(utils, "verify_tree_greedy_func")
-        expect_source(original, "if _is_cuda or _is_hip:", "elif _is_npu:")
-        for mod in (info_v2, info):
-            if expect_attr(mod, "verify_tree_greedy_func") is not original:
-                raise NotApplicable(f"{mod.__name__}.verify_tree_greedy_func is no longer eagle_utils' function")
-
-    def patch(self, module: ModuleType, saver: Saver) -> None:
-        utils, info_v2, info = self._modules(module)
+        expect_source(original, "if _is_cuda or _is_hip", "elif _is_npu:")
+        if "_is_cpu" in inspect.getsource(original):
+            raise NotApplicable("eagle_utils.verify_tree_greedy_func has a CPU branch of its own")
+        replacements: list[Replacement] = []
         if "sgl_build_tree_kernel_efficient" not in utils.__dict__:
-            saver.set(utils, "sgl_build_tree_kernel_efficient", build_tree_kernel_efficient)
+            replacements.append((utils, "sgl_build_tree_kernel_efficient", build_tree_kernel_efficient))
         else:
             logger.info("eagle3-patches: eagle_utils.sgl_build_tree_kernel_efficient exists; kept")
-        for mod in (utils, info_v2, info):
-            saver.set(mod, "verify_tree_greedy_func", verify_tree_greedy_func)
+        verify = verify_tree_greedy_like(original)
+        for mod in (utils, sys.modules.get(_EAGLE_INFO_V2), info):
+            held = getattr(mod, "verify_tree_greedy_func", None) if mod is not None else None
+            if held is None:
+                continue
+            if held is not original:
+                raise NotApplicable(f"{mod.__name__}.verify_tree_greedy_func is no longer eagle_utils' function")
+            replacements.append((mod, "verify_tree_greedy_func", verify))
+        return replacements
+
+    @staticmethod
+    def _plan_spec_tree(spec_tree: ModuleType) -> list[Replacement]:
+        from .stubs import is_stub
+
+        expect_source(
+            expect_attr(spec_tree, "build_tree_kernel_efficient_func"), "elif _is_cpu:", "sgl_build_tree_kernel_efficient_cpu("
+        )
+        expect_source(expect_attr(spec_tree, "verify_tree_greedy_func"), "elif _is_cpu:", "sgl_verify_tree_greedy_cpu(")
+        if not getattr(spec_tree, "_is_cpu", False):
+            raise NotApplicable(f"{spec_tree.__name__} does not take its CPU branch (SGLANG_USE_CPU_ENGINE is not 1)")
+        ops = {"sgl_build_tree_kernel_efficient_cpu": build_tree_kernel_efficient, "sgl_verify_tree_greedy_cpu": verify_tree_greedy}
+        real = [n for n in ops if not is_stub(expect_attr(spec_tree, n))]
+        if real:
+            raise NotApplicable(f"sgl_kernel's CPU build is installed ({', '.join(real)}): its own ops serve the decode loop")
+        return [(spec_tree, n, op) for n, op in ops.items()]
+
+    def check(self, module: ModuleType) -> None:
+        self.plan(module)
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        for owner, attr, value in self.plan(module):
+            saver.set(owner, attr, value)
 
 
 __all__ = [
     "CpuSpecKernels",
     "build_tree_kernel_efficient",
     "verify_tree_greedy",
-    "verify_tree_greedy_func",
+    "verify_tree_greedy_like",
     "packed_mask_bytes",
     "FULL_MASK",
     "QLEN_ONLY",

@@ -35,6 +35,7 @@ def _unavailable(qualname: str):
         )
 
     fn.__name__ = fn.__qualname__ = qualname.rsplit(".", 1)[-1]
+    setattr(fn, STUB_MARKER, True)
     return fn
 
 
@@ -101,8 +102,9 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
-def is_stub(module: Any) -> bool:
-    return bool(module is not None and getattr(module, STUB_MARKER, False))
+def is_stub(obj: Any) -> bool:
+    """A stand-in module, or a function taken from one."""
+    return bool(obj is not None and getattr(obj, STUB_MARKER, False))
 
 
 def real_module_importable(name: str) -> bool:

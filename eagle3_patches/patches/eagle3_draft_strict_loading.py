@@ -59,9 +59,9 @@ def resolve_param(name: str, params: dict) -> str | None:
 
 def _draft_path() -> str:
     try:
-        from ..sglang_runtime import current_server_args
+        from ..sglang_runtime import server_arg
 
-        return str(current_server_args().speculative_draft_model_path)
+        return str(server_arg("speculative_draft_model_path"))
     except Exception:  # noqa: BLE001 - only used to word the message
         return "the draft checkpoint"
 

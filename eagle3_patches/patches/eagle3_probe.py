@@ -129,8 +129,9 @@ def _record_target(runner, forward_batch, out, mode: str) -> None:
     hidden = _hidden_size(runner)
     capture = bool(getattr(causal, "capture_aux_hidden_states", False))
     layers = list(getattr(inner, "layers_to_capture", None) or []) if inner is not None else []
-    sa = runner.server_args
-    draft_cfg = _draft_config(getattr(sa, "speculative_draft_model_path", None))
+    from ..sglang_runtime import server_arg
+
+    draft_cfg = _draft_config(server_arg("speculative_draft_model_path"))
     draft_ids = draft_cfg.get("aux_ids")
     use_aux = getattr(runner, "eagle_use_aux_hidden_state", None)
     if use_aux:

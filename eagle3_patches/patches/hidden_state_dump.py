@@ -68,9 +68,9 @@ def _dump_layer_ids():
                 expected="a comma list of integers, e.g. 1,2,3", fix=f"fix {settings.DUMP_LAYER_IDS}",
             ) from None
     try:
-        from ..sglang_runtime import current_server_args
+        from ..sglang_runtime import server_arg
 
-        draft = current_server_args().speculative_draft_model_path
+        draft = server_arg("speculative_draft_model_path")
     except Exception:  # noqa: BLE001 - no server args in this process
         draft = None
     if draft and (Path(draft) / "config.json").is_file():

@@ -80,9 +80,9 @@ def _read_draft_config(path: str | None) -> dict | None:
 def draft_convention() -> tuple[str | None, str]:
     """(convention, where it came from) for the draft being served; (None, why) when none is recorded."""
     try:
-        from ..sglang_runtime import current_server_args
+        from ..sglang_runtime import server_arg
 
-        draft = getattr(current_server_args(), "speculative_draft_model_path", None)
+        draft = server_arg("speculative_draft_model_path")
     except Exception:  # noqa: BLE001 - no global server args (a bare model): nothing recorded
         draft = None
     config = _read_draft_config(draft)

@@ -62,12 +62,13 @@ def eagle3_server_args(target: str, draft: str, algorithm: str = "EAGLE3", **ove
     )
 
 
-def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft: bool = False, **kw: Any):
+def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft: bool = False,
+                 model_path: str | None = None, **kw: Any):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import PortArgs
 
-    model_path = sa.speculative_draft_model_path if is_draft else sa.model_path
+    model_path = model_path or (sa.speculative_draft_model_path if is_draft else sa.model_path)
     if is_draft and "memory_pool_config" not in kw and _LAST_TARGET:
         import inspect
 
@@ -363,6 +364,29 @@ def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
         return draft.forward_batch_generation(batch), batch
 
 
+def verify_entry_point() -> tuple[Any, str]:
+    """``(owner, attribute)`` of the function the EAGLE worker verifies a draft tree with, called as
+    ``f(verify_input, batch, logits_output, ...)``: ``EagleVerifyInput.verify`` (sglang <= 0.5.15),
+    ``eagle_worker_common.eagle_sample`` (0.5.23, where verify is a module function).  Tests
+    replace it to force the target to agree with the draft."""
+    from sglang.srt.speculative.eagle_info import EagleVerifyInput
+
+    if "verify" in vars(EagleVerifyInput):
+        return EagleVerifyInput, "verify"
+    from sglang.srt.speculative import eagle_worker_common
+
+    return eagle_worker_common, "eagle_sample"
+
+
+def accept_lengths(result) -> list[int]:
+    """Accepted draft tokens per request of one EAGLE decode step's ``GenerationBatchResult``."""
+    for name in ("accept_length_per_req_cpu", "num_correct_drafts_per_req_cpu"):
+        value = getattr(result, name, None)
+        if value is not None:
+            return [int(x) for x in value]
+    return [int(x) - 1 for x in result.accept_lens.tolist()]  # v2 workers: accept_lens includes the bonus token
+
+
 def record_fc_inputs(draft_worker) -> list[tuple[int, ...]]:
     """Forward hook on the draft's ``fc``: returns the list that collects its input shapes."""
     shapes: list[tuple[int, ...]] = []
@@ -381,6 +405,19 @@ def quiet() -> None:
     logging.getLogger("sglang").setLevel(logging.WARNING)
 
 
+def set_server_arg(sa, name: str, value: Any) -> None:
+    """Change a server argument for what this process runs next (a test switching drafts in one process).
+    sglang >= 0.5.23 seals resolved ``ServerArgs``; there the resolved config is overridden instead, as
+    sglang itself does (``get_context().override(source, ...)``), and patches read it with
+    :func:`eagle3_patches.sglang_runtime.server_arg`."""
+    try:
+        setattr(sa, name, value)
+    except AttributeError:
+        from sglang.srt.runtime_context import get_context
+
+        get_context().override("eagle3_patches.testing", **{name: value})
+
+
 def load_drafts(target: str, drafts: Sequence[str], **overrides: Any) -> list[dict]:
     """Load each draft checkpoint into a real draft ``ModelRunner`` (pools shared with one target).
 
@@ -391,10 +428,11 @@ def load_drafts(target: str, drafts: Sequence[str], **overrides: Any) -> list[di
     tr = model_runner(sa)
     results = []
     for path in drafts:
-        sa.speculative_draft_model_path = str(path)
+        set_server_arg(sa, "speculative_draft_model_path", str(path))
         try:
             dr = model_runner(
-                sa, is_draft=True, req_to_token_pool=tr.req_to_token_pool, token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator
+                sa, is_draft=True, model_path=str(path),
+                req_to_token_pool=tr.req_to_token_pool, token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
             )
         except Exception as exc:  # noqa: BLE001 - returned to the test
             results.append({"ok": False, "type": type(exc).__name__, "message": str(exc)})

@@ -464,8 +464,19 @@ def test_build_then_verify_round_trip():
 
 
 # --------------------------------------------------------------------------------------
-# the patch, in real sglang 0.5.9 (one spawned process, CPU profile active)
+# the patch, in real sglang (one spawned process, CPU profile active): the installed release's
+# layout (eagle_utils / eagle_info(_v2) up to 0.5.15, kernels.ops.speculative.spec_tree in 0.5.23)
 # --------------------------------------------------------------------------------------
+#: every place a release keeps the tree ops under; the patch must replace exactly the ones it plans
+_CANDIDATES = [
+    ("sglang.srt.speculative.eagle_utils", "sgl_build_tree_kernel_efficient"),
+    ("sglang.srt.speculative.eagle_utils", "verify_tree_greedy_func"),
+    ("sglang.srt.speculative.eagle_info_v2", "verify_tree_greedy_func"),
+    ("sglang.srt.speculative.eagle_info", "verify_tree_greedy_func"),
+    ("sglang.kernels.ops.speculative.spec_tree", "sgl_build_tree_kernel_efficient_cpu"),
+    ("sglang.kernels.ops.speculative.spec_tree", "sgl_verify_tree_greedy_cpu"),
+]
+_ABSENT = "<absent>"
 
 
 def _cpu_registry():
@@ -474,39 +485,61 @@ def _cpu_registry():
     return cpu.get_registry()
 
 
+def _call_verify(fn):
+    """``fn`` called the way sglang calls it: by keyword, with the release's own names."""
+    import inspect
+
+    names = list(inspect.signature(fn).parameters)
+    tensors = [
+        torch.full((6,), -1, dtype=torch.int32),  # predicts
+        torch.full((1, 4), -1, dtype=torch.int32),  # accept_index
+        torch.empty((1,), dtype=torch.int32),  # accept_token_num
+        torch.tensor([_TREE_CANDIDATES]),
+        torch.tensor([list(range(6))]),
+        torch.tensor([_TREE_LINKS["next_token"]]),
+        torch.tensor([_TREE_LINKS["next_sibling"]]),
+        torch.tensor([[10, 30, 0, 50, 0, 66]]),
+    ]
+    out = fn(**dict(zip(names, tensors)), topk=2)
+    return [t.tolist() for t in out]
+
+
 def _patch_checks_in_sglang():
     """Runs in the isolated child; returns facts for the parent to assert on."""
+    import importlib
+    import sys
+
     import sglang.srt.speculative.eagle_info as info
-    import sglang.srt.speculative.eagle_info_v2 as info_v2
     import sglang.srt.speculative.eagle_utils as utils
 
     from eagle3_patches.cpu import spec_kernels
+
+    def values():
+        out = {}
+        for mod_name, attr in _CANDIDATES:
+            mod = sys.modules.get(mod_name)
+            if mod is not None:
+                out[(mod_name, attr)] = mod.__dict__.get(attr, _ABSENT)
+        return out
 
     facts = {}
     reg = _cpu_registry()
     facts["state"] = reg.status()["cpu_spec_kernels"].state.value
     facts["reason"] = reg.status()["cpu_spec_kernels"].reason
-    facts["build_global"] = utils.__dict__.get("sgl_build_tree_kernel_efficient") is spec_kernels.build_tree_kernel_efficient
-    facts["verify_names"] = [
-        m.verify_tree_greedy_func is spec_kernels.verify_tree_greedy_func for m in (utils, info_v2, info)
-    ]
+    patched = values()
+    facts["patched_are_cpu_ops"] = sorted(
+        f"{m}.{a}" for (m, a), v in patched.items() if getattr(v, "__module__", None) == spec_kernels.__name__
+    )
 
-    # sglang's own wrapper (organize_draft_results + build_tree_kernel_efficient), upstream case
+    # sglang's own wrapper (organize_draft_results + build_tree_kernel_efficient), upstream case;
+    # the first argument (verified_id / bonus_tokens) is renamed across releases: positional
     parent_list, top = upstream_tree_inputs()
     draft_tokens = torch.zeros(2, 7, dtype=torch.long)
     results = {}
     for mode in utils.TreeMaskMode:
         tree_mask, positions, r_index, r_next, r_sib, _ = utils.build_tree_kernel_efficient(
-            verified_id=torch.tensor([29974, 13]),
-            parent_list=parent_list,
-            top_scores_index=top,
-            draft_tokens=draft_tokens,
-            seq_lens=torch.tensor([5, 10]),
-            seq_lens_sum=15,
-            topk=4,
-            spec_steps=4,
-            num_verify_tokens=8,
-            tree_mask_mode=mode,
+            torch.tensor([29974, 13]), parent_list, top, draft_tokens, torch.tensor([5, 10]), 15,
+            topk=4, spec_steps=4, num_verify_tokens=8, tree_mask_mode=mode,
         )
         results[int(mode)] = dict(
             positions=positions.tolist(),
@@ -517,18 +550,10 @@ def _patch_checks_in_sglang():
         )
     facts["sglang_wrapper"] = results
 
-    # the name eagle_info's verify calls
-    predict = torch.full((6,), -1, dtype=torch.int32)
-    accept_index = torch.full((1, 4), -1, dtype=torch.int32)
-    accept_length = torch.empty((1,), dtype=torch.int32)
-    out = info.verify_tree_greedy_func(
-        predicts=predict, accept_index=accept_index, accept_token_num=accept_length,
-        candidates=torch.tensor([_TREE_CANDIDATES]), retrive_index=torch.tensor([list(range(6))]),
-        retrive_next_token=torch.tensor([_TREE_LINKS["next_token"]]),
-        retrive_next_sibling=torch.tensor([_TREE_LINKS["next_sibling"]]),
-        target_predict=torch.tensor([[10, 30, 0, 50, 0, 66]]), topk=2,
-    )
-    facts["verify_via_eagle_info"] = [t.tolist() for t in out]
+    # the verify names sglang's verify paths call (eagle_utils; eagle_info too up to 0.5.13)
+    facts["verify_calls"] = {"eagle_utils": _call_verify(utils.verify_tree_greedy_func)}
+    if hasattr(info, "verify_tree_greedy_func"):
+        facts["verify_calls"]["eagle_info"] = _call_verify(info.verify_tree_greedy_func)
 
     # on a CUDA machine the patch must stand back
     from eagle3_patches.registry import NotApplicable
@@ -543,36 +568,51 @@ def _patch_checks_in_sglang():
     finally:
         torch.cuda.is_available = real
 
-    # revert restores the originals exactly (and removes the global sglang never defined on CPU)
-    originals = [reg.get_original(m, "verify_tree_greedy_func") for m in (utils, info_v2, info)]
-    facts["originals_are_sglangs"] = [
-        o is not None and o.__module__ == utils.__name__ and o is originals[0] for o in originals
-    ]
+    # revert restores every original exactly (and removes a global sglang never defined on CPU) ...
     reg.revert(["cpu_spec_kernels"])
-    facts["after_revert_build_global"] = "sgl_build_tree_kernel_efficient" in utils.__dict__
-    facts["after_revert_identity"] = [
-        m.verify_tree_greedy_func is o for m, o in zip((utils, info_v2, info), originals)
-    ]
     facts["state_after_revert"] = reg.status()["cpu_spec_kernels"].state.value
+    stock = values()
+    facts["changed_by_patch"] = sorted(f"{m}.{a}" for k, v in patched.items() if stock[k] is not v for m, a in [k])
+    facts["after_revert_cpu_ops"] = sorted(
+        f"{m}.{a}" for (m, a), v in stock.items() if getattr(v, "__module__", None) == spec_kernels.__name__
+    )
+    facts["after_revert_absent"] = sorted(f"{m}.{a}" for (m, a), v in stock.items() if v is _ABSENT)
+    # ... the plan on stock sglang names exactly what the patch had changed
+    facts["plan"] = sorted(f"{m.__name__}.{a}" for m, a, _ in spec_kernels.CpuSpecKernels().plan(info))
+    facts["stock_verify_untouched"] = {
+        name: list(map(repr, _call_verify_safely(importlib.import_module(f"sglang.srt.speculative.{name}"))))
+        for name in facts["verify_calls"]
+    }
     # and applies again
     reg.apply(["cpu_spec_kernels"])
     facts["reapplied"] = reg.status()["cpu_spec_kernels"].state.value
+    facts["reapplied_same"] = values().keys() == patched.keys() and all(
+        (v is _ABSENT) == (patched[k] is _ABSENT) for k, v in values().items()
+    )
     return facts
+
+
+def _call_verify_safely(module):
+    """Stock sglang's verify on CPU: it returns its buffers untouched or raises (no CPU kernel)."""
+    try:
+        return _call_verify(module.verify_tree_greedy_func)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        return [type(exc).__name__]
 
 
 @pytest.fixture(scope="module")
 def sglang_facts():
-    pytest.importorskip("sglang")
     from eagle3_patches.testing.isolation import run_isolated
 
     return run_isolated(_patch_checks_in_sglang, cpu_profile=True, timeout=300)
 
 
 @pytest.mark.sglang
-def test_patch_applies_on_cpu_and_sets_the_globals(sglang_facts):
+def test_patch_applies_on_cpu_and_replaces_what_it_plans(sglang_facts):
     assert sglang_facts["state"] == "applied", sglang_facts["reason"]
-    assert sglang_facts["build_global"]
-    assert sglang_facts["verify_names"] == [True, True, True]
+    assert sglang_facts["plan"], "the patch planned no replacement"
+    assert sglang_facts["patched_are_cpu_ops"] == sglang_facts["plan"]
+    assert sglang_facts["changed_by_patch"] == sglang_facts["plan"]
 
 
 @pytest.mark.sglang
@@ -586,11 +626,18 @@ def test_sglang_wrapper_gives_upstream_values_in_every_mask_mode(sglang_facts):
 
 
 @pytest.mark.sglang
-def test_eagle_info_name_is_the_cpu_verify(sglang_facts):
+def test_the_verify_sglang_calls_is_the_cpu_verify(sglang_facts):
     # tree 0 -> {1, 2}; 1 -> {3, 4}; 3 -> {5}; target path 10 -> 30 -> 50, bonus 66
-    predicts, accept_index, accept_num = sglang_facts["verify_via_eagle_info"]
-    assert accept_num == [3] and accept_index == [[0, 1, 3, 5]]
-    assert predicts == [10, 30, -1, 50, -1, 66]
+    for where, (predicts, accept_index, accept_num) in sglang_facts["verify_calls"].items():
+        assert accept_num == [3] and accept_index == [[0, 1, 3, 5]], where
+        assert predicts == [10, 30, -1, 50, -1, 66], where
+
+
+@pytest.mark.sglang
+def test_stock_verify_does_not_verify_on_cpu(sglang_facts):
+    """The bug, pinned: without the patch sglang's verify leaves its buffers as they were, or raises."""
+    for where, got in sglang_facts["stock_verify_untouched"].items():
+        assert got != ["[10, 30, -1, 50, -1, 66]", "[[0, 1, 3, 5]]", "[3]"], where
 
 
 @pytest.mark.sglang
@@ -601,10 +648,10 @@ def test_patch_stands_back_where_cuda_is_available(sglang_facts):
 @pytest.mark.sglang
 def test_revert_restores_the_originals(sglang_facts):
     assert sglang_facts["state_after_revert"] == "not-selected"
-    assert sglang_facts["after_revert_build_global"] is False
-    assert sglang_facts["originals_are_sglangs"] == [True, True, True]
-    assert sglang_facts["after_revert_identity"] == [True, True, True]
+    assert sglang_facts["after_revert_cpu_ops"] == []
+    assert "sglang.srt.speculative.eagle_utils.sgl_build_tree_kernel_efficient" in sglang_facts["after_revert_absent"]
     assert sglang_facts["reapplied"] == "applied"
+    assert sglang_facts["reapplied_same"]
 
 
 # --------------------------------------------------------------------------------------
@@ -617,8 +664,6 @@ PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13]]
 def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
     """``free_steps`` plain decode steps, then one with the target's verify logits forced to
     agree with the draft's first-child chain (a random draft is never accepted otherwise)."""
-    from sglang.srt.speculative.eagle_info import EagleVerifyInput
-
     from eagle3_patches.testing import sglang_harness as h
 
     sa = h.eagle3_server_args(
@@ -633,33 +678,40 @@ def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
 
     facts = {"state": _cpu_registry().status()["cpu_spec_kernels"].state.value, "accepted": [], "forced_path": None}
 
-    original_verify = EagleVerifyInput.verify
-
-    def forced_verify(self, batch, logits_output, *args, **kwargs):
-        bs, n = len(batch.reqs), self.draft_token_num
-        cand = self.draft_token.view(bs, n)
+    def force_first_child_chain(verify_input, batch, logits_output):
+        bs, n = len(batch.reqs), verify_input.draft_token_num
+        cand = verify_input.draft_token.view(bs, n)
+        next_token = getattr(verify_input, "retrive_next_token", None)
+        if next_token is None:  # renamed in sglang 0.5.12
+            next_token = verify_input.retrieve_next_token
         logits = logits_output.next_token_logits
         depths = []
         for b in range(bs):
             node, depth = 0, 0
-            while (child := int(self.retrive_next_token[b, node])) != -1:
+            while (child := int(next_token[b, node])) != -1:
                 logits[b * n + node, int(cand[b, child])] = logits[b * n + node].max() + 10.0
                 node, depth = child, depth + 1
             depths.append(depth)
         facts["forced_path"] = depths
-        return original_verify(self, batch, logits_output, *args, **kwargs)
+
+    owner, attr = h.verify_entry_point()
+    original_verify = getattr(owner, attr)
+
+    def forced_verify(verify_input, batch, logits_output, *args, **kwargs):
+        force_first_child_chain(verify_input, batch, logits_output)
+        return original_verify(verify_input, batch, logits_output, *args, **kwargs)
 
     for step in range(free_steps + 1):
         if step == free_steps:
-            EagleVerifyInput.verify = forced_verify
+            setattr(owner, attr, forced_verify)
         batch.prepare_for_decode()
         with torch.no_grad():
             result = eagle_worker.forward_batch_generation(batch)
-        facts["accepted"].append(list(result.accept_length_per_req_cpu))
+        facts["accepted"].append(h.accept_lengths(result))
         if step == free_steps - 1:
             facts["free_output_ids"] = [list(req.output_ids) for req in batch.reqs]
         batch.output_ids = result.next_token_ids
-    EagleVerifyInput.verify = original_verify
+    setattr(owner, attr, original_verify)
     return facts
 
 
@@ -682,7 +734,6 @@ def test_eagle_worker_tree_decode_steps_on_cpu(tiny):
     sgl_kernel op called (the CPU profile's sgl_kernel stand-ins raise when called); greedy
     outputs equal plain greedy decoding; a forced full match is accepted along the tree.
     About 20 s: two spawned processes, the draft backend runs under the Triton interpreter."""
-    pytest.importorskip("sglang")
     from eagle3_patches.testing.isolation import run_isolated
 
     facts = run_isolated(_eagle_decode_in_sglang, tiny["deepseek_v3"], tiny["draft"], 4, 3, 8, 1, timeout=300)
