@@ -60,10 +60,17 @@ class Saver:
     """Changes attributes and remembers the originals so they can be restored exactly."""
 
     records: list[tuple[Any, str, Any]] = field(default_factory=list)
+    #: (value, attr, package prefix, original) of module functions other modules may import by name
+    copies: list[tuple[Any, str, str, Any]] = field(default_factory=list)
 
-    def set(self, owner: Any, attr: str, value: Any) -> None:
+    def set(self, owner: Any, attr: str, value: Any, *, imported_by: str | None = None) -> None:
+        """``owner.attr = value``.  ``imported_by="sglang."``: modules of that package may bind the name
+        (``from owner import attr``) after this, so :meth:`restore` also puts the original back in every
+        such module that holds ``value`` then."""
         raw = owner.__dict__.get(attr, _MISSING) if hasattr(owner, "__dict__") else getattr(owner, attr, _MISSING)
         self.records.append((owner, attr, raw))
+        if imported_by is not None and raw is not _MISSING:
+            self.copies.append((value, attr, imported_by, raw))
         setattr(owner, attr, value)
 
     def wrap(self, owner: Any, attr: str, wrapper: Callable[..., Any]) -> None:
@@ -77,6 +84,11 @@ class Saver:
         self.set(owner, attr, wrapt.FunctionWrapper(raw, wrapper))
 
     def restore(self) -> None:
+        while self.copies:
+            value, attr, prefix, raw = self.copies.pop()
+            for name, mod in list(sys.modules.items()):
+                if name.startswith(prefix) and mod is not None and getattr(mod, "__dict__", {}).get(attr) is value:
+                    setattr(mod, attr, raw)
         while self.records:
             owner, attr, raw = self.records.pop()
             if raw is _MISSING:

@@ -9,6 +9,11 @@ On a machine without CUDA, sglang 0.5.9's EAGLE decode step stops at two CUDA-on
   empty buffers untouched and the run crashes one step later, far away
   (IndexError in ``Req.update_spec_acceptance_histogram``).
 
+The same holds through 0.5.15.  sglang 0.5.23 moved both into
+``sglang.kernels.ops.speculative.spec_tree``, whose CPU branch calls sgl_kernel's CPU build
+(``build_tree_kernel_efficient_cpu``, ``verify_tree_greedy_cpu``); without that build those names are
+the CPU profile's stand-ins.  :meth:`CpuSpecKernels.plan` finds the release's layout.
+
 :func:`build_tree_kernel_efficient` and :func:`verify_tree_greedy` below are CPU versions of
 the sgl_kernel ops with the kernels' signatures and in-place semantics
 (``sgl-kernel/csrc/speculative/eagle_utils.cu``); :class:`CpuSpecKernels` installs them.

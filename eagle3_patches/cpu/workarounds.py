@@ -117,11 +117,15 @@ class TpThreadBinding(Patch):
 
 
 def build_registry() -> Registry:
+    from .cache_loc_ops import build_patches as cache_loc_ops
     from .spec_kernels import CpuSpecKernels
 
     return Registry(
         "cpu-profile",
-        [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), TpThreadBinding(), CpuSpecKernels()],
+        [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), TpThreadBinding(), CpuSpecKernels(),
+         # KV-slot ops of the EAGLE decode loop: 0.5.13 - 0.5.15's assign_extend_cache_locs_func has no CPU
+         # branch (returns None); 0.5.23 calls sgl_kernel CPU-build ops the stand-ins cannot serve
+         *cache_loc_ops()],
     )
 
 

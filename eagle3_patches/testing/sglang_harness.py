@@ -348,15 +348,22 @@ def eagle_workers(sa):
     return target, draft
 
 
-def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
-    """One prefill batch through ``EAGLEWorker.forward_batch_generation`` (target extend + draft extend)."""
-    import torch
+def eagle_prefill_batch(target, prompts: Sequence[Sequence[int]]):
+    """A speculative prefill ``ScheduleBatch`` of ``prompts``, prepared for extend (not run yet)."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner = target.model_runner
     algorithm = SpeculativeAlgorithm.from_string(runner.server_args.speculative_algorithm)
     batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner, algorithm)
     batch.prepare_for_extend()
+    return batch
+
+
+def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
+    """One prefill batch through ``EAGLEWorker.forward_batch_generation`` (target extend + draft extend)."""
+    import torch
+
+    batch = eagle_prefill_batch(target, prompts)
     if getattr(batch, "input_ids", None) is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
         batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # sglang >= 0.5.13, as its scheduler
         batch.prefill_input_ids_cpu = None
@@ -364,18 +371,140 @@ def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
         return draft.forward_batch_generation(batch), batch
 
 
-def verify_entry_point() -> tuple[Any, str]:
+def is_spec_v2(eagle_worker) -> bool:
+    """The worker is sglang's ``EAGLEWorkerV2`` (the only EAGLE worker from sglang 0.5.13 on; the
+    CPU path, without overlap, uses v1 up to 0.5.12)."""
+    return type(eagle_worker).__name__ == "EAGLEWorkerV2"
+
+
+def eagle_step(eagle_worker, batch):
+    """One ``forward_batch_generation`` of a prefill (EXTEND) or decode batch, followed by the
+    bookkeeping sglang's non-overlap scheduler does before the next step, so that the next
+    ``batch.prepare_for_decode()`` sees what it would see in a server.  Every request's new tokens
+    land in ``req.output_ids``.  Returns the worker's ``GenerationBatchResult``.
+
+    * v1 ``EAGLEWorker`` (sglang <= 0.5.12): the worker keeps its draft input on the batch and its
+      verify appends the accepted tokens to ``req.output_ids``; the scheduler appends the prefill's
+      token and hands ``next_token_ids`` on as ``batch.output_ids``.
+    * ``EAGLEWorkerV2`` (sglang >= 0.5.13): the worker's edits of the batch are transient; the
+      scheduler runs it inside ``Scheduler._forward_isolation`` (fields restored afterwards,
+      ``sampling_info`` replaced by ``copy_for_forward()``), then carries ``next_draft_input`` into
+      ``batch.spec_info`` and ``new_seq_lens`` into ``batch.seq_lens``, clears ``input_ids``, and its
+      result processor commits the accepted run (``_resolve_spec_v2_tokens`` advances
+      ``kv_committed_len``, which the next step's KV allocation reads) and extends ``output_ids``.
+      That is ``Scheduler.run_batch`` + ``process_batch_result_{prefill,decode}`` of 0.5.13 - 0.5.23.
+    """
+    import dataclasses
+
+    import torch
+
+    is_prefill = batch.forward_mode.is_extend()
+    if not is_spec_v2(eagle_worker):
+        with torch.no_grad():
+            result = eagle_worker.forward_batch_generation(batch)
+        if is_prefill:
+            for req, tok in zip(batch.reqs, result.next_token_ids.tolist()):
+                req.output_ids.append(tok)
+        batch.output_ids = result.next_token_ids
+        return result
+
+    if getattr(batch, "input_ids", None) is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
+        batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # resolve_forward_inputs (prefill)
+        batch.prefill_input_ids_cpu = None
+    snapshot = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    if batch.sampling_info is not None and hasattr(batch.sampling_info, "copy_for_forward"):
+        batch.sampling_info = batch.sampling_info.copy_for_forward()
+    try:
+        with torch.no_grad():
+            result = eagle_worker.forward_batch_generation(batch)
+    finally:
+        for name, value in snapshot.items():
+            setattr(batch, name, value)
+    batch.spec_info = result.next_draft_input
+    new_seq_lens = getattr(result, "new_seq_lens", None)
+    if new_seq_lens is not None and new_seq_lens is not batch.seq_lens:
+        batch.seq_lens = new_seq_lens
+        if batch.seq_lens_cpu is not None:
+            batch.seq_lens_cpu = new_seq_lens.to("cpu")
+            batch.seq_lens_sum = int(batch.seq_lens_cpu.sum())
+    batch.input_ids = None  # rebuilt next step from the draft tokens
+    if is_prefill:  # process_batch_result_prefill
+        for req, tok in zip(batch.reqs, result.next_token_ids.tolist()):
+            req.output_ids.append(tok)
+    else:  # process_batch_result_decode
+        for req, tokens in zip(batch.reqs, _resolve_spec_v2_tokens(eagle_worker, result, batch)):
+            req.output_ids.extend(tokens)
+    return result
+
+
+class _NoMetrics:
+    """The scheduler's metrics reporter, as far as ``_resolve_spec_v2_tokens`` uses it (0.5.23)."""
+
+    def snapshot_spec_decode_metrics(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _resolve_spec_v2_tokens(eagle_worker, result, batch) -> list[list[int]]:
+    """The release's own ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens`` (sglang >= 0.5.13):
+    the accepted run of each request, committed to ``req.kv_committed_len`` (0.5.13: ``+= accepted - 1``,
+    0.5.15: ``+= accepted``, 0.5.23: ``req.kv.kv_committed_len``) and the spec counters.  It is called
+    with a stand-in for the processor that holds the real worker; the processor's other methods it uses
+    (``advance_grammar_fsm``, grammar helpers) are the real ones, bound to that stand-in."""
+    import types
+
+    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+
+    class _Processor:
+        model_worker = eagle_worker
+        metrics_reporter = _NoMetrics()
+
+        def __getattr__(self, name: str) -> Any:
+            return types.MethodType(getattr(SchedulerBatchResultProcessor, name), self)
+
+    return SchedulerBatchResultProcessor._resolve_spec_v2_tokens(_Processor(), result, batch)
+
+
+def verify_entry_point(eagle_worker=None) -> tuple[Any, str]:
     """``(owner, attribute)`` of the function the EAGLE worker verifies a draft tree with, called as
-    ``f(verify_input, batch, logits_output, ...)``: ``EagleVerifyInput.verify`` (sglang <= 0.5.15),
-    ``eagle_worker_common.eagle_sample`` (0.5.23, where verify is a module function).  Tests
-    replace it to force the target to agree with the draft."""
+    ``f(verify_input, batch, logits_output, ...)``.  Tests replace it to force the target to agree
+    with the draft.  Where it lives follows the worker (``eagle_worker``; without one, the worker the
+    CPU path builds: v1 where ``eagle_worker`` exists, else v2):
+
+    * v1 ``EAGLEWorker`` (sglang <= 0.5.12 on CPU, overlap off): ``EagleVerifyInput.verify``;
+    * ``EAGLEWorkerV2`` 0.5.13: ``verify_input.sample(batch, logits_output, vocab_mask)``, a method of
+      ``EagleVerifyInputV2Mixin`` (``eagle_info_v2``); ``EagleVerifyInput.verify`` still exists there
+      but only the v1 worker called it;
+    * ``EAGLEWorkerV2`` 0.5.15: ``eagle_worker_v2.verify`` calls ``eagle_sample``, imported by name
+      from ``eagle_utils`` into ``eagle_worker_v2``;
+    * 0.5.23: ``eagle_worker_common`` calls ``eagle_sample`` (imported by name there).
+    """
+    import importlib
+
     from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
-    if "verify" in vars(EagleVerifyInput):
+    if eagle_worker is None:
+        try:
+            importlib.import_module("sglang.srt.speculative.eagle_worker")
+            v2 = False
+        except ImportError:  # sglang >= 0.5.13: only the v2 worker
+            v2 = True
+    else:
+        v2 = is_spec_v2(eagle_worker)
+    if not v2:
         return EagleVerifyInput, "verify"
-    from sglang.srt.speculative import eagle_worker_common
-
-    return eagle_worker_common, "eagle_sample"
+    try:
+        common = importlib.import_module("sglang.srt.speculative.eagle_worker_common")
+    except ImportError:
+        common = None
+    if common is not None and "eagle_sample" in vars(common):  # 0.5.23
+        return common, "eagle_sample"
+    worker_module = importlib.import_module("sglang.srt.speculative.eagle_worker_v2")
+    if "eagle_sample" in vars(worker_module):  # 0.5.15
+        return worker_module, "eagle_sample"
+    for klass in EagleVerifyInput.__mro__:  # 0.5.13: EagleVerifyInputV2Mixin.sample
+        if "sample" in vars(klass):
+            return klass, "sample"
+    raise LookupError("no known EAGLE verify entry point in this sglang release")
 
 
 def accept_lengths(result) -> list[int]:

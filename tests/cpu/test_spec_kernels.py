@@ -2,8 +2,8 @@
 
 Expected values are worked out by hand in the comments, or copied from upstream tests:
 sglang's ``test/srt/test_build_eagle_tree.py`` and sgl-kernel's
-``tests/speculative/test_eagle_utils.py``. The patch tests run real sglang 0.5.9 in one
-spawned process (CPU profile active), the way a serving process would.
+``tests/speculative/test_eagle_utils.py``. The patch tests run the installed real sglang (any
+release of the matrix) in spawned processes (CPU profile active), the way a serving process would.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from eagle3_patches.cpu.spec_kernels import (
     packed_mask_bytes,
     verify_tree_greedy,
 )
+from eagle3_patches.testing.releases import only_release
 
 # --------------------------------------------------------------------------------------
 # helpers: buffers allocated as sglang's eagle_utils.build_tree_kernel_efficient does
@@ -572,7 +573,7 @@ def _patch_checks_in_sglang():
     reg.revert(["cpu_spec_kernels"])
     facts["state_after_revert"] = reg.status()["cpu_spec_kernels"].state.value
     stock = values()
-    facts["changed_by_patch"] = sorted(f"{m}.{a}" for k, v in patched.items() if stock[k] is not v for m, a in [k])
+    facts["changed_by_patch"] = sorted(f"{m}.{a}" for (m, a), v in patched.items() if stock[(m, a)] is not v)
     facts["after_revert_cpu_ops"] = sorted(
         f"{m}.{a}" for (m, a), v in stock.items() if getattr(v, "__module__", None) == spec_kernels.__name__
     )
@@ -671,10 +672,8 @@ def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
         speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=num_draft,
     )
     target_worker, eagle_worker = h.eagle_workers(sa)
-    res, batch = h.eagle_prefill(target_worker, eagle_worker, PROMPTS)
-    for req, tok in zip(batch.reqs, res.next_token_ids.tolist()):
-        req.output_ids.append(tok)
-    batch.output_ids = res.next_token_ids
+    batch = h.eagle_prefill_batch(target_worker, PROMPTS)
+    h.eagle_step(eagle_worker, batch)  # prefill, then what the scheduler carries to the next step
 
     facts = {"state": _cpu_registry().status()["cpu_spec_kernels"].state.value, "accepted": [], "forced_path": None}
 
@@ -694,7 +693,7 @@ def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
             depths.append(depth)
         facts["forced_path"] = depths
 
-    owner, attr = h.verify_entry_point()
+    owner, attr = h.verify_entry_point(eagle_worker)
     original_verify = getattr(owner, attr)
 
     def forced_verify(verify_input, batch, logits_output, *args, **kwargs):
@@ -705,20 +704,35 @@ def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
         if step == free_steps:
             setattr(owner, attr, forced_verify)
         batch.prepare_for_decode()
-        with torch.no_grad():
-            result = eagle_worker.forward_batch_generation(batch)
+        result = h.eagle_step(eagle_worker, batch)  # sglang >= 0.5.13: the scheduler's bookkeeping too
         facts["accepted"].append(h.accept_lengths(result))
         if step == free_steps - 1:
             facts["free_output_ids"] = [list(req.output_ids) for req in batch.reqs]
-        batch.output_ids = result.next_token_ids
     setattr(owner, attr, original_verify)
     return facts
+
+
+def _plain_reference_backend() -> str:
+    """The attention backend of the plain-greedy reference: triton, as the EAGLE run, up to sglang 0.5.11.
+
+    From 0.5.12 the triton backend's MLA *decode* kernel (``_fwd_grouped_kernel_stage1`` with
+    ``HAS_MLA``, ``decode_attention.py``) reads V as the transposed K tile (``v = tl.trans(k)``), which
+    assumes the K tile is as wide as the V tile: true for DeepSeek's own latent widths (Lk 576 = 512 + 64
+    rope, or 288 = 256 + 32), not for the tiny target's Lk 48 = 32 + 16 (K tile next_pow2(48) = 64,
+    V tile 32).  Plain decode then fails under the interpreter with "Cannot make_shape_compatible:
+    incompatible dimensions at index 1: 32 and 64".  The EAGLE run never takes that kernel (target
+    verify is an extend, the Llama draft is not MLA), so only the reference moves, to torch_native
+    (same float32 math; on 0.5.9 both backends give the same greedy tokens)."""
+    from eagle3_patches.testing.releases import release
+
+    r = release()
+    return "torch_native" if r is not None and r >= (0, 5, 12) else "triton"
 
 
 def _plain_greedy_in_sglang(target, new_tokens):
     from eagle3_patches.testing import sglang_harness as h
 
-    runner = h.model_runner(h.server_args(str(target), attention_backend="triton", dtype="float32"))
+    runner = h.model_runner(h.server_args(str(target), attention_backend=_plain_reference_backend(), dtype="float32"))
     step = h.prefill(runner, PROMPTS)
     tokens = [[t] for t in step.next_token_ids.tolist()]
     for _ in range(new_tokens - 1):
@@ -731,9 +745,16 @@ def _plain_greedy_in_sglang(target, new_tokens):
 @pytest.mark.sglang
 def test_eagle_worker_tree_decode_steps_on_cpu(tiny):
     """topk 4, 3 steps, 8 draft tokens, batch 2: the decode loop runs on CPU with no other
-    sgl_kernel op called (the CPU profile's sgl_kernel stand-ins raise when called); greedy
-    outputs equal plain greedy decoding; a forced full match is accepted along the tree.
-    About 20 s: two spawned processes, the draft backend runs under the Triton interpreter."""
+    sgl_kernel op called than those the CPU profile provides in torch (its other sgl_kernel
+    stand-ins raise when called); greedy outputs equal plain greedy decoding; a forced full match
+    is accepted along the tree.  About 20 s: two spawned processes, the draft backend runs under
+    the Triton interpreter.
+
+    Across releases: <= 0.5.12 drive the v1 ``EAGLEWorker``; from 0.5.13 only ``EAGLEWorkerV2``
+    exists and ``h.eagle_step`` does the scheduler's bookkeeping between steps; the verify hook
+    moves (``h.verify_entry_point``); 0.5.13 - 0.5.15 need ``cpu_assign_extend_cache_locs`` and
+    0.5.23 the ``cpu_cache_loc_ops_*`` patches; from 0.5.12 the plain reference runs on
+    torch_native (``_plain_reference_backend``)."""
     from eagle3_patches.testing.isolation import run_isolated
 
     facts = run_isolated(_eagle_decode_in_sglang, tiny["deepseek_v3"], tiny["draft"], 4, 3, 8, 1, timeout=300)
@@ -743,3 +764,92 @@ def test_eagle_worker_tree_decode_steps_on_cpu(tiny):
     # the forced step accepts the whole first-child chain (at most spec_steps = 3 tokens)
     assert facts["accepted"][-1] == [min(d, 3) for d in facts["forced_path"]]
     assert all(a >= 1 for a in facts["accepted"][-1])
+
+
+def _cache_loc_ops_against_triton_in_sglang():
+    """The CPU profile's KV-slot ops (``eagle3_patches.cpu.cache_loc_ops``) against sglang's own Triton
+    kernels for the same job, run under the interpreter on the same inputs.  Returns
+    ``{op: equal}`` for the ops whose patch is applied on this release, and the patch states."""
+    import importlib
+
+    from eagle3_patches.cpu import cache_loc_ops as ops
+
+    for name in {p.module for p in ops.build_patches()}:  # the patches land on import
+        try:
+            importlib.import_module(name)
+        except ImportError:  # not in this release
+            pass
+    states = {n: s.state.value for n, s in _cpu_registry().status().items() if n.startswith("cpu_")}
+    g = torch.Generator().manual_seed(0)
+    pool = torch.randint(0, 1000, (5, 64), dtype=torch.int32, generator=g)
+    rpi = torch.tensor([3, 0, 4], dtype=torch.int64)
+    start = torch.tensor([2, 10, 0], dtype=torch.int32)
+    end = start + torch.tensor([5, 3, 7], dtype=torch.int32)
+    loc = torch.randint(0, 1000, (15,), dtype=torch.int64, generator=g)
+    checks = {}
+
+    def extend_cache_locs(module_name):
+        m = importlib.import_module(module_name)
+        ref = torch.zeros(15, dtype=torch.int64)
+        m.assign_extend_cache_locs[(3,)](rpi, pool, start, end, ref, 64, 4)
+        return ref
+
+    try:  # sglang >= 0.5.23: the sgl_kernel CPU-build op names
+        al = importlib.import_module("sglang.srt.mem_cache.allocation")
+        cl = importlib.import_module("sglang.kernels.ops.speculative.cache_locs")
+        eg = importlib.import_module("sglang.kernels.ops.speculative.eagle")
+    except ImportError:
+        al = cl = eg = None
+    if states.get("cpu_cache_loc_ops_allocation") == "applied":
+        ref, got = pool.clone(), pool.clone()
+        al.assign_req_to_token_pool[(3,)](rpi, ref, start, end, loc, 64, 4)
+        al.assign_req_to_token_pool_cpu(rpi, got, start, end, loc, 64)  # the name sglang calls
+        checks["assign_req_to_token_pool_cpu"] = torch.equal(ref, got)
+    if states.get("cpu_cache_loc_ops_cache_locs") == "applied":
+        got = torch.zeros(15, dtype=torch.int64)
+        cl.assign_extend_cache_locs_cpu(rpi, pool, start, end, got, 64)
+        checks["assign_extend_cache_locs_cpu"] = torch.equal(extend_cache_locs(cl.__name__), got)
+        seq_lens = torch.tensor([5, 9, 20], dtype=torch.int64)
+        ref, got = torch.zeros(18, dtype=torch.int64), torch.zeros(18, dtype=torch.int64)
+        cl.assign_draft_cache_locs_contiguous[(3,)](rpi, pool, seq_lens, ref, 64, 2, 3)
+        cl.assign_draft_cache_locs_contiguous_cpu(rpi, pool, seq_lens, got, 64, 2, 3)
+        checks["assign_draft_cache_locs_contiguous_cpu"] = torch.equal(ref, got)
+    if states.get("cpu_cache_loc_ops_eagle") == "applied":
+        accept = torch.randint(0, 100, (3, 4), dtype=torch.int32, generator=g)
+        lens = torch.tensor([1, 4, 2], dtype=torch.int32)
+        ref, got = torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int32)
+        eg.fill_bonus_tokens[(3,)](accept, lens, ref, 4)
+        eg.fill_bonus_tokens_cpu(accept, lens, got, 4)
+        checks["fill_bonus_tokens_cpu"] = torch.equal(ref, got)
+        index = torch.tensor([[0, 1, -1, -1], [16, 18, 21, -1], [32, -1, -1, -1]], dtype=torch.int32)
+        slots = torch.randperm(4096, generator=g)[:48].to(torch.int64)
+        ref, got = torch.zeros(12, dtype=torch.int64), torch.zeros(12, dtype=torch.int64)
+        eg.fill_accept_out_cache_loc[(12,)](index, slots, ref, 16)
+        eg.fill_accept_out_cache_loc_cpu(index, slots, got)
+        checks["fill_accept_out_cache_loc_cpu"] = torch.equal(ref, got)
+    if states.get("cpu_assign_extend_cache_locs") == "applied":  # sglang 0.5.13 - 0.5.15
+        m = importlib.import_module(ops.CpuAssignExtendCacheLocs.module)
+        got = m.assign_extend_cache_locs_func(rpi, pool, start, end, 3, 5, "cpu")  # uniform width 5 ...
+        ref = extend_cache_locs(m.__name__)  # ... against the kernel on the same (uneven) offsets
+        checks["assign_extend_cache_locs_func"] = got.numel() == 15 and torch.equal(ref, got)
+    return {"states": states, "checks": checks}
+
+
+@pytest.mark.sglang
+@only_release(">=0.5.13", "the EAGLE loop on CPU needs no KV-slot op of the CPU profile before 0.5.13")
+def test_cpu_cache_loc_ops_match_sglang_triton_kernels():
+    """sglang >= 0.5.13 needs the CPU profile's KV-slot ops in the decode loop (0.5.13 - 0.5.15:
+    ``assign_extend_cache_locs_func`` has no CPU branch; 0.5.23: sgl_kernel CPU-build ops); each one
+    equals sglang's own Triton kernel run under the interpreter.  Earlier releases need none."""
+    from eagle3_patches.testing.isolation import run_isolated
+    from eagle3_patches.testing.releases import release
+
+    r = release()
+    out = run_isolated(_cache_loc_ops_against_triton_in_sglang, timeout=300)
+    expected = (
+        {"assign_extend_cache_locs_func"} if r < (0, 5, 23)
+        else {"assign_req_to_token_pool_cpu", "assign_extend_cache_locs_cpu", "assign_draft_cache_locs_contiguous_cpu",
+              "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu"}
+    )
+    assert set(out["checks"]) == expected, out
+    assert all(out["checks"].values()), out

@@ -200,3 +200,39 @@ def test_full_revert_of_stacked_patches_restores_identity(module_name):
     reg.apply()
     reg.revert()
     assert mod.Target.__dict__["method"] is original
+
+
+def test_revert_follows_a_function_other_modules_imported_by_name(tmp_path, monkeypatch):
+    """``saver.set(..., imported_by=prefix)``: a module of the package that bound the patched function by
+    name after the patch landed gets the original back on revert; one holding something else is left alone."""
+    pkg = f"fake_pkg_{uuid.uuid4().hex[:8]}"
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / pkg / "ops.py").write_text("def op():\n    return 'original'\n")
+    (tmp_path / pkg / "user.py").write_text(f"from {pkg}.ops import op\n")
+    (tmp_path / pkg / "other.py").write_text("def op():\n    return 'its own'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class P(Patch):
+        name = "by-name"
+        summary = "test patch"
+        module = f"{pkg}.ops"
+        applies_to = SpecifierSet()
+
+        def patch(self, module, saver):
+            saver.set(module, "op", lambda: "patched", imported_by=pkg + ".")
+
+    try:
+        ops = importlib.import_module(f"{pkg}.ops")
+        original = ops.op
+        reg = Registry("t", [P()])
+        reg.apply()
+        user = importlib.import_module(f"{pkg}.user")  # binds the patched function by name
+        other = importlib.import_module(f"{pkg}.other")
+        assert user.op() == "patched" and other.op() == "its own"
+        reg.revert()
+        assert ops.op is original and user.op is original
+        assert other.op() == "its own"
+    finally:
+        for name in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
+            sys.modules.pop(name)
