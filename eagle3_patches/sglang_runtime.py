@@ -21,13 +21,13 @@ def current_server_args() -> Any:
     return get_server_args()
 
 
-def server_arg(name: str, default: Any = None) -> Any:
+def server_arg(name: str, default: Any = None, *, server_args: Any = None) -> Any:
     """The value of server argument ``name`` in effect in this process.
 
     From sglang 0.5.23 the resolved configuration lives in namespace bags (``get_context()``) and can be
     changed there at run time (``get_context().override(source, ...)``) while ``ServerArgs`` keeps the
     operator's raw input; the bag's value wins.  Before, and in a process that has published nothing,
-    the ``ServerArgs`` attribute (``default`` when it has none)."""
+    the attribute of ``server_args`` (default: this process's), ``default`` when it has none."""
     try:
         from sglang.srt.runtime_context import get_context
     except ImportError:
@@ -37,4 +37,4 @@ def server_arg(name: str, default: Any = None) -> Any:
             return get_context().config_leaf(name)
         except (AttributeError, KeyError, ValueError, RuntimeError):
             pass
-    return getattr(current_server_args(), name, default)
+    return getattr(server_args if server_args is not None else current_server_args(), name, default)

@@ -358,6 +358,13 @@ def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _started(results: list[dict]) -> str:
+    """When the run began (its first release's start; now when none has run yet)."""
+    stamps = [r["started"] for r in results if r.get("started")]
+    when = _dt.datetime.fromisoformat(min(stamps)) if stamps else _dt.datetime.now()
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
 def render(results: list[dict], command: str, selection: list[str], total_s: float) -> str:
     names: list[str] = []
     for res in results:
@@ -373,14 +380,15 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         command,
         "```",
         "",
-        f"Run {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} on {platform.machine()} "
+        f"Run {_started(results)} on {platform.machine()} "
         f"({os.cpu_count()} cores, no GPU, CPU profile), Python {platform.python_version()}, torch 2.13.0 CPU in "
         f"every venv; {total_s / 60:.1f} min in all. Test selection: `{' '.join(selection)}`.",
         "",
         "States are `eagle3-patches status --cpu-profile --json` in each release's venv: **applied** (patched "
         "here), **upstream** (the installed sglang has the fix), **n/a** (not-applicable: the release is outside "
         "the patch's range, or the code it targets is not what it was written for; sglang left untouched), "
-        "**off** (opt-in patch, not selected). *3 x H at fc*: the real `EAGLEWorker` on the tiny Kimi-K2.5 "
+        "**off** (opt-in patch, not selected). *3 x H at fc*: the real EAGLE worker (`EAGLEWorker`; "
+        "`EAGLEWorkerV2`, the only one from 0.5.13) on the tiny Kimi-K2.5 "
         f"(`{FC_TEST}`) fed `[tokens, 3 x hidden]` to the draft's `fc`. *Layer ids*: "
         f"`{LAYER_TEST_FILE}` - draft ids `[2, 3, 4]` (library convention, output of layer i) captured exactly "
         "the outputs of layers 2, 3, 4 (compared with forward hooks on the decoder layers).",

@@ -131,7 +131,7 @@ def _record_target(runner, forward_batch, out, mode: str) -> None:
     layers = list(getattr(inner, "layers_to_capture", None) or []) if inner is not None else []
     from ..sglang_runtime import server_arg
 
-    draft_cfg = _draft_config(server_arg("speculative_draft_model_path"))
+    draft_cfg = _draft_config(server_arg("speculative_draft_model_path", server_args=runner.server_args))
     draft_ids = draft_cfg.get("aux_ids")
     use_aux = getattr(runner, "eagle_use_aux_hidden_state", None)
     if use_aux:
