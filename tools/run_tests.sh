@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README's test command: set up the CPU environment if needed, then run the suite in both modes:
+# README's test command: set up the CPU environment if needed, then run the suite in three modes:
 #   (a) stock sglang 0.5.9 + runtime patches (the whole suite);
 #   (b) sglang 0.5.9 with the fork-path diffs applied (a patched copy shadows site-packages)
 #       and runtime patching off: the behavioural patch tests again (docs/fork.md);
