@@ -40,8 +40,12 @@ class Eagle3TargetError(Eagle3ConfigError, AttributeError):
     """The target model cannot do EAGLE-3 aux-hidden-state capture (cf. vLLM's SupportsEagle3)."""
 
 
-class Eagle3CaptureError(Eagle3ConfigError, RuntimeError):
-    """The target forward captured the wrong number or width of aux hidden states."""
+class Eagle3CaptureError(Eagle3ConfigError):
+    """The aux hidden states captured by the target, or reaching the draft's ``fc``, have the wrong number or width.
+
+    Deliberately not a ``RuntimeError``: sglang's CUDA-graph runners catch ``RuntimeError`` during capture
+    and re-raise it as "Capture cuda graph failed" with advice about graph memory, which would bury a
+    configuration mistake under the wrong fix."""
 
 
 class PatchError(Eagle3Error, RuntimeError):

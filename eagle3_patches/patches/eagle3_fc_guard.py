@@ -18,12 +18,17 @@ from ..errors import Eagle3CaptureError
 from ..registry import Patch, Saver, expect_attr, expect_source
 
 
+#: the draft's forward modes whose ``spec_info.hidden_states`` come from the target (k x H when captured):
+#: the draft's prefill, and its extends after verify (v1 ``DRAFT_EXTEND``; the v2 worker's
+#: ``DRAFT_EXTEND_V2`` from 0.5.13, which ``ForwardMode.is_extend()`` leaves out unless asked, and
+#: 0.5.23's ``is_extend()`` leaves out ``DRAFT_EXTEND`` too).  Draft decode steps carry the draft's
+#: own H-wide states, for which the skip is by design; IDLE batches carry none.
+TARGET_STATE_MODES = frozenset({"EXTEND", "MIXED", "SPLIT_PREFILL", "DRAFT_EXTEND", "DRAFT_EXTEND_V2"})
+
+
 def _guard(wrapped, instance, args, kwargs):
     forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
-    mode = forward_batch.forward_mode
-    # Extend modes (draft extend after prefill / after verify) carry the target's aux states;
-    # decode steps carry the draft's own H-wide states, for which the skip is by design.
-    if mode.is_extend() and not mode.is_idle():
+    if forward_batch.forward_mode.name in TARGET_STATE_MODES:
         hidden_states = forward_batch.spec_info.hidden_states
         width = hidden_states.shape[-1]  # a shape read: no device synchronisation
         expected = instance.fc.in_features
@@ -37,8 +42,9 @@ def fc_width_error(width: int, expected: int, hidden: int) -> Eagle3CaptureError
         found = f"{width}-wide hidden states (one layer's width) entering the draft in a draft-extend step"
         fix = (
             "launch with --speculative-algorithm EAGLE3 (not EAGLE): only EAGLE3 makes the target capture the aux "
-            "layers; if it already is EAGLE3, the target model does not capture them (check `eagle3-patches status` "
-            "and the draft config's eagle_config.eagle_aux_hidden_state_layer_ids)"
+            "layers; if it already is EAGLE3, the target does not capture them: the draft config's "
+            "eagle_config.use_aux_hidden_state must not be false and eagle_aux_hidden_state_layer_ids must be set, and "
+            "`eagle3-patches status` shows whether the target model's capture patches are active"
         )
     else:
         found = f"{width}-wide hidden states entering the draft"

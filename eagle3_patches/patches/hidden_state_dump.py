@@ -23,6 +23,17 @@ request whose prefix was cached starts at its first uncached position: serve wit
 ``--disable-radix-cache`` to dump whole sequences.  Only tensor-parallel rank 0 (last pipeline
 stage) writes.
 
+Never recorded: forwards run while sglang captures CUDA graphs (its capture-mode flag, or torch's
+stream-capturing check; the capture's warm-up runs included) and sglang's dummy runs
+(``ModelRunner._dummy_run``): their rows belong to no request, and a device-to-host copy inside a
+graph capture is an error that would stop rank 0 and hang the others.  CUDA-graph replays never
+reach Python, so on a GPU the decode steps of a server with CUDA graphs on (sglang's default) are
+not recorded; the first skipped capture says so with a warning: serve with
+``--disable-cuda-graph`` to dump decode rows too.
+
+Cost: each recorded forward copies its ``[tokens, k*H]`` aux states to the host synchronously (one
+device synchronisation per forward, see docs/patches.md).
+
 Shard tensors: ``input_ids`` int64 [N], ``positions`` int64 [N], ``seq_ids`` int64 [N],
 ``hidden_states`` [N, k*H] (the model dtype).  Shards are written atomically (temp file renamed)
 when ``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` rows are buffered (default 4096), after one idle second,
@@ -36,6 +47,7 @@ import atexit
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -226,11 +238,50 @@ def _causal_lm_forward(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+_LOCAL = threading.local()  # .dummy_run: inside ModelRunner._dummy_run
+_WARNED_GRAPHS: list[bool] = []
+
+
+def _graph_capturing() -> bool:
+    """sglang is capturing CUDA graphs (its own flag, set around the whole capture, warm-up runs
+    included), or the current CUDA stream is capturing."""
+    graphs = sys.modules.get("sglang.srt.model_executor.cuda_graph_runner")
+    if graphs is not None and getattr(graphs, "get_is_capture_mode", lambda: False)():
+        return True
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def _not_a_served_forward() -> bool:
+    if getattr(_LOCAL, "dummy_run", False):
+        return True
+    if not _graph_capturing():
+        return False
+    if not _WARNED_GRAPHS:
+        _WARNED_GRAPHS.append(True)
+        logger.warning(
+            "eagle3-patches: hidden_state_dump: sglang is capturing CUDA graphs; decode steps replayed from them never "
+            "reach Python and will not be dumped (prefill rows are). Serve with --disable-cuda-graph to dump decode rows too."
+        )
+    return True
+
+
+def _mark_dummy_run(wrapped, instance, args, kwargs):
+    """``ModelRunner._dummy_run`` (warm-up / MoE autotune forwards on made-up batches): nothing is recorded."""
+    _LOCAL.dummy_run = True
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _LOCAL.dummy_run = False
+
+
 def _model_forward(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
     dumper = _dumper()
     owner = getattr(instance, "_eagle3_dump_owner", None)
     if dumper is not None and owner is not None and isinstance(out, tuple) and len(out) == 2 and out[1]:
+        if _not_a_served_forward():
+            return out
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
         if _is_writer(owner):
             dumper.record(owner, forward_batch, out[1])
@@ -250,8 +301,13 @@ class HiddenStateDump(Patch):
         expect_source(expect_attr(module.DeepseekV2ForCausalLM, "forward"), "capture_aux_hidden_states")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
+        import importlib
+
+        runner = importlib.import_module("sglang.srt.model_executor.model_runner")  # loads the model: imported already
         saver.wrap(module.DeepseekV2ForCausalLM, "forward", _causal_lm_forward)
         saver.wrap(module.DeepseekV2Model, "forward", _model_forward)
+        if "_dummy_run" in vars(runner.ModelRunner):
+            saver.wrap(runner.ModelRunner, "_dummy_run", _mark_dummy_run)
 
 
 PATCH = HiddenStateDump()

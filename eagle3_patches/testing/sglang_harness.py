@@ -318,11 +318,16 @@ def decode(runner, step: Step) -> Step:
     return Step(out, nxt, batch)
 
 
-def eagle_workers(sa):
-    """The real target ``TpModelWorker`` and ``EAGLEWorker`` as the scheduler builds them."""
+def eagle_workers(sa, *, spec_v2: bool = False):
+    """The real target ``TpModelWorker`` and ``EAGLEWorker`` as the scheduler builds them.
+
+    ``spec_v2``: ``EAGLEWorkerV2`` (sglang's overlap-scheduler worker, the only one from 0.5.13 on) also
+    on the releases that still have the v1 worker, which the CPU path (no overlap) uses otherwise."""
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.server_args import PortArgs
     try:
+        if spec_v2:
+            raise ImportError
         from sglang.srt.speculative.eagle_worker import EAGLEWorker
     except ImportError:  # sglang >= 0.5.13 has only the v2 worker
         from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2 as EAGLEWorker
@@ -348,6 +353,37 @@ def eagle_workers(sa):
     return target, draft
 
 
+def capture_draft_extend_graphs_eagerly(eagle_worker):
+    """sglang's real ``EAGLEDraftExtendCudaGraphRunner`` for an EAGLE worker, with only the CUDA graph
+    calls replaced: every batch size of ``--cuda-graph-bs`` is "captured" by running sglang's own
+    ``capture_one_batch_size`` (its static buffers, ``ForwardBatch`` and the draft's forward) eagerly,
+    inside the runner's own ``__init__`` (``model_capture_mode`` and its error handling included).
+    The v1 worker captures ``DRAFT_EXTEND``; ``EAGLEWorkerV2``'s draft worker ``DRAFT_EXTEND_V2``."""
+    from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+
+    class _Graph:
+        def pool(self) -> None:
+            return None
+
+    class DraftExtendGraphRunnerOnCpu(EAGLEDraftExtendCudaGraphRunner):
+        def _create_graph(self):
+            return _Graph()
+
+        def _capture_init(self, run_once_fn):
+            run_once_fn()  # the warm-up run, without device synchronisation
+
+        def _capture_graph(self, graph, pool, stream, run_once_fn):
+            return run_once_fn()
+
+        def capture(self) -> None:  # CudaGraphRunner.capture without graph_capture()'s CUDA stream
+            self.stream = None
+            for bs in reversed(self.capture_bs):
+                self.graphs[bs], self.output_buffers[bs] = self.capture_one_batch_size(bs, self.model_runner.model.forward)
+
+    worker = eagle_worker.draft_worker if is_spec_v2(eagle_worker) else eagle_worker
+    return DraftExtendGraphRunnerOnCpu(worker)
+
+
 def eagle_prefill_batch(target, prompts: Sequence[Sequence[int]]):
     """A speculative prefill ``ScheduleBatch`` of ``prompts``, prepared for extend (not run yet)."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -369,6 +405,13 @@ def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
         batch.prefill_input_ids_cpu = None
     with torch.no_grad():
         return draft.forward_batch_generation(batch), batch
+
+
+def has_spec_v1_worker() -> bool:
+    """The release still has the v1 ``EAGLEWorker`` (removed in sglang 0.5.13)."""
+    import importlib.util
+
+    return importlib.util.find_spec("sglang.srt.speculative.eagle_worker") is not None
 
 
 def is_spec_v2(eagle_worker) -> bool:
@@ -547,26 +590,54 @@ def set_server_arg(sa, name: str, value: Any) -> None:
         get_context().override("eagle3_patches.testing", **{name: value})
 
 
-def load_drafts(target: str, drafts: Sequence[str], **overrides: Any) -> list[dict]:
+def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrides: Any) -> list[dict]:
     """Load each draft checkpoint into a real draft ``ModelRunner`` (pools shared with one target).
+    A draft given as ``(path, {server arg: value})`` is loaded with those server arguments changed
+    (e.g. ``speculative_draft_model_quantization``), as a server launched with them would load it.
 
-    Returns, per draft, ``{"ok": True, "params": {name: tensor}}`` or
-    ``{"ok": False, "type": exception class name, "message": str}``.
+    Returns, per draft, ``{"ok": True, "params": {name: tensor}, "loaded": {...}, "hot_token_id": ...}`` or
+    ``{"ok": False, "type": exception class name, "message": str, "loaded": {...} or None}``.  ``params``
+    are the parameters of the finished runner; ``loaded`` the parameters as ``load_weights`` left them
+    (before the quantization method's ``process_weights_after_loading``), also when a later stage fails.
     """
-    sa = eagle3_server_args(target, drafts[0], **overrides)
+    import sglang.srt.models.llama_eagle3 as llama_eagle3
+
+    loaded: list[dict] = []
+    klass = llama_eagle3.LlamaForCausalLMEagle3
+    load_weights = klass.__dict__["load_weights"]  # the patched one when a patch is active
+
+    def snapshot_after_load(self, weights):
+        out = load_weights.__get__(self, type(self))(weights)
+        loaded.append({n: p.detach().clone() for n, p in self.named_parameters()})
+        return out
+
+    klass.load_weights = snapshot_after_load
+    drafts = [(d, {}) if isinstance(d, (str, os.PathLike)) else d for d in drafts]
+    sa = eagle3_server_args(target, drafts[0][0], **overrides)
     tr = model_runner(sa)
     results = []
-    for path in drafts:
-        set_server_arg(sa, "speculative_draft_model_path", str(path))
+    for path, args in drafts:
+        args = {"speculative_draft_model_path": str(path), **args}
+        previous = {name: getattr(sa, name) for name in args}
+        for name, value in args.items():
+            set_server_arg(sa, name, value)
+        loaded.clear()
         try:
             dr = model_runner(
                 sa, is_draft=True, model_path=str(path),
                 req_to_token_pool=tr.req_to_token_pool, token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
             )
         except Exception as exc:  # noqa: BLE001 - returned to the test
-            results.append({"ok": False, "type": type(exc).__name__, "message": str(exc)})
+            results.append({"ok": False, "type": type(exc).__name__, "message": str(exc),
+                            "loaded": loaded[0] if loaded else None})
             continue
+        finally:
+            for name, value in previous.items():
+                if name != "speculative_draft_model_path":
+                    set_server_arg(sa, name, value)
         params = {n: p.detach().clone() for n, p in dr.model.named_parameters()}
         hot = dr.model.hot_token_id
-        results.append({"ok": True, "params": params, "hot_token_id": None if hot is None else hot.clone()})
+        results.append({"ok": True, "params": params, "loaded": loaded[0] if loaded else None,
+                        "hot_token_id": None if hot is None else hot.clone()})
+    klass.load_weights = load_weights
     return results

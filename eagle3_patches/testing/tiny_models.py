@@ -260,7 +260,7 @@ def write_tokenizer(path: Path, vocab: int) -> None:
     )
 
 
-def _write(path: Path, config: dict, tensors: dict, vocab: int) -> Path:
+def write_checkpoint(path: Path, config: dict, tensors: dict, vocab: int) -> Path:
     """Write atomically: a temp dir renamed into place, so a half-built fixture never exists."""
     from safetensors.torch import save_file
 
@@ -283,7 +283,7 @@ def _write(path: Path, config: dict, tensors: dict, vocab: int) -> Path:
 
 
 def build_deepseek_v3(path: os.PathLike, spec: TinyTargetSpec = TinyTargetSpec()) -> Path:
-    return _write(Path(path), spec.text_config(), deepseek_v3_tensors(spec), spec.vocab)
+    return write_checkpoint(Path(path), spec.text_config(), deepseek_v3_tensors(spec), spec.vocab)
 
 
 def kimi_k25_config(spec: TinyTargetSpec = TinyTargetSpec()) -> dict:
@@ -319,7 +319,7 @@ def kimi_k25_config(spec: TinyTargetSpec = TinyTargetSpec()) -> dict:
 
 def build_kimi_k25(path: os.PathLike, spec: TinyTargetSpec = TinyTargetSpec()) -> Path:
     """The text weights under ``language_model.``; the (unused) vision tower keeps sglang's init."""
-    return _write(Path(path), kimi_k25_config(spec), deepseek_v3_tensors(spec, prefix="language_model."), spec.vocab)
+    return write_checkpoint(Path(path), kimi_k25_config(spec), deepseek_v3_tensors(spec, prefix="language_model."), spec.vocab)
 
 
 def eagle3_draft_config(spec: TinyDraftSpec = TinyDraftSpec()) -> dict:
@@ -340,7 +340,7 @@ def eagle3_draft_config(spec: TinyDraftSpec = TinyDraftSpec()) -> dict:
 
 
 def build_eagle3_draft(path: os.PathLike, spec: TinyDraftSpec = TinyDraftSpec(), tensors: dict | None = None) -> Path:
-    return _write(Path(path), eagle3_draft_config(spec), tensors or eagle3_draft_tensors(spec), spec.vocab)
+    return write_checkpoint(Path(path), eagle3_draft_config(spec), tensors or eagle3_draft_tensors(spec), spec.vocab)
 
 
 def speculators_config(spec: TinyDraftSpec = TinyDraftSpec(), verifier: str = "tiny-kimi-k25") -> dict:
@@ -377,7 +377,7 @@ def speculators_config(spec: TinyDraftSpec = TinyDraftSpec(), verifier: str = "t
 
 def build_speculators_draft(path: os.PathLike, spec: TinyDraftSpec = TinyDraftSpec()) -> Path:
     """The same weights as :func:`build_eagle3_draft` (same seed), named as speculators saves them."""
-    return _write(
+    return write_checkpoint(
         Path(path), speculators_config(spec), eagle3_draft_tensors(spec, midlayer_prefix="layers.0."), spec.vocab
     )
 
@@ -421,4 +421,4 @@ def build_trained_eagle3_draft(root: os.PathLike, tensors_file: os.PathLike = TR
         return path
     tensors = load_file(str(tensors_file))
     spec = TinyDraftSpec(draft_vocab=int(tensors["lm_head.weight"].shape[0]), extra_config={"torch_dtype": "float32"})
-    return _write(path, eagle3_draft_config(spec), tensors, spec.vocab)
+    return write_checkpoint(path, eagle3_draft_config(spec), tensors, spec.vocab)

@@ -118,3 +118,151 @@ def test_patched_refuses_bad_checkpoint_naming_the_key(patched, drafts, variant,
     assert result["type"] == "Eagle3ConfigError"
     assert needle in result["message"]
     assert str(drafts[variant]) in result["message"]  # says which checkpoint
+
+
+# --------------------------------------------------------------------------- quantized drafts
+# A draft stock sglang serves correctly must never be refused: the quantization methods add
+# parameters (fp8's kv-cache scales, weight / input scales, compressed-tensors' packed weights)
+# and sglang's loader fills them, or leaves them to the method's defaults.  Stock and patched load
+# the same tensors into the same parameters (compared as `load_weights` leaves them, before the
+# method's `process_weights_after_loading`, which needs CUDA kernels for some of them).
+QUANTIZED = {
+    "online-fp8": ("midlayer", {"speculative_draft_model_quantization": "fp8"}),  # --quantization fp8
+    "online-fp8-kv-scales": ("kv_scales", {"speculative_draft_model_quantization": "fp8"}),
+    "online-fp8-kv-scale-deprecated": ("kv_scale_deprecated", {"speculative_draft_model_quantization": "fp8"}),
+    "unquantized-kv-scales": ("kv_scales", {}),  # scales with nothing to hold them: ignored, as sglang ignores them
+    "fp8-checkpoint": ("fp8", {}),
+    "compressed-tensors-w8a8-fp8": ("w8a8-fp8", {}),
+    "compressed-tensors-w4a16": ("w4a16", {}),  # Kimi-K2.5's own format
+    "tied-with-lm-head": ("tied", {}),
+    "online-fp8-unknown-key": ("unknown", {"speculative_draft_model_quantization": "fp8"}),
+    "missing-v-shard": ("missing_v", {}),
+}
+K_SCALE, V_SCALE = 0.125, 0.25
+
+
+@pytest.fixture(scope="module")
+def quantized_drafts(tiny_root, drafts):
+    import torch
+
+    from eagle3_patches.testing import quantized_drafts as qd
+
+    root = tiny_root / "strict-loading-quantized"
+
+    def kv_scales(t):  # the spellings sglang's maybe_remap_kv_scale_name knows (modelopt: under k_proj/v_proj)
+        t["midlayer.self_attn.k_proj.k_scale"] = torch.tensor(K_SCALE)
+        t["midlayer.self_attn.v_proj.v_scale"] = torch.tensor(V_SCALE)
+
+    def tied(t):  # a tied draft that still carries its lm_head (and an embedding of the full vocabulary)
+        t["lm_head.weight"] = torch.zeros(tm.VOCAB, tm.HIDDEN)
+
+    tied_spec = tm.TinyDraftSpec(draft_vocab=tm.VOCAB, extra_config={"tie_word_embeddings": True})
+    built = {
+        "midlayer": drafts["midlayer"],
+        "unknown": drafts["unknown"],
+        "kv_scales": _variant(root, "kv-scales", edit=kv_scales),
+        "kv_scale_deprecated": _variant(root, "kv-scale-deprecated",
+                                        edit=lambda t: t.update({"midlayer.self_attn.kv_scale": torch.tensor(K_SCALE)})),
+        "tied": _variant(root, "tied", spec=tied_spec, edit=tied),
+        "missing_v": _variant(root, "missing-v", edit=lambda t: t.pop("midlayer.self_attn.v_proj.weight")),
+    }
+    for kind in qd.QUANT_CONFIGS:
+        built[kind] = qd.build_quantized_draft(root / kind, kind)
+    return built
+
+
+def _load_quantized(target: str, drafts: list):
+    import torch
+
+    # compressed-tensors asks for the GPU generation before it builds a layer: an H200's (sm90)
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    return load_drafts(target, drafts, dtype="bfloat16")
+
+
+def _load_quantized_variants(tiny, quantized_drafts, patches):
+    cases = list(QUANTIZED)
+    specs = [(str(quantized_drafts[QUANTIZED[c][0]]), QUANTIZED[c][1]) for c in cases]
+    return dict(zip(cases, run_isolated(_load_quantized, str(tiny["deepseek_v3"]), specs, patches=patches)))
+
+
+@pytest.fixture(scope="module")
+def quantized_stock(tiny, quantized_drafts):
+    return _load_quantized_variants(tiny, quantized_drafts, None)
+
+
+@pytest.fixture(scope="module")
+def quantized_patched(tiny, quantized_drafts):
+    return _load_quantized_variants(tiny, quantized_drafts, PATCH)
+
+
+def _same_tensors(a: dict, b: dict) -> list[str]:
+    """Parameters that differ bit for bit (the embedding is left out: no checkpoint fills it, sglang
+    replaces it by the target's, and until then it holds whatever memory it was allocated in)."""
+    assert a is not None and b is not None
+    assert set(a) == set(b)
+
+    def raw(t):
+        return t.reshape(-1).view(torch.uint8)
+
+    return [n for n in a if n != "model.embed_tokens.weight"
+            and not (a[n].dtype == b[n].dtype and torch.equal(raw(a[n]), raw(b[n])))]
+
+
+@pytest.mark.parametrize("case", ["online-fp8", "fp8-checkpoint", "compressed-tensors-w8a8-fp8",
+                                  "compressed-tensors-w4a16", "tied-with-lm-head", "unquantized-kv-scales"])
+def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_patched, case):
+    stock, patched = quantized_stock[case], quantized_patched[case]
+    assert stock["loaded"] is not None, stock  # stock sglang loads the draft ...
+    assert patched.get("type") != "Eagle3ConfigError", patched["message"]  # ... and the patch set does not refuse it
+    assert (patched["ok"], patched.get("type")) == (stock["ok"], stock.get("type"))  # the same end (CPU kernels)
+    assert _same_tensors(stock["loaded"], patched["loaded"]) == []
+
+
+def test_quantized_drafts_really_are_quantized(quantized_patched):
+    """The cases above exercise the quantization methods' own parameters, not plain weights."""
+    import torch
+
+    loaded = {c: quantized_patched[c]["loaded"] for c in QUANTIZED if quantized_patched[c]["loaded"] is not None}
+    qkv = "model.midlayer.self_attn.qkv_proj."
+    assert "model.midlayer.self_attn.attn.k_scale" in loaded["online-fp8"]
+    assert loaded["fp8-checkpoint"][qkv + "weight"].dtype == torch.float8_e4m3fn
+    assert loaded["fp8-checkpoint"][qkv + "input_scale"].shape == (3,)  # one per q/k/v shard
+    assert loaded["compressed-tensors-w8a8-fp8"][qkv + "weight_scale"].shape[1] == 1  # per channel
+    assert loaded["compressed-tensors-w4a16"][qkv + "weight_packed"].dtype == torch.int32
+    assert qkv + "weight" not in loaded["compressed-tensors-w4a16"]
+
+
+@pytest.mark.stock
+def test_stock_drops_kv_scales_under_their_checkpoint_spellings(quantized_stock):
+    loaded = quantized_stock["online-fp8-kv-scales"]["loaded"]
+    assert float(loaded["model.midlayer.self_attn.attn.k_scale"]) == -1.0  # BaseKVCacheMethod's "not loaded"
+    assert float(loaded["model.midlayer.self_attn.attn.v_scale"]) == -1.0
+
+
+@pytest.mark.parametrize("case, k, v", [("online-fp8-kv-scales", K_SCALE, V_SCALE),
+                                        ("online-fp8-kv-scale-deprecated", K_SCALE, -1.0)])
+def test_patched_loads_kv_scales_as_sglangs_llama_loader_maps_them(quantized_patched, case, k, v):
+    """`k_proj.k_scale` / `kv_scale` land in the attention's k/v scales (a lone kv_scale is duplicated into
+    v_scale by sglang's BaseKVCacheMethod after loading), where stock dropped them."""
+    result = quantized_patched[case]
+    assert result.get("type") != "Eagle3ConfigError", result.get("message")
+    loaded = result["loaded"]
+    assert float(loaded["model.midlayer.self_attn.attn.k_scale"]) == k
+    assert float(loaded["model.midlayer.self_attn.attn.v_scale"]) == v
+
+
+def test_patched_still_refuses_unknown_keys_under_quantization(quantized_patched):
+    result = quantized_patched["online-fp8-unknown-key"]
+    assert result["type"] == "Eagle3ConfigError"
+    assert "input_norm.weight" in result["message"] and "k_scale" not in result["message"]
+
+
+@pytest.mark.stock
+def test_stock_loads_a_draft_missing_one_fused_shard_silently(quantized_stock):
+    assert quantized_stock["missing-v-shard"]["ok"]
+
+
+def test_patched_names_the_missing_shard_of_a_fused_parameter(quantized_patched):
+    result = quantized_patched["missing-v-shard"]
+    assert result["type"] == "Eagle3ConfigError"
+    assert "qkv_proj.weight (shard 'v')" in result["message"]

@@ -116,3 +116,74 @@ def test_kimi_width_draft_fc_receives_21504_and_refuses_7168(tiny, kimi_width_dr
 def test_kimi_width_draft_on_stock_skips_fc_for_7168(tiny, kimi_width_draft):
     out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft), [KIMI_HIDDEN], patches=None)
     assert out["results"] == [None] and out["fc_inputs"] == []  # silent skip: the bug
+
+
+# --------------------------------------------------------------------------- draft-extend CUDA graphs
+# sglang captures the draft's extend step in a CUDA graph (on by default on a GPU) from a static
+# hidden-state buffer 3 x hidden wide, or hidden wide when the draft config says
+# use_aux_hidden_state: false.  sglang's real EAGLEDraftExtendCudaGraphRunner runs here with only
+# the graph calls made eager (sglang_harness.capture_draft_extend_graphs_eagerly): the v1 worker
+# captures DRAFT_EXTEND, EAGLEWorkerV2 (the overlap scheduler's worker; the only one from 0.5.13)
+# DRAFT_EXTEND_V2.
+WORKERS = ["v1", "v2"]
+
+
+def _capture_draft_extend(target: str, draft: str, worker: str) -> dict:
+    from eagle3_patches.testing import sglang_harness as h
+
+    if worker == "v1" and not h.has_spec_v1_worker():
+        return {"skip": "this sglang release has only the v2 EAGLE worker"}
+    sa = h.eagle3_server_args(target, draft, cuda_graph_bs=[1, 2])
+    _, eagle = h.eagle_workers(sa, spec_v2=worker == "v2")
+    fc_inputs = h.record_fc_inputs(eagle)
+    fc = (eagle.draft_worker.draft_runner if h.is_spec_v2(eagle) else eagle.draft_model_runner).model.model.fc
+    try:
+        runner = h.capture_draft_extend_graphs_eagerly(eagle)
+    except Exception as exc:  # noqa: BLE001 - returned to the test
+        return {"error": type(exc).__name__, "message": str(exc), "fc_inputs": fc_inputs}
+    return {"error": None, "mode": runner.forward_mode.name, "buffer": runner.hidden_states.shape[-1],
+            "fc_in_features": fc.in_features, "fc_inputs": fc_inputs}
+
+
+@pytest.fixture(scope="module")
+def no_aux_draft(tiny_root):
+    """The tiny draft with eagle_config.use_aux_hidden_state: false (the target then captures nothing)."""
+    cfg = tm.TinyDraftSpec()
+    tensors = tm.eagle3_draft_tensors(cfg)
+    config = tm.eagle3_draft_config(cfg)
+    config["eagle_config"]["use_aux_hidden_state"] = False
+    return tm.write_checkpoint(tiny_root / "draft-no-aux-states", config, tensors, cfg.vocab)
+
+
+def _skip_if_asked(out: dict) -> dict:
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    return out
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_draft_extend_graph_capture_feeds_fc_3h_and_the_guard_passes(tiny, worker):
+    out = _skip_if_asked(run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(tiny["draft"]), worker, patches="all"))
+    assert out["error"] is None, out.get("message")
+    assert out["mode"] == {"v1": "DRAFT_EXTEND", "v2": "DRAFT_EXTEND_V2"}[worker]
+    assert out["buffer"] == out["fc_in_features"] == 3 * tm.HIDDEN
+    assert out["fc_inputs"] and {shape[-1] for shape in out["fc_inputs"]} == {3 * tm.HIDDEN}
+
+
+@pytest.mark.stock
+@pytest.mark.parametrize("worker", WORKERS)
+def test_stock_draft_extend_graph_capture_without_aux_states_skips_fc_silently(tiny, no_aux_draft, worker):
+    out = _skip_if_asked(run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(no_aux_draft), worker, patches=None))
+    assert out["error"] is None and out["buffer"] == tm.HIDDEN
+    assert out["fc_inputs"] == []  # fc never ran: the graphs would bake the skip in
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_draft_extend_graph_capture_without_aux_states_is_refused_in_our_words(tiny, no_aux_draft, worker):
+    out = _skip_if_asked(run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(no_aux_draft), worker,
+                                      patches="all"))
+    assert out["error"] == "Eagle3CaptureError", out
+    assert "Capture cuda graph failed" not in out["message"]  # not sglang's graph-memory advice
+    assert f"{3 * tm.HIDDEN} = fc.in_features" in out["message"]
+    assert "use_aux_hidden_state" in out["message"]
+    assert out["fc_inputs"] == []
