@@ -72,6 +72,8 @@ AUTO_FUSION_ARCHS = frozenset(
         "KimiK25ForConditionalGeneration",
     }
 )
+#: findings of one code listed one by one; the rest are counted in one summary finding (a hostile checkpoint can have 100k tensors)
+MAX_FINDINGS_PER_CODE = 20
 #: d2t / t2d larger than this are not read (a corrupted shape, not a vocabulary)
 MAX_MAP_BYTES = 64 << 20
 
@@ -95,12 +97,24 @@ class Finding:
 class Report:
     findings: list[Finding] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    _per_code: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     # -- building
     def add(self, severity: str, code: str, what: str, **kw: str) -> Finding:
+        """Record a finding; past :data:`MAX_FINDINGS_PER_CODE` of one code they are only counted (see :meth:`close`)."""
         f = Finding(severity, code, what, **{k: str(v) for k, v in kw.items() if v not in (None, "")})
-        self.findings.append(f)
+        key = (severity, code)
+        self._per_code[key] = self._per_code.get(key, 0) + 1
+        if self._per_code[key] <= MAX_FINDINGS_PER_CODE:
+            self.findings.append(f)
         return f
+
+    def close(self) -> None:
+        """One summary finding per code whose findings were only counted."""
+        for (severity, code), n in sorted(self._per_code.items()):
+            if n > MAX_FINDINGS_PER_CODE:
+                self.findings.append(Finding(severity, code, f"{n - MAX_FINDINGS_PER_CODE} more [{code}] finding(s) like the above are not listed"))
+        self._per_code.clear()
 
     # -- reading
     def by_severity(self, severity: str) -> list[Finding]:
@@ -388,6 +402,7 @@ def doctor(
     if target is None and draft is None:
         report.add(ERROR, "nothing-to-check", "neither a target nor a draft was given", fix="pass --target PATH and --draft PATH (or a launch command naming them)")
 
+    report.close()
     report.facts["bytes_read"] = bytes_read() - read0
     report.facts["seconds"] = round(time.perf_counter() - t0, 4)
     return report

@@ -45,6 +45,9 @@ from ..errors import Eagle3ConfigError
 #: the JSON documents a checkpoint holds may not take more memory than this to parse
 #: (estimated by :func:`json_parse_cost`; docs/security.md states the budgets)
 JSON_PARSE_BUDGET = 384 << 20
+#: the peak memory (RSS) doctor and convert stay under on any input (docs/security.md; held by
+#: tests/checkpoint/test_ckpt_hostile.py on a 40 MB header and a 64 MB index)
+RSS_BUDGET = 512 << 20
 #: an integer in a checkpoint's JSON with more digits than this is refused (u64 has 20)
 MAX_INT_DIGITS = 20
 #: a float literal longer than this is refused (a double needs at most 24 characters)
@@ -125,11 +128,12 @@ def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *,
     """
     shown = Path(root) / name
     rel = str(name)
+    label = what if what.endswith(rel) else f"{what} {rel}"  # "the draft's config.json", "side file vocab.txt"
     root_real = checked_root(root)
     real = os.path.realpath(shown)
     if not any(_inside(real, r) for r in _allowed_roots(root_real)):
         raise UnsafeFileError(
-            f"{what} {rel} resolves outside the checkpoint directory; eagle3-patches never reads through such a link",
+            f"{label} resolves outside the checkpoint directory; eagle3-patches never reads through such a link",
             where=str(shown),
             found=f"-> {real}",
             expected=f"a file inside {root_real}" + (" (or the Hugging Face cache's blobs/)" if len(_allowed_roots(root_real)) > 1 else ""),
@@ -141,7 +145,7 @@ def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *,
         dangling = os.path.islink(shown)
         raise checkpoint_error(
             "safetensors-index" if what.endswith("shard") else "not-a-checkpoint",
-            f"{what} {rel} is missing" + (" (a dangling link)" if dangling else ""),
+            f"{label} is missing" + (" (a dangling link)" if dangling else ""),
             where=str(shown),
             found=f"-> {real} (does not exist)" if dangling else "",
             fix="restore the file (finish the download)",
@@ -151,7 +155,7 @@ def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *,
     if not stat.S_ISREG(st.st_mode):
         kind = _file_kind(st.st_mode)
         raise UnsafeFileError(
-            f"{what} {rel} is a {kind}, not a regular file; refused without reading it",
+            f"{label} is a {kind}, not a regular file; refused without reading it",
             where=str(shown),
             found=kind + (f" (via link -> {real})" if str(real) != os.path.abspath(shown) else ""),
             expected="a regular file",
