@@ -68,7 +68,7 @@ from .formats import (
     scan_shards,
     unknown_tensor_hints,
 )
-from .safe_io import CheckpointError, open_checkpoint_file, resolve_checkpoint_file
+from .safe_io import CheckpointError, list_checkpoint_dir, open_checkpoint_file, resolve_checkpoint_file
 from .safetensors_header import (
     TensorInfo,
     alignment_order,
@@ -176,7 +176,7 @@ def _inside(a: Path, b: Path) -> bool:
 
 def _check_paths(src: Path, dst: Path, force: bool) -> Path:
     """``dst`` made absolute; refuses a DST that overlaps SRC, is the current directory (or above it), or exists."""
-    rs, rd = src.resolve(), Path(os.path.abspath(dst))
+    rs, rd = Path(os.path.realpath(src)), Path(os.path.abspath(dst))
     cwd = Path(os.getcwd())
     if rd == Path(rd.anchor) or _inside(cwd, rd):
         raise _err(
@@ -185,7 +185,8 @@ def _check_paths(src: Path, dst: Path, force: bool) -> Path:
             found=str(rd),
             fix="name a new directory, e.g. ./draft-sglang",
         )
-    if _inside(rd.resolve(), rs) or _inside(rs, rd.resolve()):
+    rd_real = Path(os.path.realpath(rd))  # realpath, not Path.resolve: a symlink loop is no RuntimeError
+    if _inside(rd_real, rs) or _inside(rs, rd_real):
         raise _err(
             "the destination overlaps the source; the converter never writes into SRC",
             where=str(dst),
@@ -290,7 +291,10 @@ def _remove_stale(dst: Path) -> list[str]:
         if not m or m["dst"] != dst.name or _process_token(int(m["pid"])) == m["token"]:
             continue
         path = dst.parent / name
-        st = os.lstat(path)
+        try:
+            st = os.lstat(path)
+        except OSError:  # removed meanwhile
+            continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
             continue
         if m["kind"] == "old" and not os.path.lexists(dst):
@@ -398,9 +402,9 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
             where="config.json: eagle_aux_hidden_state_layer_ids",
             fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for Kimi-K2.5)",
         )
-    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
-        raise _err("the aux layer ids are not distinct and increasing", where="config.json: eagle_aux_hidden_state_layer_ids", found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
     ids_where = "--aux-layer-ids" if aux_layer_ids is not None else "config.json: eagle_aux_hidden_state_layer_ids"
+    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
+        raise _err("the aux layer ids are not distinct and increasing", where=ids_where, found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
     if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
         raise _err(
             "the aux layer ids are not layer numbers",
@@ -613,7 +617,7 @@ def _side_files(src: Path) -> list[str]:
     Refuses the conversion naming every side file that links out of SRC, is not a regular
     file or is implausibly large.
     """
-    names = sorted(n for n in os.listdir(src) if COPY_FILES.match(n))
+    names = [n for n in list_checkpoint_dir(src, "source draft") if COPY_FILES.match(n)]
     refused: list[Eagle3ConfigError] = []
     for name in names:
         try:

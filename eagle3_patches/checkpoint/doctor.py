@@ -478,9 +478,9 @@ def _check_target_weights(ctx: _Ctx) -> None:
     missing = {p for p in wf.files if not os.path.lexists(p)}
     if missing:
         ctx.add(ERROR, "safetensors-index", f"{len(missing)} shard(s) named by the target's index are missing", where=str(wf.index), found=", ".join(sorted(str(p.relative_to(d)) for p in missing)[:5]), fix="finish the download")
-    by_file: dict[str, list[str]] = {}
+    by_file: dict[str, list[str]] = {f: [] for f in set((wf.weight_map or {}).values())}
     for name, f in (wf.weight_map or {}).items():
-        by_file.setdefault(f, []).append(name)
+        by_file[f].append(name)
     absent: list[str] = []
     found: set[str] = set()
     read = n_tensors = 0
@@ -496,11 +496,10 @@ def _check_target_weights(ctx: _Ctx) -> None:
                 present = set(h.names)
                 if not present.issuperset(expect):
                     absent.extend(n for n in expect if n not in present)
-            for suffix in _TARGET_CHECKED:
-                if suffix not in found:
-                    hits = [n for n in h.names if n.endswith(suffix)]
-                    hit = next((n for n in hits if n == suffix or n.endswith("." + suffix)), None)
-                    if hit is not None:
+            if len(found) < len(_TARGET_CHECKED):
+                for hit in [n for n in h.names if n.endswith(_TARGET_CHECKED)]:
+                    suffix = next(s for s in _TARGET_CHECKED if hit.endswith(s))
+                    if suffix not in found and (hit == suffix or hit.endswith("." + suffix)):
                         found.add(suffix)
                         ctx.target_tensors[hit] = h.tensors[hit]
         except CheckpointError as exc:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
-from .safe_io import CheckpointError, checked_root, load_json, read_checkpoint_bytes
+from .safe_io import CheckpointError, checked_root, list_checkpoint_dir, load_json, read_checkpoint_bytes
 from .safe_io import checkpoint_error as _err
 from .safetensors_header import Header, TensorInfo, count_read, read_header
 
@@ -52,16 +53,22 @@ __all__ = ["CheckpointError"]  # re-exported: formats.CheckpointError is the err
 def checkpoint_dir(path: os.PathLike | str, role: str = "checkpoint") -> Path:
     """The checkpoint directory for ``path`` (a directory, or its ``config.json``)."""
     p = Path(path)
-    if p.name == "config.json" and p.is_file():
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _err("not-a-checkpoint", f"the {role} path cannot be read: {exc.strerror or exc}", where=str(p), found=type(exc).__name__, fix="check the path and its permissions") from None
+    if p.name == "config.json" and st is not None and stat.S_ISREG(st.st_mode):
         p = p.parent
-    elif not p.exists():
+    elif st is None:
         raise _err(
             "not-a-checkpoint",
             f"the {role} path does not exist",
             where=str(p),
             fix=f"pass the local directory of the {role} checkpoint (hub ids are not downloaded by the doctor)",
         )
-    elif not p.is_dir():
+    elif not stat.S_ISDIR(st.st_mode):
         raise _err(
             "not-a-checkpoint",
             f"the {role} path is not a directory",
@@ -86,7 +93,7 @@ def read_config(path: os.PathLike | str, role: str = "checkpoint") -> dict:
     d = checkpoint_dir(path, role)
     cfg = d / "config.json"
     if not os.path.lexists(cfg):
-        has_weights = any(n.endswith(".safetensors") or n == INDEX_NAME for n in os.listdir(d))
+        has_weights = any(n.endswith(".safetensors") or n == INDEX_NAME for n in list_checkpoint_dir(d, role))
         if not has_weights:
             raise _err(
                 "not-a-checkpoint",
@@ -167,7 +174,7 @@ def list_weight_files(path: os.PathLike | str, *, read_the_index: bool = True) -
     """
     d = Path(path)
     wf = WeightFiles(d)
-    names = sorted(os.listdir(d)) if d.is_dir() else []
+    names = list_checkpoint_dir(d)
     if INDEX_NAME in names:
         wf.index = d / INDEX_NAME
         if read_the_index:

@@ -14,7 +14,7 @@ on it), which enforces, before a single byte is read:
   is refused by name without ever being opened.  The open itself is
   ``O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC`` and ``fstat`` must show the
   same regular file, so a swap between the check and the open is refused too.
-* **no roots in /proc, /sys or /dev**, whose "regular" files are kernel state.
+* **no roots in /proc, /sys or /dev** (but /dev/shm), whose "regular" files are kernel state.
 * **bounded reads**: :meth:`CheckpointFile.read_all` refuses a file above its cap before
   reading it, and :func:`load_json` refuses a JSON document whose parse would exceed
   :data:`JSON_PARSE_BUDGET` (estimated from byte counts, in linear time, before parsing),
@@ -52,8 +52,9 @@ RSS_BUDGET = 512 << 20
 MAX_INT_DIGITS = 20
 #: a float literal longer than this is refused (a double needs at most 24 characters)
 MAX_FLOAT_CHARS = 64
-#: roots under these are kernel state, not checkpoints
+#: roots under these are kernel state, not checkpoints (/dev/shm, a tmpfs models are copied to, is fine)
 _PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+_SHM = "/dev/shm"
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -84,6 +85,11 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _label(what: str, name: os.PathLike | str) -> str:
+    """``what`` and ``name`` for a message ("side file vocab.txt"), without saying the name twice."""
+    return what if what.endswith(str(name)) else f"{what} {name}"
+
+
 def _file_kind(mode: int) -> str:
     for test, kind in (
         (stat.S_ISDIR, "directory"),
@@ -98,9 +104,9 @@ def _file_kind(mode: int) -> str:
 
 
 def checked_root(root: os.PathLike | str, role: str = "checkpoint") -> Path:
-    """``root``'s real path; refused when it lies in /proc, /sys or /dev."""
+    """``root``'s real path; refused when it lies in /proc, /sys or /dev (/dev/shm is fine)."""
     real = os.path.realpath(root)
-    if any(_inside(real, p) for p in _PSEUDO_ROOTS):
+    if any(_inside(real, p) for p in _PSEUDO_ROOTS) and not _inside(real, _SHM):
         raise UnsafeFileError(
             f"the {role} path is kernel state, not a checkpoint",
             where=str(root),
@@ -127,8 +133,7 @@ def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *,
     Nothing is opened: a FIFO, device or directory is named and refused from its ``stat``.
     """
     shown = Path(root) / name
-    rel = str(name)
-    label = what if what.endswith(rel) else f"{what} {rel}"  # "the draft's config.json", "side file vocab.txt"
+    label = _label(what, name)
     root_real = checked_root(root)
     real = os.path.realpath(shown)
     if not any(_inside(real, r) for r in _allowed_roots(root_real)):
@@ -151,7 +156,7 @@ def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *,
             fix="restore the file (finish the download)",
         ) from None
     except OSError as exc:
-        raise _os_error(exc, shown, what) from None
+        raise _os_error(exc, shown, label) from None
     if not stat.S_ISREG(st.st_mode):
         kind = _file_kind(st.st_mode)
         raise UnsafeFileError(
@@ -164,7 +169,7 @@ def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *,
     return shown, Path(real), st
 
 
-def _os_error(exc: OSError, path: Path, what: str) -> CheckpointError:
+def _os_error(exc: OSError, path: Path, label: str) -> CheckpointError:
     reason = {
         errno.EACCES: "permission denied",
         errno.EPERM: "permission denied",
@@ -174,11 +179,19 @@ def _os_error(exc: OSError, path: Path, what: str) -> CheckpointError:
     }.get(exc.errno or 0, exc.strerror or type(exc).__name__)
     return checkpoint_error(
         "unsafe-file" if exc.errno == errno.ELOOP else "not-a-checkpoint",
-        f"cannot read {what} {path.name}: {reason}",
+        f"cannot read {label}: {reason}",
         where=str(path),
         found=f"{type(exc).__name__}: {exc.strerror or exc}",
         fix="check the path and its permissions",
     )
+
+
+def list_checkpoint_dir(root: os.PathLike | str, role: str = "checkpoint") -> list[str]:
+    """The entry names of the checkpoint directory ``root`` (sorted; nothing is opened or followed)."""
+    try:
+        return sorted(os.listdir(root))
+    except OSError as exc:
+        raise _os_error(exc, Path(root), f"the {role} directory {root}") from None
 
 
 # ------------------------------------------------------------------ opening
@@ -210,7 +223,10 @@ class CheckpointFile:
         """Up to ``n`` bytes at ``offset`` (fewer only at the end of the file)."""
         parts, got = [], 0
         while got < n:
-            b = os.pread(self.fd, min(n - got, 64 << 20), offset + got)
+            try:
+                b = os.pread(self.fd, min(n - got, 64 << 20), offset + got)
+            except OSError as exc:
+                raise _os_error(exc, self.path, _label(self.what, self.path.name)) from None
             if not b:
                 break
             parts.append(b)
@@ -222,7 +238,7 @@ class CheckpointFile:
         if self.size > max_bytes:
             raise checkpoint_error(
                 code,
-                f"{self.what} {self.name} is implausibly large",
+                f"{_label(self.what, self.name)} is implausibly large",
                 where=str(self.path),
                 found=f"{self.size} bytes",
                 expected=f"<= {max_bytes} bytes",
@@ -230,7 +246,7 @@ class CheckpointFile:
             )
         data = self.read_at(0, max_bytes + 1)
         if len(data) > max_bytes:  # grew after the stat
-            raise checkpoint_error(code, f"{self.what} {self.name} changed while being read", where=str(self.path), fix="retry when nothing writes the checkpoint")
+            raise checkpoint_error(code, f"{_label(self.what, self.name)} changed while being read", where=str(self.path), fix="retry when nothing writes the checkpoint")
         return data
 
     def close(self) -> None:
@@ -256,11 +272,11 @@ def open_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *, wh
     try:
         fd = os.open(real, _OPEN_FLAGS)
     except OSError as exc:
-        raise _os_error(exc, shown, what) from None
+        raise _os_error(exc, shown, _label(what, name)) from None
     fst = os.fstat(fd)
     if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
         os.close(fd)
-        raise UnsafeFileError(f"{what} {name} changed while being opened", where=str(shown), fix="retry when nothing writes the checkpoint")
+        raise UnsafeFileError(f"{_label(what, name)} changed while being opened", where=str(shown), fix="retry when nothing writes the checkpoint")
     return CheckpointFile(shown, real, fd, fst, what)
 
 

@@ -279,9 +279,16 @@ def test_fifo_config_and_side_file_never_block(src, tmp_path):
     assert run.rc == 1 and "config.json is a FIFO" in run.out
 
 
-def test_kernel_state_is_no_checkpoint(tmp_path):
+def test_kernel_state_is_no_checkpoint(tiny):
     run = doctor_cli("--draft", "/proc/self")
     assert run.rc == 1 and "kernel state" in run.out
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):  # a tmpfs models are copied to: fine
+        shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
+        try:
+            report = in_process(lambda: doctor(tiny["deepseek_v3"], copy_checkpoint(tiny["draft"], shm / "draft"), sglang_version=CLEAN))
+            assert report.ok, report.format()
+        finally:
+            shutil.rmtree(shm, ignore_errors=True)
 
 
 def test_hugging_face_cache_layout_is_read(tmp_path, tiny):
@@ -395,6 +402,27 @@ def test_absurd_numbers_and_nesting_are_messages(tmp_path, tiny, where):
         needle = "absurd number" if where != "config-nesting" else "not valid JSON"
     run = doctor_cli("--draft", d)
     assert run.rc == 1 and needle in run.out, run.out
+
+
+@pytest.mark.parametrize("rank, ok", [(64, True), (65, False)])
+def test_rank_beyond_what_frameworks_load_is_refused(tmp_path, rank, ok):
+    raw = json.dumps({"x": {"dtype": "U8", "shape": [1] * rank, "data_offsets": [0, 1]}}).encode()
+    f = write_header(tmp_path / "x.safetensors", raw, b"\0")
+    result = in_process(lambda: read_header(f).tensors)
+    assert isinstance(result, Eagle3Error) != ok, result
+    if not ok:
+        assert "65 dimensions" in result.what
+
+
+def test_findings_of_one_kind_are_capped(tmp_path, tiny, make_draft):
+    import torch
+
+    def many(t):
+        t.update({f"extra.{i}.weight": torch.zeros(2, dtype=torch.uint8) for i in range(200)})
+
+    report = in_process(lambda: doctor(tiny["deepseek_v3"], make_draft("many", tensors=many), sglang_version=CLEAN))
+    dtype = [f for f in report.findings if f.code == "tensor-dtype"]
+    assert len(dtype) == 21 and "180 more [tensor-dtype]" in dtype[-1].what, [f.what for f in dtype[-2:]]
 
 
 # ====================================================================== 3. destinations and odd shapes
