@@ -8,8 +8,10 @@ block repeated; ``d2t`` / ``t2d`` are a real vocabulary map): about 4.7 GB with
 ``embed_tokens.weight`` (speculators saves it), 2.4 GB with ``--no-embed``.
 
 Each round runs ``cp`` of the source file followed by ``sync`` of the copy (the converter
-fsyncs its output) and ``eagle3-patches convert`` in a fresh process (peak RSS from
-``wait4``), in alternating order, after a ``sync``; outputs are removed in between.
+fsyncs its output) and ``eagle3-patches convert`` in a fresh process, in alternating order,
+after a ``sync``; outputs are removed in between.  The convert process reports its own peak
+RSS (``VmHWM``): ``wait4``'s ``ru_maxrss`` would carry this benchmark's own peak (torch, the
+64 MB block) into the child across fork + exec.
 
     python benchmarks/bench_convert.py [--no-embed] [--rounds 3] [--workdir DIR] [--hidden 7168 ...]
 
@@ -122,25 +124,23 @@ def build_source(root: Path, *, hidden: int, heads: int, head_dim: int, inter: i
     return (root / "model.safetensors").stat().st_size
 
 
-def run_child(cmd: list[str]) -> tuple[float, int, str]:
-    """Run ``cmd``; return (wall seconds, peak RSS bytes, stdout)."""
+def run_child(cmd: list[str]) -> tuple[float, str]:
+    """Run ``cmd``; return (wall seconds, stdout)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-    out = proc.stdout.read().decode()
-    err = proc.stderr.read().decode()
-    _, status, usage = os.wait4(proc.pid, 0)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise SystemExit(f"{cmd[:3]} failed ({proc.returncode}):\n{out}\n{err}")
-    return wall, usage.ru_maxrss * 1024, out
+        raise SystemExit(f"{cmd[:3]} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return wall, proc.stdout
 
 
 CONVERT = (
     "import json,sys,time;t=time.perf_counter();"
     "from eagle3_patches.checkpoint.convert import convert;"
     "r=convert(sys.argv[1],sys.argv[2],progress=False,sglang_version='0.5.9');"
-    "print(json.dumps({'seconds':time.perf_counter()-t,'bytes':r.bytes_copied,'ok':r.report.ok,'files':len(r.files)}))"
+    "hwm=[int(l.split()[1])*1024 for l in open('/proc/self/status') if l.startswith('VmHWM:')][0];"
+    "print(json.dumps({'seconds':time.perf_counter()-t,'bytes':r.bytes_copied,'ok':r.report.ok,'files':len(r.files),'peak':hwm}))"
 )
 
 
@@ -179,11 +179,11 @@ def main() -> int:
 
         def run_convert() -> tuple[float, float, int]:
             dst = work / "draft-sglang"
-            wall, peak, out = run_child([sys.executable, "-c", CONVERT, str(src), str(dst)])
+            wall, out = run_child([sys.executable, "-P", "-c", CONVERT, str(src), str(dst)])
             info = json.loads(out.strip().splitlines()[-1])
             assert info["ok"] and info["bytes"] <= size
             shutil.rmtree(dst)
-            return wall, info["seconds"], peak
+            return wall, info["seconds"], info["peak"]
 
         for r in range(args.rounds):
             # alternate the order, and let writeback settle before each timed copy (a shared virtual disk is noisy)

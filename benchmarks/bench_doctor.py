@@ -1,4 +1,4 @@
-"""Benchmark: the doctor on a Kimi-K2.5-sized target and draft.  Goal: < 1 s and < 10 MB read.
+"""Benchmark: the doctor's complete check on a Kimi-K2.5-sized target and draft.  Goal: < 1 s.
 
 The target is 64 sparse safetensors shards holding the tensor names and shapes of a
 61-layer, 384-expert Kimi-K2.5 (DeepSeek-V3 text model under ``language_model.``, routed
@@ -10,9 +10,12 @@ its ``d2t`` / ``t2d`` hold real bytes.
 
     python benchmarks/bench_doctor.py [--workdir DIR] [--keep]
 
-Prints: tensors and bytes declared, the doctor's wall time (in process, after imports; and a
-cold CLI-style process), bytes read (the doctor's own counter and /proc/self/io rchar), and
-the same for ``--deep`` (every header and the whole index) for comparison.  Not a timed test.
+Prints: tensors and bytes declared; the doctor's wall time for its (default, complete) check:
+every shard header validated by the safetensors library, the whole index checked against
+them (in process after imports, best of 3; and a cold CLI-style process); bytes read (the
+doctor's own counter and /proc/self/io rchar); and, as baselines measured in the same run,
+the floor any complete check has to pay: ``safetensors.safe_open`` on every shard plus
+``json.loads`` of the index, and merely reading those bytes.  Not a timed test.
 """
 
 from __future__ import annotations
@@ -231,14 +234,41 @@ def rchar() -> int:
     return -1
 
 
-def measure(target: Path, draft: Path, launch: list[str], deep: bool = False):
+def measure(target: Path, draft: Path, launch: list[str]):
     from eagle3_patches.checkpoint.doctor import doctor
 
-    r0 = rchar()
-    t0 = time.perf_counter()
-    report = doctor(target, draft, sglang_version="0.5.9", launch=launch, deep=deep)
-    dt = time.perf_counter() - t0
-    return report, dt, rchar() - r0
+    best = None
+    for _ in range(3):
+        r0 = rchar()
+        t0 = time.perf_counter()
+        report = doctor(target, draft, sglang_version="0.5.9", launch=launch)
+        dt = time.perf_counter() - t0
+        if best is None or dt < best[1]:
+            best = (report, dt, rchar() - r0)
+    return best
+
+
+def floors(target: Path) -> tuple[float, float]:
+    """(library floor, read floor) in seconds, best of 3: what any complete check has to pay."""
+    from safetensors import safe_open
+
+    files = sorted(target.glob("*.safetensors"))
+    index = target / "model.safetensors.index.json"
+    lib = read = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for f in files:
+            with safe_open(str(f), framework="numpy") as h:
+                h.keys()
+        json.loads(index.read_bytes())
+        lib = min(lib, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for f in files:
+            with open(f, "rb") as fh:
+                fh.read(8 + int.from_bytes(fh.read(8), "little"))
+        index.read_bytes()
+        read = min(read, time.perf_counter() - t0)
+    return lib, read
 
 
 def main() -> int:
@@ -268,8 +298,12 @@ def main() -> int:
         print()
         print(report.format(show_info=False))
         print()
-        print(f"doctor (quick, in process, imports warm): {dt * 1000:.0f} ms, doctor-counted read {report.facts['bytes_read'] / 1e6:.2f} MB, "
-              f"rchar {io / 1e6:.2f} MB   [goal < 1 s, < 10 MB: {'met' if dt < 1 and max(io, report.facts['bytes_read']) < 10e6 else 'NOT met'}]")
+        lib, read = floors(target)
+        print(f"doctor, complete check (every header + whole index; in process, imports warm, best of 3): {dt:.3f} s, "
+              f"{report.facts['target_headers_read']}, doctor-counted read {report.facts['bytes_read'] / 1e6:.1f} MB, rchar {io / 1e6:.1f} MB"
+              f"   [goal < 1 s: {'met' if dt < 1 else 'NOT met'}]")
+        print(f"  baselines in this run: safetensors.safe_open on every shard + json.loads of the index {lib:.3f} s "
+              f"(doctor / library floor = {dt / lib:.2f}x); reading those bytes {read:.3f} s (doctor / read = {dt / read:.1f}x)")
 
         cold = (
             "import sys,time,json;t=time.perf_counter();"
@@ -278,14 +312,10 @@ def main() -> int:
             "print(json.dumps([time.perf_counter()-t, r.facts['bytes_read'], r.exit_code]))"
         )
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", cold], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+        out = subprocess.run([sys.executable, "-P", "-c", cold], capture_output=True, text=True, cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}).stdout
         wall = time.perf_counter() - t0
-        inner, read, rc = json.loads(out.strip().splitlines()[-1])
-        print(f"doctor (cold process: interpreter + doctor, no torch): {wall:.2f} s wall, {inner:.2f} s after interpreter start, exit {rc}")
-
-        report, dt, io = measure(target, draft, launch, deep=True)
-        print(f"doctor --deep (whole index + all {SHARDS} headers, for comparison): {dt:.2f} s, "
-              f"read {report.facts['bytes_read'] / 1e6:.1f} MB (rchar {io / 1e6:.1f} MB), {len(report.errors)} error(s)")
+        inner, read_b, rc = json.loads(out.strip().splitlines()[-1])
+        print(f"doctor, complete check in a cold process (interpreter + imports + doctor, no torch): {wall:.2f} s wall, {inner:.2f} s after interpreter start, exit {rc}")
     finally:
         if args.keep:
             print(f"kept {work}")

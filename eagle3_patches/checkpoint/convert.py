@@ -22,8 +22,14 @@ file's data region into the new file (``os.copy_file_range`` where the kernel ha
 so the peak memory is one copy buffer, no pickle is ever loaded and nothing is decoded.
 The output is written into a temporary directory next to DST, its headers re-read and
 checked against the plan, the doctor's draft checks run on it, and only then is it
-renamed to DST: an interrupted run leaves no DST.  SRC is never written.  An existing
-DST is refused unless ``force``.
+renamed to DST: an interrupted run (SIGINT, SIGTERM, SIGHUP) leaves no DST, no temporary
+directory and no parent directory it created; one left by a SIGKILLed run is removed by the
+next run on the same DST once its owner process is gone.  SRC is never written.  An
+existing DST is refused unless ``force``.
+
+Every source file is read through :mod:`.safe_io` (no link out of SRC, regular files only);
+side files (tokenizer, generation config, chat template) are an allow-list; no DST file is
+given wider permissions than its source file.
 
 Drafts speculators trained with ``norm_before_fc``, ``norm_before_residual``,
 ``norm_output`` or ``fc_norm`` (or a non-llama decoder layer) are refused: sglang's
@@ -32,16 +38,21 @@ Drafts speculators trained with ``norm_before_fc``, ``norm_before_residual``,
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
 import shutil
+import signal
+import stat
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import Eagle3ConfigError
 from . import layer_ids as L
@@ -54,10 +65,11 @@ from .formats import (
     draft_view,
     list_weight_files,
     read_config,
+    scan_shards,
     unknown_tensor_hints,
 )
+from .safe_io import CheckpointError, list_checkpoint_dir, open_checkpoint_file, resolve_checkpoint_file
 from .safetensors_header import (
-    HeaderError,
     TensorInfo,
     alignment_order,
     encode_header,
@@ -67,7 +79,11 @@ from .safetensors_header import (
 #: default largest output shard (as transformers' save_pretrained)
 DEFAULT_MAX_SHARD_SIZE = 5 * 1000**3
 COPY_CHUNK = 64 << 20
-#: small non-weight files copied to DST (never *.py, never pickles)
+#: side files larger than this are refused (the largest tokenizers are ~30 MB)
+MAX_SIDE_FILE_BYTES = 256 << 20
+#: the permission bits DST files may have at most (and never more than their source file)
+MAX_MODE = 0o644
+#: the allow-list of small non-weight files copied to DST (never *.py, never pickles)
 COPY_FILES = re.compile(
     r"^(tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt"
     r"|generation_config\.json|[\w.-]*\.tiktoken|tiktoken\.model|chat_template\.(json|jinja))$"
@@ -96,6 +112,14 @@ class ConvertError(Eagle3ConfigError):
     """The source cannot be converted (or the destination cannot be written) safely."""
 
 
+class ConvertInterrupted(KeyboardInterrupt):
+    """SIGTERM / SIGHUP during a conversion: handled like Ctrl-C (cleanup, then exit 128 + signum)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
 @dataclass
 class ConvertResult:
     src: Path
@@ -109,14 +133,15 @@ class ConvertResult:
     dropped: list[str]
     report: Any = None  # the doctor's Report on the output
     notes: list[str] = field(default_factory=list)
+    cleaned: list[str] = field(default_factory=list)  # debris of killed earlier runs removed (or an old DST restored)
 
 
 @dataclass(frozen=True)
 class _Item:
     out: str
     src: TensorInfo
-    src_path: Path
     src_data_start: int
+    src_mode: int  # permission bits of the source shard
 
 
 # ====================================================================== helpers
@@ -149,25 +174,163 @@ def _inside(a: Path, b: Path) -> bool:
         return False
 
 
-def _check_paths(src: Path, dst: Path, force: bool) -> None:
-    rs, rd = src.resolve(), dst.resolve()
-    if _inside(rd, rs) or _inside(rs, rd):
+def _check_paths(src: Path, dst: Path, force: bool) -> Path:
+    """``dst`` made absolute; refuses a DST that overlaps SRC, is the current directory (or above it), or exists."""
+    rs, rd = Path(os.path.realpath(src)), Path(os.path.abspath(dst))
+    cwd = Path(os.getcwd())
+    if rd == Path(rd.anchor) or _inside(cwd, rd):
+        raise _err(
+            "DST must name a new directory, not the current directory, one of its parents or the root",
+            where=str(dst),
+            found=str(rd),
+            fix="name a new directory, e.g. ./draft-sglang",
+        )
+    rd_real = Path(os.path.realpath(rd))  # realpath, not Path.resolve: a symlink loop is no RuntimeError
+    if _inside(rd_real, rs) or _inside(rs, rd_real):
         raise _err(
             "the destination overlaps the source; the converter never writes into SRC",
             where=str(dst),
             found=f"SRC {rs}, DST {rd}",
             fix="choose a DST outside SRC (e.g. a sibling directory)",
         )
-    if os.path.lexists(dst) and not force:
+    if os.path.lexists(rd) and not force:
         raise _err(
             "the destination already exists",
             where=str(dst),
             fix="choose a new DST, or pass --force to replace it",
         )
+    return rd
+
+
+def _dst_error(exc: OSError, path: Path, action: str) -> ConvertError:
+    """An OSError while writing DST as what / where / found / fix."""
+    where = path
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        for parent in [path, *path.parents]:  # name the component that is not a directory
+            if os.path.lexists(parent) and not parent.is_dir():
+                return _err(f"cannot {action}: {parent} is not a directory", where=str(path), found=f"a file at {parent}", expected="a directory (or nothing) at each component of DST", fix="choose another DST, or move that file away")
+    fix = {
+        errno.EACCES: "choose a DST in a directory you can write, or fix its permissions",
+        errno.EPERM: "choose a DST in a directory you can write, or fix its permissions",
+        errno.EROFS: "the filesystem is read-only: choose a DST on a writable one",
+        errno.ENOSPC: "free space or choose a DST on another filesystem",
+        errno.EDQUOT: "free space or choose a DST on another filesystem",
+        errno.ENAMETOOLONG: "choose a shorter DST",
+    }.get(exc.errno or 0, "check DST and its parent directory")
+    return _err(f"cannot {action}: {exc.strerror or exc}", where=str(where), found=f"{type(exc).__name__} [errno {exc.errno}]", fix=fix)
+
+
+def _make_parents(parent: Path) -> list[Path]:
+    """``mkdir -p parent``; returns the directories it created, outermost first (removed again on failure)."""
+    missing = []
+    p = parent
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = p.parent
+    created = []
+    try:
+        for d in reversed(missing):
+            os.mkdir(d, 0o755)
+            created.append(d)
+    except OSError as exc:
+        _remove_dirs(created)
+        raise _dst_error(exc, d, "create the destination's parent directory") from None
+    return created
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for d in reversed(created):
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
+
+
+# ---------------------------------------------------------------- owner tokens (stale temp dirs)
+def _process_token(pid: int) -> str | None:
+    """A token naming process ``pid`` uniquely across pid reuse and reboots (Linux: boot id + start time), or None if gone."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+        return f"{boot}{stat_line.rsplit(')', 1)[1].split()[19]}"
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            return None  # /proc is there and the process is not
+    except (OSError, IndexError, ValueError):
+        pass
+    try:  # no /proc: only "is the pid alive"
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:
+        pass
+    return "0"
+
+
+_TEMP = re.compile(r"^\.(?P<dst>.+)\.eagle3-(?P<kind>convert|old)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)-[0-9a-f]{8}$")
+
+
+def _temp_name(dst: Path, kind: str) -> Path:
+    pid = os.getpid()
+    return dst.parent / f".{dst.name}.eagle3-{kind}-{pid}-{_process_token(pid)}-{uuid.uuid4().hex[:8]}"
+
+
+def _remove_stale(dst: Path) -> list[str]:
+    """Remove temp dirs of earlier runs on ``dst`` whose owner process is gone (a SIGKILLed run's debris).
+
+    A left ``.eagle3-old-*`` directory (a killed ``--force`` run between its two renames) is
+    put back as DST when DST is missing, else removed.  Returns notes on what was done.
+    """
+    notes = []
+    try:
+        names = os.listdir(dst.parent)
+    except OSError:
+        return notes
+    for name in names:
+        m = _TEMP.match(name)
+        if not m or m["dst"] != dst.name or _process_token(int(m["pid"])) == m["token"]:
+            continue
+        path = dst.parent / name
+        try:
+            st = os.lstat(path)
+        except OSError:  # removed meanwhile
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        if m["kind"] == "old" and not os.path.lexists(dst):
+            os.rename(path, dst)
+            notes.append(f"restored {dst} from {name}, left by a killed run (pid {m['pid']})")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            notes.append(f"removed {name}, left by a killed run (pid {m['pid']})")
+    return notes
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`ConvertInterrupted` (like SIGINT's KeyboardInterrupt) while converting."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise ConvertInterrupted(signum)
+
+    old = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 # ====================================================================== planning
-def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, Path, int]], list[str]]:
+def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], list[str]]:
+    """name -> (tensor, data start of its shard, its shard's permission bits); and the shard names."""
     wf = list_weight_files(src)
     if not wf.files:
         if wf.pickles:
@@ -178,20 +341,19 @@ def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, Path, int]],
                 fix="re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
             )
         raise _err("the source directory holds no *.safetensors weights", where=str(src), fix="pass the speculators draft's directory")
-    out: dict[str, tuple[TensorInfo, Path, int]] = {}
-    for p in wf.files:
-        if not p.is_file():
-            raise _err("a shard named by the source's index is missing", where=str(wf.index), found=p.name, fix="restore the shard")
-        h = read_header(p)
-        for name, t in h.tensors.items():
-            if name in out:
-                raise _err(f"tensor {name} is stored in two shards", where=str(src), found=f"{out[name][0].file}, {t.file}", fix="re-export the draft")
-            out[name] = (t, p, h.data_start)
-    if wf.weight_map is not None:
-        absent = [n for n, f in wf.weight_map.items() if n not in out or out[n][0].file != Path(f).name]
-        if absent:
-            raise _err("tensors in the source's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-export the draft")
-    return out, [p.name for p in wf.files]
+    scan = scan_shards(wf, "source draft")
+    if scan.errors:
+        raise scan.errors[0]
+    if scan.duplicates:
+        name, first, second = scan.duplicates[0]
+        raise _err(f"tensor {name} is stored in two shards", where=str(src), found=f"{first}, {second}", fix="re-export the draft")
+    if scan.absent:
+        raise _err("tensors in the source's index are not in the shard it names", where=str(wf.index), found=", ".join(scan.absent[:5]), fix="re-export the draft")
+    out = {}
+    for name, t in scan.tensors.items():
+        h = scan.headers[t.file]
+        out[name] = (t, h.data_start, h.mode)
+    return out, list(scan.headers)
 
 
 def _output_name(name: str) -> str:
@@ -240,8 +402,17 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
             where="config.json: eagle_aux_hidden_state_layer_ids",
             fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for Kimi-K2.5)",
         )
+    ids_where = "--aux-layer-ids" if aux_layer_ids is not None else "config.json: eagle_aux_hidden_state_layer_ids"
     if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
-        raise _err("the aux layer ids are not distinct and increasing", where="config.json: eagle_aux_hidden_state_layer_ids", found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
+        raise _err("the aux layer ids are not distinct and increasing", where=ids_where, found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
+    if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
+        raise _err(
+            "the aux layer ids are not layer numbers",
+            where=ids_where,
+            found=repr(list(ids))[:200],
+            expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
+            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the target)",
+        )
     out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
     if out_ids[0] < 0:
         raise _err(
@@ -267,8 +438,9 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
     if dtype is None and fc is not None:
         dtype = SAFETENSORS_DTYPE_TO_CONFIG.get(fc.dtype)
     draft_vocab = dv.draft_vocab
-    if draft_vocab is None and "lm_head.weight" in tensors:
-        draft_vocab = tensors["lm_head.weight"].shape[0]
+    lm_head = tensors.get("lm_head.weight")
+    if draft_vocab is None and lm_head is not None and len(lm_head.shape) == 2:
+        draft_vocab = lm_head.shape[0]
 
     out = {k2: v for k2, v in layer.items() if k2 not in ("rope_parameters", "dtype", "torch_dtype", "architectures", "auto_map")}
     rp = layer.get("rope_parameters")
@@ -307,13 +479,13 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
     return out
 
 
-def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, Path, int]], drop_embed_tokens: bool) -> tuple[list[_Item], dict[str, str], list[str]]:
+def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int]], drop_embed_tokens: bool) -> tuple[list[_Item], dict[str, str], list[str]]:
     items: list[_Item] = []
     renamed: dict[str, str] = {}
     dropped: list[str] = []
     unknown: list[str] = []
     seen: dict[str, str] = {}
-    for name, (t, path, data_start) in tensors.items():
+    for name, (t, data_start, mode) in tensors.items():
         out = _output_name(name)
         if out not in KNOWN_OUTPUT_NAMES:
             unknown.append(name)
@@ -326,7 +498,7 @@ def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, Path, in
         seen[out] = name
         if out != name:
             renamed[name] = out
-        items.append(_Item(out, t, path, data_start))
+        items.append(_Item(out, t, data_start, mode))
     if unknown:
         hints = unknown_tensor_hints(unknown)
         raise _err(
@@ -415,47 +587,80 @@ def _copy_range(src_fd: int, offset: int, length: int, dst_fd: int, progress: _P
         progress.update(done)
 
 
-def _write_shard(path: Path, items: list[_Item], progress: _Progress) -> dict[str, tuple[int, int]]:
+def _narrowed(mode: int) -> int:
+    """DST permission bits for a file whose source has ``mode``: never wider than it, at most :data:`MAX_MODE`."""
+    return mode & MAX_MODE
+
+
+def _write_shard(src: Path, path: Path, items: list[_Item], progress: _Progress) -> dict[str, tuple[int, int]]:
     header, offsets = encode_header(((i.out, i.src.dtype, i.src.shape) for i in items), {"format": "pt"})
-    fds: dict[Path, int] = {}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
+    mode = MAX_MODE
+    for it in items:
+        mode &= it.src_mode
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _narrowed(mode))
+    with contextlib.ExitStack() as stack:
+        stack.callback(os.close, fd)
+        files: dict[str, Any] = {}
         os.write(fd, header)
         for it in items:
-            sfd = fds.get(it.src_path)
-            if sfd is None:
-                sfd = fds[it.src_path] = os.open(it.src_path, os.O_RDONLY)
-            _copy_range(sfd, it.src_data_start + it.src.start, it.src.nbytes, fd, progress)
+            f = files.get(it.src.file)
+            if f is None:
+                f = files[it.src.file] = stack.enter_context(open_checkpoint_file(src, it.src.file, what="source shard"))
+            _copy_range(f.fd, it.src_data_start + it.src.start, it.src.nbytes, fd, progress)
         os.fsync(fd)
-    finally:
-        os.close(fd)
-        for sfd in fds.values():
-            os.close(sfd)
     return offsets
 
 
+def _side_files(src: Path) -> list[str]:
+    """The allow-listed side files of ``src``, each checked by the safe-open rules before anything is written.
+
+    Refuses the conversion naming every side file that links out of SRC, is not a regular
+    file or is implausibly large.
+    """
+    names = [n for n in list_checkpoint_dir(src, "source draft") if COPY_FILES.match(n)]
+    refused: list[Eagle3ConfigError] = []
+    for name in names:
+        try:
+            _, _, st = resolve_checkpoint_file(src, name, what="side file")
+            if st.st_size > MAX_SIDE_FILE_BYTES:
+                raise _err(f"side file {name} is implausibly large", where=str(src / name), found=f"{st.st_size} bytes (at most {MAX_SIDE_FILE_BYTES})")
+        except Eagle3ConfigError as exc:
+            refused.append(exc)
+    if refused:
+        raise _err(
+            f"the source's side file(s) {', '.join(Path(e.where).name for e in refused)} are refused: the converter copies "
+            "nothing through a link out of SRC, nothing that is not a regular file, nothing implausibly large",
+            where=str(src),
+            found="; ".join(f"{e.where}: {e.found or e.what}" for e in refused),
+            expected="regular files inside the source directory",
+            fix="replace each link with the file it stands for (or remove it), then convert again",
+        )
+    return names
+
+
+def _copy_side_files(src: Path, tmp: Path, names: list[str]) -> None:
+    """Copy the checked side files through the safe open, each with no wider permissions than its source."""
+    for name in names:
+        with open_checkpoint_file(src, name, what="side file") as f:
+            out = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _narrowed(f.stat.st_mode))
+            try:
+                _copy_range(f.fd, 0, min(f.size, MAX_SIDE_FILE_BYTES), out, _Progress(0, False))
+            finally:
+                os.close(out)
+
+
 def _verify(path: Path, items: list[_Item], offsets: dict[str, tuple[int, int]]) -> None:
+    """Re-read the written shard (the safetensors library validates it) and compare it with the plan."""
     try:
         h = read_header(path)
-    except HeaderError as exc:
+        tensors = h.tensors
+    except CheckpointError as exc:
         raise _err("the written shard does not read back", where=str(path), found=exc.what) from None
     want = {i.out: (i.src.dtype, i.src.shape, offsets[i.out]) for i in items}
-    got = {n: (t.dtype, t.shape, (t.start, t.end)) for n, t in h.tensors.items()}
-    if want != got or h.metadata.get("format") != "pt":
+    got = {n: (t.dtype, t.shape, (t.start, t.end)) for n, t in tensors.items()}
+    if want != got or set(h.names) != set(want) or h.metadata.get("format") != "pt":
         diff = sorted(set(want.items()) ^ set(got.items()))[:3]
         raise _err("the written shard's header does not match the plan", where=str(path), found=str(diff))
-    try:  # the safetensors library's own validation of the file
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="numpy") as f:
-            if set(f.keys()) != set(want):
-                raise _err("the safetensors library reads other tensor names back", where=str(path))
-    except ConvertError:
-        raise
-    except ImportError:  # pragma: no cover
-        pass
-    except Exception as exc:  # noqa: BLE001 - any refusal by the library is a failed verification
-        raise _err("the safetensors library refuses the written shard", where=str(path), found=f"{type(exc).__name__}: {exc}") from None
 
 
 # ====================================================================== entry point
@@ -481,10 +686,15 @@ def convert(
     bar for large checkpoints on a terminal).  Raises :class:`ConvertError` /
     :class:`Eagle3ConfigError` with what / where / fix; on any failure DST is left untouched.
     """
+    with _signals_interrupt():
+        return _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, target, sglang_version, progress, run_doctor)
+
+
+def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, target, sglang_version, progress, run_doctor) -> ConvertResult:
     t0 = time.perf_counter()
     src_dir = checkpoint_dir(src, "source draft")
-    dst = Path(dst)
-    _check_paths(src_dir, dst, force)
+    shown = Path(dst)
+    dst = _check_paths(src_dir, shown, force)
     config = read_config(src_dir, "source draft")
     fmt = detect_format(config)
     if fmt != SPECULATORS:
@@ -507,29 +717,34 @@ def convert(
     limit = parse_size(max_shard_size)
     shards = _shards(items, limit)
     total = sum(i.src.nbytes for i in items)
+    side = _side_files(src_dir)
+    config_mode = _narrowed(resolve_checkpoint_file(src_dir, "config.json", what="config")[2].st_mode)
+    dir_mode = 0o755 & os.stat(src_dir).st_mode
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}.eagle3-convert-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    created = _make_parents(dst.parent)
+    cleaned = _remove_stale(dst)
+    tmp = _temp_name(dst, "convert")
     bar = _Progress(total, progress)
     try:
-        (tmp / "config.json").write_text(json.dumps(out_config, indent=2, sort_keys=True) + "\n")
+        try:
+            os.mkdir(tmp, dir_mode)
+        except OSError as exc:
+            raise _dst_error(exc, dst, "create the destination") from None
+        _write_json(tmp / "config.json", out_config, config_mode, sort_keys=True)
         n = len(shards)
         names = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
         weight_map: dict[str, str] = {}
         written: list[Path] = []
         for name, shard in zip(names, shards):
             path = tmp / name
-            offsets = _write_shard(path, shard, bar)
+            offsets = _write_shard(src_dir, path, shard, bar)
             _verify(path, shard, offsets)
             weight_map.update({i.out: name for i in shard})
             written.append(path)
         if n > 1:
             index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-            (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-        for f in sorted(src_dir.iterdir()):
-            if f.is_file() and COPY_FILES.match(f.name):
-                shutil.copyfile(f, tmp / f.name)
+            _write_json(tmp / "model.safetensors.index.json", index, config_mode)
+        _copy_side_files(src_dir, tmp, side)
         bar.close()
         report = None
         if run_doctor:
@@ -553,14 +768,17 @@ def convert(
                 )
         _fsync_dir(tmp)
         _replace(tmp, dst, force)
-    except BaseException:
+    except BaseException as exc:
         bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_dirs(created)
+        if isinstance(exc, OSError):
+            raise _dst_error(exc, dst, "write the converted draft") from None
         raise
     return ConvertResult(
         src=src_dir,
-        dst=dst,
-        files=[dst / p.name for p in written],
+        dst=shown,
+        files=[shown / p.name for p in written],
         tensors=len(items),
         bytes_copied=total,
         seconds=time.perf_counter() - t0,
@@ -568,8 +786,20 @@ def convert(
         renamed=renamed,
         dropped=dropped,
         report=report,
+        cleaned=cleaned,
         notes=[f"read {len(src_files)} source shard(s)", f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from speculators' {out_config['eagle3_patches_converted_from']['eagle_aux_hidden_state_layer_ids']}"],
     )
+
+
+def _write_json(path: Path, obj: Any, mode: int, *, sort_keys: bool = False) -> None:
+    data = (json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -591,7 +821,7 @@ def _replace(tmp: Path, dst: Path, force: bool) -> None:
     if os.path.lexists(dst):
         if not force:  # appeared while we were writing
             raise _err("the destination appeared while converting", where=str(dst), fix="pass --force to replace it")
-        old = dst.parent / f".{dst.name}.eagle3-old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        old = _temp_name(dst, "old")
         os.rename(dst, old)
     try:
         os.rename(tmp, dst)

@@ -40,21 +40,23 @@ from .formats import (
     draft_view,
     list_weight_files,
     read_config,
+    scan_shards,
     target_view,
     unknown_tensor_hints,
 )
 from .launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
 from .releases import PINNED, ReleaseFacts, facts, parse_version, patch_covers
+from .safe_io import CheckpointError, open_checkpoint_file
 from .safetensors_header import (
     CONFIG_DTYPES,
     FLOAT_DTYPES,
     INT_DTYPES,
-    HeaderError,
     TensorInfo,
     bytes_read,
     count_read,
     read_header,
 )
+from .terminal import escape_terminal
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
@@ -70,10 +72,10 @@ AUTO_FUSION_ARCHS = frozenset(
         "KimiK25ForConditionalGeneration",
     }
 )
+#: findings of one code listed one by one; the rest are counted in one summary finding (a hostile checkpoint can have 100k tensors)
+MAX_FINDINGS_PER_CODE = 20
 #: d2t / t2d larger than this are not read (a corrupted shape, not a vocabulary)
 MAX_MAP_BYTES = 64 << 20
-#: target shard headers sampled in quick mode (the first and the last shard)
-QUICK_TARGET_SHARDS = 2
 
 
 # ====================================================================== report
@@ -95,12 +97,24 @@ class Finding:
 class Report:
     findings: list[Finding] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    _per_code: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     # -- building
     def add(self, severity: str, code: str, what: str, **kw: str) -> Finding:
+        """Record a finding; past :data:`MAX_FINDINGS_PER_CODE` of one code they are only counted (see :meth:`close`)."""
         f = Finding(severity, code, what, **{k: str(v) for k, v in kw.items() if v not in (None, "")})
-        self.findings.append(f)
+        key = (severity, code)
+        self._per_code[key] = self._per_code.get(key, 0) + 1
+        if self._per_code[key] <= MAX_FINDINGS_PER_CODE:
+            self.findings.append(f)
         return f
+
+    def close(self) -> None:
+        """One summary finding per code whose findings were only counted."""
+        for (severity, code), n in sorted(self._per_code.items()):
+            if n > MAX_FINDINGS_PER_CODE:
+                self.findings.append(Finding(severity, code, f"{n - MAX_FINDINGS_PER_CODE} more [{code}] finding(s) like the above are not listed"))
+        self._per_code.clear()
 
     # -- reading
     def by_severity(self, severity: str) -> list[Finding]:
@@ -150,6 +164,8 @@ class Report:
         return json.dumps(self.to_dict(), indent=indent, default=str)
 
     def format(self, *, show_info: bool = True, color: bool = False) -> str:
+        """The human report; every string read from a checkpoint is printed escaped (:mod:`.terminal`)."""
+
         def paint(s: str, code: str) -> str:
             return f"\033[{code}m{s}\033[0m" if color else s
 
@@ -161,20 +177,20 @@ class Report:
         if fx.get("tp"):
             setup.append(f"tp {fx['tp']}")
         setup.append("with eagle3-patches" if fx.get("with_patches") else "stock sglang (no eagle3-patches)")
-        lines.append("  setup:  " + ", ".join(setup))
+        lines.append("  setup:  " + escape_terminal(", ".join(setup)))
         for role in ("target", "draft"):
             if fx.get(role):
-                lines.append(f"  {role}: {'' if role == 'target' else ' '}{fx[role]}")
+                lines.append(f"  {role}: {'' if role == 'target' else ' '}{escape_terminal(fx[role])}")
         lines.append("")
         labels = {ERROR: paint("ERROR  ", "1;31"), WARNING: paint("WARNING", "1;33"), INFO: paint("info   ", "2")}
         for f in sorted(self.findings, key=lambda f: _RANK.get(f.severity, 3)):
             if f.severity == INFO and not show_info:
                 continue
-            lines.append(f"{labels.get(f.severity, f.severity)} [{f.code}] {f.what}")
+            lines.append(f"{labels.get(f.severity, f.severity)} [{f.code}] {escape_terminal(f.what)}")
             for key in ("where", "found", "expected", "fix"):
                 val = getattr(f, key)
                 if val:
-                    lines.append(f"        {key + ':':<9} {val}")
+                    lines.append(f"        {key + ':':<9} {escape_terminal(val)}")
         n_e, n_w, n_i = (len(self.by_severity(s)) for s in (ERROR, WARNING, INFO))
         read = fx.get("bytes_read")
         tail = f" Read {_human(read)} in {fx.get('seconds', 0):.2f} s." if read is not None else ""
@@ -206,10 +222,9 @@ class _Ctx:
     with_patches: bool
     tp: int
     pp: int
-    deep: bool
     target_dir: Path | None = None
     target: TargetView | None = None
-    target_tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    target_tensors: dict[str, TensorInfo] = field(default_factory=dict)  # embed_tokens / lm_head only
     draft_dir: Path | None = None
     draft: DraftView | None = None
     draft_tensors: dict[str, TensorInfo] = field(default_factory=dict)  # canonical name -> info
@@ -286,9 +301,8 @@ def doctor(
     ``launch``: sglang launch flags or a whole launch command (list or string), or a
     :class:`LaunchArgs`; explicit arguments win over what it says.  ``with_patches``:
     whether the server runs under eagle3-patches (default: only when the launch command
-    is wrapped in ``eagle3-patches run``).  ``deep``: read the target's whole index and
-    every shard header (by default only the first and last shard headers are read, which
-    keeps a 1T-parameter checkpoint under a few MB read).
+    is wrapped in ``eagle3-patches run``).  ``deep``: accepted for compatibility and ignored:
+    the target's whole index and every shard header are always read (docs/doctor.md, Cost).
     ``checkpoint_only``: only the checks of the checkpoints themselves (no algorithm, release
     support or launch-flag findings), as the converter runs them on its output.
     Raises ``ValueError`` only for unusable arguments (bad version string, unknown algorithm).
@@ -337,7 +351,6 @@ def doctor(
         with_patches=bool(la.with_patches if with_patches is None else with_patches),
         tp=tp if tp is not None else la.tp,
         pp=pp if pp is not None else la.pp,
-        deep=deep,
     )
     report.facts.update(
         sglang_version=str(version),
@@ -389,6 +402,7 @@ def doctor(
     if target is None and draft is None:
         report.add(ERROR, "nothing-to-check", "neither a target nor a draft was given", fix="pass --target PATH and --draft PATH (or a launch command naming them)")
 
+    report.close()
     report.facts["bytes_read"] = bytes_read() - read0
     report.facts["seconds"] = round(time.perf_counter() - t0, 4)
     return report
@@ -448,46 +462,55 @@ def _load_target(ctx: _Ctx, path) -> None:
         )
 
 
+_TARGET_CHECKED = ("embed_tokens.weight", "lm_head.weight")  # the target tensors whose shapes are checked
+
+
 def _check_target_weights(ctx: _Ctx) -> None:
+    """Every shard header (validated by the safetensors library) and the whole index against them."""
     d = ctx.target_dir
-    wf = list_weight_files(d, read_the_index=ctx.deep)
-    if not wf.files and wf.weight_map is None:
+    wf = list_weight_files(d)
+    if not wf.files:
         if wf.pickles:
             ctx.add(WARNING, "target-no-safetensors", "the target has only pickle weights; the doctor reads safetensors only", where=str(d), found=", ".join(p.name for p in wf.pickles[:3]))
         else:
             ctx.add(ERROR, "not-a-checkpoint", "the target directory holds no *.safetensors weights", where=str(d), fix="pass the directory that holds the target's weights")
         return
-    missing = [p for p in wf.files if not p.is_file()]
+    missing = {p for p in wf.files if not os.path.lexists(p)}
     if missing:
-        ctx.add(ERROR, "safetensors-index", f"{len(missing)} shard(s) named by the target's index are missing", where=str(wf.index), found=", ".join(p.name for p in missing[:5]), fix="finish the download")
-    files = [p for p in wf.files if p.is_file()]
-    sample = files if ctx.deep else _sample(files)
-    tensors: dict[str, TensorInfo] = {}
-    for p in sample:
-        try:
-            h = read_header(p)
-        except HeaderError as exc:
-            ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
+        ctx.add(ERROR, "safetensors-index", f"{len(missing)} shard(s) named by the target's index are missing", where=str(wf.index), found=", ".join(sorted(str(p.relative_to(d)) for p in missing)[:5]), fix="finish the download")
+    by_file: dict[str, list[str]] = {f: [] for f in set((wf.weight_map or {}).values())}
+    for name, f in (wf.weight_map or {}).items():
+        by_file[f].append(name)
+    absent: list[str] = []
+    found: set[str] = set()
+    read = n_tensors = 0
+    for p in wf.files:
+        if p in missing:
             continue
-        tensors.update(h.tensors)
-    ctx.target_tensors = tensors
-    ctx.report.facts["target_headers_read"] = f"{len(sample)} of {len(files)} shard header(s)" + ("" if ctx.deep else " (quick; --deep reads all)")
-    if ctx.deep and wf.weight_map is not None:
-        absent = [n for n, f in wf.weight_map.items() if (d / f).is_file() and n not in tensors]
-        if absent:
-            ctx.add(ERROR, "safetensors-index", f"{len(absent)} tensor(s) in the target's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-download the index and shards together")
+        try:
+            h = read_header(p, root=d)
+            read += 1
+            n_tensors += len(h.names)
+            expect = by_file.get(h.file)
+            if expect:
+                present = set(h.names)
+                if not present.issuperset(expect):
+                    absent.extend(n for n in expect if n not in present)
+            if len(found) < len(_TARGET_CHECKED):
+                for hit in [n for n in h.names if n.endswith(_TARGET_CHECKED)]:
+                    suffix = next(s for s in _TARGET_CHECKED if hit.endswith(s))
+                    if suffix not in found and (hit == suffix or hit.endswith("." + suffix)):
+                        found.add(suffix)
+                        ctx.target_tensors[hit] = h.tensors[hit]
+        except CheckpointError as exc:
+            ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
+    ctx.report.facts["target_headers_read"] = f"{read} of {len(wf.files)} shard header(s), {n_tensors} tensors"
+    if absent:
+        ctx.add(ERROR, "safetensors-index", f"{len(absent)} tensor(s) in the target's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-download the index and shards together")
     tv = ctx.target
-    for suffix, dim0, what in (("embed_tokens.weight", tv.vocab, "vocab_size"), ("lm_head.weight", tv.vocab, "vocab_size")):
-        hits = [t for n, t in tensors.items() if n == suffix or n.endswith("." + suffix)]
-        for t in hits[:1]:
-            if len(t.shape) == 2 and tv.hidden and tv.vocab and (t.shape[1] != tv.hidden or t.shape[0] < tv.vocab):
-                ctx.add(ERROR, "target-config-vs-weights", f"the target's {t.name} does not match its config", where=f"{d / t.file}: {t.name}", found=str(list(t.shape)), expected=f"[{tv.vocab}, {tv.hidden}] ({what}, hidden_size)", fix="the config.json and the weights belong to different models")
-
-
-def _sample(files: list[Path]) -> list[Path]:
-    if len(files) <= QUICK_TARGET_SHARDS:
-        return files
-    return [files[0], files[-1]]
+    for t in ctx.target_tensors.values():
+        if len(t.shape) != 2 or (tv.hidden and tv.vocab and (t.shape[1] != tv.hidden or t.shape[0] < tv.vocab)):
+            ctx.add(ERROR, "target-config-vs-weights", f"the target's {t.name} does not match its config", where=f"{d / t.file}: {t.name}", found=str(list(t.shape)), expected=f"[{tv.vocab}, {tv.hidden}] (vocab_size, hidden_size)", fix="the config.json and the weights belong to different models")
 
 
 # ====================================================================== draft: config and weights
@@ -532,27 +555,14 @@ def _check_draft_weights(ctx: _Ctx) -> None:
         else:
             ctx.add(ERROR, "not-a-checkpoint", "the draft directory holds no *.safetensors weights", where=str(d), fix="pass the directory that holds the draft's weights")
         return
-    raw: dict[str, TensorInfo] = {}
-    ok = True
-    for p in wf.files:
-        if not p.is_file():
-            ctx.add(ERROR, "safetensors-index", "a shard named by the draft's index is missing", where=str(wf.index), found=p.name, fix="restore the shard or re-export the draft")
-            ok = False
-            continue
-        try:
-            h = read_header(p)
-        except HeaderError as exc:
-            ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
-            ok = False
-            continue
-        for name, t in h.tensors.items():
-            if name in raw:
-                ctx.add(ERROR, "duplicate-tensor", f"tensor {name} is stored in two shards", where=str(d), found=f"{raw[name].file}, {t.file}", fix="re-export the draft")
-            raw[name] = t
-    if wf.weight_map is not None and ok:
-        absent = [n for n, f in wf.weight_map.items() if n not in raw or raw[n].file != Path(f).name]
-        if absent:
-            ctx.add(ERROR, "safetensors-index", f"{len(absent)} tensor(s) in the draft's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-export the draft")
+    scan = scan_shards(wf, "draft")
+    for exc in scan.errors:
+        ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
+    for name, first, second in scan.duplicates:
+        ctx.add(ERROR, "duplicate-tensor", f"tensor {name} is stored in two shards", where=str(d), found=f"{first}, {second}", fix="re-export the draft")
+    if scan.absent:
+        ctx.add(ERROR, "safetensors-index", f"{len(scan.absent)} tensor(s) in the draft's index are not in the shard it names", where=str(wf.index), found=", ".join(scan.absent[:5]), fix="re-export the draft")
+    raw, ok = scan.tensors, scan.ok
     canon: dict[str, TensorInfo] = {}
     names: dict[str, str] = {}
     naming: dict[str, list[str]] = {}
@@ -766,7 +776,7 @@ def _read_small(ctx: _Ctx, name: str):
         return None
     where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}"
     try:
-        with safe_open(str(ctx.draft_dir / t.file), framework="np") as f:
+        with open_checkpoint_file(ctx.draft_dir, t.file, what="draft shard") as cf, safe_open(cf.library_path, framework="np") as f:
             value = f.get_tensor(ctx.draft_raw_names[name])
     except Exception as exc:  # noqa: BLE001 - the library's refusal is the finding
         ctx.add(ERROR, f"{name}-invalid", f"{name} cannot be read", where=where, found=f"{type(exc).__name__}: {exc}"[:300], fix="re-export it")

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .formats import SGLANG_EAGLE3, SPECULATORS, detect_format, list_weight_files
+from ..errors import Eagle3ConfigError
+from .formats import SGLANG_EAGLE3, SPECULATORS, detect_format, list_weight_files, read_config
 from .safetensors_header import read_header
 
 _FC = ("fc.weight", "model.fc.weight")
@@ -17,9 +17,9 @@ def _fc_in_width(path: Path) -> int | None:
     wf = list_weight_files(path)
     files = [path / wf.weight_map[k] for k in _FC if k in wf.weight_map] if wf.weight_map else wf.files
     for f in files:
-        tensors = read_header(f).tensors
+        tensors = read_header(f, root=path).tensors
         for key in _FC:
-            if key in tensors:
+            if key in tensors and tensors[key].shape:
                 return int(tensors[key].shape[-1])
     return None
 
@@ -33,10 +33,8 @@ def eagle3_draft_evidence(path: str | Path) -> str | None:
     """
     path = Path(path)
     try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
+        config = read_config(path, "draft")  # through the safe open: no link out of the checkpoint
+    except (OSError, Eagle3ConfigError):
         return None
     fmt = detect_format(config)
     if fmt in (SGLANG_EAGLE3, SPECULATORS):

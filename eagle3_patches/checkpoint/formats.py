@@ -14,15 +14,17 @@ Formats of an EAGLE-3 draft (see docs/checkpoints.md):
 
 from __future__ import annotations
 
-import json
 import os
+import posixpath
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import Eagle3ConfigError
 from .layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
-from .safetensors_header import count_read
+from .safe_io import CheckpointError, checked_root, list_checkpoint_dir, load_json, read_checkpoint_bytes
+from .safe_io import checkpoint_error as _err
+from .safetensors_header import Header, TensorInfo, count_read, read_header
 
 SGLANG_EAGLE3 = "sglang-eagle3"
 SPECULATORS = "speculators"
@@ -32,43 +34,41 @@ MODEL = "model"  # anything else: a target model
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-MAX_CONFIG_BYTES = 16 << 20
-MAX_INDEX_BYTES = 512 << 20
+#: a config.json is a few KB; the largest known ones (long quantization ignore lists) are < 1 MB
+MAX_CONFIG_BYTES = 4 << 20
+#: Kimi-K2.5's index (208k tensors) is 24 MB
+MAX_INDEX_BYTES = 128 << 20
+#: config integers (sizes, counts, ids) beyond this are absurd; bounding them keeps every product printable
+MAX_CONFIG_INT = (1 << 31) - 1
+#: an id list longer than this is no list of layers
+MAX_ID_LIST = 1024
 
 KIMI_K25_ARCH = "KimiK25ForConditionalGeneration"
 DEEPSEEK_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", KIMI_K25_ARCH})
 
-
-class CheckpointError(Eagle3ConfigError):
-    """A path that is not a readable checkpoint, or a config.json / index that cannot be parsed.
-
-    ``code`` names the class of problem for reports (``not-a-checkpoint``, ``config-json``,
-    ``safetensors-index``).
-    """
-
-    code = "checkpoint"
-
-
-def _err(code: str, what: str, **kw: str) -> CheckpointError:
-    e = CheckpointError(what, **kw)
-    e.code = code
-    return e
+__all__ = ["CheckpointError"]  # re-exported: formats.CheckpointError is the error of every checkpoint read
 
 
 # ------------------------------------------------------------------ files
 def checkpoint_dir(path: os.PathLike | str, role: str = "checkpoint") -> Path:
     """The checkpoint directory for ``path`` (a directory, or its ``config.json``)."""
     p = Path(path)
-    if p.is_file() and p.name == "config.json":
-        return p.parent
-    if not p.exists():
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _err("not-a-checkpoint", f"the {role} path cannot be read: {exc.strerror or exc}", where=str(p), found=type(exc).__name__, fix="check the path and its permissions") from None
+    if p.name == "config.json" and st is not None and stat.S_ISREG(st.st_mode):
+        p = p.parent
+    elif st is None:
         raise _err(
             "not-a-checkpoint",
             f"the {role} path does not exist",
             where=str(p),
             fix=f"pass the local directory of the {role} checkpoint (hub ids are not downloaded by the doctor)",
         )
-    if not p.is_dir():
+    elif not stat.S_ISDIR(st.st_mode):
         raise _err(
             "not-a-checkpoint",
             f"the {role} path is not a directory",
@@ -77,45 +77,23 @@ def checkpoint_dir(path: os.PathLike | str, role: str = "checkpoint") -> Path:
             expected="a checkpoint directory holding config.json and *.safetensors",
             fix=f"pass the directory that holds the {role}'s config.json",
         )
+    checked_root(p, role)
     return p
 
 
 def read_json(path: Path, what: str, *, max_bytes: int = MAX_CONFIG_BYTES, code: str = "config-json") -> Any:
-    """Parse a JSON file with a size bound; every failure is a :class:`CheckpointError`."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise _err(code, f"{what} is missing", where=str(path)) from None
-    except OSError as exc:
-        raise _err(code, f"cannot read {what}", where=str(path), found=str(exc)) from None
-    if not path.is_file():
-        raise _err(code, f"{what} is not a regular file", where=str(path))
-    if size > max_bytes:
-        raise _err(code, 
-            f"{what} is implausibly large", where=str(path), found=f"{size} bytes", expected=f"<= {max_bytes} bytes"
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise _err(code, f"cannot read {what}", where=str(path), found=str(exc)) from None
+    """Parse a JSON file of the checkpoint ``path.parent`` (safe open, size and parse budgets)."""
+    raw = read_checkpoint_bytes(path.parent, path.name, max_bytes=max_bytes, what=what, code=code)
     count_read(len(raw))
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _err(code, 
-            f"{what} is not valid JSON",
-            where=str(path),
-            found=str(exc)[:200],
-            fix=f"repair or re-download {path.name}",
-        ) from None
+    return load_json(raw, what=what, where=str(path), code=code)
 
 
 def read_config(path: os.PathLike | str, role: str = "checkpoint") -> dict:
     """The checkpoint's ``config.json`` as a dict (clear errors for missing, malformed, not a checkpoint)."""
     d = checkpoint_dir(path, role)
     cfg = d / "config.json"
-    if not cfg.exists():
-        has_weights = any(d.glob("*.safetensors")) or (d / INDEX_NAME).exists()
+    if not os.path.lexists(cfg):
+        has_weights = any(n.endswith(".safetensors") or n == INDEX_NAME for n in list_checkpoint_dir(d, role))
         if not has_weights:
             raise _err(
                 "not-a-checkpoint",
@@ -146,19 +124,26 @@ def read_config(path: os.PathLike | str, role: str = "checkpoint") -> dict:
 class WeightFiles:
     directory: Path
     index: Path | None = None
-    weight_map: dict[str, str] | None = None  # None when the index was not read
-    files: list[Path] = field(default_factory=list)
+    weight_map: dict[str, str] | None = None  # None when the index was not read; file names normalized
+    files: list[Path] = field(default_factory=list)  # every candidate, read or not: opening refuses by name
     pickles: list[Path] = field(default_factory=list)
 
 
-def _safe_shard_name(name: str) -> bool:
-    return bool(name) and not os.path.isabs(name) and ".." not in Path(name).parts
+def shard_name(name: str) -> str | None:
+    """``name`` from an index as a normalized relative path (``./a`` -> ``a``), or None when it leaves the directory."""
+    if not name or "\0" in name or posixpath.isabs(name):
+        return None
+    norm = posixpath.normpath(name)
+    if norm in (".", "..") or norm.startswith("../"):
+        return None
+    return norm
 
 
 def read_index(path: Path) -> dict[str, str]:
+    """The index's ``weight_map`` (tensor name -> normalized shard file name)."""
     obj = read_json(path, "the safetensors index", max_bytes=MAX_INDEX_BYTES, code="safetensors-index")
     wm = obj.get("weight_map") if isinstance(obj, dict) else None
-    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+    if not isinstance(wm, dict) or not set(map(type, wm.values())) <= {str}:  # JSON keys are always strings
         raise _err(
             "safetensors-index",
             "the safetensors index has no weight_map of tensor name -> file name",
@@ -166,32 +151,77 @@ def read_index(path: Path) -> dict[str, str]:
             found=repr(obj)[:200],
             fix=f"repair {path.name}, or delete it if the directory holds a single model.safetensors",
         )
-    bad = sorted({v for v in wm.values() if not _safe_shard_name(v)})
+    names = {v: shard_name(v) for v in set(wm.values())}
+    bad = sorted(v for v, n in names.items() if n is None)
     if bad:
         raise _err(
             "safetensors-index",
             "the safetensors index names files outside the checkpoint directory",
             where=str(path),
-            found=", ".join(bad[:5]),
+            found=", ".join(repr(b) for b in bad[:5]),
             fix="shard file names must be relative names inside the checkpoint directory",
         )
-    return dict(wm)
+    if all(n == v for v, n in names.items()):
+        return wm
+    return {k: names[v] for k, v in wm.items()}
 
 
 def list_weight_files(path: os.PathLike | str, *, read_the_index: bool = True) -> WeightFiles:
-    """The safetensors files of a checkpoint (from its index when present and read, else ``*.safetensors``)."""
+    """The safetensors files of a checkpoint (from its index when present and read, else every ``*.safetensors`` entry).
+
+    Entries are listed by name, never opened or followed here: a FIFO, a directory or an
+    outward link named ``*.safetensors`` is listed, and refused by name when it is opened.
+    """
     d = Path(path)
     wf = WeightFiles(d)
-    idx = d / INDEX_NAME
-    if idx.exists():
-        wf.index = idx
+    names = list_checkpoint_dir(d)
+    if INDEX_NAME in names:
+        wf.index = d / INDEX_NAME
         if read_the_index:
-            wf.weight_map = read_index(idx)
+            wf.weight_map = read_index(wf.index)
             wf.files = [d / n for n in sorted(set(wf.weight_map.values()))]
     if not wf.files:
-        wf.files = sorted(p for p in d.glob("*.safetensors") if p.is_file())
-    wf.pickles = sorted(p for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES and p.is_file()) if d.is_dir() else []
+        wf.files = [d / n for n in names if n.endswith(".safetensors")]
+    wf.pickles = [d / n for n in names if n.endswith(PICKLE_SUFFIXES)]
     return wf
+
+
+@dataclass
+class ShardScan:
+    """Every header of a (small) checkpoint, read: what the draft checks and the converter need."""
+
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    headers: dict[str, Header] = field(default_factory=dict)  # shard file name -> header
+    errors: list[CheckpointError] = field(default_factory=list)  # unreadable, refused or missing shards
+    duplicates: list[tuple[str, str, str]] = field(default_factory=list)  # (name, first file, second file)
+    absent: list[str] = field(default_factory=list)  # index names not in the shard the index names
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def scan_shards(wf: WeightFiles, role: str = "checkpoint") -> ShardScan:
+    """Read every shard header of ``wf`` (through the safe open), collecting problems instead of raising."""
+    scan = ShardScan()
+    for p in wf.files:
+        if not os.path.lexists(p):
+            scan.errors.append(_err("safetensors-index", f"a shard named by the {role}'s index is missing", where=str(wf.index), found=str(p.relative_to(wf.directory)), fix=f"restore the shard or re-export the {role}"))
+            continue
+        try:
+            h = read_header(p, root=wf.directory)
+            tensors = h.tensors
+        except CheckpointError as exc:
+            scan.errors.append(exc)
+            continue
+        scan.headers[h.file] = h
+        for name, t in tensors.items():
+            if name in scan.tensors:
+                scan.duplicates.append((name, scan.tensors[name].file, t.file))
+            scan.tensors[name] = t
+    if wf.weight_map is not None and scan.ok:
+        scan.absent = [n for n, f in wf.weight_map.items() if n not in scan.tensors or scan.tensors[n].file != f]
+    return scan
 
 
 # ------------------------------------------------------------------ formats
@@ -232,12 +262,13 @@ class _Reader:
 
     def int(self, key: str, *, minimum: int = 1, required: bool = False) -> int | None:
         v = self.d.get(key)
+        expected = f"an integer in {minimum}..{MAX_CONFIG_INT}"
         if v is None:
             if required:
-                self.problems.append(FieldProblem(self.where(key), "missing", f"an integer >= {minimum}"))
+                self.problems.append(FieldProblem(self.where(key), "missing", expected))
             return None
-        if type(v) is not int or v < minimum:
-            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], f"an integer >= {minimum}"))
+        if type(v) is not int or not minimum <= v <= MAX_CONFIG_INT:
+            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], expected))
             return None
         return v
 
@@ -270,8 +301,8 @@ class _Reader:
         v = self.d.get(key)
         if v is None:
             return None
-        if not isinstance(v, list) or not all(type(i) is int for i in v):
-            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "a list of integers"))
+        if not isinstance(v, list) or len(v) > MAX_ID_LIST or not all(type(i) is int and abs(i) <= MAX_CONFIG_INT for i in v):
+            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], f"a list of at most {MAX_ID_LIST} integers in -{MAX_CONFIG_INT}..{MAX_CONFIG_INT}"))
             return None
         return list(v)
 

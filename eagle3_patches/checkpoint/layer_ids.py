@@ -41,6 +41,8 @@ INPUT_OF_LAYER = "input-of-layer"
 CONVENTIONS = (OUTPUT_OF_LAYER, INPUT_OF_LAYER)
 #: key inside ``eagle_config`` naming the convention of ``eagle_aux_hidden_state_layer_ids``
 CONVENTION_KEY = "eagle3_patches_layer_id_convention"
+#: a plausibility bound on layer ids where the target is unknown (the deepest released models have < 200 layers)
+MAX_LAYERS = 1024
 
 
 def to_output_of_layer(ids: Iterable[int], convention: str) -> list[int]:

@@ -1,15 +1,28 @@
 """Read and write safetensors *headers* without touching tensor data.
 
-A safetensors file is ``u64 little-endian N`` + ``N`` bytes of UTF-8 JSON + the
-data region.  The JSON maps each tensor name to ``{"dtype", "shape",
-"data_offsets": [begin, end]}`` (offsets relative to the data region) and may
-hold a ``"__metadata__"`` string map.  This module reads exactly ``8 + N``
-bytes, validates everything the ``safetensors`` library would refuse (and a
-little more), and raises :class:`HeaderError` (what / where / found / expected /
-fix) instead of a traceback.  It never imports torch.
+A safetensors file is ``u64 little-endian N`` + ``N`` bytes of UTF-8 JSON + the data region.
+The JSON maps each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}``
+(offsets relative to the data region) and may hold a ``"__metadata__"`` string map.
 
-Every byte read here is counted (:func:`bytes_read`), so the doctor can say how
-much it read.
+:func:`read_header` reads exactly ``8 + N`` bytes through the one safe opening path
+(:mod:`.safe_io`: no links out of the checkpoint, regular files only) and lets the
+**safetensors library itself** decide whether the header is valid (``safe_open(...,
+framework="numpy")`` parses and validates the header in Rust, in linear time, and reads no
+tensor data): whatever it refuses is refused here, so these tools are never more lenient
+than the loader.  Hand-written code remains for three reasons only:
+
+* checks the library lacks: a memory budget checked *before* any parse (the library's own
+  parse of a 40 MB header of 20M dims takes 800 MB), and duplicate tensor names (the library
+  keeps the last one silently; another reader may keep the first);
+* wording: the library's refusals ("invalid offset for tensor `x`") name neither what was
+  found nor what was expected, so a refused header is diagnosed again by :func:`_explain`
+  (linear: numbers of bounded length, products bounded dimension by dimension) for a
+  what / where / found / expected / fix message;
+* the offsets: the library does not expose ``data_offsets``, which the converter needs; they
+  are parsed lazily (:attr:`Header.tensors`) from the header the library has accepted.
+
+Every byte read here is counted (:func:`bytes_read`), so the doctor can say how much it read.
+It never imports torch.
 """
 
 from __future__ import annotations
@@ -17,14 +30,18 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..errors import Eagle3ConfigError
+from .safe_io import CheckpointError, CheckpointFile, check_parse_budget, load_json, open_checkpoint_file
 
 #: safetensors' own limit on the JSON header (``N``)
 MAX_HEADER_BYTES = 100_000_000
+#: no framework loads a tensor of more dimensions (numpy and torch stop at 64)
+MAX_RANK = 64
+_U64 = (1 << 64) - 1
 
 #: bits per element of every dtype name safetensors 0.8 writes
 DTYPE_BITS: dict[str, int] = {
@@ -65,7 +82,7 @@ CONFIG_DTYPES = {
 }
 
 
-class HeaderError(Eagle3ConfigError):
+class HeaderError(CheckpointError):
     """A safetensors file whose header cannot be trusted."""
 
     code = "safetensors-header"
@@ -120,13 +137,15 @@ class TensorInfo:
         return self.end - self.start
 
 
-@dataclass
 class Header:
-    path: Path
-    header_len: int
-    file_size: int
-    metadata: dict[str, str] = field(default_factory=dict)
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    """One validated safetensors header.  ``names`` (sorted) and ``metadata`` come from the
+    safetensors library; ``tensors`` (with offsets) is parsed on first use."""
+
+    def __init__(self, path: Path, header_len: int, file_size: int, metadata: dict[str, str], names: list[str], raw: bytes, file: str = "", mode: int = 0o644):
+        self.path, self.header_len, self.file_size, self.metadata, self.names = path, header_len, file_size, metadata, names
+        self.file = file or path.name  # the name relative to the checkpoint directory
+        self.mode = mode  # the file's permission bits
+        self._raw = raw
 
     @property
     def data_start(self) -> int:
@@ -135,6 +154,20 @@ class Header:
     @property
     def data_len(self) -> int:
         return self.file_size - self.data_start
+
+    @cached_property
+    def tensors(self) -> dict[str, TensorInfo]:
+        """name -> :class:`TensorInfo`, from the header the library accepted (refuses ranks > 64)."""
+        obj = json.loads(self._raw)  # valid, bounded JSON of u64 numbers: the library and the budget said so
+        obj.pop("__metadata__", None)
+        file, out = self.file, {}
+        for name, e in obj.items():
+            shape = e["shape"]
+            if len(shape) > MAX_RANK:
+                raise _err(f"tensor {name!r} has {len(shape)} dimensions", str(self.path), found=f"{len(shape)} dimensions", expected=f"<= {MAX_RANK} (no framework loads more)")
+            out[name] = TensorInfo(name, e["dtype"], tuple(shape), e["data_offsets"][0], e["data_offsets"][1], file)
+        self._raw = b""
+        return out
 
 
 def tensor_nbytes(dtype: str, shape: Iterable[int]) -> int:
@@ -160,126 +193,131 @@ def _no_duplicates(pairs):
     out = {}
     for k, v in pairs:
         if k in out:
-            raise ValueError(f"duplicate key {k!r}")
+            raise HeaderError(f"duplicate key {k!r}: the safetensors library keeps the last silently, other readers the first")
         out[k] = v
     return out
 
 
-def parse_header_json(raw: bytes, *, where: str, data_len: int | None, file: str = "") -> tuple[dict, dict]:
-    """Validate the JSON part of a header; return ``(metadata, tensors)``.
-
-    ``data_len``: the size of the data region when known (the file size minus ``8 + N``);
-    then offsets must lie inside it and cover it exactly, as safetensors requires.
-    """
+def _load(raw: bytes, where: str) -> dict:
+    """The header JSON, parsed with every bound of :func:`.safe_io.load_json` and duplicates refused."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _err("safetensors header is not UTF-8", where, found=str(exc)) from None
-    try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicates)
-    except (ValueError, RecursionError) as exc:
-        raise _err("safetensors header is not valid JSON", where, found=str(exc)[:200]) from None
+        obj = load_json(raw, what="safetensors header", where=where, code="safetensors-header", object_pairs_hook=_no_duplicates)
+    except HeaderError as exc:  # from _no_duplicates, raised inside json
+        raise _err("safetensors header has a duplicate name", where, found=exc.what) from None
+    except CheckpointError as exc:
+        raise _err(exc.what, where, found=exc.found, expected=exc.expected) from None
     if not isinstance(obj, dict):
         raise _err("safetensors header is not a JSON object", where, found=type(obj).__name__)
-    metadata: dict[str, str] = {}
+    return obj
+
+
+def _explain(raw: bytes, where: str, data_len: int, library: str) -> HeaderError:
+    """Why the safetensors library refused this header, as what / found / expected.
+
+    Linear in the header: the JSON is parsed with bounded numbers, each dimension is checked
+    to be a u64 and the running product stops as soon as it passes 2^64 bytes.
+    """
+    try:
+        obj = _load(raw, where)
+    except HeaderError as exc:
+        return exc
     meta = obj.pop("__metadata__", None)
-    if meta is not None:
-        if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-            raise _err("safetensors __metadata__ is not a map of strings", where, found=repr(meta)[:200])
-        metadata = dict(meta)
-    tensors: dict[str, TensorInfo] = {}
+    if meta is not None and (not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values())):
+        return _err("safetensors __metadata__ is not a map of strings", where, found=repr(meta)[:200])
+    spans = []
     for name, entry in obj.items():
         if not isinstance(entry, dict):
-            raise _err(f"tensor {name!r}: header entry is not an object", where, found=repr(entry)[:200])
+            return _err(f"tensor {name!r}: header entry is not an object", where, found=repr(entry)[:200])
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-            raise _err(f"tensor {name!r}: unknown dtype", where, found=repr(dtype)[:80], expected=", ".join(DTYPE_BITS))
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise _err(f"tensor {name!r}: shape is not a list of non-negative integers", where, found=repr(shape)[:200])
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(type(o) is int for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]
-        ):
-            raise _err(f"tensor {name!r}: data_offsets is not [begin, end] with 0 <= begin <= end", where, found=repr(offsets)[:200])
-        n = 1
-        for d in shape:
+            return _err(f"tensor {name!r}: unknown dtype", where, found=repr(dtype)[:80], expected=", ".join(DTYPE_BITS))
+        if not isinstance(shape, list) or not all(type(d) is int and 0 <= d <= _U64 for d in shape):
+            return _err(f"tensor {name!r}: shape is not a list of non-negative integers", where, found=repr(shape)[:200], expected="u64 dimensions")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets) or not 0 <= offsets[0] <= offsets[1] <= _U64:
+            return _err(f"tensor {name!r}: data_offsets is not [begin, end] with 0 <= begin <= end", where, found=repr(offsets)[:200])
+        bits = DTYPE_BITS[dtype]
+        n = 0 if 0 in shape else 1
+        for d in shape if n else ():
             n *= d
-        if (DTYPE_BITS[dtype] * n) % 8:
-            raise _err(f"tensor {name!r}: {n} elements of {dtype} do not fill whole bytes", where, found=str(shape))
-        want = DTYPE_BITS[dtype] * n // 8
+            if n * bits > 8 * _U64:  # the library's checked u64 product overflows here: stop before it grows
+                return _err(f"tensor {name!r}: dtype x shape overflows 64 bits", where, found=f"{dtype} {repr(shape)[:200]}", expected="a tensor of fewer than 2^64 bytes")
+        if (bits * n) % 8:
+            return _err(f"tensor {name!r}: {n} elements of {dtype} do not fill whole bytes", where, found=repr(shape)[:200])
+        want = bits * n // 8
         if offsets[1] - offsets[0] != want:
-            raise _err(
+            return _err(
                 f"tensor {name!r}: data_offsets span does not match dtype and shape",
                 where,
                 found=f"{offsets[1] - offsets[0]} bytes ({offsets})",
-                expected=f"{want} bytes for {dtype} {shape}",
+                expected=f"{want} bytes for {dtype} {repr(shape)[:200]}",
             )
-        tensors[name] = TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1], file)
-    # safetensors requires the tensors to tile the data region: no gap, no overlap
-    pos = 0
-    for t in sorted(tensors.values(), key=lambda t: (t.start, t.end)):
-        if t.start != pos:
-            kind = "overlaps the previous tensor" if t.start < pos else "leaves a gap before it"
-            raise _err(f"tensor {t.name!r}: data {kind}", where, found=f"begins at {t.start}", expected=f"begins at {pos}")
-        pos = t.end
-    if data_len is not None:
-        if pos > data_len:
-            raise _err(
-                "safetensors file is truncated: the header declares more data than the file holds",
-                where,
-                found=f"{data_len} data bytes",
-                expected=f"{pos} data bytes",
-            )
-        if pos != data_len:
-            raise _err(
-                "safetensors file has trailing bytes after the last tensor",
-                where,
-                found=f"{data_len} data bytes",
-                expected=f"{pos} data bytes",
-            )
-    return metadata, tensors
+        spans.append((offsets[0], offsets[1], name))
+    pos = 0  # the tensors must tile the data region: no gap, no overlap
+    for start, end, name in sorted(spans):
+        if start != pos:
+            kind = "overlaps the previous tensor" if start < pos else "leaves a gap before it"
+            return _err(f"tensor {name!r}: data {kind}", where, found=f"begins at {start}", expected=f"begins at {pos}")
+        pos = end
+    if pos > data_len:
+        return _err("safetensors file is truncated: the header declares more data than the file holds", where, found=f"{data_len} data bytes", expected=f"{pos} data bytes")
+    if pos != data_len:
+        return _err("safetensors file has trailing bytes after the last tensor", where, found=f"{data_len} data bytes", expected=f"{pos} data bytes")
+    return _err("the safetensors library refuses this header", where, found=library[:300])
 
 
-def read_header(path: os.PathLike | str, *, max_header_bytes: int = MAX_HEADER_BYTES) -> Header:
-    """Read and validate the header of one safetensors file (reads ``8 + N`` bytes only)."""
-    path = Path(path)
-    where = str(path)
+def _library_names(f: CheckpointFile, where: str) -> tuple[list[str], dict[str, str]] | str:
+    """``(names, metadata)`` when the safetensors library accepts the file, else its message."""
+    from safetensors import safe_open
+
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            head = fh.read(8)
-            _count(len(head))
-            if len(head) < 8:
-                raise _err("safetensors file is too short to hold a header", where, found=f"{size} bytes", expected=">= 8 bytes")
-            n = int.from_bytes(head, "little")
-            if n > max_header_bytes:
-                raise _err(
-                    "safetensors header length is implausible (corrupted file?)",
-                    where,
-                    found=f"{n} bytes",
-                    expected=f"<= {max_header_bytes} bytes",
-                )
-            if 8 + n > size:
-                raise _err(
-                    "safetensors header is truncated",
-                    where,
-                    found=f"file of {size} bytes",
-                    expected=f"at least {8 + n} bytes (header length {n})",
-                )
-            raw = fh.read(n)
-            _count(len(raw))
-    except HeaderError:
-        raise
-    except IsADirectoryError:
-        raise _err("expected a safetensors file, found a directory", where, fix="point at the checkpoint directory") from None
-    except OSError as exc:
-        raise _err("cannot read safetensors file", where, found=f"{type(exc).__name__}: {exc.strerror or exc}", fix="check the path and its permissions") from None
-    if len(raw) != n:
-        raise _err("safetensors header is truncated", where, found=f"{len(raw)} bytes", expected=f"{n} bytes")
-    metadata, tensors = parse_header_json(raw, where=where, data_len=size - 8 - n, file=path.name)
-    return Header(path, n, size, metadata, tensors)
+        with safe_open(f.library_path, framework="numpy") as st:
+            return list(st.keys()), dict(st.metadata() or {})
+    except Exception as exc:  # noqa: BLE001 - SafetensorError and friends: any refusal is the answer
+        return f"{type(exc).__name__}: {exc}"
+
+
+def read_header(path: os.PathLike | str, *, root: os.PathLike | str | None = None, max_header_bytes: int = MAX_HEADER_BYTES) -> Header:
+    """Read and validate the header of one safetensors file (reads ``8 + N`` bytes only).
+
+    ``root``: the checkpoint directory the file must stay inside (default: the file's own
+    directory); the file is opened by :func:`.safe_io.open_checkpoint_file`.  Raises
+    :class:`HeaderError` for an invalid header, :class:`.safe_io.CheckpointError` (e.g.
+    ``UnsafeFileError``) for a file that must not be read.
+    """
+    path = Path(path)
+    root = path.parent if root is None else Path(root)
+    where = str(path)
+    rel = os.path.relpath(path, root)
+    with open_checkpoint_file(root, rel, what="safetensors file") as f:
+        size = f.size
+        head = f.read_at(0, 8)
+        _count(len(head))
+        if len(head) < 8:
+            raise _err("safetensors file is too short to hold a header", where, found=f"{size} bytes", expected=">= 8 bytes")
+        n = int.from_bytes(head, "little")
+        if n > max_header_bytes:
+            raise _err("safetensors header length is implausible (corrupted file?)", where, found=f"{n} bytes", expected=f"<= {max_header_bytes} bytes")
+        if 8 + n > size:
+            raise _err("safetensors header is truncated", where, found=f"file of {size} bytes", expected=f"at least {8 + n} bytes (header length {n})")
+        raw = f.read_at(8, n)
+        _count(len(raw))
+        if len(raw) != n:
+            raise _err("safetensors header is truncated", where, found=f"{len(raw)} bytes", expected=f"{n} bytes")
+        try:
+            check_parse_budget(raw, what="safetensors header", where=where, code="safetensors-header")
+        except CheckpointError as exc:
+            raise _err(exc.what, where, found=exc.found, expected=exc.expected, fix=exc.fix) from None
+        got = _library_names(f, where)
+        mode = f.stat.st_mode & 0o7777
+    if isinstance(got, str):
+        raise _explain(raw, where, size - 8 - n, got)
+    names, metadata = got
+    # the library keeps the last of duplicate names; refuse them.  Without a backslash no
+    # JSON string can hide a quote, so each '"data_offsets"' is that exact string: one per
+    # entry when no name or metadata says it, and then no two entries share a name.
+    if b"\\" in raw or raw.count(b'"data_offsets"') != len(names):
+        _load(raw, where)
+    return Header(path, n, size, metadata, names, raw, rel, mode)
 
 
 # ------------------------------------------------------------------ write

@@ -1,7 +1,9 @@
 """``eagle3-patches`` command line: run, status, doctor, convert, apply.
 
-User mistakes (:class:`~eagle3_patches.errors.Eagle3Error`) print a message and exit 1;
-usage errors exit 2; nothing prints a traceback unless ``EAGLE3_PATCHES_DEBUG=1``.
+User mistakes (:class:`~eagle3_patches.errors.Eagle3Error`) print a message (control
+characters escaped) and exit 1; usage errors exit 2; an interrupt exits 128 + the signal
+number (130 for Ctrl-C; ``convert`` turns SIGTERM and SIGHUP into the same cleanup);
+nothing prints a traceback unless ``EAGLE3_PATCHES_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     except Eagle3Error as exc:
         if os.environ.get("EAGLE3_PATCHES_DEBUG"):
             raise
-        print(str(exc), file=sys.stderr)
+        from ..checkpoint.terminal import error_text
+
+        print(error_text(exc), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM / SIGHUP where a command turns them into this
+        return 128 + getattr(exc, "signum", 2)

@@ -1,6 +1,7 @@
 """``eagle3-patches convert SRC DST``: a speculators-format EAGLE-3 draft to SGLang format.
 
-Exit status: 0 converted, 1 refused or failed (DST untouched), 2 usage error.
+Exit status: 0 converted, 1 refused or failed (DST untouched), 2 usage error, 128 + N when
+interrupted by signal N (SIGINT, SIGTERM, SIGHUP: the temporary directory is removed first).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args) -> int:
     from ..checkpoint.convert import convert
     from ..checkpoint.releases import parse_version
+    from ..checkpoint.terminal import error_text, escape_terminal as esc
     from ..errors import Eagle3Error
 
     if args.sglang_version is not None:
@@ -88,7 +90,7 @@ def run(args) -> int:
             progress=args.progress,
         )
     except Eagle3Error as exc:
-        print(str(exc), file=sys.stderr)
+        print(error_text(exc), file=sys.stderr)
         return 1
     if args.json:
         print(
@@ -102,6 +104,7 @@ def run(args) -> int:
                     "seconds": round(res.seconds, 3),
                     "renamed": res.renamed,
                     "dropped": res.dropped,
+                    "cleaned": res.cleaned,
                     "config": res.config,
                     "doctor": res.report.to_dict() if res.report is not None else None,
                 },
@@ -111,12 +114,14 @@ def run(args) -> int:
         return 0
     ec = res.config["eagle_config"]
     src_ids = res.config.get("eagle3_patches_converted_from", {}).get("eagle_aux_hidden_state_layer_ids")
-    print(f"converted {res.src} -> {res.dst}")
+    print(esc(f"converted {res.src} -> {res.dst}"))
     print(f"  {res.tensors} tensors, {res.bytes_copied / 1e6:.1f} MB in {len(res.files)} file(s), {res.seconds:.2f} s")
-    print(f"  {len(res.renamed)} renamed (layers.0.* -> midlayer.*)" + (f", dropped {', '.join(res.dropped)}" if res.dropped else ""))
+    print(f"  {len(res.renamed)} renamed (layers.0.* -> midlayer.*)" + esc(f", dropped {', '.join(res.dropped)}" if res.dropped else ""))
     print(f"  aux layer ids {src_ids} (speculators: input of layer N) -> {ec['eagle_aux_hidden_state_layer_ids']} (output of layer N-1)")
+    for note in res.cleaned:
+        print(f"  note: {esc(note)}")
     if res.report is not None:
         for f in res.report.warnings:
-            print(f"  warning [{f.code}] {f.what}")
+            print(f"  warning [{f.code}] {esc(f.what)}")
         print(f"  doctor: {len(res.report.errors)} error(s), {len(res.report.warnings)} warning(s)")
     return 0

@@ -16,8 +16,9 @@ examples:
       --speculative-algorithm EAGLE3 --speculative-draft-model-path D --tp 8
   eagle3-patches doctor --command "eagle3-patches run -- python -m sglang.launch_server ..." --json
 
-Only config.json, the safetensors index and safetensors headers are read, plus the draft's
-d2t/t2d. Every check, the symptom it prevents and an example report: docs/doctor.md.
+Only config.json, the whole safetensors index and every safetensors header are read, plus
+the draft's d2t/t2d; never through a link that leaves the checkpoint (docs/security.md).
+Every check, the symptom it prevents and an example report: docs/doctor.md.
 """
 
 
@@ -58,7 +59,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     g.add_argument("--with-patches", dest="with_patches", action="store_true", default=None, help="the server runs under `eagle3-patches run`")
     g.add_argument("--without-patches", dest="with_patches", action="store_false", help="the server runs stock sglang (the default unless the launch command is wrapped in `eagle3-patches run`)")
     p.add_argument("--command", metavar="STRING", help="a whole launch command line as one string (instead of the flags after --)")
-    p.add_argument("--deep", action="store_true", help="read the target's whole index and every shard header (default: the first and last)")
+    p.add_argument("--deep", action="store_true", help=argparse.SUPPRESS)  # the complete check is the default now; kept for old scripts
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-q", "--quiet", action="store_true", help="hide notes (info findings)")
     p.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- LAUNCH", help="sglang launch_server flags, or a whole launch command")
@@ -107,7 +108,6 @@ def run(args) -> int:
         sglang_version=args.sglang_version,
         launch=launch,
         with_patches=args.with_patches,
-        deep=args.deep,
     )
     if args.json:
         print(report.to_json())

@@ -3,7 +3,8 @@
 Everything is derived from the tiny checkpoints of ``eagle3_patches.testing.tiny_models``:
 a draft is rebuilt from its spec with config / tensor edits (no tokenizer: the doctor
 never reads one), a target variant is the tiny target's config.json edited, next to a
-symlink to its (unchanged) weights.
+hard link to (or copy of) its unchanged weights: a symlink out of the checkpoint directory
+is refused by the doctor (docs/security.md).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import copy
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -48,6 +50,20 @@ _DELETE = _Delete()
 def DELETE():
     """Marker for ``config`` edits: remove this key."""
     return _DELETE
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """``dst`` as a hard link to ``src`` (a copy across filesystems): a file inside dst's checkpoint."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+@pytest.fixture(scope="session")
+def link_file():
+    """:func:`link_or_copy` for tests (conftest modules are not importable by name)."""
+    return link_or_copy
 
 
 def write_checkpoint(path: Path, config: dict | str, tensors: dict, *, shards: int = 1) -> Path:
@@ -95,7 +111,7 @@ def make_draft(tmp_path) -> Callable[..., Path]:
 
 @pytest.fixture
 def make_target(tmp_path, tiny) -> Callable[..., Path]:
-    """``make_target(kind="deepseek_v3"|"kimi_k25", config=edit)``: edited config.json + symlinked weights."""
+    """``make_target(kind="deepseek_v3"|"kimi_k25", config=edit)``: edited config.json + hard-linked weights."""
 
     def make(kind: str = "deepseek_v3", config=None, name: str | None = None) -> Path:
         src = tiny[kind]
@@ -103,7 +119,7 @@ def make_target(tmp_path, tiny) -> Callable[..., Path]:
         dst.mkdir()
         cfg = _merge(json.loads((src / "config.json").read_text()), config)
         (dst / "config.json").write_text(json.dumps(cfg, indent=2))
-        os.symlink(src / "model.safetensors", dst / "model.safetensors")
+        link_or_copy(src / "model.safetensors", dst / "model.safetensors")
         return dst
 
     return make

@@ -173,8 +173,8 @@ def test_never_writes_into_src(make_draft, where):
     assert _tree_digest(src) == before
 
 
-@pytest.mark.parametrize("exc", [KeyboardInterrupt, OSError])
-def test_interrupted_run_leaves_no_dst(tiny, tmp_path, monkeypatch, exc):
+@pytest.mark.parametrize("exc, raised", [(KeyboardInterrupt, KeyboardInterrupt), (OSError, ConvertError)])
+def test_interrupted_run_leaves_no_dst(tiny, tmp_path, monkeypatch, exc, raised):
     calls = []
     real = convert_mod._copy_range
 
@@ -185,7 +185,7 @@ def test_interrupted_run_leaves_no_dst(tiny, tmp_path, monkeypatch, exc):
         return real(*a, **kw)
 
     monkeypatch.setattr(convert_mod, "_copy_range", flaky)
-    with pytest.raises(exc):
+    with pytest.raises(raised):  # an OSError becomes a what / where / fix message
         convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 

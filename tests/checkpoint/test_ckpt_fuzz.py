@@ -102,15 +102,15 @@ _settings = settings(max_examples=120, deadline=None, suppress_health_check=[Hea
 
 @_settings
 @given(draft_muts=mutations(DRAFT_PATHS), target_muts=mutations(TARGET_PATHS), version=st.sampled_from(["0.5.8", "0.5.9", "0.5.12", "0.5.13", "0.5.23", "0.6.0"]), tp=st.sampled_from([1, 2, 8]))
-def test_config_mutations_never_crash(tiny, draft_muts, target_muts, version, tp):
+def test_config_mutations_never_crash(tiny, link_file, draft_muts, target_muts, version, tp):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         d, t = tmp / "draft", tmp / "target"
         d.mkdir()
         t.mkdir()
         kind = "kimi_k25" if len(target_muts) % 2 else "deepseek_v3"
-        os.symlink(tiny["draft"] / "model.safetensors", d / "model.safetensors")
-        os.symlink(tiny[kind] / "model.safetensors", t / "model.safetensors")
+        link_file(tiny["draft"] / "model.safetensors", d / "model.safetensors")
+        link_file(tiny[kind] / "model.safetensors", t / "model.safetensors")
         dcfg = apply_all(json.loads((tiny["draft"] / "config.json").read_text()), draft_muts)
         tcfg = apply_all(json.loads((tiny[kind] / "config.json").read_text()), target_muts)
         (d / "config.json").write_text(json.dumps(dcfg))
@@ -194,12 +194,12 @@ def test_header_mutations_never_crash(tiny, muts, shards):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(muts=mutations(SPECULATORS_PATHS))
-def test_convert_mutated_speculators_config(tiny, muts):
+def test_convert_mutated_speculators_config(tiny, link_file, muts):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         src = tmp / "src"
         src.mkdir()
-        os.symlink(tiny["speculators_draft"] / "model.safetensors", src / "model.safetensors")
+        link_file(tiny["speculators_draft"] / "model.safetensors", src / "model.safetensors")
         cfg = apply_all(json.loads((tiny["speculators_draft"] / "config.json").read_text()), muts)
         (src / "config.json").write_text(json.dumps(cfg))
         dst = tmp / "out"
