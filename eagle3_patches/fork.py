@@ -18,9 +18,9 @@ This module applies them itself (no ``patch`` binary):
   the backups before doing anything else.
 
 Where the series is found: ``$EAGLE3_PATCHES_SERIES_DIR`` (a directory holding series
-directories), then ``patches/`` at the root of a source checkout (the parent of the
-``eagle3_patches`` package directory), then ``<sys.prefix>/share/eagle3-patches/patches``
-(where a wheel installs them as data files).
+directories), then the shipped series: ``patches/`` at the root of a source checkout, or, in an
+install, the package data ``eagle3_patches.series`` (the same directory, mapped into the wheel
+by ``pyproject.toml``; found with ``importlib.resources``, see :mod:`eagle3_patches._shipped`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ import json
 import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ._shipped import SERIES_PACKAGE, doc_pointer, shipped_dir
 from .errors import Eagle3Error
 
 DEFAULT_SERIES = "sglang-0.5.9"
@@ -60,8 +60,9 @@ def series_search_path() -> list[Path]:
     env = os.environ.get(SERIES_DIR_ENV)
     if env:
         paths.append(Path(env))
-    paths.append(Path(__file__).resolve().parent.parent / "patches")
-    paths.append(Path(sys.prefix) / "share" / "eagle3-patches" / "patches")
+    shipped = shipped_dir(SERIES_PACKAGE)
+    if shipped is not None:
+        paths.append(shipped)
     return paths
 
 
@@ -72,13 +73,16 @@ def find_series(name: str = DEFAULT_SERIES) -> Path:
         if (candidate / SERIES_FILE).is_file():
             return candidate
         raise ForkError(f"eagle3-patches: {candidate} is not a patch series directory (no {SERIES_FILE} file in it)")
+    search = series_search_path()
     tried = []
-    for base in series_search_path():
+    for base in search:
         d = base / name
         tried.append(str(d))
         if (d / SERIES_FILE).is_file():
             return d
-    known = sorted({p.name for base in series_search_path() if base.is_dir() for p in base.iterdir() if (p / SERIES_FILE).is_file()})
+    if shipped_dir(SERIES_PACKAGE) is None:
+        tried.append(f"the package data {SERIES_PACKAGE} (missing from this install of eagle3-patches: reinstall it)")
+    known = sorted({p.name for base in search if base.is_dir() for p in base.iterdir() if (p / SERIES_FILE).is_file()})
     raise ForkError(
         f"eagle3-patches: no patch series {name!r}; looked in {', '.join(tried)}"
         + (f"; known series: {', '.join(known)}" if known else "")
@@ -651,7 +655,7 @@ def apply_series(
             write_atomically(root, p.writes)
         except PermissionError as exc:
             raise ForkError(f"eagle3-patches: cannot write in {root} ({exc}); nothing was changed. Run as the owner "
-                            "of the sglang installation (or apply to a copy, see docs/fork.md)") from None
+                            f"of the sglang installation (or apply to a copy, see {doc_pointer('fork')})") from None
     mode = ("check-revert" if revert else "check") if check else ("revert" if revert else "apply")
     if not check and not revert:
         for o in p.outcomes:

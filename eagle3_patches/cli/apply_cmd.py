@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
         "--series",
         default=fork.DEFAULT_SERIES,
         metavar="NAME",
-        help=f"the patch series (a name under patches/, or a directory); default {fork.DEFAULT_SERIES}",
+        help=f"the patch series (a shipped series name, or a directory); default {fork.DEFAULT_SERIES}",
     )
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(func=run)

@@ -10,7 +10,9 @@ import argparse
 import json
 import sys
 
-EPILOG = """\
+from .._shipped import doc_pointer
+
+EPILOG = f"""\
 examples:
   eagle3-patches convert /models/draft-speculators /models/draft-sglang
   eagle3-patches convert SRC DST --target /models/Kimi-K2.5 --max-shard-size 2GB --force
@@ -18,7 +20,7 @@ examples:
 Streams tensor by tensor (never loads pickles, never writes SRC), writes DST atomically,
 re-reads its headers and runs the doctor's draft checks on it. Layer ids are translated
 from speculators' meaning (input of layer N) to eagle3-patches' (output of layer N-1).
-See docs/checkpoints.md.
+See {doc_pointer('checkpoints')}.
 """
 
 

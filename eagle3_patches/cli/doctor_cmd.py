@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-EPILOG = """\
+from .._shipped import doc_pointer
+
+EPILOG = f"""\
 examples:
   eagle3-patches doctor --target /models/Kimi-K2.5 --draft /models/Kimi-K2.5-eagle3
   eagle3-patches doctor --target T --draft D -- --tp 8 --speculative-algorithm EAGLE3
@@ -17,8 +19,8 @@ examples:
   eagle3-patches doctor --command "eagle3-patches run -- python -m sglang.launch_server ..." --json
 
 Only config.json, the whole safetensors index and every safetensors header are read, plus
-the draft's d2t/t2d; never through a link that leaves the checkpoint (docs/security.md).
-Every check, the symptom it prevents and an example report: docs/doctor.md.
+the draft's d2t/t2d; never through a link that leaves the checkpoint ({doc_pointer('security')}).
+Every check, the symptom it prevents and an example report: {doc_pointer('doctor')}.
 """
 
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-EPILOG = """\
+from .._shipped import doc_pointer
+
+EPILOG = f"""\
 examples:
   eagle3-patches run --probe /tmp/probe -- python -m sglang.launch_server ... --speculative-algorithm EAGLE3
   eagle3-patches probe-report /tmp/probe
   eagle3-patches probe-report /tmp/probe/probe-1234.jsonl --json
 
 The probe writes one JSON line per process, hop (target_output, draft_input) and forward mode.
-Symptoms, checks and fixes: docs/troubleshooting.md.
+Symptoms, checks and fixes: {doc_pointer('troubleshooting')}.
 """
 
 
