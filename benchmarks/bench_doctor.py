@@ -288,9 +288,9 @@ def main() -> int:
               f"(index {index_mb:.1f} MB); draft {draft_declared / 1e9:.2f} GB declared; {disk / 1e6:.1f} MB on disk")
 
         # warm the imports (the patch registry) as a long-lived process would have them
-        from eagle3_patches.checkpoint.releases import patch_covers
+        import eagle3_patches
 
-        patch_covers("kimi_k25_eagle3_delegation", "0.5.9")
+        eagle3_patches.get_registry()
         launch = ["eagle3-patches", "run", "--", "python", "-m", "sglang.launch_server", "--tp", "8", "--speculative-algorithm", "EAGLE3",
                   "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
         target, draft = work / "Kimi-K2.5", work / "Kimi-K2.5-eagle3"

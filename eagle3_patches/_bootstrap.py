@@ -10,25 +10,21 @@ from pathlib import Path
 from . import settings
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
-PROBE_PATCH = "eagle3_probe"  # eagle3_patches.patches.eagle3_probe.PROBE_NAME
 
 logger = logging.getLogger("eagle3_patches")
 
 
 def activate_from_env() -> None:
-    """Activate the CPU profile and/or the patch set as the environment asks."""
-    if os.environ.get(settings.CPU_PROFILE):
+    """Activate the CPU profile and/or the patch set as the settings ask (what a user would call by hand)."""
+    s = settings.current()
+    if s.cpu_profile:
         from . import cpu
 
         cpu.activate()
-    selection = os.environ.get(settings.APPLY, "").strip()
-    if selection:
+    if s.apply:
         import eagle3_patches
 
-        names = None if selection == "all" else sorted(settings.name_list(settings.APPLY))
-        eagle3_patches.apply(names)
-        if settings.probe_setting()[0]:  # EAGLE3_PATCHES_PROBE alone switches the probe on
-            eagle3_patches.apply([PROBE_PATCH])
+        eagle3_patches.apply(s.apply_names)
         _install_excepthook()
         logger.debug("eagle3-patches active in pid %d", os.getpid())
 
@@ -59,7 +55,7 @@ def child_environment(
     """The environment ``eagle3-patches run`` gives the command it starts.
 
     ``probe``: ``"1"`` (log lines) or an output path switches the diagnostic probe on
-    (``EAGLE3_PATCHES_PROBE``, and ``eagle3_probe`` added to the patches enabled).
+    (``EAGLE3_PATCHES_PROBE``: the instrument follows its own setting).
     """
     env = dict(os.environ if base is None else base)
     pythonpath = env.get("PYTHONPATH", "")
@@ -67,14 +63,10 @@ def child_environment(
     env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *parts])
     if probe is not None:
         env[settings.PROBE] = probe
-        if patches != "all" and PROBE_PATCH not in patches.split(","):
-            patches = f"{patches},{PROBE_PATCH}"
-        enabled = {n.strip() for n in env.get(settings.ENABLE, "").split(",") if n.strip()}
-        env[settings.ENABLE] = ",".join(sorted(enabled | {PROBE_PATCH}))
     env[settings.APPLY] = patches
     if cpu_profile:
         env.setdefault(settings.CPU_PROFILE, "1")
     if disable:
-        current = {n.strip() for n in env.get(settings.DISABLE, "").split(",") if n.strip()}
+        current = settings.names(env.get(settings.DISABLE, ""))
         env[settings.DISABLE] = ",".join(sorted(current | set(disable)))
     return env

@@ -1,11 +1,13 @@
 """Errors raised by eagle3-patches.
 
-Every error a user can cause carries four things: where (file, flag or config
-field), what was found, what was expected, and how to fix it.  The CLI prints
+Every error a user can cause carries a :class:`~eagle3_patches.diagnostic.Diagnostic`: where (file,
+flag or config field), what was found, what was expected, and how to fix it.  The CLI prints
 ``str(error)`` without a traceback for these.
 """
 
 from __future__ import annotations
+
+from .diagnostic import ERROR, Diagnostic
 
 
 class Eagle3Error(Exception):
@@ -13,27 +15,51 @@ class Eagle3Error(Exception):
 
 
 class Eagle3ConfigError(Eagle3Error, ValueError):
-    """A draft/target/launch configuration that would make EAGLE-3 silently wrong."""
+    """A draft/target/launch configuration that would make EAGLE-3 silently wrong.
 
-    def __init__(self, what: str, *, where: str = "", found: str = "", expected: str = "", fix: str = ""):
-        self.what, self.where, self.found, self.expected, self.fix = what, where, found, expected, fix
-        parts = [f"eagle3-patches: {what}"]
-        if where:
-            parts.append(f"  where:    {where}")
-        if found:
-            parts.append(f"  found:    {found}")
-        if expected:
-            parts.append(f"  expected: {expected}")
-        if fix:
-            parts.append(f"  fix:      {fix}")
-        super().__init__("\n".join(parts))
+    It carries one :class:`~eagle3_patches.diagnostic.Diagnostic` (``.diagnostic``); ``str(error)`` is
+    its human form, every field escaped for the terminal."""
 
-    def __reduce__(self):  # keep the fields across process boundaries (spawned sglang workers)
-        return (_rebuild, (type(self), self.what, self.where, self.found, self.expected, self.fix))
+    default_code = "config"
+
+    def __init__(self, what: str = "", *, where: str = "", found: str = "", expected: str = "", fix: str = "",
+                 cause: str = "", code: str | None = None, diagnostic: Diagnostic | None = None):
+        if diagnostic is None:
+            diagnostic = Diagnostic.make(ERROR, code or type(self).default_code, what, where=where, found=found,
+                                         expected=expected, cause=cause, fix=fix)
+        self.diagnostic = diagnostic
+        super().__init__(diagnostic.render("eagle3-patches: "))
+
+    @property
+    def code(self) -> str:
+        return self.diagnostic.code
+
+    @property
+    def what(self) -> str:
+        return self.diagnostic.what
+
+    @property
+    def where(self) -> str:
+        return self.diagnostic.where
+
+    @property
+    def found(self) -> str:
+        return self.diagnostic.found
+
+    @property
+    def expected(self) -> str:
+        return self.diagnostic.expected
+
+    @property
+    def fix(self) -> str:
+        return self.diagnostic.fix
+
+    def __reduce__(self):  # keep the diagnostic across process boundaries (spawned sglang workers)
+        return (_rebuild, (type(self), self.diagnostic.as_dict()))
 
 
-def _rebuild(cls, what, where, found, expected, fix):
-    return cls(what, where=where, found=found, expected=expected, fix=fix)
+def _rebuild(cls, diagnostic):
+    return cls(diagnostic=Diagnostic.from_dict(diagnostic))
 
 
 class Eagle3TargetError(Eagle3ConfigError, AttributeError):

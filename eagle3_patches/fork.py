@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from . import settings
 from ._shipped import SERIES_PACKAGE, doc_pointer, shipped_dir
 from .errors import Eagle3Error
 
@@ -42,7 +43,7 @@ DEFAULT_SERIES = "sglang-0.5.9"
 SERIES_FILE = "series"
 CHECKSUMS_FILE = "checksums.json"
 JOURNAL = ".eagle3-patches-journal.json"
-SERIES_DIR_ENV = "EAGLE3_PATCHES_SERIES_DIR"
+SERIES_DIR_ENV = settings.SERIES_DIR
 _TMP_SUFFIX = ".eagle3-patches-new"
 _BAK_SUFFIX = ".eagle3-patches-orig"
 
@@ -57,7 +58,7 @@ class ForkError(Eagle3Error):
 # --------------------------------------------------------------------------- locating things
 def series_search_path() -> list[Path]:
     paths = []
-    env = os.environ.get(SERIES_DIR_ENV)
+    env = settings.current().series_dir
     if env:
         paths.append(Path(env))
     shipped = shipped_dir(SERIES_PACKAGE)

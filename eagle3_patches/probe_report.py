@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-SCHEMA = 1
-TARGET = "target_output"
-DRAFT = "draft_input"
+from .diagnostic import ERROR, Diagnostic
+from .instruments.eagle3_probe import DRAFT, SCHEMA, TARGET  # the record schema, declared by the probe
 
 #: modes in which the target's stored states are handed to the draft
 TARGET_FEEDING_MODES = frozenset({"extend", "mixed", "target_verify"})
@@ -56,32 +55,13 @@ class ProbeReportError(Exception):
     """The probe files cannot be read (usage error: exit code 2)."""
 
 
-@dataclass
-class Problem:
-    hop: str
-    mode: str
-    pid: Any
-    tp_rank: Any
-    kind: str  # "width" | "nan"
-    what: str
-    found: str = ""
-    expected: str = ""
-    cause: str = ""
-    fix: str = ""
-    doctor: list[str] = field(default_factory=list)
-
-    @property
-    def where(self) -> str:
-        return f"{self.hop} in {self.mode} (pid {self.pid}, tp rank {self.tp_rank})"
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["where"] = self.where
-        return d
+def hop_of(problem: Diagnostic) -> tuple[str, str]:
+    """(hop, mode) of a probe diagnostic."""
+    return problem.context["hop"], problem.context["mode"]
 
 
 # ---------------------------------------------------------------------- judging one record
-def judge(rec: dict, context: dict | None = None) -> list[Problem]:
+def judge(rec: dict, context: dict | None = None) -> list[Diagnostic]:
     """What is wrong with one probe record.
 
     ``context``: the other records of the same process, ``{(hop, mode): record}``, used for the
@@ -89,7 +69,7 @@ def judge(rec: dict, context: dict | None = None) -> list[Problem]:
     """
     context = context or {}
     hop = rec.get("hop")
-    problems: list[Problem] = []
+    problems: list[Diagnostic] = []
     if hop == TARGET:
         p = _judge_target(rec, context)
         if p:
@@ -144,7 +124,7 @@ def _expected_target_width(rec: dict, context: dict) -> tuple[int | None, str]:
     return None, ""
 
 
-def _judge_target(rec: dict, context: dict) -> Problem | None:
+def _judge_target(rec: dict, context: dict) -> Diagnostic | None:
     if rec.get("mode") not in TARGET_FEEDING_MODES:
         return None
     width, hidden = rec.get("width"), rec.get("hidden_size")
@@ -235,7 +215,7 @@ def _target_cause(rec: dict, expected: int) -> tuple[str, str, list[str]]:
     )
 
 
-def _judge_draft(rec: dict, context: dict) -> Problem | None:
+def _judge_draft(rec: dict, context: dict) -> Diagnostic | None:
     mode = rec.get("mode")
     width, fc_in, embed = rec.get("width"), rec.get("fc_in_features"), rec.get("embed_width")
     if width is None:
@@ -247,8 +227,9 @@ def _judge_draft(rec: dict, context: dict) -> Problem | None:
         if embed and width == embed and rec.get("fc_applied") is not True:
             target_problem = _judge_target(target, context) if target else None
             if target_problem:
-                cause = f"{target_problem.cause} (first visible at {target_problem.hop} in {target_problem.mode})"
-                fix, doctor = target_problem.fix, target_problem.doctor
+                first_hop, first_mode = hop_of(target_problem)
+                cause = f"{target_problem.cause} (first visible at {first_hop} in {first_mode})"
+                fix, doctor = target_problem.fix, target_problem.related
             else:
                 cause = (
                     "the target handed over one layer's width: --speculative-algorithm EAGLE with an EAGLE-3 draft, or "
@@ -295,9 +276,12 @@ def _judge_draft(rec: dict, context: dict) -> Problem | None:
     return None
 
 
-def _problem(rec: dict, kind: str, what: str, **kw: Any) -> Problem:
-    return Problem(hop=rec.get("hop", "?"), mode=rec.get("mode", "?"), pid=rec.get("pid"), tp_rank=rec.get("tp_rank"),
-                   kind=kind, what=what, **kw)
+def _problem(rec: dict, kind: str, what: str, *, doctor: Iterable[str] = (), **kw: Any) -> Diagnostic:
+    """One probe finding (code ``probe-width`` / ``probe-nan``); ``doctor``: the doctor codes that check for the cause."""
+    hop, mode, pid, rank = rec.get("hop", "?"), rec.get("mode", "?"), rec.get("pid"), rec.get("tp_rank")
+    return Diagnostic.make(ERROR, f"probe-{kind}", what, where=f"{hop} in {mode} (pid {pid}, tp rank {rank})",
+                           related=tuple(doctor), context={"hop": hop, "mode": mode, "pid": pid, "tp_rank": rank, "kind": kind},
+                           **kw)
 
 
 # ---------------------------------------------------------------------- one line per record
@@ -352,7 +336,7 @@ class ProcessSummary:
     tp_rank: Any
     algorithm: Any
     records: list[dict]
-    problems: list[Problem]
+    problems: list[Diagnostic]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -369,11 +353,11 @@ class ProbeReport:
     files: list[str]
     records: list[dict]
     processes: list[ProcessSummary]
-    problems: list[Problem]
+    problems: list[Diagnostic]
     notes: list[str] = field(default_factory=list)
 
     @property
-    def first(self) -> Problem | None:
+    def first(self) -> Diagnostic | None:
         return self.problems[0] if self.problems else None
 
     @property
@@ -403,7 +387,7 @@ class ProbeReport:
         for proc in self.processes:
             lines.append("")
             lines.append(f"process pid {proc.pid} (tp rank {proc.tp_rank}), --speculative-algorithm {proc.algorithm}")
-            wrong = {(p.hop, p.mode) for p in proc.problems}
+            wrong = {hop_of(p) for p in proc.problems}
             for r in proc.records:
                 key = (r.get("hop"), r.get("mode"))
                 label = "WRONG" if key in wrong else "ok"
@@ -418,14 +402,8 @@ class ProbeReport:
         if first is None:
             lines.append("OK: every hop has the width the draft expects and finite values.")
             return "\n".join(lines)
-        lines.append(f"FIRST WRONG HOP: {first.where}")
-        lines.append(f"  {first.what}")
-        for key in ("found", "expected", "cause", "fix"):
-            val = getattr(first, key)
-            if val:
-                lines.append(f"  {key + ':':<9} {val}")
-        if first.doctor:
-            lines.append(f"  {'doctor:':<9} `eagle3-patches doctor` finding(s) {', '.join(first.doctor)}")
+        lines.append(f"FIRST WRONG HOP: {' in '.join(hop_of(first))}")
+        lines.append(first.render("  "))
         others = self.problems[1:]
         if others:
             lines.append("")
@@ -436,8 +414,8 @@ class ProbeReport:
 
 
 def _order(rec_or_problem: Any) -> tuple:
-    if isinstance(rec_or_problem, Problem):
-        hop, mode, kind = rec_or_problem.hop, rec_or_problem.mode, rec_or_problem.kind
+    if isinstance(rec_or_problem, Diagnostic):
+        hop, mode, kind = rec_or_problem.context["hop"], rec_or_problem.context["mode"], rec_or_problem.context["kind"]
     else:
         hop, mode, kind = rec_or_problem.get("hop"), rec_or_problem.get("mode"), ""
     return (PATH_ORDER.get((hop, mode), 9), 0 if kind == "width" else 1)

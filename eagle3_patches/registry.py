@@ -9,8 +9,12 @@ find, and ``patch(module, saver)`` which changes sglang only through the
 
 Application is lazy (wrapt post-import hooks): ``apply()`` never imports sglang;
 a patch lands the moment its module is imported, or at once if it already is.
-Applying one patch is all-or-nothing: if ``patch()`` raises halfway, what it had
-changed is restored before the error is reported.
+Application is all-or-nothing: if ``patch()`` raises halfway, what it had changed is
+restored, and so is every patch selected by the same ``apply()`` call.
+
+A patch module is the one place for its sglang bug: the releases (``applies_to``), the
+upstream probe, the runtime change, the preflight rule the doctor runs (``preflight``)
+and the one-line summary ``status`` and docs/patches.md show.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import wrapt
 from packaging.specifiers import SpecifierSet
 
 from . import settings
+from .diagnostic import Diagnostic
 from .errors import PatchError
 from .sglang_version import installed_sglang_version
 
@@ -101,13 +106,19 @@ class Saver:
 
 
 class Patch:
-    """One fix.  Subclasses set the class attributes and implement :meth:`patch`."""
+    """One fix: the one place for its sglang bug.  Subclasses set the class attributes and implement
+    :meth:`patch`; the module's docstring states the bug, its releases and the upstream probe."""
 
     name: str = ""
-    summary: str = ""  # what it fixes, one line
+    summary: str = ""  # what it fixes, one line (status, docs/patches.md)
     module: str = ""  # the sglang module whose import triggers it
     applies_to: SpecifierSet = SpecifierSet()  # sglang releases that need it
     default_enabled: bool = True
+    #: its place in the set (application order, the fork series' order); ties go by name
+    order: int = 100
+    #: with the patch active, a problem its preflight rule finds is "fixed" (the launch works) or
+    #: "refused" (the launch stops at start with this library's message)
+    remedy: str = "fixed"
 
     def upstream(self, module: ModuleType) -> str | None:
         """Return why the installed sglang already has the fix, or None."""
@@ -118,6 +129,31 @@ class Patch:
 
     def patch(self, module: ModuleType, saver: Saver) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def preflight(self, setup: Any) -> Iterable[Diagnostic]:
+        """What the bug does to this setup on stock sglang, seen before any server starts (the doctor runs
+        it): ``setup`` is a :class:`eagle3_patches.preflight.Setup` (release, flags, configs, tensor
+        headers; nothing of sglang imported).  The doctor turns each diagnostic into a note, or marks it
+        refused at start, where this patch is active (:attr:`remedy`)."""
+        return ()
+
+    def when_patched(self, d: Diagnostic, setup: Any) -> Diagnostic:
+        """What a preflight diagnostic becomes on a server that runs this patch (default: the :attr:`remedy` policy)."""
+        from .preflight import as_patched
+
+        return as_patched(self, d)
+
+    def enabled_by(self, s: "settings.Settings") -> bool:
+        """Selected by a plain ``apply()`` under settings ``s`` (on by default, or listed in ``EAGLE3_PATCHES_ENABLE``)."""
+        return self.default_enabled or self.name in s.enable
+
+    def covers(self, version: Any) -> bool:
+        """The patch applies to sglang ``version`` (its ``applies_to``; post releases as their base release)."""
+        if version is None or not self.applies_to:
+            return True
+        from packaging.version import Version
+
+        return Version(".".join(map(str, (tuple(version.release) + (0, 0, 0))[:3]))) in self.applies_to
 
 
 def expect_source(obj: Any, *snippets: str) -> None:
@@ -153,17 +189,26 @@ class PatchStatus:
 
 
 class Registry:
-    """A set of patches and what happened to each.  Thread-safe."""
+    """A set of patches and what happened to each.  Thread-safe.
+
+    ``applied`` is never recorded, it is derived: a patch is applied exactly while its :class:`Saver`
+    (its originals) is held.  Every other state is the outcome of its last attempt.  A patch lands
+    through one code path, :meth:`_land_module`, whether its module was imported before ``apply()``
+    (eagerly, from ``apply()``) or after (lazily, from the post-import hook); either way a failure
+    rolls back every patch selected by the same ``apply()`` call, so sglang is never left half-patched.
+    """
 
     def __init__(self, label: str, patches: Iterable[Patch] = ()):
         self.label = label
         self._lock = threading.RLock()
         self._patches: dict[str, Patch] = {}
-        self._states: dict[str, PatchStatus] = {}
-        self._savers: dict[str, Saver] = {}
-        self._selected: set[str] = set()
+        self._savers: dict[str, Saver] = {}  # application order; present <=> applied
+        self._applied_reason: dict[str, str] = {}
+        self._outcome: dict[str, PatchStatus] = {}  # every state but applied
+        self._selection: dict[str, int] = {}  # name -> the apply() call that selected it
+        self._calls = 0
         self._hooked: set[str] = set()
-        for p in patches:
+        for p in sorted(patches, key=lambda p: (p.order, p.name)):
             self.add(p)
 
     # -- declaration -------------------------------------------------------
@@ -171,51 +216,50 @@ class Registry:
         if not patch.name or patch.name in self._patches:
             raise ValueError(f"patch name {patch.name!r} empty or registered twice")
         self._patches[patch.name] = patch
-        self._states[patch.name] = PatchStatus(patch.name, patch.summary, State.NOT_SELECTED)
+        self._set(patch.name, State.NOT_SELECTED)
         return patch
 
     def names(self) -> list[str]:
         return list(self._patches)
 
+    def patches(self) -> list[Patch]:
+        return list(self._patches.values())
+
     def __getitem__(self, name: str) -> Patch:
         return self._patches[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._patches
 
     # -- the verbs ---------------------------------------------------------
     def apply(self, names: Iterable[str] | None = None) -> dict[str, PatchStatus]:
         """Select patches (default: all enabled by default, plus ``EAGLE3_PATCHES_ENABLE``).
 
-        Patches whose sglang module is already imported are applied now, all or none:
-        if one fails, the others applied by this call are reverted and PatchError is raised.
-        The rest land when their module is imported.
+        Patches whose sglang module is already imported land now; the rest when their module is
+        imported.  All or none: if one fails, every patch this call selected is rolled back and
+        reported ``failed``; now, :class:`PatchError` is raised (later, at import, it is logged, or
+        raised with ``EAGLE3_PATCHES_ON_ERROR=raise``).
         """
         chosen = self._resolve(names)
-        disabled = settings.name_list(settings.DISABLE)
-        applied_now: list[str] = []
+        disabled = settings.current().disable
         with self._lock:
+            self._calls += 1
+            modules: list[str] = []
             for name in chosen:
                 if name in disabled:
                     self._set(name, State.DISABLED, f"listed in {settings.DISABLE}")
                     continue
-                if name in self._selected:
+                if name in self._selection:
                     continue  # idempotent
-                self._selected.add(name)
+                self._selection[name] = self._calls
                 patch = self._patches[name]
-                if patch.module in sys.modules:
-                    state = self._land(patch, sys.modules[patch.module])
-                    if state is State.FAILED:
-                        for done in reversed(applied_now):
-                            self._unland(done)
-                        for n in chosen:
-                            self._selected.discard(n)
-                        raise PatchError(
-                            f"eagle3-patches: patch {name!r} failed: {self._states[name].reason}; "
-                            "every patch applied by this call was reverted"
-                        )
-                    if state is State.APPLIED:
-                        applied_now.append(name)
-                else:
-                    self._set(name, State.PENDING, f"waits for `import {patch.module}`")
-                    self._hook(patch.module)
+                self._set(name, State.PENDING, f"waits for `import {patch.module}`")
+                if patch.module not in modules:
+                    modules.append(patch.module)
+            for module_name in modules:
+                if module_name in sys.modules:
+                    self._land_module(sys.modules[module_name], raise_errors=True)
+                self._hook(module_name)
         return self.status()
 
     def revert(self, names: Iterable[str] | None = None) -> dict[str, PatchStatus]:
@@ -239,7 +283,7 @@ class Registry:
             for name in reversed(undo):
                 self._unland(name)
             for name in wanted:
-                self._selected.discard(name)
+                self._selection.pop(name, None)
                 self._set(name, State.NOT_SELECTED)
             for name in undo:
                 if name not in wanted:  # stacked on a reverted patch: put it back on top
@@ -249,10 +293,10 @@ class Registry:
 
     def status(self) -> dict[str, PatchStatus]:
         with self._lock:
-            return {n: PatchStatus(**vars(s)) for n, s in self._states.items()}
+            return {n: self._status(n) for n in self._patches}
 
     def is_applied(self, name: str) -> bool:
-        return self._states[name].state is State.APPLIED
+        return name in self._savers
 
     # -- gevent.monkey-style queries ---------------------------------------
     def is_object_patched(self, owner: Any, attr: str) -> bool:
@@ -269,6 +313,11 @@ class Registry:
         return owner.__dict__.get(attr)
 
     # -- internals ---------------------------------------------------------
+    def _status(self, name: str) -> PatchStatus:
+        if name in self._savers:
+            return PatchStatus(name, self._patches[name].summary, State.APPLIED, self._applied_reason.get(name, ""))
+        return PatchStatus(**vars(self._outcome[name]))
+
     def _unknown(self, name: str) -> None:
         if name not in self._patches:
             raise KeyError(
@@ -277,15 +326,15 @@ class Registry:
 
     def _resolve(self, names: Iterable[str] | None) -> list[str]:
         if names is None:
-            extra = settings.name_list(settings.ENABLE)
-            return [n for n, p in self._patches.items() if p.default_enabled or n in extra]
+            s = settings.current()
+            return [n for n, p in self._patches.items() if p.enabled_by(s)]
         names = list(names)
         for n in names:
             self._unknown(n)
-        return names
+        return [n for n in self._patches if n in names]  # the registry's order
 
     def _set(self, name: str, state: State, reason: str = "") -> None:
-        self._states[name] = PatchStatus(name, self._patches[name].summary, state, reason)
+        self._outcome[name] = PatchStatus(name, self._patches[name].summary, state, reason)
 
     def _hook(self, module_name: str) -> None:
         if module_name in self._hooked:
@@ -294,17 +343,42 @@ class Registry:
         wrapt.register_post_import_hook(self._on_import, module_name)
 
     def _on_import(self, module: ModuleType) -> None:
+        self._land_module(module, raise_errors=settings.current().on_error == "raise")
+
+    def _land_module(self, module: ModuleType, *, raise_errors: bool) -> None:
+        """Land every selected, pending patch of ``module``, in order; on a failure roll back the failing
+        patch's whole selection, then raise :class:`PatchError` or log it."""
         with self._lock:
-            for name in list(self._selected):
-                patch = self._patches[name]
-                if patch.module == module.__name__ and self._states[name].state is State.PENDING:
-                    if self._land(patch, module) is State.FAILED and settings.raise_on_patch_error():
-                        raise PatchError(f"eagle3-patches: patch {name!r} failed: {self._states[name].reason}")
+            for name, patch in self._patches.items():
+                if (patch.module != module.__name__ or name not in self._selection
+                        or self._status(name).state is not State.PENDING):
+                    continue
+                if self._land(patch, module) is State.FAILED:
+                    reason = self._outcome[name].reason
+                    rolled = self._roll_back(self._selection[name], failed=name)
+                    message = (f"eagle3-patches: patch {name!r} failed: {reason}; every patch selected with it was "
+                               f"rolled back ({', '.join(rolled) or 'none had landed'})")
+                    if raise_errors:
+                        raise PatchError(message)
+                    logger.error("%s; sglang runs WITHOUT these patches", message)
+                    return
+
+    def _roll_back(self, call: int, *, failed: str) -> list[str]:
+        """Undo every patch the ``apply()`` call ``call`` selected; returns those that had landed."""
+        group = [n for n, c in self._selection.items() if c == call]
+        landed = [n for n in self._savers if n in group]
+        for name in reversed(landed):
+            self._unland(name)
+        for name in group:
+            self._selection.pop(name, None)
+            if name != failed:
+                self._set(name, State.FAILED, f"rolled back: {failed}, selected with it, failed to apply")
+        return landed
 
     def _land(self, patch: Patch, module: ModuleType) -> State:
         """Apply one patch now, all or nothing; never raises, returns the new state."""
         name = patch.name
-        if self._states[name].state is State.APPLIED:
+        if name in self._savers:
             return State.APPLIED
         try:
             if _has_marker(module, name):
@@ -315,7 +389,7 @@ class Registry:
                 self._set(name, State.UPSTREAM, why)
                 return State.UPSTREAM
             version = installed_sglang_version()
-            if version is not None and patch.applies_to and version not in patch.applies_to:
+            if not patch.covers(version):
                 self._set(name, State.NOT_APPLICABLE, f"sglang {version} is outside {patch.applies_to}")
                 return State.NOT_APPLICABLE
             patch.check(module)
@@ -332,10 +406,9 @@ class Registry:
         except Exception as exc:  # noqa: BLE001 - reported, originals restored
             saver.restore()
             self._set(name, State.FAILED, f"{type(exc).__name__}: {exc}")
-            logger.error("eagle3-patches: patch %s failed and was rolled back: %s", name, exc)
             return State.FAILED
         self._savers[name] = saver
-        self._set(name, State.APPLIED, f"sglang {installed_sglang_version()}")
+        self._applied_reason[name] = f"sglang {installed_sglang_version()}"
         logger.debug("eagle3-patches: applied %s", name)
         return State.APPLIED
 
@@ -343,6 +416,21 @@ class Registry:
         saver = self._savers.pop(name, None)
         if saver is not None:
             saver.restore()
+
+
+def discover(package: str) -> list[Patch]:
+    """The ``PATCH`` of every module of ``package`` (imported: they import nothing of sglang at module level)."""
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    found = []
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{package}.{info.name}")
+        patch = getattr(module, "PATCH", None)
+        if isinstance(patch, Patch):
+            found.append(patch)
+    return found
 
 
 def _has_marker(module: ModuleType, name: str) -> bool:
@@ -354,4 +442,3 @@ def _has_marker(module: ModuleType, name: str) -> bool:
             return SOURCE_MARKER.format(name=name) in fh.read()
     except OSError:
         return False
-

@@ -1,56 +1,177 @@
-"""Environment variables, read in one place.
+"""Every ``EAGLE3_PATCHES_*`` environment variable, read in one place, once per process.
+
+:func:`current` reads the environment the first time it is called and keeps the result
+(:func:`reload` reads it again: tests, or a process that changed its own environment before
+anything here ran).  A value that is not understood is never ignored in silence: it is listed
+in :attr:`Settings.problems` and logged once, as is a patch name that no registry knows
+(:func:`unknown_names`).
 
 | variable | meaning |
 |---|---|
 | ``EAGLE3_PATCHES_APPLY`` | set by ``eagle3-patches run``: ``all`` or a comma list of patch names to apply in every process (read by the bootstrap ``sitecustomize``) |
 | ``EAGLE3_PATCHES_DISABLE`` | comma list of patch names never to apply (status: ``disabled``) |
-| ``EAGLE3_PATCHES_ENABLE`` | comma list of off-by-default patches to apply as well |
-| ``EAGLE3_PATCHES_CPU_PROFILE`` | ``1``: activate the CPU profile (refused when CUDA is available); ``force``: activate even then |
-| ``EAGLE3_PATCHES_UPGRADE_ALGORITHM`` | ``1``: ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft is upgraded to ``EAGLE3`` with a warning instead of refused |
-| ``EAGLE3_PATCHES_DUMP_DIR`` | with the off-by-default ``hidden_state_dump`` patch enabled: the directory its safetensors shards (aux hidden states + token ids of served requests) go to; unset: nothing is dumped |
+| ``EAGLE3_PATCHES_ENABLE`` | comma list of off-by-default patches and instruments to apply as well |
+| ``EAGLE3_PATCHES_ON_ERROR`` | ``warn`` (default): a patch that fails to apply is logged, its whole selection is rolled back and reported ``failed``; ``raise``: the import that triggered it fails |
+| ``EAGLE3_PATCHES_CPU_PROFILE`` | on: activate the CPU profile (refused when CUDA is available); ``force``: activate even then |
+| ``EAGLE3_PATCHES_UPGRADE_ALGORITHM`` | on: ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft is upgraded to ``EAGLE3`` with a warning instead of refused |
+| ``EAGLE3_PATCHES_LAYER_ID_CONVENTION`` | sglang >= 0.5.13: the convention of a draft config that records none (``output-of-layer`` or ``input-of-layer``) |
+| ``EAGLE3_PATCHES_PROBE`` | off by default. On: the diagnostic probe (instrument ``eagle3_probe``, ``eagle3-patches run --probe``) logs what enters and leaves the EAGLE-3 path once per process, forward mode and hop; a path: also JSON lines there (a directory: ``probe-<pid>.jsonl`` per process; a ``*.jsonl`` file: appended by every process), read by ``eagle3-patches probe-report`` |
+| ``EAGLE3_PATCHES_DUMP_DIR`` | the instrument ``hidden_state_dump``: the directory its safetensors shards (aux hidden states + token ids of served requests) go to; setting it switches the dump on |
 | ``EAGLE3_PATCHES_DUMP_LAYER_IDS`` | ``hidden_state_dump`` without EAGLE3 speculation: the aux layer ids to capture (comma list, the installed sglang's convention, e.g. ``1,2,3``); default: the ``--speculative-draft-model-path`` config's ids |
 | ``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` | ``hidden_state_dump``: rows (tokens) per shard before it is written (default 4096; a partial shard is also written after one idle second and at exit) |
-| ``EAGLE3_PATCHES_ON_ERROR`` | ``warn`` (default): a patch that fails to apply is logged and reported ``failed``; ``raise``: the import that triggered it fails |
-| ``EAGLE3_PATCHES_PROBE`` | off by default (unset, ``0``). ``1``: the diagnostic probe (patch ``eagle3_probe``, set by ``eagle3-patches run --probe``) logs what enters and leaves the EAGLE-3 path once per process, forward mode and hop; a path: also JSON lines there (a directory: ``probe-<pid>.jsonl`` per process; a ``*.jsonl`` file: appended by every process), read by ``eagle3-patches probe-report`` |
+| ``EAGLE3_PATCHES_SERIES_DIR`` | the fork path: a directory holding patch series directories, searched first |
+| ``EAGLE3_PATCHES_DEBUG`` | on: the CLI shows tracebacks instead of one-line messages |
+
+On and off are spelled one way everywhere: on is ``1``, ``true``, ``yes``, ``on``; off is unset,
+empty, ``0``, ``false``, ``no``, ``off`` (any case).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
 
+logger = logging.getLogger("eagle3_patches")
+
+PREFIX = "EAGLE3_PATCHES_"
 APPLY = "EAGLE3_PATCHES_APPLY"
 DISABLE = "EAGLE3_PATCHES_DISABLE"
 ENABLE = "EAGLE3_PATCHES_ENABLE"
+ON_ERROR = "EAGLE3_PATCHES_ON_ERROR"
 CPU_PROFILE = "EAGLE3_PATCHES_CPU_PROFILE"
 UPGRADE_ALGORITHM = "EAGLE3_PATCHES_UPGRADE_ALGORITHM"
-ON_ERROR = "EAGLE3_PATCHES_ON_ERROR"
+LAYER_ID_CONVENTION = "EAGLE3_PATCHES_LAYER_ID_CONVENTION"
 PROBE = "EAGLE3_PATCHES_PROBE"
-
-_OFF = frozenset({"", "0", "false", "no", "off"})
-_ON = frozenset({"1", "true", "yes", "on"})
 DUMP_DIR = "EAGLE3_PATCHES_DUMP_DIR"
 DUMP_LAYER_IDS = "EAGLE3_PATCHES_DUMP_LAYER_IDS"
 DUMP_SHARD_TOKENS = "EAGLE3_PATCHES_DUMP_SHARD_TOKENS"
+SERIES_DIR = "EAGLE3_PATCHES_SERIES_DIR"
+DEBUG = "EAGLE3_PATCHES_DEBUG"
+KNOWN = (APPLY, DISABLE, ENABLE, ON_ERROR, CPU_PROFILE, UPGRADE_ALGORITHM, LAYER_ID_CONVENTION, PROBE, DUMP_DIR,
+         DUMP_LAYER_IDS, DUMP_SHARD_TOKENS, SERIES_DIR, DEBUG)
+
+ON = frozenset({"1", "true", "yes", "on"})
+OFF = frozenset({"", "0", "false", "no", "off"})
 
 
-def name_list(var: str) -> frozenset[str]:
-    raw = os.environ.get(var, "")
+@dataclass(frozen=True)
+class Settings:
+    apply: str = ""  # "" (the bootstrap does nothing), "all", or a comma list
+    disable: frozenset[str] = frozenset()
+    enable: frozenset[str] = frozenset()
+    on_error: str = "warn"  # "warn" | "raise"
+    cpu_profile: str = ""  # "" | "on" | "force"
+    upgrade_algorithm: bool = False
+    layer_id_convention: str = ""
+    probe: bool = False
+    probe_path: str | None = None
+    dump_dir: str | None = None
+    dump_layer_ids: str = ""  # parsed where it is used, with its own message
+    dump_shard_tokens: int = 4096
+    series_dir: str | None = None
+    debug: bool = False
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def apply_names(self) -> frozenset[str] | None:
+        """The names ``EAGLE3_PATCHES_APPLY`` lists; None for ``all``."""
+        return None if self.apply == "all" else names(self.apply)
+
+    def listed_names(self) -> dict[str, frozenset[str]]:
+        """Every variable that lists patch names, with the names it lists."""
+        out = {DISABLE: self.disable, ENABLE: self.enable}
+        if self.apply and self.apply != "all":
+            out[APPLY] = names(self.apply)
+        return out
+
+
+def names(raw: str) -> frozenset[str]:
     return frozenset(n.strip() for n in raw.replace(";", ",").split(",") if n.strip())
 
 
-def flag(var: str) -> bool:
-    return os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on", "force"}
+def parse_flag(raw: str | None) -> bool | None:
+    """The one spelling of on/off: True, False, or None when ``raw`` is neither."""
+    value = (raw or "").strip().lower()
+    if value in ON:
+        return True
+    if value in OFF:
+        return False
+    return None
 
 
-def raise_on_patch_error() -> bool:
-    return os.environ.get(ON_ERROR, "warn").strip().lower() == "raise"
+def read(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings an environment holds (default: ``os.environ``); never raises."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+
+    def flag(var: str, *, also: Iterable[str] = ()) -> bool | str:
+        raw = env.get(var, "")
+        if raw.strip().lower() in also:
+            return raw.strip().lower()
+        value = parse_flag(raw)
+        if value is None:
+            problems.append(f"{var}={raw!r} is neither on ({'/'.join(sorted(ON))}) nor off ({'/'.join(sorted(OFF - {''}))}); "
+                            "treated as off")
+            return False
+        return value
+
+    on_error = env.get(ON_ERROR, "").strip().lower() or "warn"
+    if on_error not in ("warn", "raise"):
+        problems.append(f"{ON_ERROR}={on_error!r} is neither 'warn' nor 'raise'; treated as 'warn'")
+        on_error = "warn"
+    cpu = flag(CPU_PROFILE, also=("force",))
+    probe_raw = env.get(PROBE, "").strip()
+    probe_flag = parse_flag(probe_raw)
+    shard_raw = env.get(DUMP_SHARD_TOKENS, "").strip()
+    shard_tokens = 4096
+    if shard_raw:
+        if shard_raw.isdigit() and 0 < int(shard_raw) <= 1 << 30:
+            shard_tokens = int(shard_raw)
+        else:
+            problems.append(f"{DUMP_SHARD_TOKENS}={shard_raw!r} is not a positive whole number of rows; using 4096")
+    apply = env.get(APPLY, "").strip()
+    return Settings(
+        apply=apply,
+        disable=names(env.get(DISABLE, "")),
+        enable=names(env.get(ENABLE, "")),
+        on_error=on_error,
+        cpu_profile="force" if cpu == "force" else ("on" if cpu else ""),
+        upgrade_algorithm=bool(flag(UPGRADE_ALGORITHM)),
+        layer_id_convention=env.get(LAYER_ID_CONVENTION, "").strip(),
+        probe=probe_flag is not False,  # on, or a path
+        probe_path=None if probe_flag is not None else probe_raw,
+        dump_dir=env.get(DUMP_DIR, "").strip() or None,
+        dump_layer_ids=env.get(DUMP_LAYER_IDS, "").strip(),
+        dump_shard_tokens=shard_tokens,
+        series_dir=env.get(SERIES_DIR, "").strip() or None,
+        debug=bool(flag(DEBUG)),
+        problems=tuple(problems),
+    )
 
 
-def probe_setting() -> tuple[bool, str | None]:
-    """``EAGLE3_PATCHES_PROBE``: (on, output path or None for log lines only)."""
-    raw = os.environ.get(PROBE, "").strip()
-    if raw.lower() in _OFF:
-        return False, None
-    if raw.lower() in _ON:
-        return True, None
-    return True, raw
+_current: list[Settings] = []
+
+
+def current() -> Settings:
+    """This process's settings, read from the environment the first time (see :func:`reload`)."""
+    if not _current:
+        reload()
+    return _current[0]
+
+
+def reload(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read the environment again (tests; a process that set ``EAGLE3_PATCHES_*`` itself)."""
+    s = read(environ)
+    _current[:] = [s]
+    for problem in s.problems:
+        logger.warning("eagle3-patches: %s", problem)
+    return s
+
+
+def unknown_names(known: Iterable[str], s: Settings | None = None) -> dict[str, list[str]]:
+    """Patch names listed in ``EAGLE3_PATCHES_DISABLE`` / ``_ENABLE`` / ``_APPLY`` that are not in ``known``."""
+    known = set(known)
+    s = s or current()
+    return {var: sorted(listed - known) for var, listed in s.listed_names().items() if listed - known}

@@ -10,6 +10,16 @@ import pytest
 from eagle3_patches.testing import tiny_models
 
 
+@pytest.fixture(autouse=True)
+def _settings_follow_the_environment():
+    """eagle3_patches reads its EAGLE3_PATCHES_* settings once per process; a test that changes them
+    calls ``settings.reload()``, and every test ends with the settings of the restored environment."""
+    yield
+    from eagle3_patches import settings
+
+    settings.reload()
+
+
 @pytest.fixture(scope="session")
 def tiny_root(tmp_path_factory) -> Path:
     """Where the tiny checkpoints live; EAGLE3_TINY_CACHE reuses them across runs."""

@@ -34,6 +34,12 @@ try:
     _activate()
 except Exception as exc:  # never break the user's interpreter start-up; say why instead
     sys.stderr.write(f"eagle3-patches: bootstrap failed, patches NOT applied: {type(exc).__name__}: {exc}\n")
-    if os.environ.get("EAGLE3_PATCHES_ON_ERROR", "").lower() == "raise":
+    try:
+        from eagle3_patches import settings as _settings
+
+        _raise = _settings.current().on_error == "raise"
+    except Exception:
+        _raise = os.environ.get("EAGLE3_PATCHES_ON_ERROR", "").strip().lower() == "raise"  # the library itself cannot be imported
+    if _raise:
         raise
 _chain()

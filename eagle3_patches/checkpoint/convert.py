@@ -751,9 +751,8 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
             from .doctor import check_draft
 
             report = check_draft(tmp, target=target, sglang_version=sglang_version)
-            for fnd in report.findings:
-                for attr in ("where", "what", "fix"):
-                    setattr(fnd, attr, getattr(fnd, attr).replace(str(tmp), str(dst)))
+            report.findings[:] = [fnd.replace(**{attr: getattr(fnd, attr).replace(str(tmp), str(dst))
+                                                 for attr in ("where", "what", "fix")}) for fnd in report.findings]
             for key, value in list(report.facts.items()):
                 if isinstance(value, str):
                     report.facts[key] = value.replace(str(tmp), str(dst))

@@ -9,7 +9,7 @@ draft's small ``d2t`` / ``t2d``.  Never imports sglang.
                     launch="python -m sglang.launch_server --tp 8 --speculative-algorithm EAGLE3 ...")
     print(report.format()); report.exit_code        # 0 fine, 1 errors
 
-Each :class:`Finding` has a severity, a stable ``code`` (docs/doctor.md lists them all, with
+Each finding (a :class:`~eagle3_patches.diagnostic.Diagnostic`) has a severity, a stable ``code`` (docs/doctor.md lists them all, with
 the symptom each prevents), what is wrong, where, what was found and expected, and the fix.
 The doctor never raises for a bad checkpoint: unreadable files become findings.
 """
@@ -20,21 +20,21 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..diagnostic import ERROR, INFO, WARNING, Diagnostic
 from ..errors import Eagle3ConfigError
+from ..patches.eagle3_draft_strict_loading import expected_draft_tensors
+from ..preflight import Setup, run_rules
 from . import layer_ids as L
 from .formats import (
     EAGLE,
     MODEL,
     SGLANG_EAGLE3,
     SPECULATORS,
-    DraftView,
-    TargetView,
     WeightFiles,
     checkpoint_dir,
     draft_view,
@@ -42,10 +42,9 @@ from .formats import (
     read_config,
     scan_shards,
     target_view,
-    unknown_tensor_hints,
 )
 from .launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
-from .releases import PINNED, ReleaseFacts, facts, parse_version, patch_covers
+from .releases import PINNED, facts, parse_version
 from .safe_io import CheckpointError, open_checkpoint_file
 from .safetensors_header import (
     CONFIG_DTYPES,
@@ -56,22 +55,10 @@ from .safetensors_header import (
     count_read,
     read_header,
 )
-from .terminal import escape_terminal
+from ..terminal import escape_terminal
 
-ERROR, WARNING, INFO = "error", "warning", "info"
 _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 
-#: architectures for which sglang turns flashinfer all-reduce fusion on by itself (0.5.9 server_args.py:1681-1697)
-AUTO_FUSION_ARCHS = frozenset(
-    {
-        "DeepseekV3ForCausalLM",
-        "GptOssForCausalLM",
-        "Glm4MoeForCausalLM",
-        "Glm4MoeLiteForCausalLM",
-        "Qwen3MoeForCausalLM",
-        "KimiK25ForConditionalGeneration",
-    }
-)
 #: findings of one code listed one by one; the rest are counted in one summary finding (a hostile checkpoint can have 100k tensors)
 MAX_FINDINGS_PER_CODE = 20
 #: d2t / t2d larger than this are not read (a corrupted shape, not a vocabulary)
@@ -79,31 +66,20 @@ MAX_MAP_BYTES = 64 << 20
 
 
 # ====================================================================== report
-@dataclass
-class Finding:
-    severity: str
-    code: str
-    what: str
-    where: str = ""
-    found: str = ""
-    expected: str = ""
-    fix: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
 
 @dataclass
 class Report:
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Diagnostic] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
     _per_code: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     # -- building
-    def add(self, severity: str, code: str, what: str, **kw: str) -> Finding:
+    def add(self, severity: str, code: str, what: str, **kw: str) -> Diagnostic:
         """Record a finding; past :data:`MAX_FINDINGS_PER_CODE` of one code they are only counted (see :meth:`close`)."""
-        f = Finding(severity, code, what, **{k: str(v) for k, v in kw.items() if v not in (None, "")})
-        key = (severity, code)
+        return self.add_diagnostic(Diagnostic.make(severity, code, what, **kw))
+
+    def add_diagnostic(self, f: Diagnostic) -> Diagnostic:
+        key = (f.severity, f.code)
         self._per_code[key] = self._per_code.get(key, 0) + 1
         if self._per_code[key] <= MAX_FINDINGS_PER_CODE:
             self.findings.append(f)
@@ -113,19 +89,19 @@ class Report:
         """One summary finding per code whose findings were only counted."""
         for (severity, code), n in sorted(self._per_code.items()):
             if n > MAX_FINDINGS_PER_CODE:
-                self.findings.append(Finding(severity, code, f"{n - MAX_FINDINGS_PER_CODE} more [{code}] finding(s) like the above are not listed"))
+                self.findings.append(Diagnostic(severity, code, f"{n - MAX_FINDINGS_PER_CODE} more [{code}] finding(s) like the above are not listed"))
         self._per_code.clear()
 
     # -- reading
-    def by_severity(self, severity: str) -> list[Finding]:
+    def by_severity(self, severity: str) -> list[Diagnostic]:
         return [f for f in self.findings if f.severity == severity]
 
     @property
-    def errors(self) -> list[Finding]:
+    def errors(self) -> list[Diagnostic]:
         return self.by_severity(ERROR)
 
     @property
-    def warnings(self) -> list[Finding]:
+    def warnings(self) -> list[Diagnostic]:
         return self.by_severity(WARNING)
 
     @property
@@ -143,13 +119,8 @@ class Report:
         """Raise the first error as :class:`Eagle3ConfigError` (for guards and the converter)."""
         for f in self.errors:
             more = len(self.errors) - 1
-            raise Eagle3ConfigError(
-                f.what + (f" (and {more} more error(s): run `eagle3-patches doctor` for all)" if more else ""),
-                where=f.where,
-                found=f.found,
-                expected=f.expected,
-                fix=f.fix,
-            )
+            raise Eagle3ConfigError(diagnostic=f.replace(
+                what=f.what + (f" (and {more} more error(s): run `eagle3-patches doctor` for all)" if more else "")))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -186,11 +157,7 @@ class Report:
         for f in sorted(self.findings, key=lambda f: _RANK.get(f.severity, 3)):
             if f.severity == INFO and not show_info:
                 continue
-            lines.append(f"{labels.get(f.severity, f.severity)} [{f.code}] {escape_terminal(f.what)}")
-            for key in ("where", "found", "expected", "fix"):
-                val = getattr(f, key)
-                if val:
-                    lines.append(f"        {key + ':':<9} {escape_terminal(val)}")
+            lines.append(f.render(f"{labels.get(f.severity, f.severity)} [{f.code}] ", indent=8))
         n_e, n_w, n_i = (len(self.by_severity(s)) for s in (ERROR, WARNING, INFO))
         read = fx.get("bytes_read")
         tail = f" Read {_human(read)} in {fx.get('seconds', 0):.2f} s." if read is not None else ""
@@ -213,66 +180,20 @@ def _human(n: int | None) -> str:
 
 # ====================================================================== context
 @dataclass
-class _Ctx:
-    report: Report
-    version: Any
-    rf: ReleaseFacts
-    algorithm: str | None
-    launch: LaunchArgs
-    with_patches: bool
-    tp: int
-    pp: int
-    target_dir: Path | None = None
-    target: TargetView | None = None
-    target_tensors: dict[str, TensorInfo] = field(default_factory=dict)  # embed_tokens / lm_head only
-    draft_dir: Path | None = None
-    draft: DraftView | None = None
-    draft_tensors: dict[str, TensorInfo] = field(default_factory=dict)  # canonical name -> info
-    draft_raw_names: dict[str, str] = field(default_factory=dict)  # canonical -> raw name
-    draft_weights_read: bool = False
-    draft_naming: dict[str, list[str]] = field(default_factory=dict)  # naming kind -> raw names
+class _Ctx(Setup):
+    """The setup the preflight rules read, plus the report the doctor writes."""
 
-    def add(self, *a, **kw) -> Finding:
+    report: Report = field(default_factory=Report)
+
+    def add(self, *a, **kw) -> Diagnostic:
         return self.report.add(*a, **kw)
-
-    def patched(self, name: str) -> bool:
-        return self.with_patches and patch_covers(name, self.version)
-
-    @property
-    def eagle3(self) -> bool:
-        """Capture will run: EAGLE3, or EAGLE/NEXTN with an EAGLE-3 draft (judged as after the fix to EAGLE3)."""
-        if self.algorithm == "EAGLE3":
-            return True
-        return self.algorithm in ("EAGLE", "NEXTN") and _draft_is_eagle3(self)[0]
-
-    @property
-    def once_eagle3(self) -> str:
-        return "" if self.algorithm == "EAGLE3" else " (once --speculative-algorithm is EAGLE3)"
-
-    def dcfg(self, key: str = "") -> str:
-        """``where`` for a draft config field."""
-        base = str(self.draft_dir / "config.json") if self.draft_dir else "draft config.json"
-        return f"{base}: {key}" if key else base
-
-    def tcfg(self, key: str = "", *, top: bool = False) -> str:
-        base = str(self.target_dir / "config.json") if self.target_dir else "target config.json"
-        prefix = self.target.text_prefix if self.target and not top else ""
-        return f"{base}: {prefix}{key}" if key else base
 
 
 def _guard(ctx: _Ctx, label: str, fn: Callable[[_Ctx], None]) -> None:
     try:
         fn(ctx)
     except Eagle3ConfigError as exc:
-        ctx.add(
-            ERROR,
-            getattr(exc, "code", "checkpoint"),
-            exc.what,
-            where=exc.where,
-            found=exc.found,
-            expected=exc.expected,
-            fix=exc.fix,
-        )
+        ctx.report.add_diagnostic(exc.diagnostic)
     except Exception as exc:  # noqa: BLE001 - a doctor must never show a traceback
         ctx.add(
             ERROR,
@@ -351,6 +272,8 @@ def doctor(
         with_patches=bool(la.with_patches if with_patches is None else with_patches),
         tp=tp if tp is not None else la.tp,
         pp=pp if pp is not None else la.pp,
+        checkpoint_only=checkpoint_only,
+        facts=report.facts,
     )
     report.facts.update(
         sglang_version=str(version),
@@ -392,13 +315,17 @@ def doctor(
     if ctx.draft is not None and ctx.target is not None:
         _guard(ctx, "sizes", _check_sizes)
     if ctx.draft is not None:
-        _guard(ctx, "fc width", _check_fc)
+        _guard(ctx, "fc shape", _check_fc_shape)
         _guard(ctx, "aux layer ids", _check_layer_ids)
     if not checkpoint_only:
         _guard(ctx, "algorithm", _check_algorithm)
         if ctx.target is not None:
             _guard(ctx, "target release support", _check_target_release)
-        _guard(ctx, "launch", _check_launch)
+    # the preflight rule of every sglang bug this library knows (each in its patch module)
+    import eagle3_patches
+
+    run_rules(ctx, eagle3_patches.get_registry().patches(), ctx.report.add_diagnostic,
+              lambda label, fn: _guard(ctx, label, lambda c: fn()))
     if target is None and draft is None:
         report.add(ERROR, "nothing-to-check", "neither a target nor a draft was given", fix="pass --target PATH and --draft PATH (or a launch command naming them)")
 
@@ -503,7 +430,7 @@ def _check_target_weights(ctx: _Ctx) -> None:
                         found.add(suffix)
                         ctx.target_tensors[hit] = h.tensors[hit]
         except CheckpointError as exc:
-            ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
+            ctx.report.add_diagnostic(exc.diagnostic)
     ctx.report.facts["target_headers_read"] = f"{read} of {len(wf.files)} shard header(s), {n_tensors} tensors"
     if absent:
         ctx.add(ERROR, "safetensors-index", f"{len(absent)} tensor(s) in the target's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-download the index and shards together")
@@ -557,7 +484,7 @@ def _check_draft_weights(ctx: _Ctx) -> None:
         return
     scan = scan_shards(wf, "draft")
     for exc in scan.errors:
-        ctx.add(ERROR, exc.code, exc.what, where=exc.where, found=exc.found, expected=exc.expected, fix=exc.fix)
+        ctx.report.add_diagnostic(exc.diagnostic)
     for name, first, second in scan.duplicates:
         ctx.add(ERROR, "duplicate-tensor", f"tensor {name} is stored in two shards", where=str(d), found=f"{first}, {second}", fix="re-export the draft")
     if scan.absent:
@@ -581,7 +508,6 @@ def _check_draft_weights(ctx: _Ctx) -> None:
 
 def _check_draft_format(ctx: _Ctx) -> None:
     dv = ctx.draft
-    naming = ctx.draft_naming
     if dv.format == SPECULATORS:
         ctx.add(
             ERROR,
@@ -623,22 +549,7 @@ def _check_draft_format(ctx: _Ctx) -> None:
             ctx.add(ERROR, "draft-config-field", "the draft config has no model_type; transformers' AutoConfig (and so sglang) cannot read it", where=ctx.dcfg("model_type"), expected='"llama"', fix='add "model_type": "llama"')
         if dv.num_layers is not None and dv.num_layers != 1:
             ctx.add(ERROR, "draft-num-layers", "sglang's LlamaForCausalLMEagle3 supports exactly one decoder layer", where=ctx.dcfg("num_hidden_layers"), found=str(dv.num_layers), expected="1", fix="set num_hidden_layers to 1 (an EAGLE-3 draft has one layer)")
-        if naming.get("speculators"):
-            n = len(naming["speculators"])
-            if ctx.rf.loads_layers0_keys:
-                ctx.add(INFO, "keys-speculators-names", f"{n} tensor(s) are named layers.0.*; sglang {ctx.version} maps them onto midlayer.*", where=str(ctx.draft_dir))
-            elif ctx.patched("eagle3_draft_strict_loading"):
-                ctx.add(INFO, "keys-speculators-names", f"{n} tensor(s) are named layers.0.*; eagle3-patches' strict loading maps them onto midlayer.*", where=str(ctx.draft_dir))
-            else:
-                ctx.add(
-                    ERROR,
-                    "keys-speculators-names",
-                    f"{n} tensor(s) are named layers.0.* (speculators' naming): sglang {ctx.version} drops them silently and the whole midlayer stays at its random init",
-                    where=str(ctx.draft_dir),
-                    found=", ".join(sorted(naming["speculators"])[:4]) + (" ..." if n > 4 else ""),
-                    expected="midlayer.*",
-                    fix="convert the draft (eagle3-patches convert), launch under `eagle3-patches run` (strict loading maps the names), or use sglang >= 0.5.12",
-                )
+        # layers.0.* names: eagle3_draft_strict_loading's preflight rule
     elif dv.format == EAGLE:
         pass  # judged by the algorithm check
     elif dv.format == MODEL:
@@ -652,84 +563,12 @@ def _check_draft_format(ctx: _Ctx) -> None:
 
 
 # ---------------------------------------------------------------- tensors
-def _expected_tensors(ctx: _Ctx) -> dict[str, tuple[tuple[int, ...] | None, str]]:
-    """canonical name -> (expected shape or None when unknown, requirement: required/optional/conditional)."""
-    dv = ctx.draft
-    H, hd, nh, kv, inter = dv.hidden, dv.head_dim, dv.heads, dv.kv_heads, dv.intermediate
-    th = ctx.target.hidden if ctx.target and ctx.target.hidden else dv.effective_target_hidden
-    k = len(dv.aux_ids) if dv.aux_ids else 3
-    tv = ctx.target.vocab if ctx.target and ctx.target.vocab else dv.vocab
-
-    def shp(*dims):
-        return None if any(x is None for x in dims) else tuple(dims)
-
-    m = "midlayer."
-    exp: dict[str, tuple[tuple[int, ...] | None, str]] = {
-        "fc.weight": (shp(H, (k * th) if th else None), "required"),
-        m + "self_attn.q_proj.weight": (shp(nh * hd if nh and hd else None, 2 * H if H else None), "required"),
-        m + "self_attn.k_proj.weight": (shp(kv * hd if kv and hd else None, 2 * H if H else None), "required"),
-        m + "self_attn.v_proj.weight": (shp(kv * hd if kv and hd else None, 2 * H if H else None), "required"),
-        m + "self_attn.o_proj.weight": (shp(H, nh * hd if nh and hd else None), "required"),
-        m + "mlp.gate_proj.weight": (shp(inter, H), "required"),
-        m + "mlp.up_proj.weight": (shp(inter, H), "required"),
-        m + "mlp.down_proj.weight": (shp(H, inter), "required"),
-        m + "input_layernorm.weight": (shp(H), "required"),
-        m + "post_attention_layernorm.weight": (shp(H), "required"),
-        m + "hidden_norm.weight": (shp(H), "required"),
-        "norm.weight": (shp(H), "required"),
-        "embed_tokens.weight": (shp(dv.vocab, H), "optional"),
-        "t2d": (shp(tv), "optional"),
-    }
-    if dv.fc_bias:
-        exp["fc.bias"] = (shp(H), "required")
-    dvocab = dv.draft_vocab
-    if dv.tie_word_embeddings:
-        exp["lm_head.weight"] = (shp(dv.vocab, H), "optional")
-    elif dvocab is None:
-        exp["lm_head.weight"] = (shp(dv.vocab, H), "optional")
-    else:
-        exp["lm_head.weight"] = (shp(dvocab, H), "required")
-    partial = dvocab is not None and dv.vocab is not None and dvocab < dv.vocab
-    exp["d2t"] = (shp(dvocab), "required" if partial else "optional")
-    return exp
-
-
 def _check_draft_tensors(ctx: _Ctx) -> None:
     dv = ctx.draft
     if not ctx.draft_weights_read and not ctx.draft_tensors:
         return
-    exp = _expected_tensors(ctx)
+    exp = expected_draft_tensors(ctx)  # unknown / missing keys: eagle3_draft_strict_loading's preflight rule
     d = ctx.draft_dir
-    # unknown keys: sglang drops them silently
-    unknown = sorted(ctx.draft_raw_names[c] for c in ctx.draft_tensors if c not in exp)
-    if unknown:
-        hints = unknown_tensor_hints(unknown)
-        ctx.add(
-            ERROR,
-            "keys-unknown",
-            f"{len(unknown)} tensor(s) LlamaForCausalLMEagle3 has no parameter for: sglang drops them silently (every release)",
-            where=str(d),
-            found=", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""),
-            expected="fc, midlayer.* (or layers.0.*), norm, lm_head, embed_tokens, d2t, t2d",
-            fix="; ".join(hints) or "remove them if they are unused, or fix their names",
-        )
-    if not ctx.draft_weights_read:
-        return  # a shard could not be read: do not call its tensors missing
-    missing = [n for n, (_, req) in exp.items() if req == "required" and n not in ctx.draft_tensors]
-    if missing:
-        d2t_only = missing == ["d2t"]
-        ctx.add(
-            ERROR,
-            "d2t-missing" if d2t_only else "keys-missing",
-            (
-                f"draft_vocab_size {dv.draft_vocab} < vocab_size {dv.vocab} but the draft has no d2t: the draft's proposals would index target ids 0..{dv.draft_vocab}-1"
-                if d2t_only
-                else f"{len(missing)} parameter(s) are missing from the checkpoint: sglang leaves them at their random init without a word"
-            ),
-            where=str(d),
-            found=", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""),
-            fix="re-export d2t (offsets: d2t[i] = target_id[i] - i)" if d2t_only else "re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, d2t, t2d)",
-        )
     for name, (shape, _) in exp.items():
         t = ctx.draft_tensors.get(name)
         if t is None or shape is None or name in ("d2t", "t2d", "fc.weight"):  # judged by the d2t and fc checks
@@ -900,50 +739,27 @@ def _check_sizes(ctx: _Ctx) -> None:
 
 
 # ---------------------------------------------------------------- fc
-def _check_fc(ctx: _Ctx) -> None:
+def _check_fc_shape(ctx: _Ctx) -> None:
+    """fc.weight is a [hidden, k x target hidden] matrix (its width against the aux ids: eagle3_fc_guard's rule)."""
     dv = ctx.draft
     fc = ctx.draft_tensors.get("fc.weight")
     th = ctx.target.hidden if ctx.target and ctx.target.hidden else dv.effective_target_hidden
     k = len(dv.aux_ids) if dv.aux_ids else 3
     if fc is not None and len(fc.shape) != 2:
-        ctx.add(ERROR, "tensor-shape", "fc.weight is not a matrix", where=f"{ctx.draft_dir / fc.file}: {ctx.draft_raw_names['fc.weight']}", found=str(list(fc.shape)), expected=f"[{dv.hidden}, {k} x {th}]", fix="re-export the draft")
-    elif fc is not None and th:
-        width = fc.shape[1]
-        if dv.hidden and fc.shape[0] != dv.hidden:
-            ctx.add(ERROR, "tensor-shape", "fc.weight's output width is not the draft's hidden size", where=f"{ctx.draft_dir / fc.file}: {ctx.draft_raw_names['fc.weight']}", found=str(list(fc.shape)), expected=f"[{dv.hidden}, {width}]", fix="the config.json does not belong to these weights")
-        if width != k * th:
-            states = f"{width // th} states" if width % th == 0 else f"{width / th:.2f} x hidden"
-            ctx.add(
-                ERROR,
-                "fc-width",
-                f"fc.weight takes {width} inputs but the target delivers {k} x {th} = {k * th}",
-                where=f"{ctx.draft_dir / fc.file}: {ctx.draft_raw_names['fc.weight']}",
-                found=f"[{fc.shape[0]}, {width}] ({states})",
-                expected=f"[{dv.hidden}, {k * th}] (len({dv.aux_ids_where.split('.')[-1]}) = {k} x target hidden {th})",
-                fix="the aux layer ids or the target do not belong to this draft",
-            )
-    if not ctx.rf.fc_width_from_ids and dv.is_eagle3:
-        if dv.aux_ids is not None and len(dv.aux_ids) != 3:
-            ctx.add(
-                ERROR,
-                "aux-ids-count",
-                f"sglang {ctx.version} builds fc for exactly 3 aux states (hidden_size_in * 3), the draft lists {len(dv.aux_ids)} ids",
-                where=ctx.dcfg(dv.aux_ids_where),
-                found=str(dv.aux_ids),
-                expected="3 ids",
-                fix="use sglang >= 0.5.12 (fc = hidden_in x len(ids)) or a 3-layer draft",
-            )
+        ctx.add(ERROR, "tensor-shape", "fc.weight is not a matrix", where=ctx.draft_tensor_where("fc.weight"), found=str(list(fc.shape)), expected=f"[{dv.hidden}, {k} x {th}]", fix="re-export the draft")
+    elif fc is not None and th and dv.hidden and fc.shape[0] != dv.hidden:
+        ctx.add(ERROR, "tensor-shape", "fc.weight's output width is not the draft's hidden size", where=ctx.draft_tensor_where("fc.weight"), found=str(list(fc.shape)), expected=f"[{dv.hidden}, {fc.shape[1]}]", fix="the config.json does not belong to these weights")
 
 
 # ---------------------------------------------------------------- layer ids
 def _check_layer_ids(ctx: _Ctx) -> None:
+    """The ids as the draft states them; what sglang does with them is judged by the rules of
+    aux_capture_validation (ids sglang cannot capture) and layer_id_convention (what they mean)."""
     dv = ctx.draft
     if not dv.is_eagle3:
         return
     n = ctx.target.num_layers if ctx.target else None
     where = ctx.dcfg(dv.aux_ids_where)
-    if dv.format == SGLANG_EAGLE3 and dv.use_aux_hidden_state is False:
-        ctx.add(ERROR, "aux-disabled", "eagle_config.use_aux_hidden_state is false: the target captures nothing, the draft gets the final H-wide state and its fc is skipped (accept length ~1)", where=ctx.dcfg("eagle_config.use_aux_hidden_state"), found="false", expected="true", fix="set it to true")
     if dv.aux_ids is None:
         if dv.ignored_top_level_ids is not None:
             ctx.add(ERROR, "aux-ids-ignored", "the layer ids are at the top level of config.json, where sglang never reads them; it uses its defaults instead", where=ctx.dcfg("eagle_aux_hidden_state_layer_ids"), found=str(dv.ignored_top_level_ids), expected="eagle_config.eagle_aux_hidden_state_layer_ids", fix="move them into eagle_config (and state eagle_config.%s)" % L.CONVENTION_KEY)
@@ -976,7 +792,7 @@ def _check_layer_ids(ctx: _Ctx) -> None:
             else:
                 ctx.add(INFO, "aux-ids-capture", f"after conversion, ids {ids} (speculators' meaning) become {intended} (outputs of those layers of {n})", where=where)
         return
-    cap = L.what_captures(ids, n, ctx.version)
+    cap = ctx.capture()
     ctx.report.facts["capture"] = {
         "ids": ids,
         "convention": dv.convention,
@@ -986,89 +802,21 @@ def _check_layer_ids(ctx: _Ctx) -> None:
         "intended_outputs": intended,
         "num_layers": n,
     }
-    problems = False
-    if cap.crash_points:
-        problems = True
-        ctx.add(ERROR, "aux-ids-out-of-range", f"an id makes sglang {ctx.version} capture before layer 0, where residual is None: TypeError at the first forward", where=where, found=str(ids), expected=f"output-of-layer ids in 0..{(n - 2) if n else 'num_layers-2'}", fix="remove the negative id")
-    if cap.never_reached:
-        problems = True
-        last = f"{n - 2}" if n else "num_layers-2"
-        ctx.add(
-            ERROR,
-            "aux-ids-out-of-range",
-            f"ids {[i for i, p in zip(ids, cap.points) if p in cap.never_reached]} make sglang {ctx.version} capture before layers {list(cap.never_reached)}, which "
-            + (f"a {n}-layer target never reaches" if n else "can never be reached")
-            + f": {len(cap.outputs)} states instead of {len(ids)} and an fc shape error",
-            where=where,
-            found=str(ids),
-            expected=f"output-of-layer ids in 0..{last}",
-            fix="use ids of inner layers (the output of the last layer is not capturable in sglang)",
-        )
-    if cap.duplicates:
-        problems = True
-        ctx.add(ERROR, "aux-ids-duplicate", f"ids {sorted(set(cap.duplicates))} are listed twice: sglang captures each layer once, so fewer states arrive than fc expects", where=where, found=str(ids), fix="list distinct layers")
-    if cap.reordered:
-        problems = True
-        ctx.add(ERROR, "aux-ids-unsorted", "the ids are not in increasing order: sglang concatenates the captured states in layer order, not config order, so fc sees them permuted", where=where, found=str(ids), expected=str(sorted(ids)), fix="sort the ids only if the draft was trained with them sorted; otherwise it cannot be served correctly by sglang")
     if n is not None:
         ctx.add(INFO, "aux-ids-capture", cap.describe(), where=where)
-    if problems:
-        return
-    if list(cap.outputs) != list(intended) and (n is not None or not any(i < 0 for i in intended)):
-        try:
-            proposal = L.ids_for_sglang(sorted(intended), ctx.version)
-            conv = L.OUTPUT_OF_LAYER if ctx.rf.plus_one_always else L.INPUT_OF_LAYER
-            fix = f"for sglang {ctx.version} write {proposal} with eagle_config.{L.CONVENTION_KEY} = \"{conv}\" (or serve on a release that reads the ids as the draft means them)"
-        except Eagle3ConfigError as exc:
-            fix = exc.fix
-        stated = "states" if dv.convention_stated else "is assumed to use"
-        ctx.add(
-            ERROR if dv.convention_stated else WARNING,
-            "aux-ids-convention",
-            f"on sglang {ctx.version} these ids capture the outputs of layers {list(cap.outputs)}, but the draft config {stated} the {dv.convention} convention, i.e. the outputs of layers {intended}: "
-            "the draft is fed states one layer off (accept length drops, no error)",
-            where=where,
-            found=f"{ids} ({dv.convention})",
-            expected=f"capture of the outputs of layers {intended}",
-            fix=fix,
-        )
 
 
 # ---------------------------------------------------------------- algorithm
-def _draft_is_eagle3(ctx: _Ctx) -> tuple[bool, str]:
-    dv = ctx.draft
-    if dv is None:
-        return False, ""
-    if dv.format in (SGLANG_EAGLE3, SPECULATORS):
-        return True, f"{dv.format} draft ({', '.join(dv.architectures) or 'eagle_config'})"
-    fc = ctx.draft_tensors.get("fc.weight")
-    if fc is not None and len(fc.shape) == 2 and dv.hidden and fc.shape[1] % dv.hidden == 0 and fc.shape[1] // dv.hidden > 1:
-        return True, f"fc.weight takes {fc.shape[1]} = {fc.shape[1] // dv.hidden} x hidden inputs"
-    return False, f"{dv.format} ({', '.join(dv.architectures) or '?'})"
-
-
 def _check_algorithm(ctx: _Ctx) -> None:
     algo = ctx.algorithm
     if ctx.draft is None:
         return
-    is3, why = _draft_is_eagle3(ctx)
+    is3, why = ctx.draft_is_eagle3()
     if algo is None:
         ctx.add(WARNING, "no-speculation", "the launch command names a draft but no --speculative-algorithm: sglang does not speculate at all", where="--speculative-algorithm", fix="add --speculative-algorithm EAGLE3")
         return
-    if algo in ("EAGLE", "NEXTN") and is3:
-        upgrade = ctx.patched("eagle3_algorithm_guard") and os.environ.get("EAGLE3_PATCHES_UPGRADE_ALGORITHM", "").strip().lower() in ("1", "true", "yes", "on")
-        ctx.add(
-            WARNING if upgrade else ERROR,
-            "algorithm-eagle-with-eagle3-draft",
-            f"--speculative-algorithm {algo} with an EAGLE-3 draft ({why}): nothing is captured, the draft gets the final normed state, fc is skipped, "
-            "its lm_head is replaced by the target's, d2t is unused; accept length ~1.0 and no error"
-            + (" (EAGLE3_PATCHES_UPGRADE_ALGORITHM=1: eagle3-patches upgrades it to EAGLE3 with a warning)" if upgrade else ""),
-            where="--speculative-algorithm",
-            found=algo,
-            expected="EAGLE3",
-            fix="launch with --speculative-algorithm EAGLE3",
-        )
-    elif algo == "EAGLE3" and not is3 and ctx.draft.format != MODEL:
+    # EAGLE / NEXTN with an EAGLE-3 draft: eagle3_algorithm_guard's preflight rule
+    if algo == "EAGLE3" and not is3 and ctx.draft.format != MODEL:
         ctx.add(ERROR, "algorithm-eagle3-with-non-eagle3-draft", f"--speculative-algorithm EAGLE3 with a draft that is not EAGLE-3 ({why})", where="--speculative-algorithm", found="EAGLE3", expected="EAGLE for an EAGLE-1/2 draft", fix="use --speculative-algorithm EAGLE for this draft, or an EAGLE-3 draft")
     elif algo in ("STANDALONE", "NGRAM"):
         ctx.add(INFO, "algorithm-not-eagle", f"--speculative-algorithm {algo}: the EAGLE-3 checks do not apply", where="--speculative-algorithm")
@@ -1076,96 +824,7 @@ def _check_algorithm(ctx: _Ctx) -> None:
 
 def _check_target_release(ctx: _Ctx) -> None:
     tv = ctx.target
-    if not tv.is_kimi_k25 or ctx.algorithm not in ("EAGLE", "EAGLE3", "NEXTN"):
-        return
-    if not ctx.rf.has_kimi_k25:
+    if tv.is_kimi_k25 and ctx.algorithm in ("EAGLE", "EAGLE3", "NEXTN") and not ctx.rf.has_kimi_k25:
         ctx.add(ERROR, "kimi-k25-unsupported", f"sglang {ctx.version} has no KimiK25ForConditionalGeneration (models/kimi_k25.py arrived in 0.5.9)", where=ctx.tcfg("architectures", top=True), found=str(tv.architectures), fix="use sglang 0.5.9 with eagle3-patches, or >= 0.5.10")
-    elif not ctx.rf.kimi_delegation:
-        if ctx.patched("kimi_k25_eagle3_delegation"):
-            ctx.add(INFO, "kimi-k25-delegation", f"sglang {ctx.version}'s Kimi-K2.5 wrapper lacks the EAGLE-3 hooks; eagle3-patches' kimi_k25_eagle3_delegation adds them", where=ctx.tcfg("architectures", top=True))
-        else:
-            ctx.add(
-                ERROR,
-                "kimi-k25-delegation",
-                f"sglang {ctx.version}'s KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture / get_embed_and_head / set_embed_and_head: the server fails at start (AttributeError)",
-                where=ctx.tcfg("architectures", top=True),
-                found=f"{tv.arch} on sglang {ctx.version}",
-                expected="sglang >= 0.5.10, or eagle3-patches",
-                fix="launch under `eagle3-patches run -- python -m sglang.launch_server ...` (kimi_k25_eagle3_delegation), or upgrade sglang to >= 0.5.10",
-            )
 
 
-# ---------------------------------------------------------------- launch flags
-def _check_launch(ctx: _Ctx) -> None:
-    if not ctx.eagle3:
-        return
-    la, tv, rf = ctx.launch, ctx.target, ctx.rf
-    # TP > 1 with flashinfer all-reduce fusion
-    if ctx.tp > 1 and rf.allreduce_fusion_partial_sums:
-        explicit = la.enable_flashinfer_allreduce_fusion
-        auto = (
-            tv is not None
-            and tv.arch in AUTO_FUSION_ARCHS
-            and not la.enable_dp_attention
-            and la.nnodes == 1
-            and (la.moe_a2a_backend or "none") == "none"
-        )
-        if explicit or auto:
-            how = "--enable-flashinfer-allreduce-fusion" if explicit else f"sglang turns it on by itself for {tv.arch} on sm90/sm100 GPUs (H100/H200/B200), single node, without dp-attention or an a2a MoE backend"
-            if ctx.patched("tp_allreduce_fusion_capture"):
-                ctx.add(INFO, "tp-allreduce-fusion", f"tp {ctx.tp} with flashinfer all-reduce fusion ({how}): eagle3-patches' tp_allreduce_fusion_capture keeps the captured states whole", where="--tp-size")
-            else:
-                ctx.add(
-                    ERROR,
-                    "tp-allreduce-fusion",
-                    f"tp {ctx.tp} with flashinfer all-reduce fusion on sglang {ctx.version}: the captured hidden_states + residual is a per-rank partial sum, so the draft gets garbage (no error)" + ctx.once_eagle3,
-                    where="--enable-flashinfer-allreduce-fusion" if explicit else "--tp-size",
-                    found=how,
-                    expected="captured states after the all-reduce",
-                    fix="launch under `eagle3-patches run` (tp_allreduce_fusion_capture), or upgrade to sglang >= 0.5.14"
-                    + ("; or drop --enable-flashinfer-allreduce-fusion" if explicit else " (0.5.9 has no flag to turn the automatic fusion off)"),
-                )
-    if la.enable_two_batch_overlap:
-        ctx.add(
-            ERROR,
-            "two-batch-overlap",
-            "two-batch overlap with EAGLE-3: the TBO forward captures no aux states (every release through 0.5.23), so the draft gets an empty list (crash) or garbage"
-            + (" - eagle3-patches refuses this at start" if ctx.patched("aux_capture_validation") else "")
-            + ctx.once_eagle3,
-            where="--enable-two-batch-overlap",
-            found="on",
-            expected="off",
-            fix="drop --enable-two-batch-overlap when serving with an EAGLE-3 draft",
-        )
-    if ctx.pp > 1:
-        ctx.add(
-            ERROR,
-            "pipeline-parallel",
-            f"pipeline parallel (pp {ctx.pp}) with EAGLE-3: only the last stage's layers are captured, so fewer than the configured states reach fc (shape error or garbage)"
-            + (" - eagle3-patches refuses this at start" if ctx.patched("aux_capture_validation") else "")
-            + ctx.once_eagle3,
-            where="--pp-size",
-            found=str(ctx.pp),
-            expected="1",
-            fix="serve with tensor parallelism only (pp 1)",
-        )
-    # CUDA graphs baked with the default layers
-    dv = ctx.draft
-    if rf.cuda_graph_order_bug and not la.disable_cuda_graph and tv is not None and tv.num_layers and dv is not None and dv.format == SGLANG_EAGLE3 and dv.aux_ids:
-        n = tv.num_layers
-        default = sorted(set(L.default_capture_points(n)))
-        configured = sorted(set(L.capture_points(dv.aux_ids, ctx.version)))
-        if default != configured:
-            if ctx.patched("cuda_graph_capture_order"):
-                ctx.add(INFO, "cuda-graph-capture-order", f"sglang {ctx.version} captures CUDA graphs before setting the configured layers; eagle3-patches' cuda_graph_capture_order fixes the order", where="CUDA graphs")
-            else:
-                ctx.add(
-                    ERROR,
-                    "cuda-graph-capture-order",
-                    f"sglang {ctx.version} captures its CUDA graphs with the default layers (before {default}) before it sets the configured ones (before {configured}): "
-                    "decode batches replayed from graphs feed the draft other layers than eager prefill (accept length drops, no error)" + ctx.once_eagle3,
-                    where="CUDA graphs (on by default)",
-                    found=f"graphs: before layers {default}; eager: before layers {configured}",
-                    expected="the same layers",
-                    fix="launch under `eagle3-patches run` (cuda_graph_capture_order), upgrade to sglang >= 0.5.11, or add --disable-cuda-graph (slow)",
-                )

@@ -100,6 +100,11 @@ class Capture:
         return len(self.outputs)
 
     @property
+    def broken(self) -> bool:
+        """sglang would crash on these ids, or capture other states than asked (aux_capture_validation's bug)."""
+        return bool(self.crash_points or self.never_reached or self.duplicates or self.reordered)
+
+    @property
     def asked(self) -> int:
         return len(self.points)
 

@@ -65,19 +65,17 @@ class CheckpointError(Eagle3ConfigError):
     ``safetensors-index``, ``unsafe-file``, ...).
     """
 
-    code = "checkpoint"
+    default_code = "checkpoint"
 
 
 class UnsafeFileError(CheckpointError):
     """A checkpoint file eagle3-patches refuses to read: a link out of the checkpoint, or not a regular file."""
 
-    code = "unsafe-file"
+    default_code = "unsafe-file"
 
 
 def checkpoint_error(code: str, what: str, **kw: str) -> CheckpointError:
-    e = CheckpointError(what, **kw)
-    e.code = code
-    return e
+    return CheckpointError(what, code=code, **kw)
 
 
 # ------------------------------------------------------------------ paths

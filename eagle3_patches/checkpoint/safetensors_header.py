@@ -85,7 +85,7 @@ CONFIG_DTYPES = {
 class HeaderError(CheckpointError):
     """A safetensors file whose header cannot be trusted."""
 
-    code = "safetensors-header"
+    default_code = "safetensors-header"
 
 
 # ------------------------------------------------------------------ read counter

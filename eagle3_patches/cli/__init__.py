@@ -9,9 +9,9 @@ nothing prints a traceback unless ``EAGLE3_PATCHES_DEBUG=1``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from .. import settings
 from ..errors import Eagle3Error
 
 
@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Eagle3Error as exc:
-        if os.environ.get("EAGLE3_PATCHES_DEBUG"):
+        if settings.current().debug:
             raise
-        from ..checkpoint.terminal import error_text
+        from ..terminal import error_text
 
         print(error_text(exc), file=sys.stderr)
         return 1

@@ -70,7 +70,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args) -> int:
     from ..checkpoint.convert import convert
     from ..checkpoint.releases import parse_version
-    from ..checkpoint.terminal import error_text, escape_terminal as esc
+    from ..terminal import error_text, escape_terminal as esc
     from ..errors import Eagle3Error
 
     if args.sglang_version is not None:

@@ -39,7 +39,7 @@ def run(args) -> int:
         raise Eagle3Error("eagle3-patches run: no command given; usage: eagle3-patches run -- python -m sglang.launch_server ...")
     import eagle3_patches
 
-    known = set(eagle3_patches.get_registry().names())
+    known = set(eagle3_patches.known_names())
     for name in [*args.only, *args.disable]:
         if name not in known:
             raise Eagle3Error(f"eagle3-patches run: unknown patch {name!r}; known patches: {', '.join(sorted(known))}")

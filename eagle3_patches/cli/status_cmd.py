@@ -34,7 +34,7 @@ def resolve_status(cpu_profile: bool = False) -> dict:
     statuses = eagle3_patches.apply()
     for name, st in statuses.items():
         if st.state.value == "pending":
-            module = eagle3_patches.get_registry()[name].module
+            module = eagle3_patches.get_patch(name).module
             try:
                 importlib.import_module(module)
             except Exception as exc:  # noqa: BLE001 - reported per patch

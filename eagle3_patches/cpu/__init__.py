@@ -45,7 +45,7 @@ def _cuda_available() -> bool:
 
 def activate(force: bool = False) -> None:
     """Activate the CPU profile in this process (and, through the environment, its children)."""
-    force = force or os.environ.get(settings.CPU_PROFILE, "").strip().lower() == "force"
+    force = force or settings.current().cpu_profile == "force"
     if not force and _cuda_available():
         raise RuntimeError(
             "eagle3-patches: the CPU profile was requested but CUDA is available; it would replace "
@@ -53,7 +53,7 @@ def activate(force: bool = False) -> None:
         )
     for key, value in CPU_ENV.items():
         os.environ.setdefault(key, value)
-    os.environ[settings.CPU_PROFILE] = "force" if force else "1"
+    os.environ[settings.CPU_PROFILE] = "force" if force else "1"  # for the children (spawn) this process starts
     from .stubs import install_stubs
 
     install_stubs()

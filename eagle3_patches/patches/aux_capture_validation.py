@@ -15,6 +15,7 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 
@@ -141,9 +142,57 @@ def _checked_causal_lm_forward(wrapped, instance, args, kwargs):
 
 class AuxCaptureValidation(Patch):
     name = "aux_capture_validation"
+    order = 20
     summary = "aux layer ids validated; every capturing forward checked for count and width (shapes only)"
     module = "sglang.srt.models.deepseek_v2"
     applies_to = SpecifierSet(">=0.5.8,<0.5.13")
+
+    remedy = "refused"
+
+    def preflight(self, setup) -> Diagnostics:
+        """Ids sglang cannot capture as asked (every release judged by its own rule), and the two parallel modes
+        that lose captures (every release through 0.5.23); the patch refuses them at start on 0.5.8-0.5.12."""
+        out = Diagnostics()
+        if not setup.checkpoint_only and setup.eagle3:
+            if setup.launch.enable_two_batch_overlap:
+                out.add(ERROR, "two-batch-overlap", "two-batch overlap with EAGLE-3: the TBO forward captures no aux states "
+                        "(every release through 0.5.23), so the draft gets an empty list (crash) or garbage" + setup.once_eagle3,
+                        where="--enable-two-batch-overlap", found="on", expected="off",
+                        fix="drop --enable-two-batch-overlap when serving with an EAGLE-3 draft")
+            if setup.pp > 1:
+                out.add(ERROR, "pipeline-parallel", f"pipeline parallel (pp {setup.pp}) with EAGLE-3: only the last stage's layers "
+                        "are captured, so fewer than the configured states reach fc (shape error or garbage)" + setup.once_eagle3,
+                        where="--pp-size", found=str(setup.pp), expected="1", fix="serve with tensor parallelism only (pp 1)")
+        cap = setup.capture()
+        if cap is None:
+            return out
+        ids, n, v = list(cap.ids), cap.num_layers, setup.version
+        where = setup.dcfg(setup.draft.aux_ids_where)
+        if cap.crash_points:
+            out.add(ERROR, "aux-ids-out-of-range", f"an id makes sglang {v} capture before layer 0, where residual is None: "
+                    "TypeError at the first forward", where=where, found=str(ids),
+                    expected=f"output-of-layer ids in 0..{(n - 2) if n else 'num_layers-2'}", fix="remove the negative id")
+        if cap.never_reached:
+            out.add(
+                ERROR,
+                "aux-ids-out-of-range",
+                f"ids {[i for i, p in zip(ids, cap.points) if p in cap.never_reached]} make sglang {v} capture before layers "
+                f"{list(cap.never_reached)}, which " + (f"a {n}-layer target never reaches" if n else "can never be reached")
+                + f": {len(cap.outputs)} states instead of {len(ids)} and an fc shape error",
+                where=where,
+                found=str(ids),
+                expected=f"output-of-layer ids in 0..{n - 2 if n else 'num_layers-2'}",
+                fix="use ids of inner layers (the output of the last layer is not capturable in sglang)",
+            )
+        if cap.duplicates:
+            out.add(ERROR, "aux-ids-duplicate", f"ids {sorted(set(cap.duplicates))} are listed twice: sglang captures each layer "
+                    "once, so fewer states arrive than fc expects", where=where, found=str(ids), fix="list distinct layers")
+        if cap.reordered:
+            out.add(ERROR, "aux-ids-unsorted", "the ids are not in increasing order: sglang concatenates the captured states in "
+                    "layer order, not config order, so fc sees them permuted", where=where, found=str(ids),
+                    expected=str(sorted(ids)),
+                    fix="sort the ids only if the draft was trained with them sorted; otherwise it cannot be served correctly by sglang")
+        return out
 
     def check(self, module: ModuleType) -> None:
         expect_source(expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids")

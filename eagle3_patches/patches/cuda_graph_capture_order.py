@@ -34,6 +34,7 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..diagnostic import ERROR, Diagnostics
 from ..registry import Patch, Saver, expect_attr, expect_source
 
 logger = logging.getLogger("eagle3_patches")
@@ -124,9 +125,36 @@ def _source(obj) -> str | None:
 
 class CudaGraphCaptureOrder(Patch):
     name = NAME
+    order = 30
     summary = "CUDA graphs bake in the configured EAGLE-3 aux layers, not the no-argument defaults"
     module = "sglang.srt.model_executor.model_runner"
     applies_to = SpecifierSet(">=0.5.8,<0.5.11")
+
+    def preflight(self, setup) -> Diagnostics:
+        from ..checkpoint import layer_ids as L
+        from ..checkpoint.formats import SGLANG_EAGLE3
+
+        out = Diagnostics()
+        tv, dv = setup.target, setup.draft
+        if (setup.checkpoint_only or not setup.eagle3 or not self.covers(setup.version) or setup.launch.disable_cuda_graph
+                or tv is None or not tv.num_layers or dv is None or dv.format != SGLANG_EAGLE3 or not dv.aux_ids):
+            return out
+        default = sorted(set(L.default_capture_points(tv.num_layers)))
+        configured = sorted(set(L.capture_points(dv.aux_ids, setup.version)))
+        if default != configured:
+            out.add(
+                ERROR,
+                "cuda-graph-capture-order",
+                f"sglang {setup.version} captures its CUDA graphs with the default layers (before {default}) before it sets the "
+                f"configured ones (before {configured}): decode batches replayed from graphs feed the draft other layers than "
+                "eager prefill (accept length drops, no error)" + setup.once_eagle3,
+                where="CUDA graphs (on by default)",
+                found=f"graphs: before layers {default}; eager: before layers {configured}",
+                expected="the same layers",
+                fix="launch under `eagle3-patches run` (cuda_graph_capture_order), upgrade to sglang >= 0.5.11, or add "
+                "--disable-cuda-graph (slow)",
+            )
+        return out
 
     def upstream(self, module: ModuleType) -> str | None:
         runner = getattr(module, "ModelRunner", None)

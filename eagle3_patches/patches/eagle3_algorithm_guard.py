@@ -16,6 +16,7 @@ from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..checkpoint.draft_kind import eagle3_draft_evidence
+from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import server_args_resolution_method
@@ -32,7 +33,7 @@ def check_algorithm(server_args) -> None:
     evidence = eagle3_draft_evidence(draft)
     if evidence is None:
         return
-    if settings.flag(settings.UPGRADE_ALGORITHM):
+    if settings.current().upgrade_algorithm:
         logger.warning(
             "eagle3-patches: --speculative-algorithm %s with an EAGLE-3 draft (%s); upgraded to EAGLE3 because %s is set",
             algorithm, evidence, settings.UPGRADE_ALGORITHM,
@@ -56,9 +57,35 @@ def _guarded_post_init(wrapped, instance, args, kwargs):
 
 class Eagle3AlgorithmGuard(Patch):
     name = "eagle3_algorithm_guard"
+    order = 70
     summary = "--speculative-algorithm EAGLE with an EAGLE-3 draft is refused at start with the exact flag"
     module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8")
+    remedy = "refused"
+
+    def preflight(self, setup) -> Diagnostics:
+        out = Diagnostics()
+        is3, why = setup.draft_is_eagle3()
+        if setup.checkpoint_only or setup.algorithm not in ("EAGLE", "NEXTN") or not is3:
+            return out
+        out.add(
+            ERROR,
+            "algorithm-eagle-with-eagle3-draft",
+            f"--speculative-algorithm {setup.algorithm} with an EAGLE-3 draft ({why}): nothing is captured, the draft gets the "
+            "final normed state, fc is skipped, its lm_head is replaced by the target's, d2t is unused; accept length ~1.0 "
+            "and no error",
+            where="--speculative-algorithm",
+            found=setup.algorithm,
+            expected="EAGLE3",
+            fix="launch with --speculative-algorithm EAGLE3",
+        )
+        return out
+
+    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+        if settings.current().upgrade_algorithm:
+            return d.replace(severity=WARNING, what=f"{d.what} ({settings.UPGRADE_ALGORITHM}=1: eagle3-patches upgrades it "
+                             "to EAGLE3 with a warning)")
+        return super().when_patched(d, setup)
 
     def check(self, module: ModuleType) -> None:
         expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))

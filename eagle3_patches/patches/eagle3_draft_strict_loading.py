@@ -35,6 +35,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..checkpoint.d2t import check_d2t
 from ..checkpoint.formats import unknown_tensor_hints
+from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 
@@ -43,6 +44,67 @@ logger = logging.getLogger("eagle3_patches")
 #: speculators names its single decoder layer ``layers.0``; sglang (<= 0.5.11) calls it ``midlayer``
 _SPECULATORS_LAYER = re.compile(r"^(model\.)?layers\.0\.")
 _MISSING = object()
+
+
+#: the decoder layer's projections a quantization method may store quantized
+PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+               "mlp.up_proj", "mlp.down_proj")
+#: what a quantized checkpoint stores next to (or, ``weight_packed``, instead of) a projection's ``weight``: fp8
+#: (``weight_scale``, ``weight_scale_inv``, ``input_scale``) and compressed-tensors (``weight_packed``,
+#: ``weight_shape``, ``weight_zero_point``, ``weight_g_idx``).  At run time the loader needs no such list: it sees
+#: what the quantization method made of each layer (tests: the layouts of ``testing/quantized_drafts.py``).
+QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "input_scale", "weight_packed", "weight_shape", "weight_zero_point",
+                  "weight_g_idx")
+#: kv-cache scales under the checkpoint spellings sglang's ``maybe_remap_kv_scale_name`` maps: loaded where the
+#: draft has kv-cache scales (fp8), ignored otherwise, as sglang's Llama loader does
+KV_SCALE_NAMES = ("self_attn.k_scale", "self_attn.v_scale", "self_attn.kv_scale", "self_attn.k_proj.k_scale",
+                  "self_attn.v_proj.v_scale", "self_attn.q_proj.output_scale", "self_attn.k_proj.output_scale",
+                  "self_attn.v_proj.output_scale", "self_attn.prob_output_scale")
+
+
+def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+    """The tensors sglang's ``LlamaForCausalLMEagle3`` loads, for the draft ``setup`` describes: canonical name
+    (``midlayer.*``, no ``model.`` prefix) -> (shape, or None when unknown; ``required`` / ``optional``)."""
+    dv = setup.draft
+    H, hd, nh, kv, inter = dv.hidden, dv.head_dim, dv.heads, dv.kv_heads, dv.intermediate
+    th = setup.target.hidden if setup.target and setup.target.hidden else dv.effective_target_hidden
+    k = len(dv.aux_ids) if dv.aux_ids else 3
+    tv = setup.target.vocab if setup.target and setup.target.vocab else dv.vocab
+
+    def shp(*dims):
+        return None if any(x is None for x in dims) else tuple(dims)
+
+    m = "midlayer."
+    qo, kvo = (nh * hd if nh and hd else None), (kv * hd if kv and hd else None)
+    proj_shapes = {"self_attn.q_proj": shp(qo, 2 * H if H else None), "self_attn.k_proj": shp(kvo, 2 * H if H else None),
+                   "self_attn.v_proj": shp(kvo, 2 * H if H else None), "self_attn.o_proj": shp(H, qo),
+                   "mlp.gate_proj": shp(inter, H), "mlp.up_proj": shp(inter, H), "mlp.down_proj": shp(H, inter)}
+    exp: dict[str, tuple[tuple[int, ...] | None, str]] = {"fc.weight": (shp(H, (k * th) if th else None), "required")}
+    quantized = isinstance(dv.config.get("quantization_config"), dict)
+    for proj, shape in proj_shapes.items():
+        packed = quantized and f"{m}{proj}.weight_packed" in setup.draft_tensors
+        exp[f"{m}{proj}.weight"] = (shape, "optional" if packed else "required")
+        if quantized:
+            exp.update({f"{m}{proj}.{suffix}": (None, "optional") for suffix in QUANT_SUFFIXES})
+    exp.update({m + name: (None, "optional") for name in KV_SCALE_NAMES})
+    exp.update({
+        m + "input_layernorm.weight": (shp(H), "required"),
+        m + "post_attention_layernorm.weight": (shp(H), "required"),
+        m + "hidden_norm.weight": (shp(H), "required"),
+        "norm.weight": (shp(H), "required"),
+        "embed_tokens.weight": (shp(dv.vocab, H), "optional"),
+        "t2d": (shp(tv), "optional"),
+    })
+    if dv.fc_bias:
+        exp["fc.bias"] = (shp(H), "required")
+    dvocab = dv.draft_vocab
+    if dv.tie_word_embeddings or dvocab is None:
+        exp["lm_head.weight"] = (shp(dv.vocab, H), "optional")
+    else:
+        exp["lm_head.weight"] = (shp(dvocab, H), "required")
+    partial = dvocab is not None and dv.vocab is not None and dvocab < dv.vocab
+    exp["d2t"] = (shp(dvocab), "required" if partial else "optional")
+    return exp
 
 
 def sglang_name(name: str) -> str:
@@ -237,9 +299,65 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
 
 class Eagle3DraftStrictLoading(Patch):
     name = "eagle3_draft_strict_loading"
+    order = 50
     summary = "the draft loader accepts layers.0.* and refuses unknown keys, unloaded parameters and bad d2t"
     module = "sglang.srt.models.llama_eagle3"
     applies_to = SpecifierSet(">=0.5.8")
+
+    remedy = "refused"
+
+    def preflight(self, setup) -> Diagnostics:
+        """The checkpoint's tensors against the draft's parameters: what sglang would drop or leave unloaded."""
+        from ..checkpoint.formats import SGLANG_EAGLE3
+
+        out = Diagnostics()
+        dv = setup.draft
+        if dv is None or not (setup.draft_weights_read or setup.draft_tensors):
+            return out
+        renamed = setup.draft_naming.get("speculators") if dv.format == SGLANG_EAGLE3 else None
+        if renamed:
+            n, first = len(renamed), ", ".join(sorted(renamed)[:4]) + (" ..." if len(renamed) > 4 else "")
+            if setup.rf.loads_layers0_keys:
+                out.add(INFO, "keys-speculators-names", f"{n} tensor(s) are named layers.0.*; sglang {setup.version} maps "
+                        "them onto midlayer.*", where=str(setup.draft_dir))
+            else:
+                out.add(ERROR, "keys-speculators-names", f"{n} tensor(s) are named layers.0.* (speculators' naming): sglang "
+                        f"{setup.version} drops them silently and the whole midlayer stays at its random init",
+                        where=str(setup.draft_dir), found=first, expected="midlayer.*",
+                        fix="convert the draft (eagle3-patches convert), launch under `eagle3-patches run` (strict loading "
+                        "maps the names), or use sglang >= 0.5.12")
+        exp = expected_draft_tensors(setup)
+        unknown = sorted(setup.draft_raw_names[c] for c in setup.draft_tensors if c not in exp)
+        if unknown:
+            out.add(
+                ERROR,
+                "keys-unknown",
+                f"{len(unknown)} tensor(s) LlamaForCausalLMEagle3 has no parameter for: sglang drops them silently (every release)",
+                where=str(setup.draft_dir),
+                found=", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""),
+                expected="fc, midlayer.* (or layers.0.*), norm, lm_head, embed_tokens, d2t, t2d, and the scales of the "
+                "draft's quantization",
+                fix="; ".join(unknown_tensor_hints(unknown)) or "remove them if they are unused, or fix their names",
+            )
+        if not setup.draft_weights_read:
+            return out  # a shard could not be read: do not call its tensors missing
+        missing = [n for n, (_, req) in exp.items() if req == "required" and n not in setup.draft_tensors]
+        if missing == ["d2t"]:
+            out.add(ERROR, "d2t-missing", f"draft_vocab_size {dv.draft_vocab} < vocab_size {dv.vocab} but the draft has no "
+                    f"d2t: the draft's proposals would index target ids 0..{dv.draft_vocab}-1", where=str(setup.draft_dir),
+                    found="d2t", fix="re-export d2t (offsets: d2t[i] = target_id[i] - i)")
+        elif missing:
+            out.add(ERROR, "keys-missing", f"{len(missing)} parameter(s) are missing from the checkpoint: sglang leaves them "
+                    "at their random init without a word", where=str(setup.draft_dir),
+                    found=", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""),
+                    fix="re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, d2t, t2d)")
+        return out
+
+    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+        if d.code == "keys-speculators-names":  # renamed at load: fixed; everything else is refused at load
+            return d.replace(severity=INFO, what=f"{d.what.split(':')[0]}; eagle3-patches' strict loading maps them onto "
+                             "midlayer.*", found="", expected="", fix="")
+        return super().when_patched(d, setup)
 
     def check(self, module: ModuleType) -> None:
         expect_source(expect_attr(module.LlamaForCausalLMEagle3, "load_weights"), "hot_token_id", "stacked_params_mapping",

@@ -14,6 +14,7 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError
 from ..registry import Patch, Saver, expect_attr, expect_source
 
@@ -63,9 +64,52 @@ def fc_width_error(width: int, expected: int, hidden: int) -> Eagle3CaptureError
 
 class Eagle3FcGuard(Patch):
     name = "eagle3_fc_guard"
+    order = 60
     summary = "the draft's silent fc skip on H-wide input becomes an error naming the cause"
     module = "sglang.srt.models.llama_eagle3"
     applies_to = SpecifierSet(">=0.5.8")
+
+    remedy = "refused"
+
+    def preflight(self, setup) -> Diagnostics:
+        """What would reach fc at the wrong width: a draft config that turns the capture off, an fc.weight whose width
+        is not len(aux ids) x the target's hidden size, or (before 0.5.12, where fc is always 3 x hidden) not 3 ids."""
+        from ..checkpoint.formats import SGLANG_EAGLE3
+
+        out = Diagnostics()
+        dv = setup.draft
+        if dv is None or not dv.is_eagle3:
+            return out
+        if dv.format == SGLANG_EAGLE3 and dv.use_aux_hidden_state is False:
+            out.add(ERROR, "aux-disabled", "eagle_config.use_aux_hidden_state is false: the target captures nothing, the draft "
+                    "gets the final H-wide state and its fc is skipped (accept length ~1)",
+                    where=setup.dcfg("eagle_config.use_aux_hidden_state"), found="false", expected="true", fix="set it to true")
+        fc = setup.draft_tensors.get("fc.weight")
+        th = setup.target.hidden if setup.target and setup.target.hidden else dv.effective_target_hidden
+        k = len(dv.aux_ids) if dv.aux_ids else 3
+        if fc is not None and len(fc.shape) == 2 and th and fc.shape[1] != k * th:
+            width = fc.shape[1]
+            states = f"{width // th} states" if width % th == 0 else f"{width / th:.2f} x hidden"
+            out.add(
+                ERROR,
+                "fc-width",
+                f"fc.weight takes {width} inputs but the target delivers {k} x {th} = {k * th}",
+                where=setup.draft_tensor_where("fc.weight"),
+                found=f"[{fc.shape[0]}, {width}] ({states})",
+                expected=f"[{dv.hidden}, {k * th}] (len({dv.aux_ids_where.split('.')[-1]}) = {k} x target hidden {th})",
+                fix="the aux layer ids or the target do not belong to this draft",
+            )
+        if not setup.rf.fc_width_from_ids and dv.aux_ids is not None and len(dv.aux_ids) != 3:
+            out.add(
+                ERROR,
+                "aux-ids-count",
+                f"sglang {setup.version} builds fc for exactly 3 aux states (hidden_size_in * 3), the draft lists {len(dv.aux_ids)} ids",
+                where=setup.dcfg(dv.aux_ids_where),
+                found=str(dv.aux_ids),
+                expected="3 ids",
+                fix="use sglang >= 0.5.12 (fc = hidden_in x len(ids)) or a 3-layer draft",
+            )
+        return out
 
     def check(self, module: ModuleType) -> None:
         expect_source(expect_attr(module.LlamaModel, "forward"), "self.fc(hidden_states)", "spec_info.hidden_states")

@@ -67,6 +67,8 @@ def _checked_post_init(wrapped, instance, args, kwargs):
 
 class Eagle3TargetCapability(Patch):
     name = "eagle3_target_capability"
+    order = 80
+    remedy = "refused"
     summary = "EAGLE3 with a target that cannot capture aux states is refused once, in the launcher"
     module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8")

@@ -14,6 +14,7 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3TargetError
 from ..registry import Patch, Saver
 
@@ -43,6 +44,7 @@ def _delegate(method: str):
 
 class KimiK25Eagle3Delegation(Patch):
     name = "kimi_k25_eagle3_delegation"
+    order = 10
     summary = "KimiK25ForConditionalGeneration delegates the EAGLE-3 hooks to its language_model"
     module = "sglang.srt.models.kimi_k25"
     applies_to = SpecifierSet(">=0.5.9,<0.5.10")
@@ -52,6 +54,23 @@ class KimiK25Eagle3Delegation(Patch):
         if "set_eagle3_layers_to_capture" in vars(cls):
             return "KimiK25ForConditionalGeneration defines set_eagle3_layers_to_capture itself (sglang >= 0.5.10)"
         return None
+
+    def preflight(self, setup) -> Diagnostics:
+        out = Diagnostics()
+        tv = setup.target
+        if (setup.checkpoint_only or tv is None or not tv.is_kimi_k25 or setup.algorithm not in ("EAGLE", "EAGLE3", "NEXTN")
+                or not setup.rf.has_kimi_k25 or not self.covers(setup.version)):
+            return out
+        out.add(
+            ERROR,
+            "kimi-k25-delegation",
+            f"sglang {setup.version}'s KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture / get_embed_and_head / set_embed_and_head: the server fails at start (AttributeError)",
+            where=setup.tcfg("architectures", top=True),
+            found=f"{tv.arch} on sglang {setup.version}",
+            expected="sglang >= 0.5.10, or eagle3-patches",
+            fix="launch under `eagle3-patches run -- python -m sglang.launch_server ...` (kimi_k25_eagle3_delegation), or upgrade sglang to >= 0.5.10",
+        )
+        return out
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
         cls = module.KimiK25ForConditionalGeneration

@@ -35,6 +35,8 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from ..checkpoint.layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
+from .. import settings
+from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 
@@ -43,7 +45,7 @@ logger = logging.getLogger("eagle3_patches")
 NAME = "layer_id_convention"
 SETTER = "set_eagle3_layers_to_capture"
 #: environment override for draft configs that record no convention
-ENV = "EAGLE3_PATCHES_LAYER_ID_CONVENTION"
+ENV = settings.LAYER_ID_CONVENTION
 _warned: set[tuple] = set()
 
 
@@ -99,7 +101,7 @@ def draft_convention() -> tuple[str | None, str]:
                 "with `eagle3-patches convert`",
             )
         return recorded, f"eagle_config.{CONVENTION_KEY} in {draft}/config.json"
-    forced = os.environ.get(ENV, "").strip()
+    forced = settings.current().layer_id_convention
     if forced:
         if forced not in CONVENTIONS:
             raise Eagle3ConfigError(
@@ -142,9 +144,50 @@ def _conventional_set_layers(wrapped, instance, args, kwargs):
 
 class LayerIdConvention(Patch):
     name = NAME
+    order = 90
     summary = "aux layer ids mean the draft config's recorded convention on sglang >= 0.5.13 (the +1 rule changed)"
     module = "sglang.srt.models.deepseek_v2"
     applies_to = SpecifierSet(">=0.5.13")
+
+    def preflight(self, setup) -> Diagnostics:
+        """The ids capture other layers than the draft config's convention means (any release: before 0.5.13 a draft
+        stating input-of-layer ids, from 0.5.13 the first-id rule); the patch fixes it from 0.5.13 when the draft
+        config records its convention."""
+        from ..checkpoint import layer_ids as L
+
+        out = Diagnostics()
+        cap, dv = setup.capture(), setup.draft
+        if cap is None or cap.broken:
+            return out
+        intended = dv.output_ids
+        if list(cap.outputs) == list(intended) or (cap.num_layers is None and any(i < 0 for i in intended)):
+            return out
+        try:
+            proposal = L.ids_for_sglang(sorted(intended), setup.version)
+            conv = L.OUTPUT_OF_LAYER if setup.rf.plus_one_always else L.INPUT_OF_LAYER
+            fix = (f"for sglang {setup.version} write {proposal} with eagle_config.{L.CONVENTION_KEY} = \"{conv}\" (or serve "
+                   "on a release that reads the ids as the draft means them)")
+        except Eagle3ConfigError as exc:
+            fix = exc.fix
+        stated = "states" if dv.convention_stated else "is assumed to use"
+        out.add(
+            ERROR if dv.convention_stated else WARNING,
+            "aux-ids-convention",
+            f"on sglang {setup.version} these ids capture the outputs of layers {list(cap.outputs)}, but the draft config "
+            f"{stated} the {dv.convention} convention, i.e. the outputs of layers {intended}: "
+            "the draft is fed states one layer off (accept length drops, no error)",
+            where=setup.dcfg(dv.aux_ids_where),
+            found=f"{list(cap.ids)} ({dv.convention})",
+            expected=f"capture of the outputs of layers {intended}",
+            fix=fix,
+        )
+        return out
+
+    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+        """Fixed only where the patch knows the convention: recorded in the draft config, or set in the environment."""
+        if setup.draft.convention_stated or settings.current().layer_id_convention:
+            return super().when_patched(d, setup)
+        return d
 
     def check(self, module: ModuleType) -> None:
         expect_source(

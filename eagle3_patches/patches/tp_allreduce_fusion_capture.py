@@ -31,6 +31,7 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from .. import settings
+from ..diagnostic import ERROR, Diagnostics
 from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source
 
 logger = logging.getLogger("eagle3_patches")
@@ -38,6 +39,9 @@ logger = logging.getLogger("eagle3_patches")
 NAME = "tp_allreduce_fusion_capture"
 FLAG = "enable_flashinfer_allreduce_fusion"
 UPSTREAM_MARKER = "captured_last_layer_outputs"
+#: architectures for which sglang turns the fusion on by itself (0.5.9 server_args.py:1681-1697)
+AUTO_FUSION_ARCHS = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM",
+                               "Glm4MoeLiteForCausalLM", "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration"})
 
 
 def fusion_breaks_capture(server_args) -> bool:
@@ -76,9 +80,35 @@ def _adjust_then_check(wrapped, instance, args, kwargs):
 
 class TpAllreduceFusionCapture(Patch):
     name = NAME
+    order = 40
     summary = "TP > 1 + EAGLE3: flashinfer all-reduce fusion is turned off so aux states are full sums"
     module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8,<0.5.14")
+
+    def preflight(self, setup) -> Diagnostics:
+        out = Diagnostics()
+        la, tv = setup.launch, setup.target
+        if setup.checkpoint_only or not setup.eagle3 or setup.tp <= 1 or not self.covers(setup.version):
+            return out
+        explicit = la.enable_flashinfer_allreduce_fusion
+        auto = (tv is not None and tv.arch in AUTO_FUSION_ARCHS and not la.enable_dp_attention and la.nnodes == 1
+                and (la.moe_a2a_backend or "none") == "none")
+        if not (explicit or auto):
+            return out
+        how = ("--enable-flashinfer-allreduce-fusion" if explicit else f"sglang turns it on by itself for {tv.arch} on "
+               "sm90/sm100 GPUs (H100/H200/B200), single node, without dp-attention or an a2a MoE backend")
+        out.add(
+            ERROR,
+            "tp-allreduce-fusion",
+            f"tp {setup.tp} with flashinfer all-reduce fusion on sglang {setup.version}: the captured hidden_states + residual "
+            "is a per-rank partial sum, so the draft gets garbage (no error)" + setup.once_eagle3,
+            where="--enable-flashinfer-allreduce-fusion" if explicit else "--tp-size",
+            found=how,
+            expected="captured states after the all-reduce",
+            fix="launch under `eagle3-patches run` (tp_allreduce_fusion_capture), or upgrade to sglang >= 0.5.14"
+            + ("; or drop --enable-flashinfer-allreduce-fusion" if explicit else " (0.5.9 has no flag to turn the automatic fusion off)"),
+        )
+        return out
 
     def upstream(self, module: ModuleType) -> str | None:
         path = os.path.join(os.path.dirname(getattr(module, "__file__", "") or ""), "models", "deepseek_v2.py")

@@ -5,14 +5,14 @@ assert a *stock bug* of a release (0.5.9's Kimi wrapper without the EAGLE-3 hook
 patch is ``applied`` only make sense where that patch applies; they carry one of the markers
 below and are skipped, with the reason, elsewhere.  The facts come from
 :mod:`eagle3_patches.checkpoint.releases` (the release table) and from each patch's declared
-``applies_to``; nothing here imports sglang.
+``applies_to`` (the registry); nothing here imports sglang.
 """
 
 from __future__ import annotations
 
 from packaging.version import Version
 
-from ..checkpoint.releases import PINNED, facts, patch_covers
+from ..checkpoint.releases import PINNED, facts
 from ..sglang_version import installed_sglang_version
 
 
@@ -34,8 +34,10 @@ def is_pinned() -> bool:
 
 def patch_applies(name: str) -> bool:
     """The patch ``name`` declares the installed release (False when sglang is not installed)."""
+    import eagle3_patches
+
     v = sglang_version()
-    return v is not None and patch_covers(name, v)
+    return v is not None and eagle3_patches.get_patch(name).covers(v)
 
 
 def expected_state(name: str, *, upstream: str = "upstream") -> str:
@@ -52,13 +54,13 @@ def expected_states() -> dict[str, str]:
     """
     import eagle3_patches
 
-    reg = eagle3_patches.get_registry()
     out = {}
-    for name in reg.names():
-        if not reg[name].default_enabled:
-            out[name] = "not-selected"
-        elif patch_applies(name):
-            out[name] = "applied"
+    for reg in eagle3_patches.registries():
+        for name in reg.names():
+            if not reg[name].default_enabled:
+                out[name] = "not-selected"
+            elif reg[name].covers(sglang_version()):
+                out[name] = "applied"
     return out
 
 

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from eagle3_patches.checkpoint.doctor import doctor
 from eagle3_patches.checkpoint.safe_io import RSS_BUDGET, CheckpointError, open_checkpoint_file
 from eagle3_patches.checkpoint.safetensors_header import read_header
-from eagle3_patches.checkpoint.terminal import escape_terminal
+from eagle3_patches.terminal import escape_terminal
 from eagle3_patches.errors import Eagle3Error
 from eagle3_patches.testing import tiny_models as tm
 

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from eagle3_patches.checkpoint import layer_ids as L
 from eagle3_patches.checkpoint.formats import SGLANG_EAGLE3, SPECULATORS, CheckpointError, detect_format, draft_view, read_config, target_view
 from eagle3_patches.checkpoint.launch_args import LaunchArgsError, parse_launch_args
-from eagle3_patches.checkpoint.releases import facts, patch_covers
+from eagle3_patches.checkpoint.releases import facts
 from eagle3_patches.checkpoint.safetensors_header import HeaderError, alignment_order, bytes_read, encode_header, read_header, reset_bytes_read
 from eagle3_patches.errors import Eagle3ConfigError
 from eagle3_patches.testing import tiny_models as tm
@@ -137,19 +137,22 @@ def test_valid_range():
 
 
 def test_release_facts():
-    f9, f10, f14 = facts("0.5.9"), facts("0.5.10"), facts("0.5.14")
-    assert f9.has_kimi_k25 and not f9.kimi_delegation and f9.cuda_graph_order_bug and f9.plus_one_always
-    assert f10.kimi_delegation and not facts("0.5.11").cuda_graph_order_bug
-    assert not f14.allreduce_fusion_partial_sums and not f14.plus_one_always
+    f9, f12, f14 = facts("0.5.9"), facts("0.5.12"), facts("0.5.14")
+    assert f9.has_kimi_k25 and f9.plus_one_always and not f9.loads_layers0_keys and not f9.fc_width_from_ids
+    assert f12.loads_layers0_keys and f12.fc_width_from_ids and f12.plus_one_always
+    assert not f14.plus_one_always
     assert not facts("0.5.8").has_kimi_k25
     with pytest.raises(ValueError, match="not a version"):
         facts("banana")
 
 
-def test_patch_covers_reads_the_registry():
-    assert patch_covers("kimi_k25_eagle3_delegation", "0.5.9")
-    assert not patch_covers("kimi_k25_eagle3_delegation", "0.5.10")
-    assert not patch_covers("no_such_patch", "0.5.9")
+def test_a_patch_covers_the_releases_it_declares():
+    import eagle3_patches
+    from eagle3_patches.checkpoint.releases import parse_version
+
+    kimi = eagle3_patches.get_registry()["kimi_k25_eagle3_delegation"]
+    assert kimi.covers(parse_version("0.5.9"))
+    assert not kimi.covers(parse_version("0.5.10")) and not kimi.covers(parse_version("0.5.10.post1"))
 
 
 # ------------------------------------------------------------------ launch flags

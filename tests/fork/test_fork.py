@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_patches import fork
-from eagle3_patches.patches import PATCH_MODULES
+import eagle3_patches
 from eagle3_patches.registry import SOURCE_MARKER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,20 +26,11 @@ SERIES = fork.load_series(fork.DEFAULT_SERIES)
 
 
 def _fixes_for(version: str) -> list[str]:
-    """The registry's fixes for ``version``, in registry order: on by default and gated to include it.
-
-    Opt-in diagnostics (hidden_state_dump, eagle3_probe) and fixes for other releases
-    (layer_id_convention, 0.5.13+) have no diff in the series."""
-    import importlib
-
+    """The registry's fixes for ``version``, in registry order (instruments have no diff, nor fixes for other
+    releases such as layer_id_convention, 0.5.13+)."""
     from packaging.version import Version
 
-    names = []
-    for module in PATCH_MODULES:
-        patch = importlib.import_module(f"eagle3_patches.patches.{module}").PATCH
-        if patch.default_enabled and Version(version) in patch.applies_to:
-            names.append(patch.name)
-    return names
+    return [p.name for p in eagle3_patches.get_registry().patches() if p.covers(Version(version))]
 
 
 FIXES = _fixes_for(SERIES.sglang_version)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from eagle3_patches.probe_report import hop_of
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 
@@ -43,7 +44,7 @@ def _serve(target: str, draft: str, algorithm: str, decode_steps: int):
     from sglang.srt.model_executor.model_runner import ModelRunner
 
     import eagle3_patches
-    from eagle3_patches.patches import eagle3_probe
+    from eagle3_patches.instruments import eagle3_probe
     from eagle3_patches.testing import sglang_harness as h
 
     lines: list[tuple[str, str]] = []
@@ -168,11 +169,11 @@ def test_probe_sees_h_and_the_silent_fc_skip_and_the_report_names_the_cause(eagl
 
     r = report([out_dir])
     assert r.exit_code == 1
-    assert (r.first.hop, r.first.mode) == ("target_output", "extend")
+    assert hop_of(r.first) == ("target_output", "extend")
     assert "--speculative-algorithm EAGLE" in r.first.cause and "EAGLE3" in r.first.fix
-    assert "algorithm-eagle-with-eagle3-draft" in r.first.doctor
-    skip = next(p for p in r.problems if p.hop == "draft_input")
-    assert skip.mode == "extend" and "silent skip" in skip.what and "fc was skipped" in skip.what
+    assert "algorithm-eagle-with-eagle3-draft" in r.first.related
+    skip = next(p for p in r.problems if hop_of(p)[0] == "draft_input")
+    assert hop_of(skip)[1] == "extend" and "silent skip" in skip.what and "fc was skipped" in skip.what
 
     assert main(["probe-report", str(out_dir), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
@@ -188,7 +189,7 @@ def _serve_without_probe(target: str, draft: str):
     from sglang.srt.model_executor.model_runner import ModelRunner
 
     import eagle3_patches
-    from eagle3_patches.patches import eagle3_probe
+    from eagle3_patches.instruments import eagle3_probe
     from eagle3_patches.testing import sglang_harness as h
 
     sa = h.eagle3_server_args(target, draft)
@@ -198,7 +199,7 @@ def _serve_without_probe(target: str, draft: str):
     return {
         "probe_state": eagle3_patches.status()["eagle3_probe"].state.value,
         "others": {n: s.state.value for n, s in eagle3_patches.status().items() if n != "eagle3_probe"},
-        "wrapped": isinstance(fwd, wrapt.FunctionWrapper) or eagle3_patches.get_registry().is_object_patched(ModelRunner, "forward"),
+        "wrapped": isinstance(fwd, wrapt.FunctionWrapper) or eagle3_patches.get_instruments().is_object_patched(ModelRunner, "forward"),
         "sglang_function": fwd.__module__ == ModelRunner.__module__ and fwd.__qualname__ == "ModelRunner.forward",
         "counters": dict(eagle3_probe.COUNTERS),
     }
@@ -215,24 +216,21 @@ def test_probe_off_runs_no_probe_code(tiny):
 
 
 # --------------------------------------------------------------------------- no sglang
-def test_probe_setting_and_run_environment(monkeypatch, tmp_path):
+def test_probe_output_and_run_environment(tmp_path):
     from eagle3_patches import settings
     from eagle3_patches._bootstrap import child_environment
-    from eagle3_patches.patches.eagle3_probe import PROBE_NAME, output_file
+    from eagle3_patches.instruments.eagle3_probe import output_file
 
-    for raw, expected in [("", (False, None)), ("0", (False, None)), ("1", (True, None)), ("on", (True, None)),
-                          (str(tmp_path), (True, str(tmp_path)))]:
-        monkeypatch.setenv(settings.PROBE, raw)
-        assert settings.probe_setting() == expected
     assert output_file(str(tmp_path), pid=42) == str(tmp_path / "probe-42.jsonl")
     assert output_file(str(tmp_path / "all.jsonl")) == str(tmp_path / "all.jsonl")
     assert output_file("") is None
 
+    # the probe is an instrument: its own setting switches it on, whatever the patch selection
     env = child_environment(probe=str(tmp_path), base={"EAGLE3_PATCHES_ENABLE": "hidden_state_dump"})
     assert env[settings.PROBE] == str(tmp_path) and env[settings.APPLY] == "all"
-    assert set(env[settings.ENABLE].split(",")) == {"hidden_state_dump", PROBE_NAME}
+    assert env[settings.ENABLE] == "hidden_state_dump"
     env = child_environment(patches="eagle3_fc_guard", probe="1", base={})
-    assert env[settings.APPLY] == f"eagle3_fc_guard,{PROBE_NAME}" and env[settings.PROBE] == "1"
+    assert env[settings.APPLY] == "eagle3_fc_guard" and env[settings.PROBE] == "1"
     assert settings.PROBE not in child_environment(base={})
 
 
@@ -283,9 +281,9 @@ def test_probe_report_names_lost_captures_and_ranks_that_disagree(tmp_path):
     (tmp_path / "probe-7.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rank0) + '{"probe": 1, "hop"')
     (tmp_path / "probe-8.jsonl").write_text(json.dumps({**target, "pid": 8, "tp_rank": 1, "stats": {"std": 0.4}}) + "\n")
     r = report([tmp_path])
-    assert r.exit_code == 1 and (r.first.hop, r.first.mode, r.first.tp_rank) == ("target_output", "extend", 0)
+    assert r.exit_code == 1 and (*hop_of(r.first), r.first.context["tp_rank"]) == ("target_output", "extend", 0)
     assert r.first.cause.startswith("2 of 3 configured states captured")
-    assert "aux-ids-out-of-range" in r.first.doctor
+    assert "aux-ids-out-of-range" in r.first.related
     assert any("1 line(s) skipped" in n for n in r.notes)  # a cut-off last line is skipped, not fatal
     assert any("tp-allreduce-fusion" in n and "rank 1: std 0.4" in n for n in r.notes)
 
@@ -302,6 +300,6 @@ def test_probe_report_with_the_fc_guard_on_still_names_the_algorithm():
          "fc_applied": None, "error": "Eagle3CaptureError: eagle3-patches: the EAGLE-3 draft's fc would be skipped"},
     ]
     r = analyse(recs)
-    assert [(p.hop, p.mode) for p in r.problems] == [("target_output", "extend"), ("draft_input", "extend")]
+    assert [hop_of(p) for p in r.problems] == [("target_output", "extend"), ("draft_input", "extend")]
     assert "--speculative-algorithm EAGLE" in r.first.cause
     assert "raised Eagle3CaptureError" in r.problems[1].what and "--speculative-algorithm EAGLE" in r.problems[1].cause

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from packaging.specifiers import SpecifierSet
 
+from eagle3_patches import settings
 from eagle3_patches.errors import PatchError
 from eagle3_patches.registry import NotApplicable, Patch, Registry, State
 
@@ -127,6 +128,7 @@ def test_version_gate(module_name, monkeypatch):
 
 def test_disabled_by_environment(module_name, monkeypatch):
     monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", "p, other")
+    settings.reload()
     reg = Registry("t", [_patch(module_name)])
     reg.apply()
     mod = importlib.import_module(module_name)
@@ -163,20 +165,20 @@ def test_in_source_marker_reports_in_source(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-def test_production_registry_declares_every_patch():
+def test_production_registries_declare_every_patch_and_instrument():
     import eagle3_patches
 
-    reg = eagle3_patches.get_registry()
+    reg, instruments = eagle3_patches.registries()
     assert reg.names() == [
         "kimi_k25_eagle3_delegation", "aux_capture_validation", "cuda_graph_capture_order",
         "tp_allreduce_fusion_capture", "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
-        "eagle3_target_capability",
-        "hidden_state_dump", "layer_id_convention", "eagle3_probe",
+        "eagle3_target_capability", "layer_id_convention",
     ]
-    for name in reg.names():
-        p = reg[name]
+    assert instruments.names() == ["eagle3_probe", "hidden_state_dump"]
+    for p in [*reg.patches(), *instruments.patches()]:
         assert p.summary and p.module.startswith("sglang.") and p.applies_to
-        assert sys.modules[type(p).__module__].__doc__.lstrip().startswith(name)
+        assert sys.modules[type(p).__module__].__doc__.lstrip().startswith(p.name)
+    assert all(p.default_enabled for p in reg.patches()) and not any(p.default_enabled for p in instruments.patches())
 
 
 def test_reverting_a_patch_under_a_stacked_one_keeps_the_other_and_restores_identity(module_name):
@@ -236,3 +238,85 @@ def test_revert_follows_a_function_other_modules_imported_by_name(tmp_path, monk
     finally:
         for name in [m for m in sys.modules if m == pkg or m.startswith(pkg + ".")]:
             sys.modules.pop(name)
+
+
+# --------------------------------------------------------------------------- states that cannot lie
+def _three(module_name, fail_third=True):
+    """Three patches of one selection, each changing its own attribute; the third fails halfway."""
+    out = []
+    for i, name in enumerate(("one", "two", "three")):
+        class P(Patch):
+            summary = "test patch"
+            module = module_name
+            applies_to = SpecifierSet()
+            order = i
+
+            def patch(self, module, saver, _i=i):
+                saver.set(module.Target, f"attr{_i}", "patched")
+                if _i == 2 and fail_third:
+                    raise RuntimeError("boom in the third")
+
+        P.name = name
+        out.append(P())
+    return out
+
+
+def _originals_back(mod):
+    return all(f"attr{i}" not in mod.Target.__dict__ for i in range(3))
+
+
+def test_eager_failure_of_the_third_patch_rolls_back_all_three_and_says_so(module_name):
+    mod = importlib.import_module(module_name)
+    reg = Registry("t", _three(module_name))
+    with pytest.raises(PatchError, match="three.*boom in the third.*rolled back \\(one, two\\)"):
+        reg.apply()
+    assert _originals_back(mod)
+    states = reg.status()
+    assert {n: s.state for n, s in states.items()} == {"one": State.FAILED, "two": State.FAILED, "three": State.FAILED}
+    assert "boom in the third" in states["three"].reason and "rolled back: three" in states["one"].reason
+    assert not any(reg.is_applied(n) for n in states)
+
+
+def test_lazy_failure_rolls_back_the_patches_of_the_same_selection_that_landed_earlier(module_name, tmp_path, caplog):
+    """Two modules: the first imports fine and its patches land; the second's patch fails at import: the
+    first's are rolled back too, sglang's originals everywhere, every state failed."""
+    other = f"{module_name}_b"
+    (tmp_path / f"{other}.py").write_text("class Target:\n    pass\n")
+    import sys as _sys
+
+    _sys.path.insert(0, str(tmp_path))
+    try:
+        first = _three(module_name, fail_third=False)[:2]
+        bad = _three(other)[2]
+        reg = Registry("t", [*first, bad])
+        reg.apply()
+        assert {n: s.state for n, s in reg.status().items()} == {"one": State.PENDING, "two": State.PENDING, "three": State.PENDING}
+        mod = importlib.import_module(module_name)
+        assert reg.is_applied("one") and reg.is_applied("two") and mod.Target.__dict__["attr0"] == "patched"
+        importlib.import_module(other)  # the post-import hook: the third fails
+        assert _originals_back(mod) and "attr2" not in _sys.modules[other].Target.__dict__
+        assert {n: s.state for n, s in reg.status().items()} == {"one": State.FAILED, "two": State.FAILED, "three": State.FAILED}
+        assert "sglang runs WITHOUT these patches" in caplog.text
+    finally:
+        _sys.path.remove(str(tmp_path))
+        _sys.modules.pop(other, None)
+
+
+def test_lazy_failure_raises_at_the_import_with_on_error_raise(module_name, monkeypatch):
+    monkeypatch.setenv("EAGLE3_PATCHES_ON_ERROR", "raise")
+    settings.reload()
+    reg = Registry("t", _three(module_name))
+    reg.apply()
+    with pytest.raises(PatchError, match="three"):
+        importlib.import_module(module_name)
+    assert not any(reg.is_applied(n) for n in reg.names())
+
+
+def test_applied_is_derived_from_the_originals_held(module_name):
+    """No state is kept for 'applied': whatever restores the originals, the status follows."""
+    mod = importlib.import_module(module_name)
+    reg = Registry("t", _three(module_name, fail_third=False))
+    reg.apply()
+    assert all(s.state is State.APPLIED for s in reg.status().values())
+    reg._unland("two")  # the saver gone, by whatever path
+    assert reg.status()["two"].state is not State.APPLIED and "attr1" not in mod.Target.__dict__

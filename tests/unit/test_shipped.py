@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_patches import _shipped, fork
+from eagle3_patches import _shipped, fork, settings
 from eagle3_patches.cli import build_parser, main
 from eagle3_patches.cli import docs_cmd
 
@@ -42,6 +42,7 @@ def test_an_install_without_the_package_data_finds_nothing(tmp_path, monkeypatch
 def test_the_series_dir_env_is_searched_first(tmp_path, monkeypatch):
     shutil.copytree(REPO / "patches" / fork.DEFAULT_SERIES, tmp_path / "custom")
     monkeypatch.setenv(fork.SERIES_DIR_ENV, str(tmp_path))
+    settings.reload()
     assert fork.series_search_path() == [tmp_path, REPO / "patches"]
     assert fork.find_series("custom") == tmp_path / "custom"
     assert fork.find_series() == REPO / "patches" / fork.DEFAULT_SERIES
@@ -49,6 +50,7 @@ def test_the_series_dir_env_is_searched_first(tmp_path, monkeypatch):
 
 def test_missing_package_data_is_named_with_the_fix(monkeypatch):
     monkeypatch.delenv(fork.SERIES_DIR_ENV, raising=False)
+    settings.reload()
     monkeypatch.setattr(fork, "shipped_dir", lambda package: None)
     with pytest.raises(fork.ForkError, match=r"package data eagle3_patches\.series \(missing from this install.*reinstall"):
         fork.find_series()

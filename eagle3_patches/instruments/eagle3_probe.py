@@ -402,11 +402,14 @@ class Eagle3Probe(Patch):
     applies_to = SpecifierSet(">=0.5.8")
     default_enabled = False
 
+    def enabled_by(self, s: settings.Settings) -> bool:
+        return s.probe or self.name in s.enable
+
     def check(self, module: ModuleType) -> None:
         expect_source(expect_attr(module.ModelRunner, "forward"), "forward_batch")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
-        _output[0] = settings.probe_setting()[1]
+        _output[0] = settings.current().probe_path
         saver.wrap(module.ModelRunner, "forward", _probed_forward)
 
 

@@ -35,10 +35,9 @@ def escape_terminal(text: object, *, keep_newlines: bool = False) -> str:
 
 
 def error_text(exc: BaseException) -> str:
-    """An error's message for the terminal: each field of an :class:`Eagle3ConfigError` escaped, its layout kept."""
-    from ..errors import Eagle3ConfigError
-
-    if isinstance(exc, Eagle3ConfigError):
-        fields = {k: escape_terminal(getattr(exc, k)) for k in ("where", "found", "expected", "fix")}
-        return str(Eagle3ConfigError(escape_terminal(exc.what), **fields))
+    """An error's message for the terminal: a diagnostic's human form (escaped field by field, its layout
+    kept), anything else escaped whole."""
+    diagnostic = getattr(exc, "diagnostic", None)
+    if diagnostic is not None:
+        return diagnostic.render("eagle3-patches: ")
     return escape_terminal(str(exc), keep_newlines=True)

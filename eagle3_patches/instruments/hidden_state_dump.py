@@ -70,7 +70,7 @@ CONVENTION = (
 
 
 def _dump_layer_ids():
-    raw = os.environ.get(settings.DUMP_LAYER_IDS, "").strip()
+    raw = settings.current().dump_layer_ids
     if raw:
         try:
             return [int(x) for x in raw.replace(";", ",").split(",") if x.strip()]
@@ -112,7 +112,7 @@ class _Dumper:
         self.seq_of_slot: dict[int, int] = {}
         self.meta: dict[str, str] = {}
         self.timer: threading.Timer | None = None
-        self.shard_tokens = int(os.environ.get(settings.DUMP_SHARD_TOKENS, "4096") or 4096)
+        self.shard_tokens = settings.current().dump_shard_tokens
         atexit.register(self.flush)
 
     def record(self, model, forward_batch, aux) -> None:
@@ -206,7 +206,7 @@ _DUMPER: _Dumper | None = None
 
 def _dumper() -> _Dumper | None:
     global _DUMPER
-    out = os.environ.get(settings.DUMP_DIR, "").strip()
+    out = settings.current().dump_dir
     if not out:
         return None
     if _DUMPER is None:
@@ -294,6 +294,9 @@ class HiddenStateDump(Patch):
     module = "sglang.srt.models.deepseek_v2"
     applies_to = SpecifierSet(">=0.5.8,<0.5.13")
     default_enabled = False
+
+    def enabled_by(self, s: settings.Settings) -> bool:
+        return s.dump_dir is not None or self.name in s.enable
 
     def check(self, module: ModuleType) -> None:
         expect_source(expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids")

@@ -32,7 +32,7 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
     import sglang.srt.model_executor.cuda_graph_runner as cgr
     import sglang.srt.model_executor.model_runner as mr
 
-    from eagle3_patches.patches import hidden_state_dump as dump
+    from eagle3_patches.instruments import hidden_state_dump as dump
     from eagle3_patches.testing import sglang_harness as h
 
     host_copies_refused: list[str] = []

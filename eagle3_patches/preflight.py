@@ -1,0 +1,130 @@
+"""What a patch's preflight rule sees: one server setup, read from files and flags only.
+
+The doctor (``eagle3-patches doctor``) builds a :class:`Setup` from the target's and the draft's
+``config.json``, their safetensors headers, the sglang launch flags and the sglang release, then runs
+every patch's :meth:`~eagle3_patches.registry.Patch.preflight` rule on it next to its own checks of
+the checkpoints (the checks that belong to no sglang bug).  Nothing here imports sglang or torch.
+
+:func:`run_rules` applies the one policy for a problem a patch covers: where the server runs under
+eagle3-patches and the patch applies to the release, a problem the patch *fixes* becomes a note, and
+one it *refuses* stays an error that says the launch will stop at start with this library's message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from .diagnostic import INFO, Diagnostic
+
+if TYPE_CHECKING:
+    from .checkpoint.formats import DraftView, TargetView
+    from .checkpoint.launch_args import LaunchArgs
+    from .checkpoint.releases import ReleaseFacts
+    from .checkpoint.safetensors_header import TensorInfo
+    from .registry import Patch
+
+
+@dataclass
+class Setup:
+    version: Any  # the sglang release (packaging Version)
+    rf: "ReleaseFacts"
+    algorithm: str | None
+    launch: "LaunchArgs"
+    with_patches: bool  # the server runs under eagle3-patches
+    tp: int
+    pp: int
+    checkpoint_only: bool = False  # only the checkpoints are judged (the converter's check of its output)
+    target_dir: Path | None = None
+    target: "TargetView | None" = None
+    target_tensors: dict[str, "TensorInfo"] = field(default_factory=dict)  # embed_tokens / lm_head only
+    draft_dir: Path | None = None
+    draft: "DraftView | None" = None
+    draft_tensors: dict[str, "TensorInfo"] = field(default_factory=dict)  # canonical name -> info
+    draft_raw_names: dict[str, str] = field(default_factory=dict)  # canonical -> raw name
+    draft_weights_read: bool = False
+    draft_naming: dict[str, list[str]] = field(default_factory=dict)  # naming kind -> raw names
+    facts: dict[str, Any] = field(default_factory=dict)  # what the report shows besides findings
+    _capture: Any = field(default=None, repr=False)
+
+    def patched(self, name: str) -> bool:
+        """The server runs under eagle3-patches and patch ``name`` applies to this release."""
+        import eagle3_patches
+
+        return self.with_patches and eagle3_patches.get_registry()[name].covers(self.version)
+
+    @property
+    def eagle3(self) -> bool:
+        """Capture will run: EAGLE3, or EAGLE/NEXTN with an EAGLE-3 draft (judged as after the fix to EAGLE3)."""
+        if self.algorithm == "EAGLE3":
+            return True
+        return self.algorithm in ("EAGLE", "NEXTN") and self.draft_is_eagle3()[0]
+
+    @property
+    def once_eagle3(self) -> str:
+        return "" if self.algorithm == "EAGLE3" else " (once --speculative-algorithm is EAGLE3)"
+
+    def draft_is_eagle3(self) -> tuple[bool, str]:
+        """(the draft is an EAGLE-3 draft, the evidence)."""
+        from .checkpoint.formats import SGLANG_EAGLE3, SPECULATORS
+
+        dv = self.draft
+        if dv is None:
+            return False, ""
+        if dv.format in (SGLANG_EAGLE3, SPECULATORS):
+            return True, f"{dv.format} draft ({', '.join(dv.architectures) or 'eagle_config'})"
+        fc = self.draft_tensors.get("fc.weight")
+        if fc is not None and len(fc.shape) == 2 and dv.hidden and fc.shape[1] % dv.hidden == 0 and fc.shape[1] // dv.hidden > 1:
+            return True, f"fc.weight takes {fc.shape[1]} = {fc.shape[1] // dv.hidden} x hidden inputs"
+        return False, f"{dv.format} ({', '.join(dv.architectures) or '?'})"
+
+    def capture(self):
+        """What this release captures for the draft's configured ids (:class:`~eagle3_patches.checkpoint.layer_ids.Capture`),
+        or None when the draft states no ids in sglang's format."""
+        from .checkpoint import layer_ids as L
+        from .checkpoint.formats import SGLANG_EAGLE3
+
+        dv = self.draft
+        if dv is None or not dv.is_eagle3 or dv.format != SGLANG_EAGLE3 or not dv.aux_ids:
+            return None
+        key = (tuple(dv.aux_ids), self.target.num_layers if self.target else None, str(self.version))
+        if self._capture is None or self._capture[0] != key:
+            self._capture = (key, L.what_captures(dv.aux_ids, key[1], self.version))
+        return self._capture[1]
+
+    def dcfg(self, key: str = "") -> str:
+        """``where`` for a draft config field."""
+        base = str(self.draft_dir / "config.json") if self.draft_dir else "draft config.json"
+        return f"{base}: {key}" if key else base
+
+    def tcfg(self, key: str = "", *, top: bool = False) -> str:
+        base = str(self.target_dir / "config.json") if self.target_dir else "target config.json"
+        prefix = self.target.text_prefix if self.target and not top else ""
+        return f"{base}: {prefix}{key}" if key else base
+
+    def draft_tensor_where(self, name: str) -> str:
+        t = self.draft_tensors[name]
+        return f"{self.draft_dir / t.file}: {self.draft_raw_names[name]}"
+
+
+def as_patched(patch: "Patch", d: Diagnostic) -> Diagnostic:
+    """The policy for a problem ``patch`` covers, on a server that runs it (see the module docstring)."""
+    if d.severity == INFO:
+        return d
+    if patch.remedy == "fixed":
+        return d.replace(severity=INFO, what=f"{d.what} - fixed by eagle3-patches' {patch.name} (the launch runs under it)",
+                         fix="")
+    return d.replace(what=f"{d.what} - eagle3-patches ({patch.name}) refuses this at start")
+
+
+def run_rules(setup: Setup, patches: Iterable["Patch"], add: Callable[[Diagnostic], Any],
+              guard: Callable[[str, Callable[[], None]], None]) -> None:
+    """Every patch's preflight rule on ``setup``; ``add`` records a diagnostic, ``guard(label, fn)`` runs
+    ``fn`` turning an unexpected exception into a finding (a rule never breaks the doctor)."""
+    for patch in patches:
+        def one(patch: "Patch" = patch) -> None:
+            for d in patch.preflight(setup):
+                add(patch.when_patched(d, setup) if setup.patched(patch.name) else d)
+
+        guard(patch.name, one)
