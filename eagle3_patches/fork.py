@@ -3,7 +3,9 @@
 ``patches/<series>/`` holds one unified diff per registry patch (same names, same order,
 paths relative to the ``sglang/`` package root), a ``series`` file listing them in order
 and ``checksums.json`` (the sha256 of every touched file before and after each patch).
-This module applies them itself (no ``patch`` binary):
+The diffs are standard (GNU ``patch -p1`` and ``git apply`` give the same tree; ``series`` is quilt's
+format), so any of those tools can apply them.  This module applies them itself because none of
+them gives what a production image needs in one step (kept on purpose, not for speed):
 
 * the sglang version (``_version.py`` or the installed dist-info) must be the pinned
   release, and every touched file must hash to a state the series knows (pristine, or

@@ -116,6 +116,8 @@ class Patch:
     default_enabled: bool = True
     #: its place in the set (application order, the fork series' order); ties go by name
     order: int = 100
+    #: shipped as a fork-path diff too (patches/<series>/); False for a check of the library's own deployment
+    in_fork_series: bool = True
     #: with the patch active, a problem its preflight rule finds is "fixed" (the launch works) or
     #: "refused" (the launch stops at start with this library's message)
     remedy: str = "fixed"
@@ -246,7 +248,7 @@ class Registry:
             self._calls += 1
             modules: list[str] = []
             for name in chosen:
-                if name in disabled:
+                if name in disabled or settings.ALL in disabled:
                     self._set(name, State.DISABLED, f"listed in {settings.DISABLE}")
                     continue
                 if name in self._selection:

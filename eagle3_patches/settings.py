@@ -9,9 +9,9 @@ in :attr:`Settings.problems` and logged once, as is a patch name that no registr
 | variable | meaning |
 |---|---|
 | ``EAGLE3_PATCHES_APPLY`` | set by ``eagle3-patches run``: ``all`` or a comma list of patch names to apply in every process (read by the bootstrap ``sitecustomize``) |
-| ``EAGLE3_PATCHES_DISABLE`` | comma list of patch names never to apply (status: ``disabled``) |
+| ``EAGLE3_PATCHES_DISABLE`` | comma list of patch names never to apply (status: ``disabled``); ``all``: every patch and instrument |
 | ``EAGLE3_PATCHES_ENABLE`` | comma list of off-by-default patches and instruments to apply as well |
-| ``EAGLE3_PATCHES_ON_ERROR`` | ``warn`` (default): a patch that fails to apply is logged, its whole selection is rolled back and reported ``failed``; ``raise``: the import that triggered it fails |
+| ``EAGLE3_PATCHES_ON_ERROR`` | ``warn`` (default): a patch that fails to apply is logged, its whole selection is rolled back and reported ``failed``; ``raise``: the import that triggered it fails. A bootstrap that cannot load the library at all (``eagle3-patches run`` with another Python) refuses to import sglang in that process unless this is set to ``warn`` explicitly |
 | ``EAGLE3_PATCHES_CPU_PROFILE`` | on: activate the CPU profile (refused when CUDA is available); ``force``: activate even then |
 | ``EAGLE3_PATCHES_UPGRADE_ALGORITHM`` | on: ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft is upgraded to ``EAGLE3`` with a warning instead of refused |
 | ``EAGLE3_PATCHES_LAYER_ID_CONVENTION`` | sglang >= 0.5.13: the convention of a draft config that records none (``output-of-layer`` or ``input-of-layer``) |
@@ -19,6 +19,8 @@ in :attr:`Settings.problems` and logged once, as is a patch name that no registr
 | ``EAGLE3_PATCHES_DUMP_DIR`` | the instrument ``hidden_state_dump``: the directory its safetensors shards (aux hidden states + token ids of served requests) go to; setting it switches the dump on |
 | ``EAGLE3_PATCHES_DUMP_LAYER_IDS`` | ``hidden_state_dump`` without EAGLE3 speculation: the aux layer ids to capture (comma list, the installed sglang's convention, e.g. ``1,2,3``); default: the ``--speculative-draft-model-path`` config's ids |
 | ``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` | ``hidden_state_dump``: rows (tokens) per shard before it is written (default 4096; a partial shard is also written after one idle second and at exit) |
+| ``EAGLE3_PATCHES_PLUGIN`` | on by default: installed next to sglang >= 0.5.11, the sglang plugin entry point applies the patch set in every sglang process; off: it does nothing (``eagle3-patches run`` still works) |
+| ``EAGLE3_PATCHES_RANK_CHECK_TIMEOUT`` | seconds a rank waits for every other rank's patch set at model load (default 120; 0: the check is off) |
 | ``EAGLE3_PATCHES_SERIES_DIR`` | the fork path: a directory holding patch series directories, searched first |
 | ``EAGLE3_PATCHES_DEBUG`` | on: the CLI shows tracebacks instead of one-line messages |
 
@@ -49,8 +51,12 @@ DUMP_LAYER_IDS = "EAGLE3_PATCHES_DUMP_LAYER_IDS"
 DUMP_SHARD_TOKENS = "EAGLE3_PATCHES_DUMP_SHARD_TOKENS"
 SERIES_DIR = "EAGLE3_PATCHES_SERIES_DIR"
 DEBUG = "EAGLE3_PATCHES_DEBUG"
+PLUGIN = "EAGLE3_PATCHES_PLUGIN"
+RANK_CHECK_TIMEOUT = "EAGLE3_PATCHES_RANK_CHECK_TIMEOUT"
 KNOWN = (APPLY, DISABLE, ENABLE, ON_ERROR, CPU_PROFILE, UPGRADE_ALGORITHM, LAYER_ID_CONVENTION, PROBE, DUMP_DIR,
-         DUMP_LAYER_IDS, DUMP_SHARD_TOKENS, SERIES_DIR, DEBUG)
+         DUMP_LAYER_IDS, DUMP_SHARD_TOKENS, SERIES_DIR, DEBUG, PLUGIN, RANK_CHECK_TIMEOUT)
+#: in EAGLE3_PATCHES_DISABLE: every patch and instrument
+ALL = "all"
 
 ON = frozenset({"1", "true", "yes", "on"})
 OFF = frozenset({"", "0", "false", "no", "off"})
@@ -62,6 +68,7 @@ class Settings:
     disable: frozenset[str] = frozenset()
     enable: frozenset[str] = frozenset()
     on_error: str = "warn"  # "warn" | "raise"
+    on_error_explicit: bool = False  # EAGLE3_PATCHES_ON_ERROR was set (a failed bootstrap keeps sglang out unless "warn" is)
     cpu_profile: str = ""  # "" | "on" | "force"
     upgrade_algorithm: bool = False
     layer_id_convention: str = ""
@@ -72,6 +79,8 @@ class Settings:
     dump_shard_tokens: int = 4096
     series_dir: str | None = None
     debug: bool = False
+    plugin: bool = True
+    rank_check_timeout: float = 120.0
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -124,6 +133,18 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
     cpu = flag(CPU_PROFILE, also=("force",))
     probe_raw = env.get(PROBE, "").strip()
     probe_flag = parse_flag(probe_raw)
+    timeout_raw = env.get(RANK_CHECK_TIMEOUT, "").strip()
+    rank_timeout = 120.0
+    if timeout_raw:
+        try:
+            rank_timeout = float(timeout_raw)
+            if not 0 <= rank_timeout <= 86400:
+                raise ValueError
+        except ValueError:
+            problems.append(f"{RANK_CHECK_TIMEOUT}={timeout_raw!r} is not a number of seconds in 0..86400; using 120")
+            rank_timeout = 120.0
+    plugin_raw = env.get(PLUGIN)
+    plugin = True if plugin_raw is None or not plugin_raw.strip() else flag(PLUGIN)
     shard_raw = env.get(DUMP_SHARD_TOKENS, "").strip()
     shard_tokens = 4096
     if shard_raw:
@@ -137,6 +158,7 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         disable=names(env.get(DISABLE, "")),
         enable=names(env.get(ENABLE, "")),
         on_error=on_error,
+        on_error_explicit=bool(env.get(ON_ERROR, "").strip()),
         cpu_profile="force" if cpu == "force" else ("on" if cpu else ""),
         upgrade_algorithm=bool(flag(UPGRADE_ALGORITHM)),
         layer_id_convention=env.get(LAYER_ID_CONVENTION, "").strip(),
@@ -147,6 +169,8 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         dump_shard_tokens=shard_tokens,
         series_dir=env.get(SERIES_DIR, "").strip() or None,
         debug=bool(flag(DEBUG)),
+        plugin=bool(plugin),
+        rank_check_timeout=rank_timeout,
         problems=tuple(problems),
     )
 
@@ -172,6 +196,6 @@ def reload(environ: Mapping[str, str] | None = None) -> Settings:
 
 def unknown_names(known: Iterable[str], s: Settings | None = None) -> dict[str, list[str]]:
     """Patch names listed in ``EAGLE3_PATCHES_DISABLE`` / ``_ENABLE`` / ``_APPLY`` that are not in ``known``."""
-    known = set(known)
+    known = set(known) | {ALL}
     s = s or current()
     return {var: sorted(listed - known) for var, listed in s.listed_names().items() if listed - known}

@@ -164,6 +164,30 @@ def venv_python(version: str) -> Path:
     return MATRIX / f"venv-{version}" / "bin" / "python"
 
 
+def write_checkout_metadata(site: Path) -> Path:
+    """The checkout's distribution metadata next to its ``.pth``, as an install writes it: name, version and the
+    entry points of pyproject.toml (the console script, and the ``sglang.srt.plugins`` entry point that sglang
+    >= 0.5.11 loads in each of its processes), so that ``importlib.metadata`` and sglang's ``load_plugins()``
+    find eagle3-patches in the release venv.  The code itself is the checkout's (the ``.pth``)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for old in site.glob("eagle3_patches-*.dist-info"):
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    dist = site / f"eagle3_patches-{project['version']}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    groups = {"console_scripts": project.get("scripts", {}), **project.get("entry-points", {})}
+    (dist / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in eps.items()) + "\n"
+        for group, eps in groups.items()))
+    (dist / "INSTALLER").write_text("tools/matrix.py (the checkout, through eagle3_patches_checkout.pth)\n")
+    (dist / "RECORD").write_text("")
+    return dist
+
+
 def setup_release(version: str, data: dict) -> dict:
     """Create (or reuse) the release's venv; returns {ok, seconds, pins, error}."""
     t0 = time.time()
@@ -177,7 +201,8 @@ def setup_release(version: str, data: dict) -> dict:
             subprocess.run([host_python(), "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
         wheel = wheel_for(version, str(py))
         req_text, pins = requirements_for(version, wheel, data)
-        digest = hashlib.sha256((req_text + wheel.name + str(ROOT)).encode()).hexdigest()[:16]
+        pyproject = (ROOT / "pyproject.toml").read_text()
+        digest = hashlib.sha256((req_text + wheel.name + str(ROOT) + pyproject).encode()).hexdigest()[:16]
         stamp = venv / f".matrix-env-{digest}"
         if stamp.exists():
             return {"ok": True, "seconds": round(time.time() - t0, 1), "pins": pins, "reused": True}
@@ -198,6 +223,7 @@ def setup_release(version: str, data: dict) -> dict:
         site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
         Path(site, "eagle3_patches_checkout.pth").write_text(str(ROOT) + "\n")
+        write_checkout_metadata(Path(site))
         for old in venv.glob(".matrix-env-*"):
             old.unlink()
         stamp.touch()
@@ -431,8 +457,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
             lines += ["| patch | state | reason |", "|---|---|---|"]
             for p in status["patches"]:
                 lines.append(f"| `{p['name']}` | {p['state']} | {_md(p['reason'])} |")
-            for mod, err in (status.get("import_errors") or {}).items():
-                lines.append(f"| (import `{mod}`) | error | {_md(err)} |")
+            for err, modules in (status.get("import_errors") or {}).items():
+                lines.append(f"| (import `{'`, `'.join(modules)}`) | error | {_md(err)} |")
             lines.append("")
         s = res.get("suite") or {}
         lines.append(f"Suite: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('errors', 0)} errors, "

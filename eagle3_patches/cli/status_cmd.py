@@ -32,16 +32,32 @@ def resolve_status(cpu_profile: bool = False) -> dict:
 
         cpu.activate()
     statuses = eagle3_patches.apply()
+    failures: dict[str, list[str]] = {}  # one message -> the sglang modules it stopped
     for name, st in statuses.items():
         if st.state.value == "pending":
             module = eagle3_patches.get_patch(name).module
             try:
                 importlib.import_module(module)
-            except Exception as exc:  # noqa: BLE001 - reported per patch
-                hint = "" if cpu_profile else " (on a machine without a GPU, add --cpu-profile)"
-                report.setdefault("import_errors", {})[module] = f"{type(exc).__name__}: {exc}{hint}"
+            except Exception as exc:  # noqa: BLE001 - reported once per cause
+                failures.setdefault(_import_failure(exc, cpu_profile), []).append(module)
+    if failures:
+        report["import_errors"] = {msg: sorted(set(mods)) for msg, mods in failures.items()}
     report["patches"] = [s.as_dict() for s in eagle3_patches.status().values()]
     return report
+
+
+def _import_failure(exc: Exception, cpu_profile: bool) -> str:
+    """What stopped sglang's import, said once: a missing dependency by name, the CPU profile only where it helps."""
+    from ..cpu.stubs import STAND_INS
+
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing:
+        top = missing.split(".")[0]
+        if top in STAND_INS and not cpu_profile:
+            return (f"sglang needs {top}, a CUDA-only package that cannot be imported here; on a machine without a GPU "
+                    "add --cpu-profile")
+        return f"sglang needs the module {missing!r}, which is not installed in this Python: pip install {top}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def run(args) -> int:
@@ -54,6 +70,6 @@ def run(args) -> int:
         for p in report["patches"]:
             reason = f"  ({p['reason']})" if p["reason"] else ""
             print(f"  {p['name']:<{width}}  {p['state']:<14}{reason}")
-        for module, err in report.get("import_errors", {}).items():
-            print(f"  could not import {module}: {err}")
+        for err, modules in report.get("import_errors", {}).items():
+            print(f"  could not import {', '.join(modules)}: {err}")
     return 1 if any(p["state"] == "failed" for p in report["patches"]) or report.get("import_errors") else 0

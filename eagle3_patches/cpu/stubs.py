@@ -81,6 +81,8 @@ def _torchvision_stub() -> types.ModuleType:
 
 
 _FACTORIES = {"sgl_kernel": lambda: _new_stub("sgl_kernel"), "torchvision": _torchvision_stub}
+#: the CUDA-only packages the CPU profile stands in for (their absence on a CPU machine is expected)
+STAND_INS = frozenset(_FACTORIES)
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

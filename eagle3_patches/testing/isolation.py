@@ -67,20 +67,27 @@ def run_ranks(
     fn: Callable[..., Any],
     world_size: int,
     *args: Any,
-    patches: str | Iterable[str] | None = None,
+    patches: str | Iterable[str] | None | list = None,
     cpu_profile: bool = True,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | list[dict[str, str]] | None = None,
     timeout: float = 600,
+    per_rank: bool = False,
 ) -> list[Any]:
-    """``fn(rank, world_size, port, *args)`` in ``world_size`` concurrent spawned processes (one TP rank each)."""
+    """``fn(rank, world_size, port, *args)`` in ``world_size`` concurrent spawned processes (one TP rank each).
+
+    ``per_rank=True``: ``patches`` and ``env`` are lists, one entry per rank (a rank started differently
+    from the others, as a node of a multi-node server can be)."""
     ctx = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=world_size, mp_context=ctx)
     port = free_port()
-    sel = patches if patches in (None, "all") else list(patches)
+    ranks = range(world_size)
+    patch_list = list(patches) if per_rank else [patches] * world_size
+    env_list = list(env) if per_rank else [env] * world_size
+    sel = [p if p in (None, "all") else list(p) for p in patch_list]
     try:
         futures = [
-            pool.submit(_child, fn, (rank, world_size, port, *args), {}, cpu_profile, sel, env or {})
-            for rank in range(world_size)
+            pool.submit(_child, fn, (rank, world_size, port, *args), {}, cpu_profile, sel[rank], env_list[rank] or {})
+            for rank in ranks
         ]
         return [f.result(timeout=timeout) for f in futures]
     except FutureTimeout:

@@ -110,7 +110,9 @@ QUANT_TENSORS = {"fp8": fp8_tensors, "w8a8-fp8": w8a8_fp8_tensors, "w4a16": w4a1
 
 def build_quantized_draft(path: os.PathLike, kind: str, spec: tm.TinyDraftSpec = tm.TinyDraftSpec(),
                           tensors: dict | None = None) -> Path:
-    """The tiny draft quantized as ``kind`` (a key of :data:`QUANT_CONFIGS`)."""
+    """The tiny draft quantized as ``kind`` (a key of :data:`QUANT_CONFIGS`); ``tensors``: already quantized."""
     config = tm.eagle3_draft_config(spec)
     config["quantization_config"] = QUANT_CONFIGS[kind]
-    return tm.write_checkpoint(Path(path), config, QUANT_TENSORS[kind](tensors or tm.eagle3_draft_tensors(spec)), spec.vocab)
+    if tensors is None:
+        tensors = QUANT_TENSORS[kind](tm.eagle3_draft_tensors(spec))
+    return tm.write_checkpoint(Path(path), config, tensors, spec.vocab)

@@ -527,3 +527,44 @@ def test_raise_for_errors_gives_a_config_error(tiny):
 
     with pytest.raises(Eagle3ConfigError, match="EAGLE3|--speculative-algorithm"):
         run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm="EAGLE").raise_for_errors()
+
+
+# ------------------------------------------------------------------ quantized drafts (strict loading's rule)
+@pytest.mark.parametrize("kind", ["fp8", "w8a8-fp8", "w4a16"])
+def test_quantized_drafts_pass_as_sglang_loads_them(tiny, tmp_path, kind):
+    """The layouts sglang's quantization methods load (tests/patches/test_eagle3_draft_strict_loading.py loads
+    the same files through sglang): their scales and packed weights are not unknown keys, a packed projection
+    is not missing its weight."""
+    from eagle3_patches.testing.quantized_drafts import build_quantized_draft
+
+    r = run(tiny["deepseek_v3"], build_quantized_draft(tmp_path / kind, kind))
+    assert not {"keys-unknown", "keys-missing", "tensor-dtype"} & set(r.codes()), r.format()
+    assert_clean(r)
+
+
+def test_kv_scales_in_their_checkpoint_spellings_are_not_unknown_keys(tiny, tmp_path):
+    t = tm.eagle3_draft_tensors(tm.TinyDraftSpec())
+    t["midlayer.self_attn.k_proj.k_scale"] = torch.tensor(0.125)
+    t["midlayer.self_attn.v_proj.v_scale"] = torch.tensor(0.25)
+    r = run(tiny["deepseek_v3"], tm.build_eagle3_draft(tmp_path / "kv", tensors=t))
+    assert_clean(r)
+
+
+def test_quantization_names_without_a_quantization_config_are_unknown(tiny, tmp_path):
+    """sglang builds no scale parameters for a draft that says it is not quantized: it would drop them."""
+    t = tm.eagle3_draft_tensors(tm.TinyDraftSpec())
+    t["midlayer.self_attn.q_proj.weight_scale"] = torch.tensor(1.0)
+    r = run(tiny["deepseek_v3"], tm.build_eagle3_draft(tmp_path / "stray-scale", tensors=t))
+    assert_error(r, "keys-unknown")
+    assert "q_proj.weight_scale" in next(f for f in r.errors if f.code == "keys-unknown").found
+
+
+def test_a_quantized_draft_missing_a_projection_is_still_refused(tiny, tmp_path):
+    from eagle3_patches.testing.quantized_drafts import QUANT_TENSORS, build_quantized_draft
+
+    t = QUANT_TENSORS["w4a16"](tm.eagle3_draft_tensors(tm.TinyDraftSpec()))
+    for suffix in ("weight_packed", "weight_scale", "weight_shape"):
+        t.pop(f"midlayer.mlp.down_proj.{suffix}")
+    r = run(tiny["deepseek_v3"], build_quantized_draft(tmp_path / "w4a16-missing", "w4a16", tensors=t))
+    assert_error(r, "keys-missing")
+    assert "down_proj.weight" in next(f for f in r.errors if f.code == "keys-missing").found

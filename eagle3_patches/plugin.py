@@ -1,0 +1,53 @@
+"""sglang's own way in: the ``sglang.srt.plugins`` entry point (sglang >= 0.5.11).
+
+Installed next to sglang 0.5.11 or later, eagle3-patches is a general sglang plugin
+(``pyproject.toml``: ``[project.entry-points."sglang.srt.plugins"]``): sglang calls :func:`activate`
+in the launcher before it parses the flags, in ``Engine``, in every scheduler process (every TP
+rank) and, from 0.5.23, in the detokenizer and the data-parallel controller.  So a plain
+``python -m sglang.launch_server ...`` gets the patch set in every process, no wrapper and no
+``PYTHONPATH``; ``eagle3-patches run`` stays for 0.5.9 / 0.5.10 (no plugin mechanism) and for whoever
+wants it explicit.  Both can be active at once: applying is idempotent.
+
+Activation policy (docs/patches.md, "How it gets into sglang"): on when installed, as sglang
+discovers plugins; ``SGLANG_PLUGINS`` (sglang's allow-list) without ``eagle3_patches`` keeps it out;
+``EAGLE3_PATCHES_PLUGIN=0`` switches the plugin off; ``EAGLE3_PATCHES_DISABLE=all`` switches every
+patch off, whichever way it came in.  The plugin never activates the CPU profile and imports nothing
+of sglang (the patches land when sglang imports their modules).
+
+sglang logs and swallows an exception a plugin raises; a patch that fails to apply therefore rolls
+back its whole selection and is logged (sglang runs unpatched, said loudly), and with
+``EAGLE3_PATCHES_ON_ERROR=raise`` the process exits instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from . import settings
+
+logger = logging.getLogger("eagle3_patches")
+
+#: the entry point's name: what ``SGLANG_PLUGINS`` lists to allow it
+ENTRY_POINT = "eagle3_patches"
+GROUP = "sglang.srt.plugins"
+
+
+def activate() -> None:
+    """Called by sglang's ``load_plugins()`` in each of its processes."""
+    s = settings.current()
+    if not s.plugin:
+        logger.info("eagle3-patches: sglang plugin switched off (%s=0) in pid %d", settings.PLUGIN, os.getpid())
+        return
+    import eagle3_patches
+    from .errors import PatchError
+
+    try:
+        states = eagle3_patches.apply(s.apply_names if s.apply else None)
+    except PatchError as exc:
+        if s.on_error == "raise":
+            raise SystemExit(str(exc)) from None  # sglang catches Exception from plugins, not SystemExit
+        logger.error("%s; sglang runs WITHOUT eagle3-patches in pid %d", exc, os.getpid())
+        return
+    summary = ", ".join(f"{n}={st.state.value}" for n, st in states.items())
+    logger.info("eagle3-patches: active in pid %d through the sglang plugin entry point: %s", os.getpid(), summary)

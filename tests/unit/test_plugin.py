@@ -1,0 +1,78 @@
+"""The sglang plugin entry point (sglang >= 0.5.11 calls it in each of its processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eagle3_patches.testing.releases import only_release
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = """
+import json, os, sys
+from eagle3_patches import plugin
+plugin.activate()   # what sglang.srt.plugins.load_plugins() does in each process
+import eagle3_patches
+from eagle3_patches import cpu
+print(json.dumps({"states": {n: s.state.value for n, s in eagle3_patches.status().items()},
+                  "sglang_imported": any(m == "sglang" or m.startswith("sglang.") for m in sys.modules),
+                  "cpu_profile": cpu.is_active() or bool(os.environ.get("SGLANG_USE_CPU_ENGINE"))}))
+"""
+
+
+def _activate(env: dict) -> dict:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_PATCHES_", "SGLANG_"))}
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120,
+                         env={**base, "PYTHONPATH": str(ROOT), **env})
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_plugin_selects_the_patch_set_lazily_and_never_the_cpu_profile():
+    got = _activate({})
+    import eagle3_patches
+
+    assert {n: s for n, s in got["states"].items() if n in eagle3_patches.get_registry().names()} == {
+        n: "pending" for n in eagle3_patches.get_registry().names()}
+    assert got["states"]["eagle3_probe"] == "not-selected"
+    assert not got["sglang_imported"] and not got["cpu_profile"]
+
+
+def test_the_plugin_follows_the_instruments_settings():
+    assert _activate({"EAGLE3_PATCHES_PROBE": "1"})["states"]["eagle3_probe"] == "pending"
+
+
+@pytest.mark.parametrize("env, state", [({"EAGLE3_PATCHES_PLUGIN": "0"}, "not-selected"),
+                                        ({"EAGLE3_PATCHES_DISABLE": "all"}, "disabled")])
+def test_the_documented_off_switches(env, state):
+    got = _activate(env)
+    assert set(got["states"].values()) == {state} | ({"not-selected"} if state == "disabled" else set())
+
+
+def test_pyproject_registers_the_entry_point_sglang_discovers():
+    import tomllib
+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    from eagle3_patches import plugin
+
+    assert eps[plugin.GROUP] == {plugin.ENTRY_POINT: "eagle3_patches.plugin:activate"}
+
+
+@pytest.mark.sglang
+@only_release(">=0.5.11", "sglang.srt.plugins arrived in 0.5.11")
+def test_sglangs_own_load_plugins_runs_it():
+    """sglang >= 0.5.11: its ``load_plugins()`` (what the launcher, Engine and every scheduler call) finds the
+    entry point of the installed distribution and applies the patch set; 0.5.9 / 0.5.10 have no plugins."""
+    code = ("import json, eagle3_patches\nfrom sglang.srt.plugins import load_plugins\nload_plugins()\n"
+            "print(json.dumps({n: s.state.value for n, s in eagle3_patches.status().items()}))")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_PATCHES_")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=base)
+    assert out.returncode == 0, out.stderr[-3000:]
+    states = json.loads(out.stdout.strip().splitlines()[-1])
+    assert states["eagle3_fc_guard"] in ("pending", "applied") and states["eagle3_probe"] == "not-selected"
