@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${EAGLE3_VENV:-.venv}
 SGLANG_VERSION=${SGLANG_VERSION:-0.5.9}
-stamp="$VENV/.eagle3-env-$(sha256sum requirements-test.txt | cut -c1-16)-sglang-$SGLANG_VERSION"
+stamp="$VENV/.eagle3-env-$(cat requirements-test.txt pyproject.toml | sha256sum | cut -c1-16)-sglang-$SGLANG_VERSION"
 if [ -f "$stamp" ]; then exit 0; fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # pip's notes about this machine's unused local index locations are noise here
