@@ -118,6 +118,8 @@ class Patch:
     order: int = 100
     #: shipped as a fork-path diff too (patches/<series>/); False for a check of the library's own deployment
     in_fork_series: bool = True
+    #: target architectures this patch makes able to serve an EAGLE-3 draft on the releases it applies to
+    targets: tuple[str, ...] = ()
     #: with the patch active, a problem its preflight rule finds is "fixed" (the launch works) or
     #: "refused" (the launch stops at start with this library's message)
     remedy: str = "fixed"

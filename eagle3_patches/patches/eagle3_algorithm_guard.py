@@ -3,7 +3,11 @@
 Bug: ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft starts fine, captures no aux
 layers, feeds the draft the final H-wide state and skips its fc: accept length ~1.0, no error.
 This was the field's real root cause.  Nothing validates the draft against the algorithm in
-any release through 0.5.23 (an upstream PR proposing a guard was closed unmerged).
+any release through 0.5.23 (an upstream PR proposing a guard was closed unmerged).  The other
+half of the same mistake: ``--speculative-algorithm EAGLE3`` without
+``--speculative-draft-model-path`` makes sglang take the target itself as the draft (its MTP
+default for DeepSeek-V3-family architectures), load it twice and crash, or serve without an
+EAGLE-3 draft (sglang issue 36528, open on the newest release).
 Upstream probe: none; it hooks where ServerArgs resolves the flags (``__post_init__``; ``resolve_once`` from 0.5.23).
 """
 
@@ -24,10 +28,21 @@ from ..sglang_runtime import server_args_resolution_method
 logger = logging.getLogger("eagle3_patches")
 
 
+NO_DRAFT_WHAT = ("--speculative-algorithm EAGLE3 without --speculative-draft-model-path: sglang takes the target itself "
+                 "as the draft (its MTP default), loads it twice and fails, or serves without an EAGLE-3 draft "
+                 "(sglang issue 36528)")
+NO_DRAFT_FIX = ("pass the EAGLE-3 draft with --speculative-draft-model-path; to speculate with a DeepSeek-V3-family "
+                "target's own MTP layers, use --speculative-algorithm NEXTN instead")
+
+
 def check_algorithm(server_args) -> None:
-    """Refuse (or, opted in, upgrade) EAGLE/NEXTN with an EAGLE-3 draft.  Reads config + header only."""
+    """Refuse EAGLE3 without a draft, and (or, opted in, upgrade) EAGLE/NEXTN with an EAGLE-3 draft.  Reads the
+    flags as the user gave them (before sglang fills in its defaults), and the draft's config + header only."""
     algorithm = (server_args.speculative_algorithm or "").upper()
     draft = server_args.speculative_draft_model_path
+    if algorithm == "EAGLE3" and not draft:
+        raise Eagle3ConfigError(NO_DRAFT_WHAT, where="--speculative-algorithm EAGLE3", found="no --speculative-draft-model-path",
+                                expected="--speculative-draft-model-path PATH/TO/EAGLE3-DRAFT", fix=NO_DRAFT_FIX)
     if algorithm not in ("EAGLE", "NEXTN") or not draft:
         return
     evidence = eagle3_draft_evidence(draft)
@@ -58,13 +73,19 @@ def _guarded_post_init(wrapped, instance, args, kwargs):
 class Eagle3AlgorithmGuard(Patch):
     name = "eagle3_algorithm_guard"
     order = 70
-    summary = "--speculative-algorithm EAGLE with an EAGLE-3 draft is refused at start with the exact flag"
+    summary = "--speculative-algorithm EAGLE with an EAGLE-3 draft, or EAGLE3 without a draft, is refused at start with the exact flag"
     module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8")
     remedy = "refused"
 
     def preflight(self, setup) -> Diagnostics:
         out = Diagnostics()
+        launched = setup.facts.get("launch") is not None
+        if (not setup.checkpoint_only and launched and setup.algorithm == "EAGLE3" and setup.draft is None
+                and not setup.launch.draft_path):
+            out.add(ERROR, "algorithm-eagle3-without-draft", NO_DRAFT_WHAT, where="--speculative-algorithm EAGLE3",
+                    found="no --speculative-draft-model-path", expected="--speculative-draft-model-path PATH/TO/EAGLE3-DRAFT",
+                    fix=NO_DRAFT_FIX)
         is3, why = setup.draft_is_eagle3()
         if setup.checkpoint_only or setup.algorithm not in ("EAGLE", "NEXTN") or not is3:
             return out

@@ -48,14 +48,23 @@ def check_target_supports_eagle3(server_args) -> None:
         return
     missing = [m for m in REQUIRED if not callable(getattr(cls, m, None))]
     if missing:
+        import eagle3_patches
+
+        helper = next((p for p in eagle3_patches.get_registry().patches() if arch in p.targets), None)
+        if helper is not None and helper.applies_to:
+            first_fixed = next((s.version for s in helper.applies_to if s.operator == "<"), None)
+            fix = (f"enable eagle3-patches' {helper.name} for {arch} (remove it from EAGLE3_PATCHES_DISABLE; it applies to "
+                   f"sglang {', '.join(str(s) for s in helper.applies_to)})"
+                   + (f", or upgrade sglang to >= {first_fixed}" if first_fixed else ""))
+        else:
+            fix = "serve this target without an EAGLE-3 draft (no patch of eagle3-patches makes it capture on this release)"
         raise Eagle3TargetError(
             f"the target model {arch} cannot serve an EAGLE-3 draft: it has no {' / '.join(missing)}",
             where=f"--model-path {server_args.model_path} (architectures {archs}) with --speculative-algorithm EAGLE3",
             found=f"{cls.__module__}.{cls.__qualname__} without {', '.join(missing)}",
             expected="a target that captures aux hidden states (set_eagle3_layers_to_capture) and shares its "
             "embedding and lm_head (get_embed_and_head)",
-            fix="for Kimi-K2.5 on sglang 0.5.9 enable eagle3-patches' kimi_k25_eagle3_delegation (remove it from "
-            "EAGLE3_PATCHES_DISABLE) or upgrade sglang to >= 0.5.10; otherwise serve without an EAGLE-3 draft",
+            fix=fix,
         )
 
 

@@ -21,39 +21,57 @@ from ..registry import Patch, Saver
 DELEGATED = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
 
 
-def _delegate(method: str):
+def _delegate(method: str, attr: str, class_name: str):
     def delegated(self, *args, **kwargs):
-        lm = getattr(self, "language_model", None)
+        lm = getattr(self, attr, None)
         target = getattr(lm, method, None)
         if target is None:
             raise Eagle3TargetError(
-                f"the Kimi-K2.5 target cannot do EAGLE-3: its language model has no {method}()",
-                where=f"{type(self).__name__}.language_model ({type(lm).__name__})",
+                f"the {class_name} target cannot do EAGLE-3: its language model has no {method}()",
+                where=f"{type(self).__name__}.{attr} ({type(lm).__name__})",
                 found=f"no {method} on the language model",
-                expected="a DeepSeek-V3-family language model (DeepseekV3ForCausalLM) that supports aux hidden-state capture",
+                expected="a language model that supports aux hidden-state capture (e.g. DeepseekV3ForCausalLM)",
                 fix="serve this target without --speculative-algorithm EAGLE3, or use an sglang release whose language "
                 "model supports EAGLE-3 capture",
             )
         return target(*args, **kwargs)
 
     delegated.__name__ = method
-    delegated.__qualname__ = f"KimiK25ForConditionalGeneration.{method}"
-    delegated.__doc__ = f"Delegates to ``self.language_model.{method}`` (added by eagle3-patches)."
+    delegated.__qualname__ = f"{class_name}.{method}"
+    delegated.__doc__ = f"Delegates to ``self.{attr}.{method}`` (added by eagle3-patches)."
     return delegated
 
 
-class KimiK25Eagle3Delegation(Patch):
+class DelegatingWrapperPatch(Patch):
+    """The one mechanism for a multimodal wrapper whose ``forward`` returns its language model's own output (aux
+    states included, e.g. through ``general_mm_embed_routine(language_model=...)``) but lacks the EAGLE-3 hooks:
+    each hook is delegated to the language model (``language_model_attr``).  A wrapper patch is a subclass naming
+    its module, class and releases, plus a test with a tiny model of the class through the real EAGLE worker."""
+
+    class_name: str = ""
+    language_model_attr: str = "language_model"
+
+    def upstream(self, module: ModuleType) -> str | None:
+        if "set_eagle3_layers_to_capture" in vars(getattr(module, self.class_name)):
+            fixed = next((str(s.version) for s in self.applies_to if s.operator == "<"), None)
+            return f"{self.class_name} defines set_eagle3_layers_to_capture itself" + (f" (sglang >= {fixed})" if fixed else "")
+        return None
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        cls = getattr(module, self.class_name)
+        for method in DELEGATED:
+            if method not in vars(cls):  # never replace one the class already has
+                saver.set(cls, method, _delegate(method, self.language_model_attr, self.class_name))
+
+
+class KimiK25Eagle3Delegation(DelegatingWrapperPatch):
     name = "kimi_k25_eagle3_delegation"
     order = 10
     summary = "KimiK25ForConditionalGeneration delegates the EAGLE-3 hooks to its language_model"
     module = "sglang.srt.models.kimi_k25"
     applies_to = SpecifierSet(">=0.5.9,<0.5.10")
-
-    def upstream(self, module: ModuleType) -> str | None:
-        cls = module.KimiK25ForConditionalGeneration
-        if "set_eagle3_layers_to_capture" in vars(cls):
-            return "KimiK25ForConditionalGeneration defines set_eagle3_layers_to_capture itself (sglang >= 0.5.10)"
-        return None
+    targets = ("KimiK25ForConditionalGeneration",)
+    class_name = "KimiK25ForConditionalGeneration"
 
     def preflight(self, setup) -> Diagnostics:
         out = Diagnostics()
@@ -71,12 +89,6 @@ class KimiK25Eagle3Delegation(Patch):
             fix="launch under `eagle3-patches run -- python -m sglang.launch_server ...` (kimi_k25_eagle3_delegation), or upgrade sglang to >= 0.5.10",
         )
         return out
-
-    def patch(self, module: ModuleType, saver: Saver) -> None:
-        cls = module.KimiK25ForConditionalGeneration
-        for method in DELEGATED:
-            if method not in vars(cls):  # never replace one the class already has
-                saver.set(cls, method, _delegate(method))
 
 
 PATCH = KimiK25Eagle3Delegation()

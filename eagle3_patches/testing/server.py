@@ -56,7 +56,8 @@ class ServerError(RuntimeError):
 
 class Server:
     def __init__(self, model: str, args: Sequence[str] = (), *, log_path: os.PathLike, env: dict | None = None,
-                 disable: Sequence[str] = (), attention_backend: str = "triton", python: str | None = None):
+                 disable: Sequence[str] = (), attention_backend: str = "triton", python: str | None = None,
+                 text_only: bool = False):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
@@ -64,8 +65,14 @@ class Server:
         run = [python or sys.executable, "-m", "eagle3_patches", "run", "--cpu-profile"]
         for name in disable:
             run += ["--disable", name]
+        # text_only: a multimodal target served as a language model (sglang's ServerArgs.enable_multimodal=False,
+        # which 0.5.9's command line cannot set): transformers' Qwen3-VL processor needs a real torchvision,
+        # a CUDA-only package here; the model class and its forward are sglang's own either way
+        launcher = (["-c", "from sglang.srt.server_args import ServerArgs; ServerArgs.enable_multimodal = False; "
+                           "import runpy; runpy.run_module('sglang.launch_server', run_name='__main__')"]
+                    if text_only else ["-m", "sglang.launch_server"])
         self.command = [
-            *run, "--", python or sys.executable, "-m", "sglang.launch_server",
+            *run, "--", python or sys.executable, *launcher,
             "--model-path", str(model), "--host", "127.0.0.1", "--port", str(self.port),
             "--attention-backend", attention_backend, *CPU_FLAGS, *args,
         ]

@@ -61,3 +61,38 @@ def test_draft_kind_evidence(tiny, tmp_path):
     assert "3 x hidden" in eagle3_draft_evidence(renamed)
     assert eagle3_draft_evidence(tiny["deepseek_v3"]) is None  # not a draft
     assert eagle3_draft_evidence(tmp_path / "nowhere") is None
+
+
+# --------------------------------------------------------------------------- EAGLE3 without a draft (sglang issue 36528)
+def _without_draft(target: str):
+    from eagle3_patches.testing import sglang_harness as h
+
+    try:
+        sa = h.launcher_server_args(h.server_args, target, speculative_algorithm="EAGLE3", speculative_num_steps=3,
+                                    speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+    except Exception as exc:  # noqa: BLE001
+        return (type(exc).__name__, str(exc))
+    return ("ok", sa.speculative_draft_model_path)
+
+
+@pytest.mark.stock
+def test_stock_takes_the_target_itself_as_the_eagle3_draft(tiny):
+    """DeepSeek-V3 family: sglang's MTP default fills the draft path with the target's own path."""
+    kind, draft = run_isolated(_without_draft, str(tiny["deepseek_v3"]), patches=None)
+    assert kind == "ok" and draft == str(tiny["deepseek_v3"])
+
+
+def test_guard_refuses_eagle3_without_a_draft_naming_the_flag(tiny):
+    kind, message = run_isolated(_without_draft, str(tiny["deepseek_v3"]), patches=["eagle3_algorithm_guard"])
+    assert kind == "Eagle3ConfigError"
+    assert "--speculative-draft-model-path" in message and "NEXTN" in message and "36528" in message
+
+
+def test_doctor_names_eagle3_without_a_draft_and_stays_silent_with_one(tiny):
+    from eagle3_patches.checkpoint.doctor import doctor
+
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["deepseek_v3"]), "--speculative-algorithm", "EAGLE3"]
+    assert "algorithm-eagle3-without-draft" in doctor(launch=launch, sglang_version="0.5.9").codes("error")
+    with_draft = doctor(launch=[*launch, "--speculative-draft-model-path", str(tiny["draft"])], sglang_version="0.5.9")
+    assert "algorithm-eagle3-without-draft" not in with_draft.codes()
+    assert "algorithm-eagle3-without-draft" not in doctor(tiny["deepseek_v3"], sglang_version="0.5.9").codes()  # no launch given
