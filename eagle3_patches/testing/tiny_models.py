@@ -41,6 +41,7 @@ class TinyTargetSpec:
     moe_intermediate_size: int = 32
     intermediate_size: int = 128
     seed: int = 0
+    q_lora_rank: int | None = 48  # None: a plain q_proj (Kimi-VL / Moonlight)
 
     def text_config(self) -> dict:
         return {
@@ -58,7 +59,7 @@ class TinyTargetSpec:
             "num_experts_per_tok": 2,
             "routed_scaling_factor": 2.5,
             "kv_lora_rank": 32,
-            "q_lora_rank": 48,
+            "q_lora_rank": self.q_lora_rank,
             "qk_rope_head_dim": 16,
             "qk_nope_head_dim": 16,
             "v_head_dim": 16,
@@ -161,9 +162,12 @@ def deepseek_v3_tensors(spec: TinyTargetSpec, prefix: str = "") -> dict:
         t[p + "input_layernorm.weight"] = _ones(h)
         t[p + "post_attention_layernorm.weight"] = _ones(h)
         a = p + "self_attn."
-        t[a + "q_a_proj.weight"] = _rand(gen, 48, h)
-        t[a + "q_a_layernorm.weight"] = _ones(48)
-        t[a + "q_b_proj.weight"] = _rand(gen, nh * qk_head, 48)
+        if spec.q_lora_rank is None:
+            t[a + "q_proj.weight"] = _rand(gen, nh * qk_head, h)
+        else:
+            t[a + "q_a_proj.weight"] = _rand(gen, spec.q_lora_rank, h)
+            t[a + "q_a_layernorm.weight"] = _ones(spec.q_lora_rank)
+            t[a + "q_b_proj.weight"] = _rand(gen, nh * qk_head, spec.q_lora_rank)
         t[a + "kv_a_proj_with_mqa.weight"] = _rand(gen, 32 + 16, h)
         t[a + "kv_a_layernorm.weight"] = _ones(32)
         t[a + "kv_b_proj.weight"] = _rand(gen, nh * (16 + 16), 32)
@@ -315,6 +319,28 @@ def kimi_k25_config(spec: TinyTargetSpec = TinyTargetSpec()) -> dict:
         "torch_dtype": "bfloat16",
         "tie_word_embeddings": False,
     }
+
+
+def kimi_vl_config(spec: TinyTargetSpec = TinyTargetSpec(q_lora_rank=None)) -> dict:
+    """Kimi-VL: the tiny DeepSeek text model (sglang runs it as DeepseekV2ForCausalLM) and the same MoonViT."""
+    k25 = kimi_k25_config(spec)
+    vision = {k: v for k, v in k25["vision_config"].items() if not k.startswith(("vt_", "mm_", "text_"))}
+    return {
+        "architectures": ["KimiVLForConditionalGeneration"],
+        "model_type": "kimi_vl",
+        "text_config": spec.text_config(),
+        "vision_config": vision,
+        "media_placeholder_token_id": spec.vocab - 1,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False,
+    }
+
+
+def build_kimi_vl(path: os.PathLike, spec: TinyTargetSpec = TinyTargetSpec(q_lora_rank=None)) -> Path:
+    return write_checkpoint(Path(path), kimi_vl_config(spec), deepseek_v3_tensors(spec, prefix="language_model."), spec.vocab)
 
 
 def build_kimi_k25(path: os.PathLike, spec: TinyTargetSpec = TinyTargetSpec()) -> Path:

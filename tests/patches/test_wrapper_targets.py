@@ -1,0 +1,86 @@
+"""Multimodal wrapper targets sglang cannot serve an EAGLE-3 draft with, made to work by a patch each:
+``kimi_vl_eagle3_delegation`` (delegation to the language model: the mechanism Kimi-K2.5's patch uses) and
+``qwen3_vl_eagle3_capture`` (hooks plus a forward that hands the aux states on: Qwen3-VL dense and MoE).
+
+Tiny targets of each class (text prompts), the real ``TpModelWorker`` + EAGLE worker: stock fails at start,
+the patch feeds the draft's ``fc`` ``[tokens, 3 x hidden]`` from the configured layers, and with the patch
+disabled the launcher's capability guard refuses the launch naming it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.testing import tiny_models as tm
+from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.testing.releases import patch_applies
+
+pytestmark = pytest.mark.sglang
+WRAPPERS = {  # name -> (patch, builder)
+    "kimi-vl": ("kimi_vl_eagle3_delegation", lambda root: tm.build_kimi_vl(root / "tiny-kimi-vl")),
+    "qwen3-vl": ("qwen3_vl_eagle3_capture", lambda root: _qwen3_vl(root, moe=False)),
+    "qwen3-vl-moe": ("qwen3_vl_eagle3_capture", lambda root: _qwen3_vl(root, moe=True)),
+}
+
+
+def _qwen3_vl(root, moe: bool):
+    from eagle3_patches.testing.tiny_vl_models import build_qwen3_vl
+
+    return build_qwen3_vl(root / f"tiny-qwen3-vl-{'moe' if moe else 'dense'}", moe=moe)
+
+
+@pytest.fixture(scope="module", params=sorted(WRAPPERS))
+def wrapper(request, tiny_root):
+    patch, build = WRAPPERS[request.param]
+    if not patch_applies(patch):
+        pytest.skip(f"{patch} does not apply to this sglang release (docs/targets.md)")
+    return patch, str(build(tiny_root))
+
+
+def _eagle3_prefill(target: str, draft: str) -> dict:
+    from eagle3_patches.testing import sglang_harness as h
+
+    sa = h.eagle3_server_args(target, draft)
+    try:
+        tw, dw = h.eagle_workers(sa)
+    except Exception as exc:  # noqa: BLE001 - returned to the test
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    fc_inputs = h.record_fc_inputs(dw)
+    model = tw.model_runner.model
+    result, _ = h.eagle_prefill(tw, dw, [[5, 6, 7, 8, 9]])
+    captured = next(m.layers_to_capture for m in model.modules() if getattr(m, "layers_to_capture", None))
+    return {"error": None, "class": type(model).__name__, "fc_inputs": fc_inputs, "layers_to_capture": list(captured),
+            "tokens": result.next_token_ids.tolist()}
+
+
+@pytest.mark.stock
+def test_stock_wrapper_cannot_serve_an_eagle3_draft(wrapper, tiny):
+    _, target = wrapper
+    out = run_isolated(_eagle3_prefill, target, str(tiny["draft"]), patches=None)
+    assert out["error"] and "set_eagle3_layers_to_capture" in out["error"], out
+
+
+def test_patched_wrapper_feeds_3h_to_fc_from_the_configured_layers(wrapper, tiny, figure):
+    patch, target = wrapper
+    out = run_isolated(_eagle3_prefill, target, str(tiny["draft"]), patches=[patch, "eagle3_fc_guard"])
+    assert out["error"] is None, out["error"]
+    assert out["fc_inputs"] == [(5, 3 * tm.HIDDEN)]
+    assert out["layers_to_capture"] == [i + 1 for i in tm.DRAFT_AUX_IDS]
+    figure(f"{out['class']} (tiny, text prompt) with an EAGLE-3 draft ({patch}): fc input {out['fc_inputs'][0]}")
+
+
+def _launch(target: str, draft: str) -> str | None:
+    from eagle3_patches.testing import sglang_harness as h
+
+    try:
+        h.launcher_server_args(h.eagle3_server_args, target, draft)
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def test_the_capability_guard_names_the_patch_when_it_is_disabled(wrapper, tiny):
+    patch, target = wrapper
+    out = run_isolated(_launch, target, str(tiny["draft"]), patches="all", env={"EAGLE3_PATCHES_DISABLE": patch})
+    assert out is not None and out.startswith("Eagle3TargetError") and patch in out
+    assert run_isolated(_launch, target, str(tiny["draft"]), patches="all") is None  # silent with the patch on
