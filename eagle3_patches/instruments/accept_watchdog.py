@@ -26,14 +26,16 @@ draft tokens accepted in it (Python ints already on the host), to feed its own `
 line and ``sglang:spec_accept_length`` gauge.  The watchdog wraps that method and adds the same two
 numbers to its window; accept length = (accepted drafts + verify steps) / verify steps, sglang's
 definition (from 0.5.23 sglang passes ``num_accept_tokens`` itself, used as given).  The method's
-home by release: 0.5.8-0.5.11 ``SchedulerMetricsMixin`` in ``managers/scheduler_metrics_mixin.py``
-(argument ``num_accepted_tokens``); 0.5.12 the same mixin in ``observability/
-scheduler_metrics_mixin.py`` (``num_correct_drafts``); 0.5.13 + ``SchedulerMetricsReporter`` in
-``managers/scheduler_components/metrics_reporter.py`` (0.5.23 adds ``num_accept_tokens``).  All
-three are imported by ``managers/scheduler.py``, the module this instrument hooks, and found from
-it: ``Scheduler``'s bases, or the ``SchedulerMetricsReporter`` it imports.  The Prometheus
-collector is ``SchedulerMetricsCollector`` (``metrics/collector.py`` up to 0.5.11,
-``observability/metrics_collector.py`` from 0.5.12), found in the same modules.
+home by release (read in the wheels of 0.5.9, 0.5.10.post1, 0.5.11, 0.5.12, 0.5.13, 0.5.15, 0.5.23):
+0.5.9 ``SchedulerMetricsMixin`` in ``managers/scheduler_metrics_mixin.py`` (second argument
+``num_accepted_tokens``); 0.5.10-0.5.12 the same mixin in ``observability/scheduler_metrics_mixin.py``
+(``num_accepted_tokens``, ``num_accepted_drafts`` in 0.5.11, ``num_correct_drafts`` in 0.5.12); 0.5.13 +
+``SchedulerMetricsReporter`` in ``managers/scheduler_components/metrics_reporter.py`` (``num_correct_drafts``;
+0.5.23 adds ``num_accept_tokens``).  sglang passes them positionally.  All of them are imported by
+``managers/scheduler.py``, the module this instrument hooks, and found from it: ``Scheduler``'s bases, or
+the ``SchedulerMetricsReporter`` it imports.  The Prometheus collector is ``SchedulerMetricsCollector``
+(``metrics/collector.py`` in 0.5.9, ``observability/metrics_collector.py`` from 0.5.10), imported by the
+module that defines ``update_spec_metrics`` (or by ``scheduler.py``).
 
 Cost: nothing per token.  Per decode batch, on the rank that logs sglang's decode statistics
 (attention-TP rank 0; the other ranks return at once): two integer additions and a comparison;
@@ -357,7 +359,8 @@ def accept_counts(args: tuple, kwargs: dict) -> tuple[int, int]:
     if len(args) > 1:
         drafts = args[1]
     else:
-        drafts = kwargs.get("num_correct_drafts", kwargs.get("num_accepted_tokens", 0))
+        drafts = next((kwargs[k] for k in ("num_correct_drafts", "num_accepted_drafts", "num_accepted_tokens")
+                       if k in kwargs), 0)
     tokens = args[2] if len(args) > 2 else kwargs.get("num_accept_tokens")
     return bs, drafts + bs if tokens is None else tokens
 
@@ -389,7 +392,7 @@ def _collector_init(wrapped, instance, args, kwargs):
                 if labels is None:
                     labels = args[0] if args else kwargs.get("labels", {})
                 _state.gauges = Gauges(dict(labels))
-            _state.gauges.export(_state.watchdog)
+            _state.gauges.export_patch_states()  # the watchdog's own gauges follow with its first window
             if _state.watchdog is not None:
                 _state.watchdog.gauges = _state.gauges
     except Exception as exc:  # noqa: BLE001 - metrics never break the scheduler

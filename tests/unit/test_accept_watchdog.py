@@ -3,7 +3,7 @@
 The clock is injected (no test waits), the probe is a stand-in that hands back the records the real probe wrote
 in a misconfigured run (``--speculative-algorithm EAGLE`` with the EAGLE-3 draft, guards off); the analysis is
 the real ``probe_report.analyse``.  The real sglang scheduler, the real probe and sglang's Prometheus collector
-are exercised in tests/probe/test_accept_watchdog.py and tests/e2e/test_watchdog.py.
+are exercised in tests/probe/test_watchdog_on_sglang.py and tests/e2e/test_watchdog.py.
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ def test_window_rejects_nonsense():
 @pytest.mark.parametrize("args, kwargs, expected", [
     ((4, 6), {}, (4, 10)),  # 0.5.9: (bs, num_accepted_tokens); 0.5.12/0.5.13: (bs, num_correct_drafts)
     ((4,), {"num_correct_drafts": 6}, (4, 10)),
+    ((4,), {"num_accepted_drafts": 6}, (4, 10)),  # 0.5.11's name
+    ((4,), {"num_accepted_tokens": 6}, (4, 10)),
     ((4, 6), {"num_accept_tokens": 10, "num_block_accept_tokens": 0}, (4, 10)),  # 0.5.23 passes the tokens itself
     ((4, 6, 10), {}, (4, 10)),
 ])

@@ -19,7 +19,7 @@ from eagle3_patches.testing.isolation import run_isolated
 BATCHES = 8 + 16  # one window of 8 verify steps at accept length 1.0, then the probe's bounded wait
 
 
-def _drive(batches: int) -> dict:
+def _drive(target: str, batches: int) -> dict:
     import inspect
     import logging
 
@@ -52,16 +52,17 @@ def _drive(batches: int) -> dict:
     if not out["wrapped"]:
         return out
 
-    import dataclasses
-    import types
+    from eagle3_patches.testing import sglang_harness as h
 
-    from sglang.srt.server_args import ServerArgs
+    sa = h.launcher_server_args(h.server_args, target, enable_metrics=True)  # resolved as the launcher does
+    try:  # sglang >= 0.5.23: the scheduler process publishes its configuration before it builds the collector
+        from sglang.srt.runtime_context import SpawnRanks, publish
 
-    defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-                for f in dataclasses.fields(ServerArgs)
-                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+        publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
+    except ImportError:
+        pass
     collector_cls(labels={"model_name": "tiny", "engine_type": "unified", "tp_rank": 0, "pp_rank": 0,
-                          "moe_ep_rank": 0}, server_args=types.SimpleNamespace(**defaults))  # the flags' defaults
+                          "moe_ep_rank": 0}, server_args=sa)
 
     class Counters(owner):
         """The release's class with only the counters its update_spec_metrics adds to (0 until set)."""
@@ -107,8 +108,8 @@ def _value(samples, name, **labels):
 
 
 @pytest.mark.sglang
-def test_watchdog_fires_on_the_real_scheduler_classes_and_exports_through_sglangs_multiprocess_metrics(tmp_path):
-    out = run_isolated(_drive, BATCHES, patches="all", env={
+def test_watchdog_fires_on_the_real_scheduler_classes_and_exports_through_sglangs_multiprocess_metrics(tiny, tmp_path):
+    out = run_isolated(_drive, str(tiny["kimi_k25"]), BATCHES, patches="all", env={
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), settings.WATCHDOG_WINDOW: "8", settings.WATCHDOG_WARMUP: "0"})
     assert out["state"] == "applied" and out["wrapped"] and out["collector_wrapped"], out
     assert out["owner"].endswith(("SchedulerMetricsMixin", "SchedulerMetricsReporter"))
@@ -128,7 +129,7 @@ def test_watchdog_fires_on_the_real_scheduler_classes_and_exports_through_sglang
 
 
 @pytest.mark.sglang
-def test_watchdog_switched_off_leaves_sglang_alone(tmp_path):
-    out = run_isolated(_drive, 0, patches="all", env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+def test_watchdog_switched_off_leaves_sglang_alone(tiny, tmp_path):
+    out = run_isolated(_drive, str(tiny["kimi_k25"]), 0, patches="all", env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
                                                       settings.WATCHDOG: "0"})
     assert out["state"] == "not-selected" and not out["wrapped"] and not out["collector_wrapped"]
