@@ -24,12 +24,14 @@ def patch_table() -> str:
     rows = ["| patch | what it does | sglang module | releases | default | with the patch, the doctor's finding is |",
             "|---|---|---|---|---|---|"]
     patches, instruments = eagle3_patches.registries()
-    for reg, default in ((patches, "on"), (instruments, "off (opt-in instrument)")):
+    for reg in (patches, instruments):
         for p in reg.patches():
             module = "srt/" + p.module.removeprefix("sglang.srt.").replace(".", "/") + ".py"
             remedy = {"fixed": "a note: fixed", "refused": "refused at start"}[p.remedy] if reg is patches else "-"
-            rows.append(f"| `{p.name}` | {p.summary} | `{module}` | `{_releases(p)}` | "
-                        f"{default if p.default_enabled or reg is instruments else 'off'} | {remedy} |")
+            default = "on" if p.default_enabled else "off"
+            if reg is instruments:
+                default += " (instrument)" if p.default_enabled else " (opt-in instrument)"
+            rows.append(f"| `{p.name}` | {p.summary} | `{module}` | `{_releases(p)}` | {default} | {remedy} |")
     return "\n".join(rows)
 
 

@@ -379,6 +379,13 @@ class ProbeReport:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)
 
+    def verdict(self) -> str:
+        """``OK: ...``, or ``FIRST WRONG HOP: hop in mode`` and that problem (the report's conclusion)."""
+        first = self.first
+        if first is None:
+            return "OK: every hop has the width the draft expects and finite values."
+        return f"FIRST WRONG HOP: {' in '.join(hop_of(first))}\n{first.render('  ')}"
+
     def format(self) -> str:
         lines = [
             f"eagle3-patches probe-report: {len(self.records)} record(s) from {len(self.processes)} process(es) "
@@ -398,12 +405,7 @@ class ProbeReport:
         for note in self.notes:
             lines.append(f"note: {note}")
         lines.append("")
-        first = self.first
-        if first is None:
-            lines.append("OK: every hop has the width the draft expects and finite values.")
-            return "\n".join(lines)
-        lines.append(f"FIRST WRONG HOP: {' in '.join(hop_of(first))}")
-        lines.append(first.render("  "))
+        lines.append(self.verdict())
         others = self.problems[1:]
         if others:
             lines.append("")

@@ -23,6 +23,11 @@ in :attr:`Settings.problems` and logged once, as is a patch name that no registr
 | ``EAGLE3_PATCHES_RANK_CHECK_TIMEOUT`` | seconds a rank waits for every other rank's patch set at model load (default 120; 0: the check is off) |
 | ``EAGLE3_PATCHES_SERIES_DIR`` | the fork path: a directory holding patch series directories, searched first |
 | ``EAGLE3_PATCHES_DEBUG`` | on: the CLI shows tracebacks instead of one-line messages |
+| ``EAGLE3_PATCHES_WATCHDOG`` | on by default: the accept-length watchdog (instrument ``accept_watchdog``) follows each scheduler's speculative accept statistics, warns once per interval when drafts are essentially never accepted and runs the probe once to say why; off: it is not applied |
+| ``EAGLE3_PATCHES_WATCHDOG_WINDOW`` | the watchdog's window: verify steps (one per request per decode batch) averaged together (default 200) |
+| ``EAGLE3_PATCHES_WATCHDOG_THRESHOLD`` | the watchdog fires when a window's mean accept length (accepted draft tokens + 1 per verify step, sglang's ``accept len``) is below this (default 1.05; 1 < value <= 64) |
+| ``EAGLE3_PATCHES_WATCHDOG_WARMUP`` | verify steps the watchdog ignores after the scheduler starts (default 100) |
+| ``EAGLE3_PATCHES_WATCHDOG_INTERVAL`` | seconds between two watchdog reports (default 600; 0: every window that is below the threshold) |
 
 On and off are spelled one way everywhere: on is ``1``, ``true``, ``yes``, ``on``; off is unset,
 empty, ``0``, ``false``, ``no``, ``off`` (any case).
@@ -53,8 +58,14 @@ SERIES_DIR = "EAGLE3_PATCHES_SERIES_DIR"
 DEBUG = "EAGLE3_PATCHES_DEBUG"
 PLUGIN = "EAGLE3_PATCHES_PLUGIN"
 RANK_CHECK_TIMEOUT = "EAGLE3_PATCHES_RANK_CHECK_TIMEOUT"
+WATCHDOG = "EAGLE3_PATCHES_WATCHDOG"
+WATCHDOG_WINDOW = "EAGLE3_PATCHES_WATCHDOG_WINDOW"
+WATCHDOG_THRESHOLD = "EAGLE3_PATCHES_WATCHDOG_THRESHOLD"
+WATCHDOG_WARMUP = "EAGLE3_PATCHES_WATCHDOG_WARMUP"
+WATCHDOG_INTERVAL = "EAGLE3_PATCHES_WATCHDOG_INTERVAL"
 KNOWN = (APPLY, DISABLE, ENABLE, ON_ERROR, CPU_PROFILE, UPGRADE_ALGORITHM, LAYER_ID_CONVENTION, PROBE, DUMP_DIR,
-         DUMP_LAYER_IDS, DUMP_SHARD_TOKENS, SERIES_DIR, DEBUG, PLUGIN, RANK_CHECK_TIMEOUT)
+         DUMP_LAYER_IDS, DUMP_SHARD_TOKENS, SERIES_DIR, DEBUG, PLUGIN, RANK_CHECK_TIMEOUT, WATCHDOG, WATCHDOG_WINDOW,
+         WATCHDOG_THRESHOLD, WATCHDOG_WARMUP, WATCHDOG_INTERVAL)
 #: in EAGLE3_PATCHES_DISABLE: every patch and instrument
 ALL = "all"
 
@@ -81,6 +92,11 @@ class Settings:
     debug: bool = False
     plugin: bool = True
     rank_check_timeout: float = 120.0
+    watchdog: bool = True
+    watchdog_window: int = 200  # verify steps
+    watchdog_threshold: float = 1.05  # mean accept length
+    watchdog_warmup: int = 100  # verify steps
+    watchdog_interval: float = 600.0  # seconds
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -115,8 +131,10 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     problems: list[str] = []
 
-    def flag(var: str, *, also: Iterable[str] = ()) -> bool | str:
+    def flag(var: str, *, also: Iterable[str] = (), default: bool = False) -> bool | str:
         raw = env.get(var, "")
+        if not raw.strip():
+            return default
         if raw.strip().lower() in also:
             return raw.strip().lower()
         value = parse_flag(raw)
@@ -130,28 +148,27 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
     if on_error not in ("warn", "raise"):
         problems.append(f"{ON_ERROR}={on_error!r} is neither 'warn' nor 'raise'; treated as 'warn'")
         on_error = "warn"
+
+    def number(var: str, default: float, lo: float, hi: float, what: str, *, whole: bool = False,
+               lo_open: bool = False) -> float:
+        """``var`` as a number in lo..hi (``lo_open``: above lo); ``default`` when unset or not understood (a problem)."""
+        raw = env.get(var, "").strip()
+        if not raw:
+            return default
+        try:
+            value = int(raw) if whole else float(raw)
+            if not (lo < value if lo_open else lo <= value) or not value <= hi:
+                raise ValueError
+            return value
+        except ValueError:
+            problems.append(f"{var}={raw!r} is not {what}; using {default:g}")
+            return default
+
     cpu = flag(CPU_PROFILE, also=("force",))
     probe_raw = env.get(PROBE, "").strip()
     probe_flag = parse_flag(probe_raw)
-    timeout_raw = env.get(RANK_CHECK_TIMEOUT, "").strip()
-    rank_timeout = 120.0
-    if timeout_raw:
-        try:
-            rank_timeout = float(timeout_raw)
-            if not 0 <= rank_timeout <= 86400:
-                raise ValueError
-        except ValueError:
-            problems.append(f"{RANK_CHECK_TIMEOUT}={timeout_raw!r} is not a number of seconds in 0..86400; using 120")
-            rank_timeout = 120.0
-    plugin_raw = env.get(PLUGIN)
-    plugin = True if plugin_raw is None or not plugin_raw.strip() else flag(PLUGIN)
-    shard_raw = env.get(DUMP_SHARD_TOKENS, "").strip()
-    shard_tokens = 4096
-    if shard_raw:
-        if shard_raw.isdigit() and 0 < int(shard_raw) <= 1 << 30:
-            shard_tokens = int(shard_raw)
-        else:
-            problems.append(f"{DUMP_SHARD_TOKENS}={shard_raw!r} is not a positive whole number of rows; using 4096")
+    rank_timeout = number(RANK_CHECK_TIMEOUT, 120.0, 0, 86400, "a number of seconds in 0..86400")
+    shard_tokens = int(number(DUMP_SHARD_TOKENS, 4096, 1, 1 << 30, "a positive whole number of rows", whole=True))
     apply = env.get(APPLY, "").strip()
     return Settings(
         apply=apply,
@@ -169,8 +186,15 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         dump_shard_tokens=shard_tokens,
         series_dir=env.get(SERIES_DIR, "").strip() or None,
         debug=bool(flag(DEBUG)),
-        plugin=bool(plugin),
+        plugin=bool(flag(PLUGIN, default=True)),
         rank_check_timeout=rank_timeout,
+        watchdog=bool(flag(WATCHDOG, default=True)),
+        watchdog_window=int(number(WATCHDOG_WINDOW, 200, 1, 1 << 30, "a positive whole number of verify steps",
+                                   whole=True)),
+        watchdog_threshold=number(WATCHDOG_THRESHOLD, 1.05, 1.0, 64.0, "an accept length above 1 and at most 64",
+                                  lo_open=True),
+        watchdog_warmup=int(number(WATCHDOG_WARMUP, 100, 0, 1 << 30, "a whole number of verify steps", whole=True)),
+        watchdog_interval=number(WATCHDOG_INTERVAL, 600.0, 0, 1e9, "a number of seconds (0 or more)"),
         problems=tuple(problems),
     )
 

@@ -51,7 +51,8 @@ CI_REPORT = MATRIX / "ci-report.md"
 
 #: the behavioural suite (tests/checkpoint, tests/fork and tests/distributed are release-independent
 #: or need TP 2; the main CI job runs them on the pinned release)
-FULL_SELECTION = ["tests/unit", "tests/cpu", "tests/patches", "tests/sglang"]
+FULL_SELECTION = ["tests/unit", "tests/cpu", "tests/patches", "tests/sglang",
+                  "tests/probe/test_watchdog_on_sglang.py"]  # the watchdog finds its hook per release
 #: --ci runs the same selection (about 4 min a release on 2 cores), on fewer releases
 CI_SELECTION = FULL_SELECTION
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"

@@ -43,6 +43,9 @@ SCHEMA = 1
 #: how often the wrapper ran, and how many records (each with one statistics sync) it made;
 #: tests read these to prove the probe does nothing when it is off and once per mode when on
 COUNTERS = {"calls": 0, "records": 0, "stats": 0}
+#: the records made in this process since the probe was last armed (the accept-length watchdog reads
+#: them; at most one per hop and mode)
+RECORDS: list[dict] = []
 
 _lock = threading.Lock()
 _done: set[tuple[str, str]] = set()
@@ -52,6 +55,7 @@ _draft_configs: dict[str, dict] = {}
 
 def _reset_in_child() -> None:  # a forked child records for itself
     _done.clear()
+    RECORDS.clear()
     for k in COUNTERS:
         COUNTERS[k] = 0
 
@@ -64,6 +68,13 @@ def reset() -> None:
     """Forget what was recorded in this process (tests)."""
     with _lock:
         _reset_in_child()
+
+
+def rearm() -> None:
+    """Record every hop and mode once more, from the next forward on (the accept-length watchdog)."""
+    with _lock:
+        _done.clear()
+        RECORDS.clear()
 
 
 # ---------------------------------------------------------------------- the wrapper
@@ -361,6 +372,7 @@ def _emit(rec: dict) -> None:
     from ..probe_report import judge, summarize
 
     COUNTERS["records"] += 1
+    RECORDS.append(rec)
     problems = judge(rec)
     line = "eagle3-patches probe " + summarize(rec)
     if problems:

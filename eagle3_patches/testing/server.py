@@ -138,16 +138,60 @@ class Server:
     def log_tail(self, n: int = 60) -> str:
         return "\n".join(self.log().splitlines()[-n:])
 
-    def generate(self, input_ids: Sequence[int], max_new_tokens: int = 16, timeout: float = 300.0) -> dict:
-        body = {"input_ids": list(input_ids), "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens,
+    def generate(self, input_ids: Sequence[int], max_new_tokens: int = 16, timeout: float = 300.0,
+                 temperature: float = 0.0) -> dict:
+        body = {"input_ids": list(input_ids), "sampling_params": {"temperature": temperature,
+                                                                   "max_new_tokens": max_new_tokens,
                                                                    "ignore_eos": True}}
         req = urllib.request.Request(self.url + "/generate", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
 
+    def metrics(self, timeout: float = 30.0) -> str:
+        """sglang's ``/metrics`` page (Prometheus text; the server needs ``--enable-metrics``)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=timeout) as r:
+            return r.read().decode()
+
     def __enter__(self) -> "Server":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def held_out_prompts(n: int, seed: int = 4321) -> list[list[int]]:
+    """``n`` random prompts of 4-12 token ids of the tiny vocabulary; the draft trainer's prompts come from seed 1234."""
+    import random
+
+    from .tiny_models import VOCAB
+
+    rng = random.Random(seed)
+    return [[rng.randrange(4, VOCAB) for _ in range(rng.randrange(4, 13))] for _ in range(n)]
+
+
+def mean_accept_length(responses: Sequence[dict]) -> float:
+    """Mean over requests of completion tokens / verify steps (sglang's ``meta_info`` figure)."""
+    values = [r["meta_info"]["spec_accept_length"] for r in responses]
+    return sum(values) / len(values)
+
+
+def serve(model: str, args: Sequence[str], log_path: os.PathLike, prompts: Sequence[Sequence[int]], *,
+          max_new_tokens: int, temperature: float = 0.0, metrics: bool = False, **kw) -> dict:
+    """Start a server, send ``prompts`` one after the other, read ``/metrics`` when asked, stop it.
+
+    Returns ``responses``, ``outputs`` (token ids), ``log`` and ``metrics`` (text or None); raises
+    :class:`ServerError` with the log's tail when the server does not start or a request fails."""
+    server = Server(model, args, log_path=log_path, **kw)
+    try:
+        server.start()
+        responses = [server.generate(p, max_new_tokens, temperature=temperature) for p in prompts]
+        page = server.metrics() if metrics else None
+    except ServerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the log says why
+        raise ServerError(f"{type(exc).__name__}: {exc}\n--- log tail ---\n{server.log_tail()}") from exc
+    finally:
+        server.stop()
+    return {"responses": responses, "outputs": [r["output_ids"] for r in responses], "log": server.log(),
+            "metrics": page}

@@ -1,90 +1,27 @@
 """End to end on CPU: the real ``sglang.launch_server`` doing EAGLE-3 speculative decoding.
 
-Tiny Kimi-K2.5 target (random weights) + the tiny EAGLE-3 draft trained on the target's own
-greedy continuations (``tools/train_tiny_draft.py``, committed tensors), served under
-``eagle3-patches run --cpu-profile`` (docs/e2e.md).  Each fixture starts one server in its own
-process group on a free loopback port, sends every request its tests need, and always kills the
-group before returning; a server that fails to start fails the test with its log.
-
-Servers: the target without speculation (the reference), EAGLE3 with the patches (+ the
-diagnostic probe), and ``--speculative-algorithm EAGLE`` with the algorithm and fc guards
-disabled (the field's symptom); plus one start with the guard on, refused before any model loads.
+Servers (tests/e2e/e2e_servers.py, shared with tests/e2e/test_watchdog.py): the target without
+speculation (the reference, here), EAGLE3 with the patches (+ the diagnostic probe), and
+``--speculative-algorithm EAGLE`` with the algorithm and fc guards disabled (the field's symptom);
+plus one start with the guard on, refused before any model loads.
 """
 
 from __future__ import annotations
 
-import json
-import random
-from pathlib import Path
-
 import pytest
+from e2e_servers import MAX_NEW_TOKENS, PROMPTS, serve_or_fail
 
 from eagle3_patches.testing import tiny_models
-from eagle3_patches.testing.server import Server, ServerError, speculative_flags
+from eagle3_patches.testing.server import Server, mean_accept_length, speculative_flags
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
 
-MAX_NEW_TOKENS = 24
 H = tiny_models.HIDDEN
-
-
-def _prompts(n: int, seed: int = 4321) -> list[list[int]]:
-    """Held out: the trainer's prompts come from seed 1234."""
-    rng = random.Random(seed)
-    return [[rng.randrange(4, tiny_models.VOCAB) for _ in range(rng.randrange(4, 13))] for _ in range(n)]
-
-
-PROMPTS = _prompts(4)
-
-
-@pytest.fixture(scope="module")
-def models(tiny_root) -> dict[str, str]:
-    target = tiny_models.build_kimi_k25(tiny_root / "tiny-kimi-k25")
-    draft = tiny_models.build_trained_eagle3_draft(tiny_root)
-    return {"target": str(target), "draft": str(draft)}
-
-
-def _serve(name: str, model: str, args, tmp: Path, prompts, **kw) -> dict:
-    server = Server(model, args, log_path=tmp / f"{name}.log", **kw)
-    try:
-        try:
-            server.start()
-        except ServerError as exc:
-            pytest.fail(f"{name} server did not start: {exc}")
-        responses = [server.generate(p, MAX_NEW_TOKENS) for p in prompts]
-    except Exception as exc:  # noqa: BLE001 - the log says why
-        pytest.fail(f"{name} server failed: {type(exc).__name__}: {exc}\n--- log tail ---\n{server.log_tail()}")
-    finally:
-        server.stop()
-    return {"responses": responses, "log": server.log(), "outputs": [r["output_ids"] for r in responses]}
-
-
-def _accept_length(responses) -> float:
-    """Mean over requests of completion tokens / verify steps (sglang's meta_info figure)."""
-    values = [r["meta_info"]["spec_accept_length"] for r in responses]
-    return sum(values) / len(values)
 
 
 @pytest.fixture(scope="module")
 def baseline(models, tmp_path_factory) -> dict:
-    return _serve("baseline", models["target"], [], tmp_path_factory.mktemp("baseline"), PROMPTS)
-
-
-@pytest.fixture(scope="module")
-def eagle3(models, tmp_path_factory) -> dict:
-    tmp = tmp_path_factory.mktemp("eagle3")
-    probe_dir = tmp / "probe"
-    out = _serve("eagle3", models["target"], speculative_flags(models["draft"], "EAGLE3"), tmp, PROMPTS,
-                 env={"EAGLE3_PATCHES_PROBE": str(probe_dir)})
-    out["probe"] = [json.loads(line) for f in sorted(probe_dir.glob("*.jsonl")) for line in f.read_text().splitlines() if line.strip()]
-    return out
-
-
-@pytest.fixture(scope="module")
-def eagle_unguarded(models, tmp_path_factory) -> dict:
-    return _serve("eagle-unguarded", models["target"], speculative_flags(models["draft"], "EAGLE"),
-                  tmp_path_factory.mktemp("eagle"), PROMPTS[:2],
-                  disable=["eagle3_algorithm_guard", "eagle3_fc_guard"])
+    return serve_or_fail("baseline", models["target"], [], tmp_path_factory.mktemp("baseline"), PROMPTS)
 
 
 def test_eagle3_greedy_outputs_identical_to_no_speculation(baseline, eagle3):
@@ -94,7 +31,7 @@ def test_eagle3_greedy_outputs_identical_to_no_speculation(baseline, eagle3):
 
 
 def test_eagle3_accept_length_with_trained_draft(eagle3, figure):
-    accept = _accept_length(eagle3["responses"])
+    accept = mean_accept_length(eagle3["responses"])
     per_request = [round(r["meta_info"]["spec_accept_length"], 2) for r in eagle3["responses"]]
     figure(f"EAGLE3, 3 steps, topk 1, {MAX_NEW_TOKENS} new tokens: mean accept length {accept:.2f} {per_request}")
     assert all(r["meta_info"]["spec_verify_ct"] > 0 for r in eagle3["responses"])
@@ -115,7 +52,7 @@ def test_eagle3_draft_fc_received_3h_inputs(eagle3, figure):
 
 
 def test_eagle_with_guards_disabled_reproduces_the_symptom(eagle_unguarded, figure):
-    accept = _accept_length(eagle_unguarded["responses"])
+    accept = mean_accept_length(eagle_unguarded["responses"])
     figure(f"--speculative-algorithm EAGLE with the EAGLE-3 draft (guards disabled): accept length {accept:.2f}")
     assert accept < 1.3
 

@@ -174,11 +174,13 @@ def test_production_registries_declare_every_patch_and_instrument():
         "tp_allreduce_fusion_capture", "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
         "eagle3_target_capability", "layer_id_convention",
     ]
-    assert instruments.names() == ["eagle3_probe", "hidden_state_dump"]
+    assert instruments.names() == ["accept_watchdog", "eagle3_probe", "hidden_state_dump"]
     for p in [*reg.patches(), *instruments.patches()]:
         assert p.summary and p.module.startswith("sglang.") and p.applies_to
         assert sys.modules[type(p).__module__].__doc__.lstrip().startswith(p.name)
-    assert all(p.default_enabled for p in reg.patches()) and not any(p.default_enabled for p in instruments.patches())
+    assert all(p.default_enabled for p in reg.patches())
+    # the watchdog is the one instrument on by default (it reports, it changes nothing); the others are opt-in
+    assert [p.name for p in instruments.patches() if p.default_enabled] == ["accept_watchdog"]
 
 
 def test_reverting_a_patch_under_a_stacked_one_keeps_the_other_and_restores_identity(module_name):
