@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -58,11 +60,14 @@ def _expected_params(path) -> dict[str, torch.Tensor]:
     return out
 
 
-def _bit_exact(loaded: dict, path) -> list[str]:
-    def param(name):  # sglang >= 0.5.12 names the decoder layer layers.0 instead of midlayer
-        return name if name in loaded else name.replace("model.midlayer.", "model.layers.0.")
+def _canonical(params: dict | None) -> dict | None:
+    """Parameter names as sglang <= 0.5.11 spells them: sglang >= 0.5.12 names the decoder layer layers.0."""
+    return None if params is None else {n.replace("model.layers.0.", "model.midlayer."): v for n, v in params.items()}
 
-    return [n for n, v in _expected_params(path).items() if not torch.equal(loaded[param(n)], v)]
+
+def _bit_exact(loaded: dict, path) -> list[str]:
+    loaded = _canonical(loaded)
+    return [n for n, v in _expected_params(path).items() if not torch.equal(loaded[n], v)]
 
 
 @pytest.fixture(scope="module")
@@ -171,18 +176,23 @@ def quantized_drafts(tiny_root, drafts):
     return built
 
 
-def _load_quantized(target: str, drafts: list):
+def _load_quantized(target: str, drafts: list, server_args: dict):
     import torch
 
     # compressed-tensors asks for the GPU generation before it builds a layer: an H200's (sm90)
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
-    return load_drafts(target, drafts, dtype="bfloat16")
+    return load_drafts(target, drafts, dtype="bfloat16", **server_args)
 
 
 def _load_quantized_variants(tiny, quantized_drafts, patches):
-    cases = list(QUANTIZED)
-    specs = [(str(quantized_drafts[QUANTIZED[c][0]]), QUANTIZED[c][1]) for c in cases]
-    return dict(zip(cases, run_isolated(_load_quantized, str(tiny["deepseek_v3"]), specs, patches=patches)))
+    """One process per set of server arguments (a launch's flags: sglang >= 0.5.23 resolves them once)."""
+    out = {}
+    for flags in {json.dumps(args, sort_keys=True) for _, args in QUANTIZED.values()}:
+        cases = [c for c, (_, args) in QUANTIZED.items() if json.dumps(args, sort_keys=True) == flags]
+        drafts = [str(quantized_drafts[QUANTIZED[c][0]]) for c in cases]
+        results = run_isolated(_load_quantized, str(tiny["deepseek_v3"]), drafts, json.loads(flags), patches=patches)
+        out.update({c: dict(r, loaded=_canonical(r.get("loaded"))) for c, r in zip(cases, results)})
+    return out
 
 
 @pytest.fixture(scope="module")
