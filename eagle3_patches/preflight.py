@@ -49,10 +49,14 @@ class Setup:
     _capture: Any = field(default=None, repr=False)
 
     def patched(self, name: str) -> bool:
-        """The server runs under eagle3-patches and patch ``name`` applies to this release."""
+        """The server runs under eagle3-patches, patch ``name`` applies to this release and is not switched off
+        (``EAGLE3_PATCHES_DISABLE`` in the doctor's environment, as the launch would inherit it)."""
         import eagle3_patches
+        from . import settings
 
-        return self.with_patches and eagle3_patches.get_registry()[name].covers(self.version)
+        disabled = settings.current().disable
+        return (self.with_patches and eagle3_patches.get_registry()[name].covers(self.version)
+                and name not in disabled and settings.ALL not in disabled)
 
     @property
     def eagle3(self) -> bool:

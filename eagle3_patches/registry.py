@@ -438,7 +438,11 @@ def discover(package: str) -> list[Patch]:
 
 
 def _has_marker(module: ModuleType, name: str) -> bool:
-    path = getattr(module, "__file__", None)
+    return in_source(getattr(module, "__file__", None), name)
+
+
+def in_source(path: str | None, name: str) -> bool:
+    """The fork-path diff of patch ``name`` is in the source file ``path``."""
     if not path:
         return False
     try:

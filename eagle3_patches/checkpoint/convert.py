@@ -365,44 +365,71 @@ def _output_name(name: str) -> str:
     return name
 
 
-def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids: list[int] | None = None, num_target_layers: int | None = None) -> dict:
-    """The SGLang-format config.json for a speculators config (raises :class:`ConvertError`)."""
-    dv = draft_view(config)
-    if dv.problems:
-        p = dv.problems[0]
-        raise _err(f"the source config field {p.where} is unusable", where=f"config.json: {p.where}", found=p.found, expected=p.expected, fix="repair the source config.json")
+def unsupported(config: dict, tensor_names=(), *, config_path: str = "config.json") -> ConvertError | None:
+    """Why sglang's ``LlamaForCausalLMEagle3`` cannot run this speculators draft faithfully, or None.
+
+    The one place for that message: the converter raises it, ``speculators_draft_config`` raises it at
+    start (before any rank loads weights) and the doctor reports it (``draft-unsupported-architecture``).
+    """
     bad = [k for k in SPECULATORS_UNSUPPORTED if config.get(k)]
-    if "input_norm.weight" in tensors and "norm_before_fc" not in bad:
+    if "input_norm.weight" in tensor_names and "norm_before_fc" not in bad:
         bad.append("norm_before_fc (input_norm.weight present)")
+    if "norm_before_residual" not in config:  # vLLM's speculators adapter reads a missing one as true
+        bad.append("norm_before_residual (missing: vLLM reads it as true)")
     if bad:
-        raise _err(
-            "this draft was trained with options sglang's LlamaForCausalLMEagle3 does not implement; converting it would produce a draft that loads but predicts wrong",
-            where="config.json",
+        return _err(
+            "this draft was trained with options sglang's LlamaForCausalLMEagle3 does not implement; served by sglang "
+            "(converted or directly) it would load but predict wrong",
+            where=f"{config_path}: {bad[0].split(' ')[0]}",
             found=", ".join(b if "(" in b else f"{b}=true" for b in bad),
             expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
-            fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM",
+            fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM"
+                + ('; if it was trained with norm_before_residual=false, write "norm_before_residual": false into its '
+                   "config.json" if "norm_before_residual" not in config else ""),
         )
     layer = config.get("transformer_layer_config")
     if not isinstance(layer, dict):
-        raise _err("the source config has no transformer_layer_config", where="config.json: transformer_layer_config", fix="this is not a speculators EAGLE-3 draft")
+        return _err("the source config has no transformer_layer_config", where=f"{config_path}: transformer_layer_config",
+                    fix="this is not a speculators EAGLE-3 draft")
     if layer.get("model_type", "llama") != "llama":
-        raise _err(
+        return _err(
             "the draft's decoder layer is not a llama layer; sglang's LlamaForCausalLMEagle3 runs only llama",
-            where="config.json: transformer_layer_config.model_type",
+            where=f"{config_path}: transformer_layer_config.model_type",
             found=repr(layer.get("model_type")),
             expected="'llama'",
             fix="train the draft with a llama transformer_layer_config",
         )
     if layer.get("num_hidden_layers", 1) != 1:
-        raise _err("sglang's EAGLE-3 draft has exactly one decoder layer", where="config.json: transformer_layer_config.num_hidden_layers", found=str(layer.get("num_hidden_layers")), expected="1")
+        return _err("sglang's EAGLE-3 draft has exactly one decoder layer", where=f"{config_path}: transformer_layer_config.num_hidden_layers",
+                    found=str(layer.get("num_hidden_layers")), expected="1")
+    return None
+
+
+def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids: list[int] | None = None,
+                 num_target_layers: int | None = None, release: str | None = None, config_path: str = "config.json") -> dict:
+    """The SGLang-format config.json for a speculators config (raises :class:`ConvertError`).
+
+    ``release``: None (the converter) writes the aux ids in this library's ``output-of-layer`` convention;
+    an sglang version writes them in the convention that release's own rule reads
+    (:func:`~.layer_ids.release_convention`: ``speculators_draft_config`` serving the draft directly).
+    Either way the convention is recorded under ``eagle_config.eagle3_patches_layer_id_convention``.
+    """
+    dv = draft_view(config)
+    if dv.problems:
+        p = dv.problems[0]
+        raise _err(f"the source config field {p.where} is unusable", where=f"{config_path}: {p.where}", found=p.found, expected=p.expected, fix="repair the source config.json")
+    refusal = unsupported(config, tensors, config_path=config_path)
+    if refusal is not None:
+        raise refusal
+    layer = config["transformer_layer_config"]
     ids = aux_layer_ids if aux_layer_ids is not None else dv.aux_ids
     if not ids:
         raise _err(
             "the source config names no aux layer ids",
-            where="config.json: eagle_aux_hidden_state_layer_ids",
+            where=f"{config_path}: eagle_aux_hidden_state_layer_ids",
             fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for Kimi-K2.5)",
         )
-    ids_where = "--aux-layer-ids" if aux_layer_ids is not None else "config.json: eagle_aux_hidden_state_layer_ids"
+    ids_where = "--aux-layer-ids" if aux_layer_ids is not None else f"{config_path}: eagle_aux_hidden_state_layer_ids"
     if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
         raise _err("the aux layer ids are not distinct and increasing", where=ids_where, found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
     if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
@@ -414,17 +441,18 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
             fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the target)",
         )
     out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
+    convention = L.OUTPUT_OF_LAYER if release is None else L.release_convention(release)
     if out_ids[0] < 0:
         raise _err(
             "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
-            where="config.json: eagle_aux_hidden_state_layer_ids",
+            where=ids_where,
             found=str(ids),
             fix="only the outputs of decoder layers can be captured",
         )
     if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
         raise _err(
             f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a {num_target_layers}-layer target",
-            where="config.json: eagle_aux_hidden_state_layer_ids",
+            where=ids_where,
             found=str(ids),
             expected=f"ids in 1..{num_target_layers - 1}",
             fix="the final hidden state (id num_layers) cannot be captured by sglang",
@@ -460,9 +488,9 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
             "draft_vocab_size": draft_vocab,
             "target_hidden_size": target_hidden,
             "eagle_config": {
-                "eagle_aux_hidden_state_layer_ids": out_ids,
+                "eagle_aux_hidden_state_layer_ids": L.from_output_of_layer(out_ids, convention),
                 "use_aux_hidden_state": True,
-                L.CONVENTION_KEY: L.OUTPUT_OF_LAYER,
+                L.CONVENTION_KEY: convention,
             },
             "eagle3_patches_converted_from": {
                 "format": "speculators",
@@ -531,6 +559,66 @@ def _shards(items: list[_Item], max_shard_size: int) -> list[list[_Item]]:
         shards[-1].append(it)
         size += it.src.nbytes
     return shards
+
+
+@dataclass
+class Plan:
+    """A speculators draft read and judged as the converter judges it (config and headers only, no tensor data)."""
+
+    src: Path
+    config: dict  # the source config.json
+    sglang_config: dict  # the equivalent SGLang-format config (build_config)
+    items: list[_Item]
+    renamed: dict[str, str]
+    dropped: list[str]
+    src_files: list[str]
+
+
+def plan_conversion(src: os.PathLike | str, *, aux_layer_ids: list[int] | None = None, drop_embed_tokens: bool = False,
+                    target: os.PathLike | str | None = None, release: str | None = None) -> Plan:
+    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe
+    open) and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses.
+
+    ``release``: see :func:`build_config` (None: this library's convention, as ``convert`` writes it).
+    """
+    src_dir = checkpoint_dir(src, "source draft")
+    config = read_config(src_dir, "source draft")
+    fmt = detect_format(config)
+    if fmt != SPECULATORS:
+        if fmt == SGLANG_EAGLE3:
+            raise _err("the source is already in SGLang format; nothing to convert", where=str(src_dir / "config.json"), fix=f"check it with `eagle3-patches doctor --draft {src_dir}`")
+        raise _err(
+            "the source is not a speculators EAGLE-3 draft",
+            where=str(src_dir / "config.json"),
+            found=f"architectures {config.get('architectures')}",
+            expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
+        )
+    tensors, src_files = _source_tensors(src_dir)
+    n_target = None
+    if target is not None:
+        from .formats import target_view
+
+        n_target = target_view(read_config(target, "target")).num_layers
+    out_config = build_config(config, {n: t for n, (t, _, _) in tensors.items()}, aux_layer_ids=aux_layer_ids,
+                              num_target_layers=n_target, release=release, config_path=str(src_dir / "config.json"))
+    items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens)
+    return Plan(src_dir, config, out_config, items, renamed, dropped, src_files)
+
+
+def served_sglang_config(path: os.PathLike | str, release: str) -> dict | None:
+    """The SGLang-format config sglang ``release`` is handed for the speculators draft in the local directory
+    ``path`` (``speculators_draft_config``): the converter's config with the aux ids in that release's own
+    convention.  None when ``path`` is not a local directory whose ``config.json`` (read through the safe
+    open) is in speculators format; :class:`ConvertError` for a speculators draft the converter refuses."""
+    try:
+        if not os.path.isdir(path):
+            return None
+        config = read_config(path, "draft")
+    except (CheckpointError, OSError, TypeError, ValueError):
+        return None  # not a checkpoint eagle3-patches reads: sglang's own reader decides
+    if detect_format(config) != SPECULATORS:
+        return None
+    return plan_conversion(path, release=release).sglang_config
 
 
 # ====================================================================== copying
@@ -695,25 +783,8 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
     src_dir = checkpoint_dir(src, "source draft")
     shown = Path(dst)
     dst = _check_paths(src_dir, shown, force)
-    config = read_config(src_dir, "source draft")
-    fmt = detect_format(config)
-    if fmt != SPECULATORS:
-        if fmt == SGLANG_EAGLE3:
-            raise _err("the source is already in SGLang format; nothing to convert", where=str(src_dir / "config.json"), fix=f"check it with `eagle3-patches doctor --draft {src_dir}`")
-        raise _err(
-            "the source is not a speculators EAGLE-3 draft",
-            where=str(src_dir / "config.json"),
-            found=f"architectures {config.get('architectures')}",
-            expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
-        )
-    tensors, src_files = _source_tensors(src_dir)
-    n_target = None
-    if target is not None:
-        from .formats import target_view
-
-        n_target = target_view(read_config(target, "target")).num_layers
-    out_config = build_config(config, {n: t for n, (t, _, _) in tensors.items()}, aux_layer_ids=aux_layer_ids, num_target_layers=n_target)
-    items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens)
+    plan = plan_conversion(src_dir, aux_layer_ids=aux_layer_ids, drop_embed_tokens=drop_embed_tokens, target=target)
+    out_config, items, renamed, dropped, src_files = plan.sglang_config, plan.items, plan.renamed, plan.dropped, plan.src_files
     limit = parse_size(max_shard_size)
     shards = _shards(items, limit)
     total = sum(i.src.nbytes for i in items)

@@ -509,38 +509,13 @@ def _check_draft_weights(ctx: _Ctx) -> None:
 def _check_draft_format(ctx: _Ctx) -> None:
     dv = ctx.draft
     if dv.format == SPECULATORS:
-        ctx.add(
-            ERROR,
-            "draft-speculators-format",
-            "the draft is in speculators format: sglang cannot read its config (no model_type, "
-            "only speculators_model_type), its ids mean HF hidden_states[N] (one layer later than sglang's), "
-            "and its layers.0.* keys are dropped silently by sglang < 0.5.12",
-            where=ctx.dcfg("speculators_model_type"),
-            found=f"architectures {dv.architectures}",
-            expected="architectures [\"LlamaForCausalLMEagle3\"], eagle_config, midlayer.* keys",
-            fix=f"convert it: eagle3-patches convert {ctx.draft_dir} {ctx.draft_dir}-sglang",
-        )
-        bad = [k for k, v in dv.speculators_norms.items() if v]
-        if bad:
-            ctx.add(
-                ERROR,
-                "draft-unsupported-architecture",
-                f"the draft was trained with {', '.join(k + '=true' for k in bad)}, which sglang's LlamaForCausalLMEagle3 does not implement: it cannot be served faithfully",
-                where=ctx.dcfg(bad[0]),
-                found=", ".join(f"{k}=true" for k in bad),
-                expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
-                fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM",
-            )
-        if dv.layer_model_type not in (None, "llama"):
-            ctx.add(
-                ERROR,
-                "draft-unsupported-architecture",
-                f"the draft's decoder layer is {dv.layer_model_type!r}; sglang's LlamaForCausalLMEagle3 runs a llama layer only",
-                where=ctx.dcfg("transformer_layer_config.model_type"),
-                found=repr(dv.layer_model_type),
-                expected="'llama'",
-                fix="train the draft with a llama transformer_layer_config",
-            )
+        # that stock sglang cannot read it: speculators_draft_config's preflight rule; what no sglang can run,
+        # in the converter's words (the converter and speculators_draft_config refuse it with the same message)
+        from .convert import unsupported
+
+        refusal = unsupported(dv.config, ctx.draft_raw_names.values(), config_path=ctx.dcfg())
+        if refusal is not None:
+            ctx.report.add_diagnostic(refusal.diagnostic.replace(code="draft-unsupported-architecture"))
         return
     if dv.format == SGLANG_EAGLE3:
         if "LlamaForCausalLMEagle3" not in dv.architectures:
@@ -790,7 +765,7 @@ def _check_layer_ids(ctx: _Ctx) -> None:
             if bad:
                 ctx.add(ERROR, "aux-ids-out-of-range", f"speculators ids {bad} (HF hidden_states index) have no capture point in sglang on a {n}-layer target (valid 1..{n - 1})", where=where, found=str(ids), expected=f"ids in 1..{n - 1}", fix="id 0 (embeddings) and id num_layers (final state) cannot be captured by sglang: retrain on inner layers")
             else:
-                ctx.add(INFO, "aux-ids-capture", f"after conversion, ids {ids} (speculators' meaning) become {intended} (outputs of those layers of {n})", where=where)
+                ctx.add(INFO, "aux-ids-capture", f"ids {ids} (speculators' meaning) are the outputs of layers {intended} of {n} (what `eagle3-patches convert` writes, and what speculators_draft_config hands sglang)", where=where)
         return
     cap = ctx.capture()
     ctx.report.facts["capture"] = {

@@ -406,7 +406,6 @@ class DraftView:
     convention_stated: bool
     use_aux_hidden_state: bool | None
     ignored_top_level_ids: list[int] | None  # sglang format: a top-level id list sglang never reads
-    speculators_norms: dict[str, bool]  # speculators' options sglang cannot run
     layer_model_type: str | None
     problems: list[FieldProblem]
 
@@ -430,6 +429,7 @@ class DraftView:
         return [i - 1 for i in self.aux_ids] if self.convention == INPUT_OF_LAYER else list(self.aux_ids)
 
 
+#: speculators' options sglang's LlamaForCausalLMEagle3 does not implement (``convert.unsupported`` judges them)
 SPECULATORS_UNSUPPORTED = ("norm_before_fc", "norm_before_residual", "norm_output", "fc_norm")
 
 
@@ -455,7 +455,6 @@ def draft_view(config: dict) -> DraftView:
         ids_where = "eagle_aux_hidden_state_layer_ids"
         convention, stated = INPUT_OF_LAYER, True
         use_aux = True
-        norms = {k: bool(config.get(k)) for k in SPECULATORS_UNSUPPORTED}
     else:
         ec = top.dict("eagle_config") or {}
         er = _Reader(ec, "eagle_config.", problems)
@@ -467,7 +466,6 @@ def draft_view(config: dict) -> DraftView:
             conv = None
         convention, stated = (conv, True) if conv else (OUTPUT_OF_LAYER, False)
         use_aux = er.bool("use_aux_hidden_state")
-        norms = {}
         if "eagle_aux_hidden_state_layer_ids" in config:
             ignored_top = top.int_list("eagle_aux_hidden_state_layer_ids")
     draft_vocab = top.int("draft_vocab_size")
@@ -498,7 +496,6 @@ def draft_view(config: dict) -> DraftView:
         convention_stated=stated,
         use_aux_hidden_state=use_aux,
         ignored_top_level_ids=ignored_top,
-        speculators_norms=norms,
         layer_model_type=layer.get("model_type") if isinstance(layer.get("model_type"), str) else None,
         problems=problems,
     )

@@ -64,6 +64,13 @@ def from_output_of_layer(ids: Iterable[int], convention: str) -> list[int]:
     raise ValueError(f"unknown layer-id convention {convention!r}; known: {', '.join(CONVENTIONS)}")
 
 
+def release_convention(version: str | Version) -> str:
+    """The convention in which sglang ``version``'s own rule reads configured ids (a first id of 1 aside:
+    from 0.5.13 that list is still shifted by +1, which ``layer_id_convention`` corrects when the config
+    records its convention)."""
+    return OUTPUT_OF_LAYER if facts(version).plus_one_always else INPUT_OF_LAYER
+
+
 def default_capture_points(num_layers: int) -> list[int]:
     """sglang's ``layers_to_capture`` when the draft config names no ids (no +1)."""
     return [2, num_layers // 2, num_layers - 3]

@@ -34,6 +34,7 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..checkpoint.formats import SPECULATORS, detect_format
 from ..checkpoint.layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
 from .. import settings
 from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
@@ -73,9 +74,17 @@ def _read_draft_config(path: str | None) -> dict | None:
     for candidate in candidates:
         try:
             with open(candidate, encoding="utf-8") as fh:
-                return json.load(fh)
+                config = json.load(fh)
         except (OSError, ValueError):
             continue
+        if isinstance(config, dict) and detect_format(config) == SPECULATORS:
+            # served directly (speculators_draft_config): sglang got the converter's config, whose ids and
+            # recorded convention are the ones to read
+            from ..checkpoint.convert import served_sglang_config
+            from ..sglang_version import installed_sglang_version
+
+            return served_sglang_config(os.path.dirname(candidate), str(installed_sglang_version()))
+        return config
     return None
 
 

@@ -68,6 +68,59 @@ def test_round_trip_matches_the_sglang_draft_bit_for_bit(tiny, tmp_path):
     assert not _leftovers(tmp_path)
 
 
+def test_converts_what_the_real_speculators_library_wrote(tiny, tmp_path):
+    """speculators 0.9.0's own save_pretrained output (trained draft, bf16, embed_tokens, target_hidden_size null)."""
+    src = tm.build_speculators_fixture(tmp_path)
+    res = convert(src, tmp_path / "out", target=tiny["kimi_k25"], progress=False)
+    cfg = json.loads((res.dst / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"] and cfg["model_type"] == "llama"
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == list(tm.DRAFT_AUX_IDS)  # speculators' [2, 3, 4]
+    assert cfg["target_hidden_size"] == tm.HIDDEN  # null in speculators: fc's in-width / 3
+    assert cfg["torch_dtype"] == "bfloat16" and cfg["rope_theta"] == 10000.0 and cfg["rope_scaling"] is None
+    assert cfg["eagle3_patches_converted_from"]["speculators_version"] == "0.9.0"
+    assert not (res.dst / "config.py").exists()
+    got, want = _all_tensors(res.dst), _all_tensors(src)
+    assert sorted(got) == sorted(n.replace("layers.0.", "midlayer.") for n in want)  # embed_tokens, d2t, t2d kept
+    assert all(_bytes(got[n.replace("layers.0.", "midlayer.")]) == _bytes(t) for n, t in want.items())
+    assert res.report.ok, res.report.format()
+    # the fixture is the trained draft (tools/make_speculators_fixture.py), as speculators 0.9.0 saved it
+    assert json.loads((src / "config.json").read_text())["speculators_version"] == "0.9.0"
+    trained = load_file(str(tm.TRAINED_DRAFT_TENSORS))
+    for name, t in trained.items():
+        saved = want[name.replace("midlayer.", "layers.0.")]
+        assert torch.equal(saved, t if t.dtype in (torch.int64, torch.bool) else t.to(torch.bfloat16)), name
+
+
+@pytest.mark.parametrize("release, ids, convention", [
+    (None, [1, 2, 3], "output-of-layer"),  # the converter: this library's convention
+    ("0.5.9", [1, 2, 3], "output-of-layer"),  # speculators_draft_config: the release's own reading
+    ("0.5.12", [1, 2, 3], "output-of-layer"),
+    ("0.5.13", [2, 3, 4], "input-of-layer"),
+    ("0.5.23", [2, 3, 4], "input-of-layer"),
+])
+def test_build_config_writes_ids_in_the_releases_convention(release, ids, convention):
+    cfg = convert_mod.build_config(tm.speculators_config(), {}, release=release)
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == ids
+    assert cfg["eagle_config"][CONVENTION_KEY] == convention
+
+
+def test_served_sglang_config_reads_only_local_speculators_drafts(tiny, make_draft, tmp_path):
+    """What speculators_draft_config hands sglang: None (transformers reads it as always) unless a local
+    speculators draft; the converter's refusal for one it cannot serve."""
+    served = convert_mod.served_sglang_config
+    assert served(tiny["draft"], "0.5.9") is None  # SGLang format
+    assert served(tiny["deepseek_v3"], "0.5.9") is None  # a target
+    assert served("org/some-draft", "0.5.9") is None  # a hub id: left to sglang
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "config.json").symlink_to(tiny["speculators_draft"] / "config.json")  # a link out: not read
+    assert served(linked, "0.5.9") is None
+    cfg = served(tiny["speculators_draft"], "0.5.13")
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [i + 1 for i in tm.DRAFT_AUX_IDS]
+    with pytest.raises(ConvertError, match="norm_output=true"):
+        served(make_draft("bad", speculators=True, config={"norm_output": True}), "0.5.9")
+
+
 def test_output_headers_are_aligned_and_verified(tiny, tmp_path):
     res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
     h = read_header(res.dst / "model.safetensors")
@@ -211,6 +264,7 @@ def test_interrupted_forced_run_keeps_the_old_dst(tiny, tmp_path, monkeypatch):
         ({"norm_before_fc": True}, None, "norm_before_fc=true"),
         ({"norm_output": True}, None, "norm_output=true"),
         ({"norm_before_residual": True}, None, "norm_before_residual=true"),
+        (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, None, "vLLM reads it as true"),
         (None, lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}), "input_norm.weight"),
         ({"transformer_layer_config": {"model_type": "qwen3"}}, None, "not a llama layer"),
         (None, lambda t: t.update({"layers.0.self_attn.q_norm.weight": torch.ones(16, dtype=torch.bfloat16)}), "qwen3"),

@@ -294,9 +294,46 @@ def test_speculators_format_given_to_doctor(make_draft, tiny):
     assert r.codes(ERROR) == ["draft-speculators-format"], r.format()  # everything else about it is fine
 
 
-def test_speculators_unsupported_norms(make_draft, tiny):
+def test_speculators_unsupported_norms(make_draft, tiny, tmp_path):
+    from eagle3_patches.checkpoint.convert import ConvertError, convert
+
     d = make_draft(speculators=True, config={"norm_before_fc": True})
-    assert_error(run(tiny["deepseek_v3"], d), "draft-unsupported-architecture")
+    for with_patches in (False, True):  # no sglang runs it: refused at start under the patches too
+        r = run(tiny["deepseek_v3"], d, with_patches=with_patches)
+        assert_error(r, "draft-unsupported-architecture")
+    with pytest.raises(ConvertError) as info:
+        convert(d, tmp_path / "out", progress=False)
+    f = next(f for f in r.errors if f.code == "draft-unsupported-architecture")
+    assert (f.what, f.found, f.expected, f.fix) == (info.value.what, info.value.found, info.value.expected, info.value.fix)
+
+
+# ------------------------------------------------------------------ speculators drafts served as they are
+def test_speculators_draft_served_directly_under_the_patches(tiny, tmp_path):
+    """The real speculators library's output: a note (speculators_draft_config reads it), nothing else to fix."""
+    d = tm.build_speculators_fixture(tmp_path)
+    for version in ("0.5.9", "0.5.12", "0.5.23"):
+        r = run(tiny["kimi_k25"], d, version, with_patches=True)
+        assert_clean(r)
+        f = next(f for f in r.findings if f.code == "draft-speculators-format")
+        assert f.severity == INFO and "speculators_draft_config" in f.what and "outputs of layers [1, 2, 3]" in f.what
+    assert "handed to sglang 0.5.23 as [2, 3, 4]" in f.what  # sglang >= 0.5.13 reads input-of-layer ids
+    assert_error(run(tiny["kimi_k25"], d, "0.5.9"), "draft-speculators-format")  # stock: cannot read it
+
+
+@pytest.mark.parametrize("disabled, version, severity", [
+    ("speculators_draft_config", "0.5.9", ERROR),
+    ("speculators_draft_config", "0.5.12", ERROR),
+    ("eagle3_draft_strict_loading", "0.5.9", ERROR),  # layers.0.* would be dropped: refused at start
+    ("eagle3_draft_strict_loading", "0.5.12", INFO),  # 0.5.12 maps layers.0.* itself
+    ("all", "0.5.12", ERROR),
+])
+def test_speculators_draft_with_a_patch_disabled(tiny, make_draft, monkeypatch, disabled, version, severity):
+    from eagle3_patches import settings
+
+    monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", disabled)
+    settings.reload()
+    r = run(tiny["kimi_k25"], make_draft(speculators=True), version, with_patches=True)
+    assert [f.severity for f in r.findings if f.code == "draft-speculators-format"] == [severity], r.format()
 
 
 def test_sharded_draft(make_draft, tiny):

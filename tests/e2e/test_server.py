@@ -4,6 +4,9 @@ Servers (tests/e2e/e2e_servers.py, shared with tests/e2e/test_watchdog.py): the 
 speculation (the reference, here), EAGLE3 with the patches (+ the diagnostic probe), and
 ``--speculative-algorithm EAGLE`` with the algorithm and fc guards disabled (the field's symptom);
 plus one start with the guard on, refused before any model loads.
+And the trained draft as the real speculators library (0.9.0) wrote it
+(``tools/make_speculators_fixture.py``), served twice: as it is (``speculators_draft_config``) and
+after ``eagle3-patches convert``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from __future__ import annotations
 import pytest
 from e2e_servers import MAX_NEW_TOKENS, PROMPTS, serve_or_fail
 
+from eagle3_patches.checkpoint import layer_ids as L
+from eagle3_patches.checkpoint.convert import convert
 from eagle3_patches.testing import tiny_models
+from eagle3_patches.testing.releases import sglang_version
 from eagle3_patches.testing.server import Server, mean_accept_length, speculative_flags
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
@@ -64,3 +70,39 @@ def test_eagle_with_guard_on_is_refused_at_start(models, tmp_path):
     assert rc not in (0, -9), log[-3000:]
     assert "--speculative-algorithm EAGLE3" in log and "accept length would fall" in log, log[-3000:]
     print("\n" + next(line for line in log.splitlines() if "EAGLE-3 draft" in line))
+
+
+# --------------------------------------------------------------------------- a speculators-format draft, as it is
+@pytest.fixture(scope="module")
+def speculators_served(models, tmp_path_factory) -> dict:
+    """One server with the speculators directory itself as the draft, one with its conversion."""
+    direct = tiny_models.build_speculators_fixture(tmp_path_factory.mktemp("speculators"))
+    converted = direct.parent / f"{direct.name}-sglang"
+    convert(direct, converted, progress=False)
+    out = {"path": direct}
+    for name, draft in (("direct", direct), ("converted", converted)):
+        out[name] = serve_or_fail(f"speculators-{name}", models["target"], speculative_flags(str(draft), "EAGLE3"),
+                                  tmp_path_factory.mktemp(name), PROMPTS)
+    return out
+
+
+def test_speculators_draft_served_directly_equals_converted(speculators_served, figure):
+    direct, converted = speculators_served["direct"], speculators_served["converted"]
+    assert all(len(o) == MAX_NEW_TOKENS for o in converted["outputs"])
+    assert direct["outputs"] == converted["outputs"]
+    accepts = {name: [r["meta_info"]["spec_accept_length"] for r in speculators_served[name]["responses"]]
+               for name in ("direct", "converted")}
+    assert accepts["direct"] == accepts["converted"]
+    accept = mean_accept_length(direct["responses"])
+    figure(f"the speculators 0.9.0 draft (bf16) served directly and converted: accept length {accept:.2f} both "
+           f"{[round(a, 2) for a in accepts['direct']]}")
+    assert accept >= 1.5  # the draft predicts: the aux states reach it from the layers it was trained on
+
+
+def test_speculators_draft_served_directly_as_the_patch_logs(speculators_served, baseline):
+    log = speculators_served["direct"]["log"]
+    ids = L.from_output_of_layer(tiny_models.DRAFT_AUX_IDS, L.release_convention(sglang_version()))
+    assert "speculators-format EAGLE-3 draft" in log and f"-> {ids}" in log, log[-3000:]
+    assert "speculators_draft_config=applied" in log
+    assert speculators_served["direct"]["outputs"] == baseline["outputs"]  # greedy: speculation changes nothing
+    assert not (speculators_served["path"] / tiny_models.TRIPWIRE_MARK).exists()  # its config.py never ran

@@ -170,8 +170,9 @@ def test_production_registries_declare_every_patch_and_instrument():
 
     reg, instruments = eagle3_patches.registries()
     assert reg.names() == [
-        "rank_consistency", "kimi_k25_eagle3_delegation", "kimi_vl_eagle3_delegation", "qwen3_vl_eagle3_capture", "aux_capture_validation", "cuda_graph_capture_order",
-        "tp_allreduce_fusion_capture", "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
+        "rank_consistency", "kimi_k25_eagle3_delegation", "kimi_vl_eagle3_delegation", "qwen3_vl_eagle3_capture",
+        "aux_capture_validation", "cuda_graph_capture_order", "tp_allreduce_fusion_capture", "speculators_draft_config",
+        "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
         "eagle3_target_capability", "layer_id_convention",
     ]
     assert instruments.names() == ["accept_watchdog", "eagle3_probe", "hidden_state_dump"]

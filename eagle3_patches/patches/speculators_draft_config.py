@@ -1,0 +1,225 @@
+"""speculators_draft_config
+
+Bug: sglang cannot read the config of an EAGLE-3 draft saved by ``speculators`` (vllm-project): its
+``config.json`` has no ``model_type`` (only ``speculators_model_type: "eagle3"``, architectures
+``Eagle3DraftModel``, the llama fields inside ``transformer_layer_config``, the aux ids in
+speculators' meaning), so transformers' ``AutoConfig`` raises "Unrecognized model" and
+``--speculative-draft-model-path`` cannot point at one: a user must run ``eagle3-patches convert``
+and keep a second copy of the draft.  vLLM reads these drafts as they are
+(``vllm/transformers_utils/configs/speculators/``: a config adapter).
+Releases: every release through 0.5.23 (0.5.12 loads ``layers.0.*`` natively; the config still cannot
+be read; from 0.5.12 the launcher itself reads the draft's config, in ``ServerArgs``).
+Upstream probe: sglang's config reader names ``speculators_model_type``.
+
+The seam is the one call every release makes to read a model's config: ``AutoConfig.from_pretrained``
+in sglang's config reader (``get_config`` in ``utils/hf_transformers_utils.py`` up to 0.5.11; the HF
+parser of ``utils/hf_transformers/config.py`` from 0.5.12, behind the ``hf_transformers_utils``
+shim).  The patch gives that module an ``AutoConfig`` whose ``from_pretrained``, for a local directory
+whose ``config.json`` (read through the safe open; ``config.py`` and ``auto_map`` are never executed,
+whatever ``trust_remote_code`` says) is in speculators format, returns the converter's config in
+memory: ``LlamaForCausalLMEagle3``, the llama fields of ``transformer_layer_config``, ``rope_theta`` /
+``rope_scaling`` from ``rope_parameters``, ``dtype``, ``draft_vocab_size``, ``target_hidden_size``
+(from ``fc.weight`` when null) and ``eagle_config`` with the aux ids in the running release's own
+convention (``eagle3_patches.checkpoint.convert.build_config``: the converter's code, not a copy).
+Everything sglang does after reading a config (its own post-processing, ``--json-model-override-args``,
+its cache) runs unchanged on it; every other model goes to transformers untouched.  A draft the
+converter refuses (``norm_before_fc``, ``norm_output``, ``norm_before_residual``, ``fc_norm``, a
+non-llama layer, unknown tensors) is refused with the converter's message where the config is read:
+from 0.5.12 in the launcher, before 0.5.12 in every rank's ``ModelRunner.__init__``, before any rank
+loads weights.  Weights need nothing more: ``layers.0.*`` reaches ``midlayer`` through
+``eagle3_draft_strict_loading`` (0.5.8 - 0.5.11, so the patch refuses to serve a speculators draft
+there when that patch is not active) or natively (0.5.12+); ``d2t`` / ``t2d`` / ``embed_tokens.weight``
+keep their names and bytes, as the converter keeps them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import sys
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from ..checkpoint.layer_ids import CONVENTION_KEY
+from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
+from ..errors import Eagle3ConfigError
+from ..registry import NotApplicable, Patch, Saver, State, in_source
+
+logger = logging.getLogger("eagle3_patches")
+
+NAME = "speculators_draft_config"
+STRICT_LOADING = "eagle3_draft_strict_loading"
+#: ``from_pretrained`` arguments that make transformers read another file than ``config.json``, or return more
+_NOT_CONFIG_JSON = ("_configuration_file", "gguf_file", "subfolder", "return_unused_kwargs")
+_logged: set[str] = set()
+
+
+def reader_module(module: ModuleType) -> ModuleType:
+    """The module whose ``AutoConfig`` sglang's ``get_config`` calls: ``hf_transformers_utils`` itself up to
+    0.5.11, ``hf_transformers.config`` (behind the shim) from 0.5.12."""
+    get_config = vars(module).get("get_config")
+    if get_config is None:
+        raise NotApplicable(f"{module.__name__} has no get_config")
+    owner = sys.modules.get(getattr(inspect.unwrap(get_config), "__module__", ""), None)
+    if owner is None or not isinstance(vars(owner).get("AutoConfig"), type):
+        raise NotApplicable(f"{getattr(owner, '__name__', '?')} (where get_config lives) has no AutoConfig")
+    return owner
+
+
+def _needs_strict_loading(version) -> str | None:
+    """Why this release cannot load the draft's ``layers.0.*`` tensors in this process, or None."""
+    from ..checkpoint.releases import facts
+
+    if version is None or facts(version).loads_layers0_keys:
+        return None
+    import importlib.util
+
+    import eagle3_patches
+
+    registry = eagle3_patches.get_registry()
+    state = registry.status()[STRICT_LOADING].state
+    if state in (State.APPLIED, State.PENDING, State.IN_SOURCE):
+        return None
+    if in_source(importlib.util.find_spec(registry[STRICT_LOADING].module).origin, STRICT_LOADING):
+        return None  # a fork build: the mapping is in sglang's source
+    return f"sglang {version} drops speculators' layers.0.* tensors (the whole midlayer) and {STRICT_LOADING}, " \
+           f"which maps them onto midlayer.*, is {state.value} in this process"
+
+
+def sglang_config_for(path, kwargs: dict) -> dict | None:
+    """The SGLang-format config dict to hand sglang for ``AutoConfig.from_pretrained(path, **kwargs)``, or None
+    (not a local speculators draft: transformers reads it as always).  Raises :class:`Eagle3ConfigError`."""
+    if not isinstance(path, (str, os.PathLike)) or any(k in kwargs for k in _NOT_CONFIG_JSON):
+        return None
+    from ..checkpoint.convert import served_sglang_config
+    from ..sglang_version import installed_sglang_version
+
+    version = installed_sglang_version()
+    config = served_sglang_config(path, str(version) if version is not None else None)
+    if config is None:
+        return None
+    why = _needs_strict_loading(version)
+    if why:
+        raise Eagle3ConfigError(
+            "this speculators-format draft cannot be served directly here: its decoder layer would stay at random init",
+            where=str(path),
+            found=why,
+            fix=f"enable {STRICT_LOADING} (remove it from EAGLE3_PATCHES_DISABLE), or convert the draft once with "
+                f"`eagle3-patches convert {path} {os.fspath(path).rstrip('/')}-sglang` and serve that",
+        )
+    key = os.path.realpath(path)
+    if key not in _logged:
+        _logged.add(key)
+        ec = config["eagle_config"]
+        src = config["eagle3_patches_converted_from"]
+        logger.info(
+            "eagle3-patches: %s is a speculators-format EAGLE-3 draft; sglang %s reads it as the equivalent "
+            "LlamaForCausalLMEagle3 config (aux ids %s in speculators' meaning -> %s, %s)",
+            path, version, src["eagle_aux_hidden_state_layer_ids"], ec["eagle_aux_hidden_state_layer_ids"],
+            ec[CONVENTION_KEY])
+    return config
+
+
+def _speculators_aware(original: type) -> type:
+    """A subclass of sglang's ``AutoConfig`` whose ``from_pretrained`` reads speculators drafts as SGLang ones."""
+
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        config = None if args else sglang_config_for(pretrained_model_name_or_path, kwargs)
+        if config is None:
+            return original.from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        # what AutoConfig.from_pretrained does with the converted draft's config.json: the class of its
+        # model_type, from_dict, the path as name_or_path
+        return CONFIG_MAPPING[config["model_type"]].from_dict(config, name_or_path=os.fspath(pretrained_model_name_or_path))
+
+    return type(original.__name__, (original,), {
+        "from_pretrained": classmethod(from_pretrained),
+        "__doc__": f"{original.__doc__ or ''}\n\neagle3-patches ({NAME}): speculators-format EAGLE-3 drafts are read "
+                   "as the equivalent LlamaForCausalLMEagle3 config.",
+        "__module__": __name__,
+    })
+
+
+class SpeculatorsDraftConfig(Patch):
+    name = NAME
+    order = 45  # before the strict loader (50), which loads this config's draft
+    summary = "a speculators-format draft (speculators_model_type: eagle3) is served as it is, as vLLM serves it: no conversion"
+    module = "sglang.srt.utils.hf_transformers_utils"
+    applies_to = SpecifierSet(">=0.5.8")
+    #: the change reuses the converter (eagle3_patches.checkpoint.convert), which a forked sglang without
+    #: this library does not have: a fork build serves converted drafts (docs/checkpoints.md)
+    in_fork_series = False
+    remedy = "fixed"
+
+    def upstream(self, module: ModuleType) -> str | None:
+        try:
+            source = inspect.getsource(reader_module(module))
+        except (NotApplicable, OSError, TypeError):
+            return None
+        if "speculators_model_type" in source:
+            return f"{reader_module(module).__name__} reads speculators_model_type itself"
+        return None
+
+    def check(self, module: ModuleType) -> None:
+        reader = reader_module(module)
+        try:
+            source = inspect.getsource(reader)
+        except (OSError, TypeError) as exc:
+            raise NotApplicable(f"cannot read the source of {reader.__name__}: {exc}") from None
+        if "AutoConfig.from_pretrained(" not in source:
+            raise NotApplicable(f"{reader.__name__} no longer reads configs with AutoConfig.from_pretrained")
+        if not hasattr(vars(reader)["AutoConfig"], "from_pretrained"):
+            raise NotApplicable(f"{reader.__name__}.AutoConfig has no from_pretrained")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        reader = reader_module(module)
+        saver.set(reader, "AutoConfig", _speculators_aware(vars(reader)["AutoConfig"]))
+
+    def preflight(self, setup) -> Diagnostics:
+        """A speculators-format draft: stock sglang cannot read its config (and, before 0.5.12, drops its
+        ``layers.0.*`` tensors)."""
+        from ..checkpoint.formats import SPECULATORS
+
+        out = Diagnostics()
+        dv = setup.draft
+        if dv is None or dv.format != SPECULATORS:
+            return out
+        out.add(
+            ERROR,
+            "draft-speculators-format",
+            "the draft is in speculators format: stock sglang cannot read its config (no model_type, only "
+            "speculators_model_type), its ids mean HF hidden_states[N] (one layer later than sglang's), and its "
+            "layers.0.* keys are dropped silently by sglang < 0.5.12",
+            where=setup.dcfg("speculators_model_type"),
+            found=f"architectures {dv.architectures}",
+            expected='architectures ["LlamaForCausalLMEagle3"], eagle_config, midlayer.* keys',
+            fix=f"serve it under eagle3-patches (`eagle3-patches run`, or the sglang plugin from 0.5.11), which reads it "
+                f"as it is ({NAME}); or convert it once: eagle3-patches convert {setup.draft_dir} {setup.draft_dir}-sglang",
+        )
+        return out
+
+    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+        if not (setup.rf.loads_layers0_keys or setup.patched(STRICT_LOADING)):
+            return d.replace(what=f"{d.what} - {NAME} reads the config, but {STRICT_LOADING} (which maps layers.0.* onto "
+                             f"midlayer.* on sglang {setup.version}) is not active: the launch is refused at start",
+                             fix=f"enable {STRICT_LOADING}, or convert the draft")
+        dv = setup.draft
+        ids = ""
+        if dv.aux_ids:
+            from ..checkpoint import layer_ids as L
+
+            outputs = L.to_output_of_layer(dv.aux_ids, L.INPUT_OF_LAYER)
+            ids = (f"; aux ids {dv.aux_ids} (speculators' meaning) are handed to sglang {setup.version} as "
+                   f"{L.from_output_of_layer(outputs, L.release_convention(setup.version))} (the outputs of layers {outputs})")
+        return d.replace(
+            severity=INFO,
+            what=f"the draft is in speculators format; eagle3-patches ({NAME}) serves it as it is: sglang reads the "
+                 f"equivalent LlamaForCausalLMEagle3 config, as `eagle3-patches convert` would write it{ids}",
+            found="", expected="", fix="",
+        )
+
+
+PATCH = SpeculatorsDraftConfig()
