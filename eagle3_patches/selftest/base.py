@@ -10,6 +10,7 @@ one line of evidence for each.  :func:`judge` turns that and the patch's state i
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -33,11 +34,17 @@ CHILD_ENV = {
 
 class Observed(NamedTuple):
     """What one isolated process saw: ``kind`` "ok" (``value`` is the scenario's result) or the type of the
-    exception the scenario raised (``value`` is its message); ``states``: the patch states there afterwards."""
+    exception the scenario raised (``value`` is its message); ``states`` / ``reasons``: every patch's state there
+    afterwards, and its reason."""
 
     kind: str
     value: Any
     states: dict
+    reasons: dict
+
+    def patch(self, name: str) -> tuple[str | None, str]:
+        """``(state, reason)`` of the patch ``name`` in that process (what :class:`Finding` takes)."""
+        return self.states.get(name), self.reasons.get(name, "")
 
 
 class Skip(Exception):
@@ -173,7 +180,8 @@ def execute(check: Check, ctx: "Context") -> Result:
     else:
         status, reason, needed = judge(check, finding, str(ctx.version))
         result.status, result.reason, result.needed = status, reason, needed
-        result.bug = bug_word(finding.bug) if check.patch else None
+        # "not observable" is a finding of a check that ran; a check that broke observed nothing
+        result.bug = bug_word(finding.bug) if check.patch and (finding.bug is not None or status == PASSED) else None
         result.state, result.stock, result.patched = finding.state, finding.stock, finding.patched
         result.observations = finding.observations
     result.seconds = time.monotonic() - t0
@@ -272,7 +280,7 @@ class Context:
                                env={**self._env(), **(env or {})}, timeout=self._left(), **kwargs)
         except (BrokenProcessPool, TimeoutError) as exc:
             raise CheckError(f"{getattr(fn, '__name__', fn)}: {exc or type(exc).__name__} (--timeout)") from None
-        return Observed(*out["outcome"], out["states"])
+        return Observed(*out["outcome"], out["states"], out["reasons"])
 
     def observe_ranks(self, fn: Callable[..., Any], world_size: int, *args: Any, patches: list,
                       env: list[dict[str, str]]) -> list:
@@ -282,8 +290,14 @@ class Context:
 
         from ..testing.isolation import run_ranks
 
-        envs = [{**self._env(), **(e or {}), **({"CUDA_VISIBLE_DEVICES": str(r)} if self.on_gpu else {})}
-                for r, e in enumerate(env)]
+        if self.on_gpu:  # each rank its own GPU
+            placement = [{"CUDA_VISIBLE_DEVICES": str(r)} for r in range(world_size)]
+        else:  # each rank its share of the cores (sglang >= 0.5.23 binds threads before the CPU profile's workaround can)
+            from ..cpu.workarounds import split_cpus
+
+            bind = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND") or split_cpus(list(os.sched_getaffinity(0)), world_size)
+            placement = [{"SGLANG_CPU_OMP_THREADS_BIND": bind}] * world_size
+        envs = [{**self._env(), **(e or {}), **placement[r]} for r, e in enumerate(env)]
         try:
             return run_ranks(fn, world_size, *args, patches=patches, cpu_profile=not self.on_gpu, env=envs,
                              timeout=self._left(), per_rank=True)

@@ -2,20 +2,20 @@
 as the fix.  The repository's behavioural tests call the same functions (``tests/patches``,
 ``tests/selftest``), so CI proves every CPU check on every change.
 
-Every default patch has at least one check (``tests/selftest/test_checks.py`` makes sure of it).  The CPU
+Every patch has at least one check, or a reason in :data:`NO_CHECK` (``tests/selftest/test_selftest.py`` makes
+sure of it).  The CPU
 checks run on any machine (on a CUDA device they run on the device, with the user's attention backend and
 dtype); the ``cuda`` ones need a GPU: real CUDA graphs, real quantization kernels, NCCL.
 """
 
 from __future__ import annotations
 
+from ..testing.tiny_models import DRAFT_AUX_IDS, HIDDEN, NUM_LAYERS
 from . import device_scenarios as ds
 from . import scenarios as sc
-from .base import Check, Finding, Skip, describe_error
+from .base import Check, Finding, describe_error
+from .checkpoints import LAYER_CHECK_IDS
 
-HIDDEN = 64  # the tiny models' hidden size (eagle3_patches.testing.tiny_models.HIDDEN)
-NUM_LAYERS = 6
-DRAFT_AUX_IDS = (1, 2, 3)
 CONFIGURED = [i + 1 for i in DRAFT_AUX_IDS]  # what sglang's target captures for them (before layer id + 1)
 TOKENS = sum(len(p) for p in sc.PROMPTS)
 
@@ -42,7 +42,7 @@ def kimi_fc_width(ctx) -> Finding:
     fixed = p["fc_inputs"] == want and p["target_width"] == want[0] and p["layers_to_capture"] == CONFIGURED
     text = (f"target captured layers {p['layers_to_capture']} -> [{p['target_width'][0]}, {p['target_width'][1]}]; "
             f"fc received {p['fc_inputs']} (want {want}: 3 x hidden {HIDDEN})")
-    return Finding(fixed, text, bug, stock_text, patched.states.get("kimi_k25_eagle3_delegation"), "",
+    return Finding(fixed, text, bug, stock_text, *patched.patch("kimi_k25_eagle3_delegation"),
                    {"stock": stock, "patched": patched})
 
 
@@ -61,14 +61,14 @@ def fc_skip(ctx) -> Finding:
              and p["fc_inputs"] == [])
     patched_text = (f"refused: {describe_error((p['error'], p['message']))}" if p["error"] else
                     f"nothing raised; fc inputs {p['fc_inputs']}")
-    return Finding(fixed, patched_text, bug, stock_text, seen.states.get("eagle3_fc_guard"), observations=seen[1])
+    return Finding(fixed, patched_text, bug, stock_text, *seen.patch("eagle3_fc_guard"), observations=seen[1])
 
 
 # --------------------------------------------------------------------------- flag resolution (launcher)
 def algorithm_guard(ctx) -> Finding:
     kimi, draft = ctx.path("kimi_k25"), ctx.path("draft")
     cases = {"EAGLE": (kimi, draft, "EAGLE"), "EAGLE3": (kimi, draft, "EAGLE3")}
-    seen = ctx.observe(sc.stock_then_patched, sc.launcher_outcomes, cases)
+    seen = ctx.observe(sc.stock_then_patched, sc.launcher_outcomes, cases, ctx.overrides())
     if seen[0] != "ok":
         return Finding(False, describe_error(seen), None)
     stock, patched = seen[1]["stock"], seen[1]["patched"]
@@ -79,14 +79,13 @@ def algorithm_guard(ctx) -> Finding:
     fixed = (refused[0] == "Eagle3ConfigError" and "--speculative-algorithm EAGLE3" in refused[1]
              and patched["EAGLE3"] == ("ok", "EAGLE3"))
     patched_text = f"EAGLE refused ({describe_error(refused)}); EAGLE3 resolves to {patched['EAGLE3'][1]}"
-    return Finding(fixed, patched_text, bug, stock_text, seen[1]["states"].get("eagle3_algorithm_guard"),
-                   observations=seen[1])
+    return Finding(fixed, patched_text, bug, stock_text, *seen.patch("eagle3_algorithm_guard"), observations=seen[1])
 
 
-def capability_outcomes(cases: dict) -> dict:
+def capability_outcomes(cases: dict, overrides: dict) -> dict:
     """Child side of :func:`target_capability`: the launcher outcomes, and which capture hooks each target's
     sglang class lacks."""
-    return {"outcomes": sc.launcher_outcomes(cases),
+    return {"outcomes": sc.launcher_outcomes(cases, overrides),
             "missing": {name: sc.missing_capture_hooks(target) for name, (target, _, _) in cases.items()}}
 
 
@@ -94,7 +93,7 @@ def target_capability(ctx) -> Finding:
     draft = ctx.path("draft")
     cases = {"no_capture": (ctx.path("no_capture_target"), draft, "EAGLE3"), "kimi": (ctx.path("kimi_k25"), draft, "EAGLE3"),
              "deepseek": (ctx.path("deepseek_v3"), draft, "EAGLE3")}
-    seen = ctx.observe(sc.stock_then_patched, capability_outcomes, cases)
+    seen = ctx.observe(sc.stock_then_patched, capability_outcomes, cases, ctx.overrides())
     if seen[0] != "ok":
         return Finding(False, describe_error(seen), None)
     stock, patched = seen[1]["stock"], seen[1]["patched"]
@@ -110,13 +109,12 @@ def target_capability(ctx) -> Finding:
         patched["outcomes"][n] == ("ok", "EAGLE3") for n in ("kimi", "deepseek"))
     patched_text = (f"no-capture target refused in the launcher ({describe_error(refused)}); " if missing else "") + (
         f"Kimi-K2.5 and DeepSeek-V3 targets: {patched['outcomes']['kimi'][0]}, {patched['outcomes']['deepseek'][0]}")
-    return Finding(fixed, patched_text, bug, stock_text, seen[1]["states"].get("eagle3_target_capability"),
-                   observations=seen[1])
+    return Finding(fixed, patched_text, bug, stock_text, *seen.patch("eagle3_target_capability"), observations=seen[1])
 
 
 def fusion(ctx) -> Finding:
     seen = ctx.observe(sc.fusion_decisions, ctx.path("kimi_k25"), ctx.path("deepseek_v3"), ctx.path("draft"),
-                       not ctx.on_gpu)
+                       not ctx.on_gpu, ctx.overrides())
     if seen[0] != "ok":
         return Finding(False, describe_error(seen), None)
     out = seen[1]
@@ -180,7 +178,7 @@ def strict_loading(ctx) -> Finding:
     patched_text = (f"layers.0.* and midlayer.* drafts {'bit-exact' if not inexact else 'NOT bit-exact: ' + ', '.join(inexact)}"
                     f"; full-vocabulary draft {'loads' if full_vocab else 'does NOT load'}; bad drafts "
                     f"{'refused, naming the tensor' if not not_refused else 'NOT refused: ' + ', '.join(not_refused)}")
-    return Finding(fixed, patched_text, bool(bugs), stock_text, patched.states.get("eagle3_draft_strict_loading"),
+    return Finding(fixed, patched_text, bool(bugs), stock_text, *patched.patch("eagle3_draft_strict_loading"),
                    observations=obs)
 
 
@@ -203,12 +201,10 @@ def aux_validation(ctx) -> Finding:
              and "cannot be captured" in p["last"][1] and p["duplicate"][0] == "Eagle3ConfigError")
     patched_text = (f"valid ids capture {p['good'][1]}; {CAPTURE_CASES['last']}: {describe_error(p['last'])}; "
                     f"{CAPTURE_CASES['duplicate']}: {p['duplicate'][0]}")
-    return Finding(fixed, patched_text, bug, stock_text, seen.states.get("aux_capture_validation"), observations=seen[1])
+    return Finding(fixed, patched_text, bug, stock_text, *seen.patch("aux_capture_validation"), observations=seen[1])
 
 
 def layer_ids(ctx) -> Finding:
-    from .checkpoints import LAYER_CHECK_IDS
-
     seen = ctx.observe(sc.captured_layers, ctx.path("deepseek_v3"), ctx.path("layer_ids_marked_draft"),
                        ctx.path("layer_ids_unmarked_draft"), ctx.overrides(), patches="all")
     if seen[0] != "ok":
@@ -290,23 +286,24 @@ def graph_replay(ctx) -> Finding:
         if seen[0] != "ok":
             return None, describe_error(seen)
         out = seen[1]
+        then = f"; then {out['error']}" if out["error"] else ""
         if not out["compared"]:
-            return None, "no target forward ran as a CUDA graph replay"
+            return None, f"no target forward ran as a CUDA graph replay{then}"
         differ = [c for c in out["compared"] if c["graph_layers"] != c["eager_layers"]]
         first = (differ or out["compared"])[0]
-        worst = max(max(c["relative_difference"]) for c in out["compared"])
+        worst = max(max(c["relative_difference"], default=0.0) for c in out["compared"])
         return bool(differ), (f"{len(out['compared'])} graph replays ({first['mode']}, {out['attention_backend']}, "
                               f"{out['dtype']}) vs eager on the same batch: the replay's aux states are the outputs of "
                               f"layers {first['graph_layers']}, the eager ones of {first['eager_layers']} "
-                              f"({len(differ)} replays differ; largest relative difference {worst:.3g})")
+                              f"({len(differ)} replays differ; largest relative difference {worst:.3g}){then}")
 
     bug, stock_text = verdict(stock)
     differs, patched_text = verdict(patched)
     widths = sorted({s[-1] for s in patched[1]["fc_inputs"]}) if patched[0] == "ok" else []
-    fixed = differs is False and widths == [3 * HIDDEN]
+    fixed = differs is False and widths == [3 * HIDDEN] and not patched[1]["error"]
     if patched[0] == "ok":
         patched_text += f"; fc inputs {widths} wide"
-    return Finding(fixed, patched_text, bug, stock_text, patched.states.get("cuda_graph_capture_order"),
+    return Finding(fixed, patched_text, bug, stock_text, *patched.patch("cuda_graph_capture_order"),
                    observations={"stock": stock, "patched": patched})
 
 
@@ -329,8 +326,7 @@ def draft_extend_graph(ctx) -> Finding:
                     f"{describe_error((r['error'], r['message'])) if r['error'] else 'NOT refused'}")
     if g["error"]:
         patched_text = f"the correct draft's graphs failed: {describe_error((g['error'], g['message']))}"
-    return Finding(good_ok and ours, patched_text, bug, stock_text, refused.states.get("eagle3_fc_guard"),
-                   observations=obs)
+    return Finding(good_ok and ours, patched_text, bug, stock_text, *refused.patch("eagle3_fc_guard"), observations=obs)
 
 
 def dump_graph_capture(ctx) -> Finding:
@@ -353,7 +349,7 @@ def dump_graph_capture(ctx) -> Finding:
             f"prefill {out['rows_after_prefill']} (want {prompts}), after a graph-replayed decode step "
             f"{out['rows_after_decode']}; {'warned' if warned else 'did NOT warn'} that graph replays are not recorded")
     return Finding(fixed, text, None, "an opt-in instrument of this library: nothing to observe on stock sglang",
-                   seen.states.get("hidden_state_dump"), observations=out)
+                   *seen.patch("hidden_state_dump"), observations=out)
 
 
 def quantized_loading(ctx) -> Finding:
@@ -380,7 +376,7 @@ def quantized_loading(ctx) -> Finding:
         parts.append(f"{label}: stock {'loaded' if s['ok'] else s.get('type')}, patched "
                      f"{'loaded, identical' if ok else (p.get('type') or 'loaded, DIFFERENT')}")
     return Finding(fixed, "; ".join(parts), None, "stock sglang serves these drafts; the patch set must load them the same",
-                   patched.states.get("eagle3_draft_strict_loading"), observations=obs)
+                   *patched.patch("eagle3_draft_strict_loading"), observations=obs)
 
 
 def tp2_nccl(ctx) -> Finding:
@@ -388,7 +384,7 @@ def tp2_nccl(ctx) -> Finding:
     ov = ctx.overrides(disable_cuda_graph=True)
     reference = ctx.observe(ds.tp_capture, 0, 1, 0, target, ov, patches="all")
     if reference[0] != "ok":
-        raise Skip(f"the TP 1 reference did not run: {describe_error(reference)}")
+        return Finding(False, f"the TP 1 reference did not run: {describe_error(reference)}", None)
     ref = reference[1]["aux"].float()
     tol = _tolerance(ctx.dtype or "bfloat16")
 
@@ -441,7 +437,8 @@ CHECKS: tuple[Check, ...] = (
     Check("draft_extend_cuda_graph", "draft-extend CUDA graphs capture 3 x hidden into fc; use_aux_hidden_state false "
           "is refused in our words", draft_extend_graph, patch="eagle3_fc_guard", needs=("cuda",)),
     Check("hidden_state_dump_graph_capture", "the opt-in hidden-state dump under CUDA-graph capture: capture works, "
-          "served rows only", dump_graph_capture, patch="hidden_state_dump", needs=("cuda",)),
+          "served rows only", dump_graph_capture, patch="hidden_state_dump", needs=("cuda",), runs_on="<0.5.13",
+          outside="the dump is written for sglang 0.5.8-0.5.12's capture path (its own releases)"),
     Check("quantized_draft_loading", "fp8 drafts load as stock sglang loads them, real kernels", quantized_loading,
           patch="eagle3_draft_strict_loading", needs=("cuda",)),
     Check("tp2_nccl", "TP 2 over NCCL: aux states equal TP 1", tp2_nccl, patch="tp_allreduce_fusion_capture",

@@ -105,13 +105,14 @@ def eagle_without_capture(target: str, draft: str, overrides: dict | None = None
 
 
 # --------------------------------------------------------------------------- flag resolution (launcher)
-def launcher_outcomes(cases: dict[str, tuple[str, str, str]]) -> dict[str, tuple[str, Any]]:
+def launcher_outcomes(cases: dict[str, tuple[str, str, str]], overrides: dict | None = None) -> dict[str, tuple[str, Any]]:
     """Per case ``(target, draft, algorithm)``: the server arguments resolved as the launcher resolves them,
     before any rank starts.  ``("ok", resolved algorithm)`` or ``(exception type, message)``."""
     from eagle3_patches.testing import sglang_harness as h
 
     def resolve(target: str, draft: str, algorithm: str) -> str:
-        return h.launcher_server_args(h.eagle3_server_args, target, draft, algorithm=algorithm).speculative_algorithm
+        return h.launcher_server_args(h.eagle3_server_args, target, draft, algorithm=algorithm,
+                                      **(overrides or {})).speculative_algorithm
 
     return {name: outcome(resolve, *case) for name, case in cases.items()}
 
@@ -309,7 +310,7 @@ def graph_capture_sequence(target: str, draft: str, patched: bool) -> dict:
 
 
 # --------------------------------------------------------------------------- TP all-reduce fusion
-def fusion_decisions(kimi: str, deepseek: str, draft: str, stand_in_gpu: bool = True) -> dict:
+def fusion_decisions(kimi: str, deepseek: str, draft: str, stand_in_gpu: bool = True, overrides: dict | None = None) -> dict:
     """``enable_flashinfer_allreduce_fusion`` as the real ``ServerArgs`` decides it: stock, then with
     ``tp_allreduce_fusion_capture`` applied alone in this process (the other flag guards would refuse
     the EAGLE cases), then reverted.  ``stand_in_gpu``: the hardware facts ``ServerArgs`` reads are an
@@ -332,6 +333,7 @@ def fusion_decisions(kimi: str, deepseek: str, draft: str, stand_in_gpu: bool = 
 
     def fusion(path: str, algorithm: str | None, tp: int, **kw) -> dict:
         before = len(records)
+        kw = {**(overrides or {}), **kw}
         if algorithm:
             sa = h.eagle3_server_args(path, draft, algorithm=algorithm, tp_size=tp, **kw)
         else:
@@ -415,8 +417,13 @@ def to_log() -> None:
 
 def observed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
     """The child side of :meth:`.base.Context.observe`: the scenario's outcome and every patch's state afterwards."""
+    import eagle3_patches
+
     to_log()
-    return {"outcome": outcome(fn, *args, **kwargs), "states": patch_states()}
+    result = outcome(fn, *args, **kwargs)
+    status = eagle3_patches.status()
+    return {"outcome": result, "states": {n: s.state.value for n, s in status.items()},
+            "reasons": {n: s.reason for n, s in status.items()}}
 
 
 def load_drafts_to_host(target: str, drafts: list, overrides: dict | None = None) -> list[dict]:
