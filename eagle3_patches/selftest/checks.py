@@ -353,8 +353,6 @@ def dump_graph_capture(ctx) -> Finding:
 
 
 def quantized_loading(ctx) -> Finding:
-    import torch
-
     target = ctx.path("deepseek_v3")
     drafts = [(ctx.path("midlayer_draft"), {"speculative_draft_model_quantization": "fp8"}), ctx.path("fp8_draft")]
     labels = ["online fp8 (--quantization fp8)", "fp8 checkpoint"]
@@ -364,14 +362,10 @@ def quantized_loading(ctx) -> Finding:
     if stock[0] != "ok" or patched[0] != "ok":
         return Finding(False, describe_error(stock if stock[0] != "ok" else patched), None, observations=obs)
 
-    def same(a: dict | None, b: dict | None) -> bool:
-        return a is not None and b is not None and set(a) == set(b) and all(
-            n == "model.embed_tokens.weight" or (a[n].dtype == b[n].dtype and torch.equal(
-                a[n].reshape(-1).view(torch.uint8), b[n].reshape(-1).view(torch.uint8))) for n in a)
-
     parts, fixed = [], True
     for label, s, p in zip(labels, stock[1], patched[1]):
-        ok = (p["ok"] == s["ok"]) and same(s.get("loaded"), p.get("loaded")) and (not s["ok"] or same(s["params"], p["params"]))
+        ok = (p["ok"] == s["ok"]) and not sc.differing_tensors(s.get("loaded"), p.get("loaded")) and (
+            not s["ok"] or not sc.differing_tensors(s["params"], p["params"]))
         fixed &= ok
         parts.append(f"{label}: stock {'loaded' if s['ok'] else s.get('type')}, patched "
                      f"{'loaded, identical' if ok else (p.get('type') or 'loaded, DIFFERENT')}")

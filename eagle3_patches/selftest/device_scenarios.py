@@ -144,8 +144,9 @@ def dump_under_graph_capture(target: str, overrides: dict) -> dict:
 
 
 def tp_capture(rank: int, world_size: int, port: int, target: str, overrides: dict) -> dict:
-    """One TP rank (``run_ranks``; each rank sees its own GPU as ``cuda:0`` through ``CUDA_VISIBLE_DEVICES``)
-    of the tiny target with EAGLE-3 capture on: the aux states of one prefill, on the host."""
+    """One TP rank (``run_ranks``; on a GPU machine each rank sees its own GPU as ``cuda:0`` through
+    ``CUDA_VISIBLE_DEVICES``) of the tiny target with EAGLE-3 capture on: the aux states of one prefill, on the
+    host.  Also what ``tests/distributed/test_tp2_capture.py`` runs on CPU over gloo."""
     import os
 
     from eagle3_patches.testing import sglang_harness as h

@@ -415,6 +415,23 @@ def to_log() -> None:
         os.close(fd)
 
 
+def differing_tensors(a: dict | None, b: dict | None) -> list[str]:
+    """The parameters two loads of one draft hold differently, bit for bit (dtype included); a parameter only one
+    of them has counts too, and a load that did not happen is ``["(not loaded)"]``.  The embedding is left out:
+    no checkpoint fills it, sglang replaces it by the target's, and until then it holds whatever memory it was
+    allocated in.  Runs in the parent."""
+    import torch
+
+    if a is None or b is None:
+        return ["(not loaded)"]
+
+    def raw(t):
+        return t.reshape(-1).view(torch.uint8)
+
+    return sorted(set(a) ^ set(b)) + [n for n in a if n in b and n != "model.embed_tokens.weight"
+                                      and not (a[n].dtype == b[n].dtype and torch.equal(raw(a[n]), raw(b[n])))]
+
+
 def observed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
     """The child side of :meth:`.base.Context.observe`: the scenario's outcome and every patch's state afterwards."""
     import eagle3_patches

@@ -8,7 +8,7 @@ import torch
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.checkpoints import draft_variant
 from eagle3_patches.selftest.checks import REFUSED_FOR
-from eagle3_patches.selftest.scenarios import bit_exact_mismatches
+from eagle3_patches.selftest.scenarios import bit_exact_mismatches, differing_tensors
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import only_release
@@ -163,19 +163,6 @@ def quantized_patched(tiny, quantized_drafts):
     return _load_quantized_variants(tiny, quantized_drafts, PATCH)
 
 
-def _same_tensors(a: dict, b: dict) -> list[str]:
-    """Parameters that differ bit for bit (the embedding is left out: no checkpoint fills it, sglang
-    replaces it by the target's, and until then it holds whatever memory it was allocated in)."""
-    assert a is not None and b is not None
-    assert set(a) == set(b)
-
-    def raw(t):
-        return t.reshape(-1).view(torch.uint8)
-
-    return [n for n in a if n != "model.embed_tokens.weight"
-            and not (a[n].dtype == b[n].dtype and torch.equal(raw(a[n]), raw(b[n])))]
-
-
 @pytest.mark.parametrize("case", ["online-fp8", "fp8-checkpoint", "compressed-tensors-w8a8-fp8",
                                   "compressed-tensors-w4a16", "tied-with-lm-head", "unquantized-kv-scales"])
 def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_patched, case):
@@ -183,7 +170,7 @@ def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_
     assert stock["loaded"] is not None, stock  # stock sglang loads the draft ...
     assert patched.get("type") != "Eagle3ConfigError", patched["message"]  # ... and the patch set does not refuse it
     assert (patched["ok"], patched.get("type")) == (stock["ok"], stock.get("type"))  # the same end (CPU kernels)
-    assert _same_tensors(stock["loaded"], patched["loaded"]) == []
+    assert differing_tensors(stock["loaded"], patched["loaded"]) == []
 
 
 def test_quantized_drafts_really_are_quantized(quantized_patched):
