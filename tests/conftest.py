@@ -33,6 +33,28 @@ def tiny(tiny_root) -> dict[str, Path]:
     return tiny_models.build_all(tiny_root)
 
 
+@pytest.fixture(scope="session")
+def run_check(tiny_root):
+    """``run_check(name)``: the selftest check ``name`` (eagle3_patches/selftest/checks.py) run on CPU against the
+    installed sglang, once per session; its :class:`~eagle3_patches.selftest.Result`.  The behavioural tests assert
+    on it, so what ``eagle3-patches selftest`` checks is what CI proves.  A check that cannot run here skips the
+    test with the check's own reason."""
+    from eagle3_patches.selftest import BY_NAME, SKIPPED, Context, Device, execute
+    from eagle3_patches.testing.releases import sglang_version
+
+    context = Context(tiny_root, Device("cpu"), sglang_version())
+    results: dict = {}
+
+    def run(name: str):
+        if name not in results:
+            results[name] = execute(BY_NAME[name], context)
+        if results[name].status == SKIPPED:
+            pytest.skip(f"selftest check {name}: {results[name].reason}")
+        return results[name]
+
+    return run
+
+
 def _sglang_source_is_forked() -> bool:
     """True when the importable sglang carries the fork-path diffs (mode (b), docs/fork.md)."""
     import importlib.util

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""The sglang release matrix: one isolated CPU venv per release, the behavioural suite and
-``eagle3-patches status`` in each, and docs/compat.md generated from the results.
+"""The sglang release matrix: one isolated CPU venv per release, the behavioural suite,
+``eagle3-patches status`` and ``eagle3-patches selftest`` in each, and docs/compat.md generated from the results.
 
     python tools/matrix.py                      # the full matrix -> docs/compat.md
     python tools/matrix.py --releases 0.5.9,0.5.13
     python tools/matrix.py --ci                 # pinned + newest known -> .matrix/ci-report.md
     python tools/matrix.py --setup-only         # build the venvs only
     python tools/matrix.py --report-only        # regenerate the report from .matrix/results
+    python tools/matrix.py --no-selftest        # leave `eagle3-patches selftest --json` out (quicker)
 
 Each release gets ``.matrix/venv-<release>`` (gitignored): requirements-test.txt with the release's
 own ``transformers`` (and ``openai``) pin read from the wheel's METADATA, the per-release extras of
@@ -17,7 +18,7 @@ A venv is rebuilt only when its inputs change.  ``newest`` means the newest sgla
 ``newest_known``, the newest release the data file has been checked against, which CI runs (a new
 upstream release must not turn CI red under an unrelated change; ``--ci`` says when there is one).
 
-Exit status: 0 when every release ran green (no failed test, no failed patch, no import error).
+Exit status: 0 when every release ran green (no failed test, no failed patch, no import error, selftest exit 0).
 """
 
 from __future__ import annotations
@@ -258,6 +259,26 @@ def run_status(version: str) -> dict:
     return report
 
 
+def run_selftest(version: str, timeout: int) -> dict:
+    """``eagle3-patches selftest --json`` in the release's venv (CPU: the GPU checks are skipped, with the reason)."""
+    py = venv_python(version)
+    t0 = time.time()
+    try:
+        r = subprocess.run([str(py), "-m", "eagle3_patches", "selftest", "--json"], capture_output=True, text=True,
+                           cwd=str(MATRIX), env=_env(version), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"did not finish within {timeout} s", "seconds": round(time.time() - t0, 1)}
+    try:
+        report = json.loads(r.stdout)
+    except ValueError:
+        tail = (r.stderr or r.stdout).strip().splitlines()
+        return {"ok": False, "error": tail[-1] if tail else f"exit {r.returncode}", "seconds": round(time.time() - t0, 1)}
+    report["ok"] = r.returncode == 0 and report.get("exit_code") == 0
+    report["rc"] = r.returncode
+    report["wall_seconds"] = round(time.time() - t0, 1)
+    return report
+
+
 def _first_line(text: str | None) -> str:
     for line in (text or "").splitlines():
         line = line.strip()
@@ -332,7 +353,8 @@ def run_suite(version: str, selection: list[str], timeout: int) -> dict:
     return result
 
 
-def run_release(version: str, data: dict, selection: list[str], timeout: int, setup_only: bool) -> dict:
+def run_release(version: str, data: dict, selection: list[str], timeout: int, setup_only: bool,
+                selftest: bool = True) -> dict:
     res: dict = {"release": version, "started": _dt.datetime.now().isoformat(timespec="seconds")}
     log(f"{version}: set-up")
     res["setup"] = setup_release(version, data)
@@ -343,6 +365,13 @@ def run_release(version: str, data: dict, selection: list[str], timeout: int, se
         return res
     log(f"{version}: eagle3-patches status --cpu-profile --json")
     res["status"] = run_status(version)
+    if selftest:
+        log(f"{version}: eagle3-patches selftest --json")
+        res["selftest"] = run_selftest(version, timeout)
+        st = res["selftest"]
+        log(f"{version}: selftest " + (f"{st['summary']['passed']} passed, {st['summary']['failed']} failed, "
+                                       f"{st['summary']['skipped']} skipped in {st['seconds']}s"
+                                       if "summary" in st else f"did not report: {st.get('error')}"))
     log(f"{version}: pytest {' '.join(selection)}")
     res["suite"] = run_suite(version, selection, timeout)
     s = res["suite"]
@@ -379,6 +408,31 @@ def _layer_verdict(res: dict) -> str:
     failed = [k for k, v in tests.items() if v == "failed"]
     why = next((f["why"] for f in (res.get("suite") or {}).get("failures", []) if f["test"] in failed), "")
     return f"no ({len(failed)} failed{': ' + why if why else ''})"
+
+
+def _selftest_cell(res: dict) -> str:
+    st = res.get("selftest")
+    if st is None:
+        return "not run"
+    if "summary" not in st:
+        return f"no report ({_md(st.get('error', '?'))})"
+    s = st["summary"]
+    return f"{s['passed']}/{s['failed']}/{s['skipped']}"
+
+
+def _selftest_section(res: dict) -> list[str]:
+    """The release's ``eagle3-patches selftest --json``: one row per check."""
+    st = res.get("selftest")
+    if st is None:
+        return []
+    if "checks" not in st or st.get("error"):
+        return [f"`eagle3-patches selftest` did not report: `{_md(st.get('error', '?'))}`", ""]
+    out = [f"`eagle3-patches selftest --json` ({st['device_text']}): exit {st['exit_code']} in {st['seconds']} s.", "",
+           "| check | patch state | bug on stock | result | with the patch set on / why skipped |", "|---|---|---|---|---|"]
+    for c in st["checks"]:
+        detail = c["reason"] if c["status"] != "passed" else c["patched"]
+        out.append(f"| `{c['name']}` | {c['state'] or '-'} | {c['bug'] or '-'} | {c['status']} | {_md(detail)[:220]} |")
+    return out + [""]
 
 
 def _md(text: str) -> str:
@@ -418,10 +472,13 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "`EAGLEWorkerV2`, the only one from 0.5.13) on the tiny Kimi-K2.5 "
         f"(`{FC_TEST}`) fed `[tokens, 3 x hidden]` to the draft's `fc`. *Layer ids*: "
         f"`{LAYER_TEST_FILE}` - draft ids `[2, 3, 4]` (library convention, output of layer i) captured exactly "
-        "the outputs of layers 2, 3, 4 (compared with forward hooks on the decoder layers).",
+        "the outputs of layers 2, 3, 4 (compared with forward hooks on the decoder layers). *selftest*: "
+        "`eagle3-patches selftest --json` in the release's venv (per patch, the bug observed on stock sglang and "
+        "the behaviour with the patch set on; the GPU checks are skipped on this CPU machine, each with its reason).",
         "",
     ]
-    head = ["sglang", "transformers", *names, "suite (pass/fail/skip)", "3 x H at fc", "layer ids"]
+    head = ["sglang", "transformers", *names, "suite (pass/fail/skip)", "selftest (pass/fail/skip)", "3 x H at fc",
+            "layer ids"]
     lines.append("| " + " | ".join(f"`{h}`" if h in names else h for h in head) + " |")
     lines.append("|" + "---|" * len(head))
     for res in results:
@@ -429,13 +486,14 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         pins = (res.get("setup") or {}).get("pins", {})
         tf = pins.get("transformers", "").split("==")[-1] or "?"
         if not (res.get("setup") or {}).get("ok"):
-            lines.append(f"| {v} | {tf} | " + " | ".join("-" for _ in names) + " | set-up failed | - | - |")
+            lines.append(f"| {v} | {tf} | " + " | ".join("-" for _ in names) + " | set-up failed | - | - | - |")
             continue
         states = {p["name"]: p for p in (res.get("status") or {}).get("patches", [])}
         cells = [SHORT.get(states[n]["state"], states[n]["state"]) if n in states else "-" for n in names]
         s = res.get("suite") or {}
         suite = f"{s.get('passed', 0)}/{s.get('failed', 0) + s.get('errors', 0)}/{s.get('skipped', 0)}"
-        lines.append(f"| {v} | {tf} | " + " | ".join(cells) + f" | {suite} | {_fc_verdict(res)} | {_layer_verdict(res)} |")
+        lines.append(f"| {v} | {tf} | " + " | ".join(cells) + f" | {suite} | {_selftest_cell(res)} | {_fc_verdict(res)} | "
+                     f"{_layer_verdict(res)} |")
     lines.append("")
     for res in results:
         v = res["release"]
@@ -461,6 +519,7 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
             for err, modules in (status.get("import_errors") or {}).items():
                 lines.append(f"| (import `{'`, `'.join(modules)}`) | error | {_md(err)} |")
             lines.append("")
+        lines += _selftest_section(res)
         s = res.get("suite") or {}
         lines.append(f"Suite: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('errors', 0)} errors, "
                      f"{s.get('skipped', 0)} skipped in {s.get('seconds', 0)} s (log `{s.get('log', '')}`).")
@@ -486,7 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", help="report path (default docs/compat.md; --ci: .matrix/ci-report.md)")
     ap.add_argument("--setup-only", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="render the report from .matrix/results/*.json")
-    ap.add_argument("--timeout", type=int, default=3600, help="seconds per release for pytest")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per release for pytest (and for selftest)")
+    ap.add_argument("--no-selftest", action="store_true", help="leave `eagle3-patches selftest --json` out")
     args = ap.parse_args(argv)
 
     data = load_data()
@@ -510,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(json.loads(path.read_text()) if path.exists() else {"release": version, "setup": {
                 "ok": False, "error": "no results yet: run tools/matrix.py"}})
             continue
-        results.append(run_release(version, data, selection, args.timeout, args.setup_only))
+        results.append(run_release(version, data, selection, args.timeout, args.setup_only, not args.no_selftest))
         if not args.setup_only:  # the report so far, after every release
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(render(results, command, selection, time.time() - t0))
@@ -519,7 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     total = time.time() - t0
     if args.report_only:
         total = sum((r.get("setup") or {}).get("seconds", 0) + (r.get("suite") or {}).get("seconds", 0)
-                    + (r.get("status") or {}).get("seconds", 0) for r in results)
+                    + (r.get("status") or {}).get("seconds", 0) + (r.get("selftest") or {}).get("seconds", 0)
+                    for r in results)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(results, command, selection, total))
     log(f"wrote {output} ({total / 60:.1f} min)")
@@ -528,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
         and not (r.get("suite") or {}).get("failed") and not (r.get("suite") or {}).get("errors")
         and (r.get("suite") or {}).get("rc") in (0, 5)
         and not (r.get("status") or {}).get("import_errors")
+        and (r.get("selftest") or {"ok": True}).get("ok")
         and all(p["state"] != "failed" for p in (r.get("status") or {}).get("patches", []))
         for r in results
     )
@@ -536,6 +598,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{r['release']}: FAILED {f['test']}: {f['why']}")
         if not (r.get("setup") or {}).get("ok", True):
             log(f"{r['release']}: set-up failed: {r['setup'].get('error')}")
+        for c in (r.get("selftest") or {}).get("checks", []):
+            if c["status"] == "failed":
+                log(f"{r['release']}: selftest check {c['name']} FAILED: {c['reason']}")
     return 0 if green else 1
 
 

@@ -1,4 +1,4 @@
-"""``eagle3-patches`` command line: run, status, doctor, convert, apply, probe-report, bench, docs.
+"""``eagle3-patches`` command line: run, status, doctor, selftest, convert, apply, probe-report, bench, docs.
 
 User mistakes (:class:`~eagle3_patches.errors.Eagle3Error`) print a message (control
 characters escaped) and exit 1; usage errors exit 2; an interrupt exits 128 + the signal
@@ -16,7 +16,7 @@ from ..errors import Eagle3Error
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import apply_cmd, convert_cmd, docs_cmd, doctor_cmd, probe_report_cmd, run_cmd, status_cmd
+    from . import apply_cmd, convert_cmd, docs_cmd, doctor_cmd, probe_report_cmd, run_cmd, selftest_cmd, status_cmd
 
     parser = argparse.ArgumentParser(
         prog="eagle3-patches",
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     # each module registers one subcommand; add new ones to this tuple
     from . import bench_cmd
 
-    for module in (run_cmd, status_cmd, doctor_cmd, convert_cmd, apply_cmd, probe_report_cmd, bench_cmd, docs_cmd):
+    for module in (run_cmd, status_cmd, doctor_cmd, selftest_cmd, convert_cmd, apply_cmd, probe_report_cmd, bench_cmd, docs_cmd):
         module.add_parser(sub)
     return parser
 

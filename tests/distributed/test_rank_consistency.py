@@ -10,33 +10,39 @@ import multiprocessing
 
 import pytest
 
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.selftest.checks import load_rank
 from eagle3_patches.testing.isolation import _child, free_port, run_ranks
 
 pytestmark = [pytest.mark.sglang, pytest.mark.tp2]
 
 
 def _load(rank: int, world_size: int, port: int, target: str):
-    from eagle3_patches.testing import sglang_harness as h
-
-    sa = h.server_args(target, tp_size=world_size, dtype="float32")
-    try:
-        h.model_runner(sa, tp_rank=rank, nccl_port=port)
-    except Exception as exc:  # noqa: BLE001 - returned to the test
-        return {"rank": rank, "error": type(exc).__name__, "message": str(exc)}
-    import eagle3_patches
-
-    return {"rank": rank, "error": None, "state": eagle3_patches.status()["rank_consistency"].state.value}
+    return load_rank(rank, world_size, port, target, {})
 
 
 def test_ranks_with_the_same_patch_set_start(tiny):
     out = run_ranks(_load, 2, str(tiny["deepseek_v3"]), patches="all")
     assert [r["error"] for r in out] == [None, None], out
-    assert {r["state"] for r in out} == {"applied"}
+    assert {r["states"]["rank_consistency"] for r in out} == {"applied"}
 
 
-def test_a_rank_with_another_patch_set_is_named_and_every_rank_refuses(tiny):
-    out = run_ranks(_load, 2, str(tiny["deepseek_v3"]), patches=["all", "all"], per_rank=True,
-                    env=[{}, {"EAGLE3_PATCHES_DISABLE": "eagle3_fc_guard"}])
+@pytest.fixture(scope="module")
+def check(run_check):
+    """The selftest check: two ranks, rank 1 started with EAGLE3_PATCHES_DISABLE=eagle3_fc_guard; with
+    rank_consistency off on both (stock: nothing compares), then on."""
+    return run_check("rank_consistency")
+
+
+@pytest.mark.stock
+def test_ranks_with_different_patch_sets_start_silently_without_the_check(check):
+    assert [r["error"] for r in check.observations["stock"]] == [None, None]
+    assert check.bug == "present"
+
+
+def test_a_rank_with_another_patch_set_is_named_and_every_rank_refuses(check):
+    assert check.status == PASSED, check.reason
+    out = check.observations["patched"]
     assert [r["error"] for r in out] == ["Eagle3ConfigError", "Eagle3ConfigError"], out
     for r in out:
         assert "eagle3_fc_guard" in r["message"] and "disabled on rank" in r["message"] and "applied on rank" in r["message"]

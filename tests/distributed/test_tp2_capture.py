@@ -5,30 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from eagle3_patches.selftest.device_scenarios import tp_capture
 from eagle3_patches.testing.isolation import run_isolated, run_ranks
-from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
+from eagle3_patches.testing.tiny_models import HIDDEN
 
 pytestmark = [pytest.mark.sglang, pytest.mark.tp2]
 
-PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12]]
-
-
 def _capture(rank: int, world_size: int, port: int, target: str):
-    import os
-
-    from eagle3_patches.testing import sglang_harness as h
-
-    sa = h.server_args(target, tp_size=world_size, dtype="float32")
-    runner = h.model_runner(sa, tp_rank=rank, nccl_port=port)
-    runner.model.set_eagle3_layers_to_capture(list(DRAFT_AUX_IDS))  # through the Kimi delegation patch
-    step = h.prefill(runner, PROMPTS, return_hidden_states=True)
-    return {
-        "rank": rank,
-        "pid": os.getpid(),
-        "aux": step.logits_output.hidden_states.clone(),
-        "tokens": step.next_token_ids.tolist(),
-        "state": __import__("eagle3_patches").status()["kimi_k25_eagle3_delegation"].state.value,
-    }
+    return tp_capture(rank, world_size, port, target, {"dtype": "float32"})  # through the Kimi delegation patch
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +27,7 @@ def tp2(tiny):
 
 def test_tp2_ranks_capture_identical_3h_states_equal_to_tp1(tp1, tp2, figure):
     r0, r1 = tp2
-    assert {r0["state"], r1["state"], tp1["state"]} == {"applied"}
+    assert {r["states"]["kimi_k25_eagle3_delegation"] for r in (r0, r1, tp1)} == {"applied"}
     assert r0["pid"] != r1["pid"]
     assert r0["aux"].shape == r1["aux"].shape == tp1["aux"].shape == (8, 3 * HIDDEN)
     assert torch.equal(r0["aux"], r1["aux"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3_patches.patches.aux_capture_validation import validate_layer_ids
+from eagle3_patches.selftest import PASSED
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import requires_patch
 from eagle3_patches.testing.tiny_models import NUM_LAYERS
@@ -37,38 +38,25 @@ def test_good_layer_ids_pass():
     validate_layer_ids([2, 30, 58], 61)  # Kimi-K2.5
 
 
-def _capture_outcomes(target: str, cases: dict):
-    """For each case, set the ids on a real DeepseekV3ForCausalLM and run one capturing prefill."""
-    from eagle3_patches.testing import sglang_harness as h
-
-    runner = h.model_runner(h.server_args(target))
-    model = runner.model
-    out = {}
-    for name, ids in cases.items():
-        model.model.layers_to_capture = []
-        try:
-            model.set_eagle3_layers_to_capture(ids)
-            step = h.prefill(runner, [[5, 6, 7, 8, 9]], return_hidden_states=True)
-            out[name] = ("ok", tuple(step.logits_output.hidden_states.shape))
-        except Exception as exc:  # noqa: BLE001
-            out[name] = (type(exc).__name__, str(exc))
-    return out
-
-
-CASES = {"good": [1, 2, 3], "last": [1, 2, NUM_LAYERS - 1], "duplicate": [1, 1, 3]}
+@pytest.fixture(scope="module")
+def check(run_check):
+    """The selftest check: checks.CAPTURE_CASES on a real DeepseekV3ForCausalLM, stock, then the same model with the patch
+    set applied."""
+    return run_check("aux_capture_validation")
 
 
 @pytest.mark.stock
-def test_stock_accepts_uncapturable_ids_silently_or_crashes_far_away(tiny):
-    out = run_isolated(_capture_outcomes, str(tiny["deepseek_v3"]), CASES, patches=None)
+def test_stock_accepts_uncapturable_ids_silently_or_crashes_far_away(check):
+    out = check.observations["stock"]
     assert out["good"] == ("ok", (5, 192))
     # id n-1: only 2 states are captured and stored: a 128-wide tensor where fc expects 192
     assert out["last"] == ("ok", (5, 128))
     assert out["duplicate"] == ("ok", (5, 128))
 
 
-def test_patched_refuses_them_at_set_time(tiny):
-    out = run_isolated(_capture_outcomes, str(tiny["deepseek_v3"]), CASES, patches=["aux_capture_validation"])
+def test_patched_refuses_them_at_set_time(check):
+    assert check.status == PASSED, check.reason
+    out = check.observations["patched"]
     assert out["good"] == ("ok", (5, 192))
     assert out["last"][0] == "Eagle3ConfigError" and "cannot be captured" in out["last"][1]
     assert out["duplicate"][0] == "Eagle3ConfigError"

@@ -21,6 +21,8 @@ from __future__ import annotations
 import pytest
 
 from eagle3_patches.patches import cuda_graph_capture_order as cgo
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.selftest.scenarios import graph_capture_sequence
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import requires_patch, stock_bug
 
@@ -28,77 +30,19 @@ CONFIGURED = [2, 3, 4]  # draft eagle_aux_hidden_state_layer_ids [1, 2, 3], + 1
 DEFAULTS = [2, 3, 3]  # [2, n // 2, n - 3] for the 6-layer tiny target
 
 
-# --------------------------------------------------------------------------- child side
-def _layers(model) -> list[int]:
-    lm = getattr(model, "language_model", model)  # Kimi-K2.5 wraps a DeepseekV3ForCausalLM
-    return list(lm.model.layers_to_capture)
-
-
-def _graph_capture_sequence(target: str, draft: str, patched: bool, with_kimi_delegation: bool = False) -> dict:
-    """Build the real target ModelRunner (EAGLE3) and record the layers in force at graph capture."""
-    from eagle3_patches.registry import Registry
-
-    patches = []
-    if with_kimi_delegation:  # 0.5.9's Kimi wrapper has no set_eagle3_layers_to_capture at all
-        from eagle3_patches.patches.kimi_k25_eagle3_delegation import PATCH as kimi_patch
-
-        patches.append(kimi_patch)
-    if patched:
-        patches.append(cgo.PATCH)
-    reg = Registry("test", patches)
-    reg.apply()  # lazy: lands when sglang's modules are imported below
-
-    import sglang.srt.model_executor.model_runner as mr
-    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
-
-    from eagle3_patches.testing import sglang_harness as h
-
-    at_capture: list[list[int]] = []
-
-    class CudaGraphRunnerOnCpu(CudaGraphRunner):
-        """The real CudaGraphRunner; only the CUDA graph capture itself is replaced by a record."""
-
-        def capture(self) -> None:
-            at_capture.append(_layers(self.model_runner.model))
-
-    mr.CPUGraphRunner = CudaGraphRunnerOnCpu  # the GPU path's runner in the cpu slot of init_device_graphs
-    sa = h.eagle3_server_args(target, draft)
-    sa.enable_torch_compile = True  # the only way past `if device == "cpu" and not enable_torch_compile: return`
-
-    out: dict = {
-        "state": reg.status()[cgo.NAME].state.value if patched else None,
-        "upstream": cgo.PATCH.upstream(mr),
-    }
-    current = mr.ModelRunner.__dict__["init_device_graphs"]
-    out["wrapped"] = current is not reg.get_original(mr.ModelRunner, "init_device_graphs")
-
-    model_runner = h.model_runner(sa)
-    out["configured_ids"] = model_runner.eagle_aux_hidden_state_layer_ids
-    out["graph_runner"] = type(model_runner.graph_runner).__name__
-    out["at_capture"] = list(at_capture)
-    out["eager"] = _layers(model_runner.model)
-    out["shadow_left"] = cgo.SETTER in vars(model_runner.model)
-
-    # the weight-update path (update_weights_from_disk with recapture) captures the graphs again
-    model_runner.init_device_graphs()
-    out["at_recapture"] = at_capture[-1]
-    out["eager_after_recapture"] = _layers(model_runner.model)
-
-    if patched:
-        original = reg.get_original(mr.ModelRunner, "init_device_graphs")
-        reg.revert([cgo.NAME])
-        out["revert_identity"] = mr.ModelRunner.__dict__["init_device_graphs"] is original
-        out["original_is_sglangs"] = original.__code__.co_filename == mr.__file__
-    return out
-
-
 # --------------------------------------------------------------------------- real sglang, isolated
+@pytest.fixture(scope="module")
+def check(run_check):
+    """The selftest check: ``scenarios.graph_capture_sequence`` on the tiny DeepSeek-V3, stock and patched."""
+    return run_check("cuda_graph_capture_order")
+
+
 @pytest.mark.stock
 @pytest.mark.sglang
 @stock_bug("cuda_graph_capture_order")
-def test_stock_graphs_bake_in_the_default_layers(tiny):
+def test_stock_graphs_bake_in_the_default_layers(check):
     """Stock 0.5.9: capture runs with [2, 3, 3], eager prefill with [2, 3, 4]: the bug."""
-    out = run_isolated(_graph_capture_sequence, str(tiny["deepseek_v3"]), str(tiny["draft"]), False)
+    out = check.observations["stock"].value
     assert out["upstream"] is None  # the probe does not mistake 0.5.9 for the fixed release
     assert out["configured_ids"] == [1, 2, 3]
     assert out["graph_runner"] == "CudaGraphRunnerOnCpu"  # the GPU path really ran
@@ -108,13 +52,15 @@ def test_stock_graphs_bake_in_the_default_layers(tiny):
     # recapturing (weight update) leaves the defaults in force for eager runs too
     assert out["at_recapture"] == DEFAULTS
     assert out["eager_after_recapture"] == DEFAULTS
+    assert check.bug == "present"
 
 
 @pytest.mark.runtime_only
 @pytest.mark.sglang
 @requires_patch("cuda_graph_capture_order")
-def test_patched_graphs_bake_in_the_configured_layers(tiny):
-    out = run_isolated(_graph_capture_sequence, str(tiny["deepseek_v3"]), str(tiny["draft"]), True)
+def test_patched_graphs_bake_in_the_configured_layers(check):
+    assert check.status == PASSED, check.reason
+    out = check.observations["patched"].value
     assert out["state"] == "applied"
     assert out["wrapped"]
     assert out["graph_runner"] == "CudaGraphRunnerOnCpu"
@@ -132,7 +78,7 @@ def test_patched_graphs_bake_in_the_configured_layers(tiny):
 @requires_patch("cuda_graph_capture_order")
 def test_patched_kimi_wrapper_graphs_bake_in_the_configured_layers(tiny):
     """Model-agnostic: Kimi-K2.5's wrapper (setter delegated to its language_model)."""
-    out = run_isolated(_graph_capture_sequence, str(tiny["kimi_k25"]), str(tiny["draft"]), True, True)
+    out = run_isolated(graph_capture_sequence, str(tiny["kimi_k25"]), str(tiny["draft"]), True)
     assert out["state"] == "applied"
     assert out["at_capture"] == [CONFIGURED]
     assert out["eager"] == CONFIGURED

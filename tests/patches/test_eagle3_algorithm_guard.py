@@ -4,42 +4,38 @@ from __future__ import annotations
 
 import pytest
 
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.selftest.scenarios import launcher_outcomes
 from eagle3_patches.testing.isolation import run_isolated
 
 pytestmark = pytest.mark.sglang
 
 
-def _server_args_outcomes(target: str, draft: str, cases: list[str]):
-    from eagle3_patches.testing import sglang_harness as h
-
-    out = {}
-    for algorithm in cases:
-        try:
-            sa = h.launcher_server_args(h.eagle3_server_args, target, draft, algorithm=algorithm)
-            out[algorithm] = ("ok", sa.speculative_algorithm)
-        except Exception as exc:  # noqa: BLE001
-            out[algorithm] = (type(exc).__name__, str(exc))
-    return out
+@pytest.fixture(scope="module")
+def check(run_check):
+    """The selftest check: EAGLE and EAGLE3 with the EAGLE-3 draft resolved as the launcher resolves them, stock
+    and then with the patch set applied in the same process."""
+    return run_check("eagle3_algorithm_guard")
 
 
 @pytest.mark.stock
-def test_stock_accepts_eagle_with_an_eagle3_draft(tiny):
-    out = run_isolated(_server_args_outcomes, str(tiny["kimi_k25"]), str(tiny["draft"]), ["EAGLE"], patches=None)
-    assert out["EAGLE"] == ("ok", "EAGLE")  # the silent misconfiguration
+def test_stock_accepts_eagle_with_an_eagle3_draft(check):
+    assert check.observations["stock"]["EAGLE"] == ("ok", "EAGLE")  # the silent misconfiguration
+    assert check.bug == "present"
 
 
-def test_guard_refuses_eagle_and_stays_silent_for_eagle3(tiny):
-    out = run_isolated(_server_args_outcomes, str(tiny["kimi_k25"]), str(tiny["draft"]), ["EAGLE", "EAGLE3"],
-                       patches=["eagle3_algorithm_guard"])
-    kind, message = out["EAGLE"]
+def test_guard_refuses_eagle_and_stays_silent_for_eagle3(check):
+    assert check.status == PASSED, check.reason
+    kind, message = check.observations["patched"]["EAGLE"]
     assert kind == "Eagle3ConfigError"
     assert "--speculative-algorithm EAGLE3" in message and "LlamaForCausalLMEagle3" in message
-    assert out["EAGLE3"] == ("ok", "EAGLE3")
+    assert check.observations["patched"]["EAGLE3"] == ("ok", "EAGLE3")
 
 
 def test_guard_upgrades_when_opted_in(tiny):
-    out = run_isolated(_server_args_outcomes, str(tiny["kimi_k25"]), str(tiny["draft"]), ["EAGLE"],
-                       patches=["eagle3_algorithm_guard"], env={"EAGLE3_PATCHES_UPGRADE_ALGORITHM": "1"})
+    cases = {"EAGLE": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE")}
+    out = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"],
+                       env={"EAGLE3_PATCHES_UPGRADE_ALGORITHM": "1"})
     assert out["EAGLE"] == ("ok", "EAGLE3")
 
 

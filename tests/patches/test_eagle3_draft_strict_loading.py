@@ -6,8 +6,11 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.selftest.checkpoints import draft_variant
+from eagle3_patches.selftest.checks import REFUSED_FOR
+from eagle3_patches.selftest.scenarios import bit_exact_mismatches, differing_tensors
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import only_release
@@ -17,104 +20,66 @@ pytestmark = pytest.mark.sglang
 PATCH = ["eagle3_draft_strict_loading"]
 
 
-def _variant(root, name, *, spec=tm.TinyDraftSpec(), edit=None, prefix="midlayer."):
-    tensors = tm.eagle3_draft_tensors(spec, midlayer_prefix=prefix)
-    if edit:
-        edit(tensors)
-    return tm.build_eagle3_draft(root / name, spec, tensors=tensors)
+@pytest.fixture(scope="module")
+def check(run_check):
+    """The selftest check: every draft of ``STRICT_DRAFTS`` loaded into a real draft ModelRunner, stock and patched."""
+    return run_check("eagle3_draft_strict_loading")
 
 
 @pytest.fixture(scope="module")
-def drafts(tiny_root):
-    root = tiny_root / "strict-loading"
-    arange = torch.arange(tm.DRAFT_VOCAB)
-    return {
-        "midlayer": _variant(root, "midlayer"),
-        "layers0": _variant(root, "layers0", prefix="layers.0."),
-        "unknown": _variant(root, "unknown", edit=lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN)})),
-        "missing": _variant(root, "missing", edit=lambda t: t.pop("midlayer.mlp.down_proj.weight")),
-        "d2t_absolute": _variant(root, "d2t-absolute", edit=lambda t: t.update(d2t=t["d2t"] + arange)),
-        "d2t_twice": _variant(root, "d2t-twice", edit=lambda t: t.update(d2t=t["d2t"] - arange)),
-        "full_vocab": _variant(root, "full-vocab", spec=tm.TinyDraftSpec(draft_vocab=tm.VOCAB)),
-    }
-
-
-def _load(tiny, drafts, patches):
-    names = list(drafts)
-    results = run_isolated(load_drafts, str(tiny["deepseek_v3"]), [str(drafts[n]) for n in names], patches=patches)
-    return dict(zip(names, results))
-
-
-def _expected_params(path) -> dict[str, torch.Tensor]:
-    """What sglang's parameters must hold, from the file: q/k/v and gate/up fused as sglang fuses them."""
-    t = {tm_name.replace("layers.0.", "midlayer."): v.float() for tm_name, v in load_file(str(path / "model.safetensors")).items()}
-    a, m = "midlayer.self_attn.", "midlayer.mlp."
-    out = {
-        "model.midlayer.self_attn.qkv_proj.weight": torch.cat([t[a + "q_proj.weight"], t[a + "k_proj.weight"], t[a + "v_proj.weight"]]),
-        "model.midlayer.mlp.gate_up_proj.weight": torch.cat([t[m + "gate_proj.weight"], t[m + "up_proj.weight"]]),
-    }
-    for name in ("midlayer.self_attn.o_proj.weight", "midlayer.mlp.down_proj.weight", "midlayer.input_layernorm.weight",
-                 "midlayer.post_attention_layernorm.weight", "midlayer.hidden_norm.weight", "fc.weight", "norm.weight"):
-        out[f"model.{name}"] = t[name]
-    out["lm_head.weight"] = t["lm_head.weight"]
-    return out
-
-
-def _canonical(params: dict | None) -> dict | None:
-    """Parameter names as sglang <= 0.5.11 spells them: sglang >= 0.5.12 names the decoder layer layers.0."""
-    return None if params is None else {n.replace("model.layers.0.", "model.midlayer."): v for n, v in params.items()}
-
-
-def _bit_exact(loaded: dict, path) -> list[str]:
-    loaded = _canonical(loaded)
-    return [n for n, v in _expected_params(path).items() if not torch.equal(loaded[n], v)]
+def drafts(check):
+    return check.observations["paths"]
 
 
 @pytest.fixture(scope="module")
-def stock(tiny, drafts):
-    return _load(tiny, drafts, None)
+def stock(check):
+    return check.observations["stock_by_name"]
 
 
 @pytest.fixture(scope="module")
-def patched(tiny, drafts):
-    return _load(tiny, drafts, PATCH)
+def patched(check):
+    return check.observations["patched_by_name"]
 
 
 @pytest.mark.stock
 @only_release("<0.5.12", "0.5.12 loads layers.0.* natively")
 def test_stock_drops_layers0_midlayer_silently(stock, drafts):
     """The bug on 0.5.9: a speculators-named draft 'loads' with its midlayer at random init."""
-    assert stock["layers0"]["ok"]
-    mismatched = _bit_exact(stock["layers0"]["params"], drafts["layers0"])
+    assert stock["layers0_draft"]["ok"]
+    mismatched = bit_exact_mismatches(stock["layers0_draft"]["params"], drafts["layers0_draft"])
     assert any("midlayer" in n for n in mismatched)
-    assert stock["unknown"]["ok"] and stock["missing"]["ok"] and stock["d2t_absolute"]["ok"]  # all silent
+    assert all(stock[n]["ok"] for n in REFUSED_FOR)  # every bad draft: silent
+
+
+def test_the_check_passes(check):
+    assert check.status == PASSED, check.reason
 
 
 def test_patched_loads_layers0_bit_exactly_into_midlayer(patched, drafts):
-    assert patched["layers0"]["ok"], patched["layers0"]
-    assert _bit_exact(patched["layers0"]["params"], drafts["layers0"]) == []
+    assert patched["layers0_draft"]["ok"], patched["layers0_draft"]
+    assert bit_exact_mismatches(patched["layers0_draft"]["params"], drafts["layers0_draft"]) == []
 
 
 def test_patched_correct_draft_loads_silently(patched, drafts):
-    assert patched["midlayer"]["ok"], patched["midlayer"]
-    assert _bit_exact(patched["midlayer"]["params"], drafts["midlayer"]) == []
+    assert patched["midlayer_draft"]["ok"], patched["midlayer_draft"]
+    assert bit_exact_mismatches(patched["midlayer_draft"]["params"], drafts["midlayer_draft"]) == []
     hot = tm.hot_token_ids(tm.VOCAB, tm.DRAFT_VOCAB)
-    assert torch.equal(patched["midlayer"]["hot_token_id"], hot)
+    assert torch.equal(patched["midlayer_draft"]["hot_token_id"], hot)
 
 
 def test_full_vocab_draft_without_d2t_loads(patched):
-    assert patched["full_vocab"]["ok"], patched["full_vocab"]
-    assert patched["full_vocab"]["hot_token_id"] is None
+    assert patched["full_vocab_draft"]["ok"], patched["full_vocab_draft"]
+    assert patched["full_vocab_draft"]["hot_token_id"] is None
 
 
 @pytest.mark.parametrize(
     "variant, needle",
     [
-        ("unknown", "input_norm.weight"),
-        ("unknown", "norm_before_fc"),
-        ("missing", "mlp.down_proj.weight"),
-        ("d2t_absolute", "absolute target ids"),
-        ("d2t_twice", "arange subtracted twice"),
+        ("unknown_key_draft", "input_norm.weight"),
+        ("unknown_key_draft", "norm_before_fc"),
+        ("missing_tensor_draft", "mlp.down_proj.weight"),
+        ("d2t_absolute_draft", "absolute target ids"),
+        ("d2t_twice_draft", "arange subtracted twice"),
     ],
 )
 def test_patched_refuses_bad_checkpoint_naming_the_key(patched, drafts, variant, needle):
@@ -163,17 +128,22 @@ def quantized_drafts(tiny_root, drafts):
 
     tied_spec = tm.TinyDraftSpec(draft_vocab=tm.VOCAB, extra_config={"tie_word_embeddings": True})
     built = {
-        "midlayer": drafts["midlayer"],
-        "unknown": drafts["unknown"],
-        "kv_scales": _variant(root, "kv-scales", edit=kv_scales),
-        "kv_scale_deprecated": _variant(root, "kv-scale-deprecated",
-                                        edit=lambda t: t.update({"midlayer.self_attn.kv_scale": torch.tensor(K_SCALE)})),
-        "tied": _variant(root, "tied", spec=tied_spec, edit=tied),
-        "missing_v": _variant(root, "missing-v", edit=lambda t: t.pop("midlayer.self_attn.v_proj.weight")),
+        "midlayer": drafts["midlayer_draft"],
+        "unknown": drafts["unknown_key_draft"],
+        "kv_scales": draft_variant(root, "kv-scales", edit=kv_scales),
+        "kv_scale_deprecated": draft_variant(root, "kv-scale-deprecated",
+                                             edit=lambda t: t.update({"midlayer.self_attn.kv_scale": torch.tensor(K_SCALE)})),
+        "tied": draft_variant(root, "tied", spec=tied_spec, edit=tied),
+        "missing_v": draft_variant(root, "missing-v", edit=lambda t: t.pop("midlayer.self_attn.v_proj.weight")),
     }
     for kind in qd.QUANT_CONFIGS:
         built[kind] = qd.build_quantized_draft(root / kind, kind)
     return built
+
+
+def _canonical(params: dict | None) -> dict | None:
+    """Parameter names as sglang <= 0.5.11 spells them: sglang >= 0.5.12 names the decoder layer layers.0."""
+    return None if params is None else {n.replace("model.layers.0.", "model.midlayer."): v for n, v in params.items()}
 
 
 def _load_quantized(target: str, drafts: list, server_args: dict):
@@ -205,19 +175,6 @@ def quantized_patched(tiny, quantized_drafts):
     return _load_quantized_variants(tiny, quantized_drafts, PATCH)
 
 
-def _same_tensors(a: dict, b: dict) -> list[str]:
-    """Parameters that differ bit for bit (the embedding is left out: no checkpoint fills it, sglang
-    replaces it by the target's, and until then it holds whatever memory it was allocated in)."""
-    assert a is not None and b is not None
-    assert set(a) == set(b)
-
-    def raw(t):
-        return t.reshape(-1).view(torch.uint8)
-
-    return [n for n in a if n != "model.embed_tokens.weight"
-            and not (a[n].dtype == b[n].dtype and torch.equal(raw(a[n]), raw(b[n])))]
-
-
 @pytest.mark.parametrize("case", ["online-fp8", "fp8-checkpoint", "compressed-tensors-w8a8-fp8",
                                   "compressed-tensors-w4a16", "tied-with-lm-head", "unquantized-kv-scales"])
 def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_patched, case):
@@ -225,7 +182,7 @@ def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_
     assert stock["loaded"] is not None, stock  # stock sglang loads the draft ...
     assert patched.get("type") != "Eagle3ConfigError", patched["message"]  # ... and the patch set does not refuse it
     assert (patched["ok"], patched.get("type")) == (stock["ok"], stock.get("type"))  # the same end (CPU kernels)
-    assert _same_tensors(stock["loaded"], patched["loaded"]) == []
+    assert differing_tensors(stock["loaded"], patched["loaded"]) == []
 
 
 def test_quantized_drafts_really_are_quantized(quantized_patched):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.selftest.checkpoints import no_aux_draft as build_no_aux_draft
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
 
@@ -19,32 +21,23 @@ KIMI_HIDDEN = 7168
 KIMI_AUX_IDS = (2, 30, 58)
 
 
-def _eagle_without_capture(target: str, draft: str):
-    """--speculative-algorithm EAGLE with the EAGLE-3 draft (algorithm guard off): target captures nothing."""
-    from eagle3_patches.testing import sglang_harness as h
-
-    sa = h.eagle3_server_args(target, draft, algorithm="EAGLE")
-    tw, dw = h.eagle_workers(sa)
-    fc_inputs = h.record_fc_inputs(dw)
-    try:
-        h.eagle_prefill(tw, dw, [[5, 6, 7, 8, 9]])
-    except Exception as exc:  # noqa: BLE001
-        return {"error": type(exc).__name__, "message": str(exc), "fc_inputs": fc_inputs}
-    return {"error": None, "fc_inputs": fc_inputs}
+@pytest.fixture(scope="module")
+def check(run_check):
+    """The selftest check: --speculative-algorithm EAGLE with the EAGLE-3 draft on the tiny DeepSeek-V3 (the target
+    captures nothing), stock, then the same workers with the patch set applied."""
+    return run_check("eagle3_fc_guard")
 
 
 @pytest.mark.stock
-def test_stock_skips_fc_silently_when_the_target_does_not_capture(tiny):
-    """The field's root cause, reproduced on stock 0.5.9: no error, fc never runs."""
-    out = run_isolated(_eagle_without_capture, str(tiny["deepseek_v3"]), str(tiny["draft"]), patches=None)
-    assert out == {"error": None, "fc_inputs": []}
+def test_stock_skips_fc_silently_when_the_target_does_not_capture(check):
+    """The field's root cause, reproduced on stock sglang: no error, fc never runs."""
+    assert check.observations["stock"] == {"error": None, "message": "", "fc_inputs": []}
+    assert check.bug == "present"
 
 
-def test_guard_turns_the_skip_into_an_error_naming_the_flag(tiny):
-    out = run_isolated(
-        _eagle_without_capture, str(tiny["deepseek_v3"]), str(tiny["draft"]),
-        patches="all", env={"EAGLE3_PATCHES_DISABLE": "eagle3_algorithm_guard"},
-    )
+def test_guard_turns_the_skip_into_an_error_naming_the_flag(check):
+    assert check.status == PASSED, check.reason
+    out = check.observations["patched"]
     assert out["error"] == "Eagle3CaptureError"
     assert "--speculative-algorithm EAGLE3" in out["message"]
     assert f"{3 * tm.HIDDEN} = fc.in_features" in out["message"]
@@ -148,11 +141,7 @@ def _capture_draft_extend(target: str, draft: str, worker: str) -> dict:
 @pytest.fixture(scope="module")
 def no_aux_draft(tiny_root):
     """The tiny draft with eagle_config.use_aux_hidden_state: false (the target then captures nothing)."""
-    cfg = tm.TinyDraftSpec()
-    tensors = tm.eagle3_draft_tensors(cfg)
-    config = tm.eagle3_draft_config(cfg)
-    config["eagle_config"]["use_aux_hidden_state"] = False
-    return tm.write_checkpoint(tiny_root / "draft-no-aux-states", config, tensors, cfg.vocab)
+    return build_no_aux_draft(tiny_root / "draft-no-aux-states")
 
 
 def _skip_if_asked(out: dict) -> dict:

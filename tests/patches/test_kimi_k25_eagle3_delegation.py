@@ -1,9 +1,14 @@
-"""kimi_k25_eagle3_delegation, through the real TpModelWorker + EAGLEWorker on the tiny Kimi-K2.5."""
+"""kimi_k25_eagle3_delegation, through the real TpModelWorker + EAGLEWorker on the tiny Kimi-K2.5.
+
+The stock and patched runs are the selftest check ``kimi_k25_eagle3_delegation`` (eagle3_patches/selftest).
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.selftest.scenarios import eagle_prefill_fc_widths
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import expected_state, requires_patch, stock_bug
 from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
@@ -11,39 +16,34 @@ from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 pytestmark = pytest.mark.sglang
 
 
-def _eagle_prefill_fc_widths(target: str, draft: str, revert_first: bool = False):
-    import eagle3_patches
-    from eagle3_patches.testing import sglang_harness as h
-
-    if revert_first:
-        eagle3_patches.revert()
-    sa = h.eagle3_server_args(target, draft)
-    tw, dw = h.eagle_workers(sa)
-    fc_inputs = h.record_fc_inputs(dw)
-    result, _ = h.eagle_prefill(tw, dw, [[5, 6, 7, 8, 9], [10, 11, 12]])
-    lm = tw.model_runner.model.language_model.model
-    return {
-        "fc_inputs": fc_inputs,
-        "target_width": tuple(result.logits_output.hidden_states.shape),
-        "layers_to_capture": list(lm.layers_to_capture),
-        "state": eagle3_patches.status()["kimi_k25_eagle3_delegation"].state.value,
-    }
+@pytest.fixture(scope="module")
+def check(run_check):
+    return run_check("kimi_k25_eagle3_delegation")
 
 
-def test_patched_kimi_eagle3_feeds_3h_to_fc(tiny):
-    out = run_isolated(_eagle_prefill_fc_widths, str(tiny["kimi_k25"]), str(tiny["draft"]), patches="all")
+def test_patched_kimi_eagle3_feeds_3h_to_fc(check):
+    assert check.status == PASSED, check.reason
+    patched = check.observations["patched"]
     # runtime patch (0.5.9), the fork-path diff, or upstream (0.5.10+: sglang delegates itself)
-    assert out["state"] in (expected_state("kimi_k25_eagle3_delegation"), "in-source")
-    assert out["layers_to_capture"] == [i + 1 for i in DRAFT_AUX_IDS]
-    assert out["target_width"] == (8, 3 * HIDDEN)
-    assert out["fc_inputs"] == [(8, 3 * HIDDEN)]
+    assert patched.value["state"] in (expected_state("kimi_k25_eagle3_delegation"), "in-source")
+    assert patched.value["layers_to_capture"] == [i + 1 for i in DRAFT_AUX_IDS]
+    assert patched.value["target_width"] == (8, 3 * HIDDEN)
+    assert patched.value["fc_inputs"] == [(8, 3 * HIDDEN)]
+
+
+@pytest.mark.stock
+@stock_bug("kimi_k25_eagle3_delegation")
+def test_stock_kimi_eagle3_fails_at_start(check):
+    stock = check.observations["stock"]
+    assert stock.kind == "AttributeError" and "set_eagle3_layers_to_capture" in stock.value
+    assert (check.bug, check.needed) == ("present", True)
 
 
 @pytest.mark.stock
 @stock_bug("kimi_k25_eagle3_delegation")
 def test_reverted_kimi_eagle3_fails_at_start_as_stock(tiny):
     with pytest.raises(AttributeError, match="set_eagle3_layers_to_capture"):
-        run_isolated(_eagle_prefill_fc_widths, str(tiny["kimi_k25"]), str(tiny["draft"]), True, patches="all")
+        run_isolated(eagle_prefill_fc_widths, str(tiny["kimi_k25"]), str(tiny["draft"]), True, patches="all")
 
 
 def _language_model_without_capture():

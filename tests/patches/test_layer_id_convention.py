@@ -14,92 +14,34 @@ import pytest
 
 from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY, INPUT_OF_LAYER, OUTPUT_OF_LAYER
 from eagle3_patches.patches import layer_id_convention as lic
-from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.selftest.checkpoints import LAYER_CHECK_IDS, build
 from eagle3_patches.testing.releases import only_release, patch_applies, sglang_version
-from eagle3_patches.testing.tiny_models import HIDDEN, NUM_LAYERS, TinyDraftSpec, build_eagle3_draft
+from eagle3_patches.testing.tiny_models import HIDDEN, NUM_LAYERS
 
-IDS = (2, 3, 4)  # output-of-layer: the outputs of layers 2, 3, 4 (capture before layers 3, 4, 5)
-
-
-def _draft_spec(convention: str | None) -> TinyDraftSpec:
-    eagle_config = {"eagle_aux_hidden_state_layer_ids": list(IDS), "use_aux_hidden_state": True}
-    if convention:
-        eagle_config[CONVENTION_KEY] = convention
-    return TinyDraftSpec(aux_ids=IDS, extra_config={"eagle_config": eagle_config})
+IDS = LAYER_CHECK_IDS  # output-of-layer: the outputs of layers 2, 3, 4 (capture before layers 3, 4, 5)
 
 
 @pytest.fixture(scope="module")
 def drafts(tiny_root):
-    return {
-        "marked": build_eagle3_draft(tiny_root / "tiny-eagle3-draft-ids234-output-of-layer", _draft_spec(OUTPUT_OF_LAYER)),
-        "unmarked": build_eagle3_draft(tiny_root / "tiny-eagle3-draft-ids234", _draft_spec(None)),
-    }
-
-
-def _captured_layers(target: str, marked: str, unmarked: str):
-    """In one process: which layers' outputs the aux tensor holds, patched and stock (same weights)."""
-    import logging
-
-    import torch
-
-    import eagle3_patches
-    from eagle3_patches.testing import sglang_harness as h
-    from eagle3_patches.sglang_runtime import current_server_args
-
-    sa = h.eagle3_server_args(target, marked)
-    sa.attention_backend = "torch_native"  # the target alone: faster than interpreted triton
-    runner = h.model_runner(sa)
-    model = runner.model
-    outputs: dict[int, torch.Tensor] = {}
-
-    def hook(i):
-        def record(module, args, kwargs, out):
-            hs, res = out[0], out[1]
-            if isinstance(res, torch.Tensor) and res.shape == hs.shape:  # (hidden_states, residual)
-                value = hs + res  # the layer's output
-            else:  # sglang >= 0.5.23: (contribution, topk_indices); the residual lives in the batch's stream
-                forward_batch = kwargs.get("forward_batch", args[2] if len(args) > 2 else None)
-                value = forward_batch.residual_stream.snapshot(hs)
-            outputs[i] = value.detach().clone()
-
-        return record
-
-    for i, layer in enumerate(model.model.layers):
-        layer.register_forward_hook(hook(i), with_kwargs=True)
-
-    def run():
-        outputs.clear()
-        step = h.prefill(runner, [[5, 6, 7, 8, 9], [10, 11, 12]], return_hidden_states=True)
-        aux = step.logits_output.hidden_states
-        found = []
-        for chunk in aux.split(model.config.hidden_size, dim=-1):
-            same = [i for i in sorted(outputs) if outputs[i].shape == chunk.shape and torch.allclose(chunk, outputs[i], rtol=1e-5, atol=1e-6)]
-            found.append(same[0] if len(same) == 1 else same)
-        return {"layers_to_capture": list(model.model.layers_to_capture), "width": aux.shape[-1], "outputs_of": found}
-
-    result = {"state": eagle3_patches.status()["layer_id_convention"].state.value,
-              "reason": eagle3_patches.status()["layer_id_convention"].reason}
-    result["patched"] = run()  # ModelRunner itself called set_eagle3_layers_to_capture with the draft's ids
-
-    eagle3_patches.revert(["layer_id_convention"])
-    model.set_eagle3_layers_to_capture(list(IDS))
-    result["stock"] = run()
-
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda rec: records.append(rec.getMessage())
-    logging.getLogger("eagle3_patches").addHandler(handler)
-    eagle3_patches.apply(["layer_id_convention"])
-    h.set_server_arg(current_server_args(), "speculative_draft_model_path", unmarked)
-    model.set_eagle3_layers_to_capture(list(IDS))
-    result["unmarked"] = {"layers_to_capture": list(model.model.layers_to_capture), "logs": records}
-    return result
+    return {"marked": build(tiny_root, "layer_ids_marked_draft"), "unmarked": build(tiny_root, "layer_ids_unmarked_draft")}
 
 
 @pytest.fixture(scope="module")
-def captured(tiny, drafts):
-    return run_isolated(_captured_layers, str(tiny["deepseek_v3"]), str(drafts["marked"]), str(drafts["unmarked"]),
-                        patches="all")
+def check(run_check):
+    """The selftest check: ``scenarios.captured_layers`` on the tiny DeepSeek-V3 with the patch set, then the
+    patch reverted (stock rule, same model), then an unmarked config."""
+    return run_check("layer_id_convention")
+
+
+@pytest.fixture(scope="module")
+def captured(check):
+    return check.observations
+
+
+@pytest.mark.sglang
+def test_the_check_passes(check):
+    assert check.status == PASSED, check.reason
 
 
 @pytest.mark.sglang

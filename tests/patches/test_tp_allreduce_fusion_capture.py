@@ -9,87 +9,27 @@ replaced inside the isolated child process only.
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from eagle3_patches.patches import tp_allreduce_fusion_capture as tafc
-from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release, patch_applies, sglang_version
-
-
-# --------------------------------------------------------------------------- child side
-def _fusion_decisions(kimi: str, deepseek: str, draft: str) -> dict:
-    import sglang.srt.server_args as sa_mod
-
-    from eagle3_patches.registry import Registry
-    from eagle3_patches.testing import sglang_harness as h
-
-    records: list[logging.LogRecord] = []
-
-    class _Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logging.getLogger("eagle3_patches").addHandler(_Collect(level=logging.DEBUG))
-
-    def fusion(path: str, algorithm: str | None, tp: int, **kw) -> dict:
-        before = len(records)
-        if algorithm:
-            sa = h.eagle3_server_args(path, draft, algorithm=algorithm, tp_size=tp, **kw)
-        else:
-            sa = h.server_args(path, tp_size=tp, **kw)
-        logs = [(r.levelname, r.getMessage()) for r in records[before:]]
-        return {"fusion": sa.enable_flashinfer_allreduce_fusion, "algorithm": sa.speculative_algorithm, "logs": logs}
-
-    out: dict = {}
-    # real hardware facts of this CPU machine: sglang does not enable the fusion
-    out["cpu_stock"] = fusion(kimi, "EAGLE3", 2)
-
-    # an H200 (sm90), as the hardware-detection functions in server_args would report it
-    sa_mod.is_sm90_supported = lambda *a, **k: True
-    sa_mod.get_device_name = lambda *a, **k: "NVIDIA H200"
-    out["stock"] = {name: fusion(path, "EAGLE3", 2) for name, path in (("kimi", kimi), ("deepseek", deepseek))}
-
-    reg = Registry("test", [tafc.PATCH])
-    original = sa_mod.ServerArgs.__dict__["_handle_model_specific_adjustments"]
-    reg.apply()  # sglang.srt.server_args is imported: lands now
-    out["state"] = reg.status()[tafc.NAME].state.value
-    out["reason"] = reg.status()[tafc.NAME].reason
-    out["upstream"] = tafc.PATCH.upstream(sa_mod)
-    out["patched"] = {
-        "kimi_eagle3_tp2": fusion(kimi, "EAGLE3", 2),
-        "deepseek_eagle3_tp2": fusion(deepseek, "EAGLE3", 2),
-        "kimi_eagle3_tp2_explicit": fusion(kimi, "EAGLE3", 2, enable_flashinfer_allreduce_fusion=True),
-        "kimi_eagle3_tp1": fusion(kimi, "EAGLE3", 1),
-        "kimi_none_tp2": fusion(kimi, None, 2),
-        "kimi_eagle_tp2": fusion(kimi, "EAGLE", 2),
-        "kimi_eagle_tp2_explicit": fusion(kimi, "EAGLE", 2, enable_flashinfer_allreduce_fusion=True),
-    }
-    # sm100 (B200) instead of sm90
-    sa_mod.is_sm90_supported = lambda *a, **k: False
-    sa_mod.is_sm100_supported = lambda *a, **k: True
-    sa_mod.get_device_name = lambda *a, **k: "NVIDIA B200"
-    out["patched"]["kimi_eagle3_tp2_sm100"] = fusion(kimi, "EAGLE3", 2)
-
-    reg.revert([tafc.NAME])
-    out["revert_identity"] = sa_mod.ServerArgs.__dict__["_handle_model_specific_adjustments"] is original
-    out["reverted"] = fusion(kimi, "EAGLE3", 2)
-    return out
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.testing.releases import only_release
 
 
 @pytest.fixture(scope="module")
-def decisions(tiny) -> dict:
-    if not patch_applies("tp_allreduce_fusion_capture"):  # sglang >= 0.5.14 captures after the all-reduce
-        pytest.skip(f"tp_allreduce_fusion_capture does not apply to sglang {sglang_version()} (see docs/compat.md)")
-    return run_isolated(_fusion_decisions, str(tiny["kimi_k25"]), str(tiny["deepseek_v3"]), str(tiny["draft"]))
+def decisions(run_check) -> dict:
+    """The selftest check's observations (``scenarios.fusion_decisions``, an H200 / B200 standing in for this CPU
+    machine's hardware facts); skipped where the check is (sglang >= 0.5.14 captures after the all-reduce)."""
+    check = run_check("tp_allreduce_fusion_capture")
+    assert check.status == PASSED, check.reason
+    return check.observations
 
 
 # --------------------------------------------------------------------------- real ServerArgs, isolated
 @pytest.mark.stock
 @pytest.mark.sglang
 def test_stock_enables_fusion_with_eagle3_and_tp2(decisions):
-    assert decisions["cpu_stock"]["fusion"] is False  # the sm90 stand-in is what turns it on
+    assert decisions["machine_stock"]["fusion"] is False  # the sm90 stand-in is what turns it on
     for name in ("kimi", "deepseek"):
         stock = decisions["stock"][name]
         assert stock["algorithm"] == "EAGLE3"

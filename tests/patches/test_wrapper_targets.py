@@ -38,19 +38,13 @@ def wrapper(request, tiny_root):
 
 
 def _eagle3_prefill(target: str, draft: str) -> dict:
-    from eagle3_patches.testing import sglang_harness as h
+    """The selftest's scenario (eagle3_patches.selftest.scenarios), its outcome as the tests read it."""
+    from eagle3_patches.selftest.scenarios import wrapper_eagle3_prefill
 
-    sa = h.eagle3_server_args(target, draft)
     try:
-        tw, dw = h.eagle_workers(sa)
+        return {"error": None, **wrapper_eagle3_prefill(target, draft)}
     except Exception as exc:  # noqa: BLE001 - returned to the test
         return {"error": f"{type(exc).__name__}: {exc}"}
-    fc_inputs = h.record_fc_inputs(dw)
-    model = tw.model_runner.model
-    result, _ = h.eagle_prefill(tw, dw, [[5, 6, 7, 8, 9]])
-    captured = next(m.layers_to_capture for m in model.modules() if getattr(m, "layers_to_capture", None))
-    return {"error": None, "class": type(model).__name__, "fc_inputs": fc_inputs, "layers_to_capture": list(captured),
-            "tokens": result.next_token_ids.tolist()}
 
 
 @pytest.mark.stock
