@@ -3,7 +3,9 @@
 Every function here runs *inside* an isolated process (see :mod:`.isolation`):
 sglang 0.5.9 keeps process-global state (model-parallel groups, eplb metadata),
 so one target model per process.  Batches are built the way
-``sglang.bench_one_batch`` builds them.
+``sglang.bench_one_batch`` builds them.  What differs between sglang releases is
+delegated to the adapter of the installed release's API era (:mod:`.sglang_eras`),
+chosen once per process.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Sequence
+
+from .sglang_eras import current as era
 
 
 def server_args(model_path: str, **overrides: Any):
@@ -42,11 +46,10 @@ def server_args(model_path: str, **overrides: Any):
 
 def launcher_server_args(build, *args: Any, **kwargs: Any):
     """``build(*args, **kwargs)`` resolved as the launcher resolves it before it starts any rank
-    (``ServerArgs.__post_init__``; plus ``resolve_once()`` from sglang 0.5.23, whose constructor
-    resolves nothing).  Resolved 0.5.23 server args are read-only: set fields on ``build``'s result."""
+    (``ServerArgs.__post_init__``; plus ``resolve_once()`` from sglang 0.5.19, whose constructor
+    resolves nothing).  Resolved server args are read-only there: set fields on ``build``'s result."""
     sa = build(*args, **kwargs)
-    if hasattr(sa, "resolve_once"):
-        sa.resolve_once()
+    era().resolve_server_args(sa)
     return sa
 
 
@@ -70,17 +73,14 @@ def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft
 
     model_path = model_path or (sa.speculative_draft_model_path if is_draft else sa.model_path)
     if is_draft and "memory_pool_config" not in kw and _LAST_TARGET:
-        import inspect
-
-        if "memory_pool_config" in inspect.signature(ModelRunner.__init__).parameters:  # sglang >= 0.5.13
-            kw["memory_pool_config"] = getattr(_LAST_TARGET[-1], "memory_pool_config", None)
+        kw.update(era().draft_runner_kwargs(_LAST_TARGET[-1]))
     nccl_port = nccl_port or PortArgs.init_new(sa).nccl_port
     if not is_draft:
         publish_process_config(sa, tp_rank=tp_rank, nccl_port=nccl_port)
     model_config = ModelConfig.from_server_args(sa, model_path=model_path, is_draft_model=is_draft)
     if not is_draft:
         init_layer_runtime(model_config)
-    runner = _construct(
+    runner = era().construct(
         ModelRunner,
         model_config=model_config,
         mem_fraction_static=sa.mem_fraction_static,
@@ -96,9 +96,9 @@ def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft
         is_draft_worker=is_draft,
         **kw,
     )
-    _finish_runner_init(runner, is_draft)
+    era().finish_runner_init(runner, is_draft)
     if not is_draft:
-        _LAST_TARGET[:] = [runner]  # a draft runner built next shares its memory-pool config (0.5.13+)
+        _LAST_TARGET[:] = [runner]  # a draft runner built next shares its memory-pool config (0.5.10+)
     return runner
 
 
@@ -106,70 +106,25 @@ _LAST_TARGET: list = []
 _PUBLISHED: list = []
 
 
-def _construct(cls, **kwargs: Any):
-    """``cls(**kwargs)`` without the keywords its ``__init__`` no longer takes (sglang >= 0.5.23 dropped
-    the rank arguments: ranks come from the published process config)."""
-    import inspect
-
-    params = inspect.signature(cls.__init__).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    return cls(**kwargs)
-
-
 def publish_process_config(sa, *, tp_rank: int = 0, nccl_port: int) -> bool:
-    """sglang >= 0.5.23: what the scheduler process entry does before it builds a worker.
+    """sglang >= 0.5.21: what the scheduler process entry does before it builds a worker.
 
     ``run_scheduler_process`` / ``bench_one_batch`` resolve the ``ServerArgs``, ``publish`` them for the
     ``scheduler`` role with the process placement, set the process-global GEMM / MoE configs and start
     the parallel runtime (process groups).  Earlier releases do all of it inside ``ModelRunner``; there
     this is a no-op (returns False).  Once per process and record (draft runners reuse the target's).
     """
-    try:
-        from sglang.srt.distributed import bootstrap
-        from sglang.srt.runtime_context import SpawnRanks, get_device, publish, spawn_world_rank
-    except ImportError:
-        return False
     if any(p is sa for p in _PUBLISHED):
         return True
-    sa.resolve_once()
-    publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=tp_rank, pp_rank=0), gpu_id=0))
-    from sglang.srt.layers.moe import initialize_moe_config
-    from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
-    from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
-    from sglang.srt.layers.quantization.unquant import initialize_bf16_gemm_config
-
-    initialize_moe_config()
-    initialize_fp8_gemm_config()
-    initialize_bf16_gemm_config()
-    initialize_fp4_gemm_config()
-    bootstrap.init_parallel_runtime(server_args=sa, device=get_device().device, dist_port=nccl_port)
+    if not era().publish_process_config(sa, tp_rank=tp_rank, nccl_port=nccl_port):
+        return False
     _PUBLISHED[:] = [sa]
     return True
 
 
 def init_layer_runtime(model_config) -> None:
-    """sglang >= 0.5.23: ``bootstrap.init_layer_runtime`` for the target model (as the scheduler)."""
-    try:
-        from sglang.srt.distributed import bootstrap
-    except ImportError:
-        return
-    if hasattr(bootstrap, "init_layer_runtime"):
-        bootstrap.init_layer_runtime(model_config=model_config)
-
-
-def _finish_runner_init(runner, is_draft: bool = False) -> None:
-    """sglang >= 0.5.15 builds a ``ModelRunner`` in stages: the constructor loads the weights, and the
-    caller (scheduler, bench_one_batch) then allocates the pools, the attention backends (which also
-    sets the EAGLE-3 capture layers) and the graphs.  Earlier releases do all of it in the constructor."""
-    if not hasattr(runner, "alloc_memory_pool"):
-        return
-    runner.alloc_memory_pool(getattr(runner, "memory_pool_config", None))
-    runner.init_attention_backends()
-    if is_draft:
-        runner.init_cuda_graphs(capture_decode_cuda_graph=False)  # as base_spec_worker.init_cuda_graphs
-    else:
-        runner.init_cuda_graphs()
+    """sglang >= 0.5.21: ``bootstrap.init_layer_runtime`` for the target model (as the scheduler)."""
+    era().init_layer_runtime(model_config)
 
 
 class _TreeCache(SimpleNamespace):
@@ -187,13 +142,13 @@ class _TreeCache(SimpleNamespace):
     def is_tree_cache(self) -> bool:
         return True
 
-    def supports_prefix_sharing(self) -> bool:  # sglang >= 0.5.23
+    def supports_prefix_sharing(self) -> bool:  # sglang >= 0.5.22
         return True
 
     def evict(self, params: Any = None) -> None:
         pass
 
-    def maybe_hand_to_session(self, req: Any) -> None:  # sglang >= 0.5.23
+    def maybe_hand_to_session(self, req: Any) -> None:  # sglang >= 0.5.22
         pass
 
 
@@ -212,27 +167,7 @@ def make_reqs(prompts: Sequence[Sequence[int]], max_new_tokens: int = 8, vocab_s
         req.sampling_params.normalize(None)  # what the scheduler does on arrival
         req.vocab_size = vocab_size  # needed by check_finished in decode/verify steps
         req.logprob_start_len = -1
-        if hasattr(req, "set_extend_range"):  # sglang >= 0.5.15 (as its benchmark/one_batch.py)
-            from array import array
-
-            req.full_untruncated_fill_ids = array("q", req.origin_input_ids)
-            req.set_extend_range(len(req.prefix_indices), len(req.origin_input_ids))
-            reqs.append(req)
-            continue
-        if hasattr(req, "extend_end"):  # sglang >= 0.5.23 (as its benchmark/one_batch.py)
-            from array import array
-
-            req.full_untruncated_fill_ids = array("q", req.origin_input_ids)
-            req.extend_end = len(req.origin_input_ids)
-            reqs.append(req)
-            continue
-        req.fill_ids = req.origin_input_ids
-        if hasattr(req, "full_untruncated_fill_ids"):  # sglang >= 0.5.13 (bench_one_batch does the same)
-            from array import array
-
-            req.full_untruncated_fill_ids = array("q", req.origin_input_ids)
-            req.fill_len = len(req.origin_input_ids)
-        req.set_extend_input_len(len(req.origin_input_ids) - len(req.prefix_indices))
+        era().init_req(req)
         reqs.append(req)
     return reqs
 
@@ -246,7 +181,7 @@ def schedule_batch(reqs, runner, spec_algorithm=None):
         req_to_token_pool=runner.req_to_token_pool,
         token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
         tree_cache=_TreeCache(
-            page_size=runner.server_args.page_size or getattr(runner, "page_size", None) or 1,  # 0.5.23: resolved on the runner
+            page_size=runner.server_args.page_size or runner.page_size or 1,  # 0.5.23: resolved on the runner
             device=runner.device,
             token_to_kv_pool_allocator=runner.token_to_kv_pool_allocator,
         ),
@@ -258,25 +193,13 @@ def schedule_batch(reqs, runner, spec_algorithm=None):
 
 def worker_batch(batch):
     """What ``ForwardBatch.init_new`` takes: a ``ModelWorkerBatch`` (<= 0.5.12), the ``ScheduleBatch`` itself (0.5.13+)."""
-    get = getattr(batch, "get_model_worker_batch", None)
-    if get is not None:
-        return get()
-    if batch.input_ids is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
-        batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # as 0.5.13's bench_one_batch.extend
-        batch.prefill_input_ids_cpu = None
-    return batch
+    return era().worker_batch(batch)
 
 
 def forward_batch(batch, runner):
-    """``ForwardBatch.init_new`` (sglang >= 0.5.23 requires ``return_hidden_states_before_norm``, which
+    """``ForwardBatch.init_new`` (sglang >= 0.5.16 requires ``return_hidden_states_before_norm``, which
     bench_one_batch passes as False)."""
-    import inspect
-
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-
-    if "return_hidden_states_before_norm" in inspect.signature(ForwardBatch.init_new).parameters:
-        return ForwardBatch.init_new(batch, runner, return_hidden_states_before_norm=False)
-    return ForwardBatch.init_new(batch, runner)
+    return era().forward_batch(batch, runner)
 
 
 @dataclass
@@ -290,11 +213,7 @@ def prefill(runner, prompts: Sequence[Sequence[int]], *, return_hidden_states: b
     import torch
 
     batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner)
-    batch.return_hidden_states = return_hidden_states
-    if return_hidden_states and hasattr(batch, "return_hidden_states_mode"):  # sglang >= 0.5.23: a mode per batch
-        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-
-        batch.return_hidden_states_mode = CaptureHiddenMode.FULL
+    era().set_return_hidden_states(batch, return_hidden_states)
     batch.prepare_for_extend()
     fb = forward_batch(worker_batch(batch), runner)
     with torch.no_grad():
@@ -308,8 +227,7 @@ def decode(runner, step: Step) -> Step:
 
     batch = step.batch
     batch.output_ids = step.next_token_ids
-    if not hasattr(batch, "get_model_worker_batch"):  # sglang >= 0.5.13 (as its bench_one_batch.decode)
-        batch.input_ids = step.next_token_ids.to(torch.int64)
+    era().set_decode_inputs(batch, step.next_token_ids)
     batch.prepare_for_decode()
     fb = forward_batch(worker_batch(batch), runner)
     with torch.no_grad():
@@ -325,31 +243,17 @@ def eagle_workers(sa, *, spec_v2: bool = False):
     on the releases that still have the v1 worker, which the CPU path (no overlap) uses otherwise."""
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.server_args import PortArgs
-    try:
-        if spec_v2:
-            raise ImportError
-        from sglang.srt.speculative.eagle_worker import EAGLEWorker
-    except ImportError:  # sglang >= 0.5.13 has only the v2 worker
-        from sglang.srt.speculative.eagle_worker_v2 import EAGLEWorkerV2 as EAGLEWorker
 
+    eagle_worker_class = era().eagle_worker_class(spec_v2)
     port = PortArgs.init_new(sa).nccl_port
-    if publish_process_config(sa, tp_rank=0, nccl_port=port):  # sglang >= 0.5.23, as Scheduler.__init__
+    if publish_process_config(sa, tp_rank=0, nccl_port=port):  # sglang >= 0.5.21, as Scheduler.__init__
         from sglang.srt.configs.model_config import ModelConfig
 
         init_layer_runtime(ModelConfig.from_server_args(sa))
     common = dict(gpu_id=0, tp_rank=0, moe_ep_rank=0, attn_cp_rank=0, moe_dp_rank=0, nccl_port=port, dp_rank=None)
-    target = _construct(TpModelWorker, server_args=sa, pp_rank=0, **common)
-    draft = _construct(EAGLEWorker, server_args=sa, target_worker=target, **common)
-    if hasattr(target, "alloc_memory_pool"):  # sglang >= 0.5.15: staged, as Scheduler.init_model_worker
-        mr = target.model_runner
-        if mr.memory_pool_config is None or mr.req_to_token_pool is None or mr.token_to_kv_pool_allocator is None:
-            target.alloc_memory_pool()
-        pool, allocator = target.get_memory_pool()
-        draft.alloc_memory_pool(memory_pool_config=mr.memory_pool_config, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator)
-        target.init_attention_backends()
-        draft.init_attention_backends()
-        target.init_cuda_graphs()
-        draft.init_cuda_graphs()
+    target = era().construct(TpModelWorker, server_args=sa, pp_rank=0, **common)
+    draft = era().construct(eagle_worker_class, server_args=sa, target_worker=target, **common)
+    era().finish_workers_init(target, draft)
     return target, draft
 
 
@@ -400,18 +304,14 @@ def eagle_prefill(target, draft, prompts: Sequence[Sequence[int]]):
     import torch
 
     batch = eagle_prefill_batch(target, prompts)
-    if getattr(batch, "input_ids", None) is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
-        batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # sglang >= 0.5.13, as its scheduler
-        batch.prefill_input_ids_cpu = None
+    era().resolve_prefill_inputs(batch)
     with torch.no_grad():
         return draft.forward_batch_generation(batch), batch
 
 
 def has_spec_v1_worker() -> bool:
     """The release still has the v1 ``EAGLEWorker`` (removed in sglang 0.5.13)."""
-    import importlib.util
-
-    return importlib.util.find_spec("sglang.srt.speculative.eagle_worker") is not None
+    return era().has_spec_v1_worker
 
 
 def is_spec_v2(eagle_worker) -> bool:
@@ -451,11 +351,9 @@ def eagle_step(eagle_worker, batch):
         batch.output_ids = result.next_token_ids
         return result
 
-    if getattr(batch, "input_ids", None) is None and getattr(batch, "prefill_input_ids_cpu", None) is not None:
-        batch.input_ids = batch.prefill_input_ids_cpu.to(batch.device)  # resolve_forward_inputs (prefill)
-        batch.prefill_input_ids_cpu = None
+    era().resolve_prefill_inputs(batch)  # resolve_forward_inputs (prefill)
     snapshot = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-    if batch.sampling_info is not None and hasattr(batch.sampling_info, "copy_for_forward"):
+    if batch.sampling_info is not None:
         batch.sampling_info = batch.sampling_info.copy_for_forward()
     try:
         with torch.no_grad():
@@ -464,7 +362,7 @@ def eagle_step(eagle_worker, batch):
         for name, value in snapshot.items():
             setattr(batch, name, value)
     batch.spec_info = result.next_draft_input
-    new_seq_lens = getattr(result, "new_seq_lens", None)
+    new_seq_lens = result.new_seq_lens  # a GenerationBatchResult field from 0.5.13, where this bookkeeping starts
     if new_seq_lens is not None and new_seq_lens is not batch.seq_lens:
         batch.seq_lens = new_seq_lens
         if batch.seq_lens_cpu is not None:
@@ -514,40 +412,21 @@ def verify_entry_point(eagle_worker=None) -> tuple[Any, str]:
     CPU path builds: v1 where ``eagle_worker`` exists, else v2):
 
     * v1 ``EAGLEWorker`` (sglang <= 0.5.12 on CPU, overlap off): ``EagleVerifyInput.verify``;
-    * ``EAGLEWorkerV2`` 0.5.13: ``verify_input.sample(batch, logits_output, vocab_mask)``, a method of
-      ``EagleVerifyInputV2Mixin`` (``eagle_info_v2``); ``EagleVerifyInput.verify`` still exists there
-      but only the v1 worker called it;
-    * ``EAGLEWorkerV2`` 0.5.15: ``eagle_worker_v2.verify`` calls ``eagle_sample``, imported by name
-      from ``eagle_utils`` into ``eagle_worker_v2``;
-    * 0.5.23: ``eagle_worker_common`` calls ``eagle_sample`` (imported by name there).
-    """
-    import importlib
+    * ``EAGLEWorkerV2`` up to 0.5.13: ``verify_input.sample(batch, logits_output, vocab_mask)``, a method
+      of ``EagleVerifyInputV2Mixin`` (``eagle_info_v2``); ``EagleVerifyInput.verify`` still exists in
+      0.5.13 but only the v1 worker called it;
+    * ``EAGLEWorkerV2`` 0.5.14 - 0.5.15: ``eagle_worker_v2.verify`` calls ``eagle_sample``, imported by
+      name from ``eagle_utils`` into ``eagle_worker_v2``;
+    * 0.5.16 on: ``eagle_worker_common`` calls ``eagle_sample`` (imported by name there).
 
+    The release part is the era's (:meth:`.sglang_eras.V1Worker.v2_verify_entry_point`).
+    """
+    v2 = not has_spec_v1_worker() if eagle_worker is None else is_spec_v2(eagle_worker)
+    if v2:
+        return era().v2_verify_entry_point()
     from sglang.srt.speculative.eagle_info import EagleVerifyInput
 
-    if eagle_worker is None:
-        try:
-            importlib.import_module("sglang.srt.speculative.eagle_worker")
-            v2 = False
-        except ImportError:  # sglang >= 0.5.13: only the v2 worker
-            v2 = True
-    else:
-        v2 = is_spec_v2(eagle_worker)
-    if not v2:
-        return EagleVerifyInput, "verify"
-    try:
-        common = importlib.import_module("sglang.srt.speculative.eagle_worker_common")
-    except ImportError:
-        common = None
-    if common is not None and "eagle_sample" in vars(common):  # 0.5.23
-        return common, "eagle_sample"
-    worker_module = importlib.import_module("sglang.srt.speculative.eagle_worker_v2")
-    if "eagle_sample" in vars(worker_module):  # 0.5.15
-        return worker_module, "eagle_sample"
-    for klass in EagleVerifyInput.__mro__:  # 0.5.13: EagleVerifyInputV2Mixin.sample
-        if "sample" in vars(klass):
-            return klass, "sample"
-    raise LookupError("no known EAGLE verify entry point in this sglang release")
+    return EagleVerifyInput, "verify"
 
 
 def accept_lengths(result) -> list[int]:
@@ -562,9 +441,8 @@ def accept_lengths(result) -> list[int]:
 def record_fc_inputs(draft_worker) -> list[tuple[int, ...]]:
     """Forward hook on the draft's ``fc``: returns the list that collects its input shapes."""
     shapes: list[tuple[int, ...]] = []
-    runner = getattr(draft_worker, "draft_model_runner", None)
-    if runner is None:  # sglang >= 0.5.13: EAGLEWorkerV2 -> EagleDraftWorker.draft_runner
-        runner = draft_worker.draft_worker.draft_runner
+    # EAGLEWorkerV2 -> EagleDraftWorker.draft_runner; the v1 EAGLEWorker's own draft_model_runner
+    runner = draft_worker.draft_worker.draft_runner if is_spec_v2(draft_worker) else draft_worker.draft_model_runner
     fc = runner.model.model.fc
     fc.register_forward_hook(lambda mod, inp, out: shapes.append(tuple(inp[0].shape)))
     return shapes
@@ -579,15 +457,10 @@ def quiet() -> None:
 
 def set_server_arg(sa, name: str, value: Any) -> None:
     """Change a server argument for what this process runs next (a test switching drafts in one process).
-    sglang >= 0.5.23 seals resolved ``ServerArgs``; there the resolved config is overridden instead, as
-    sglang itself does (``get_context().override(source, ...)``), and patches read it with
-    :func:`eagle3_patches.sglang_runtime.server_arg`."""
-    try:
-        setattr(sa, name, value)
-    except AttributeError:
-        from sglang.srt.runtime_context import get_context
-
-        get_context().override("eagle3_patches.testing", **{name: value})
+    From sglang 0.5.16 resolved ``ServerArgs`` can refuse the write; there the resolved config is
+    overridden instead, as sglang itself does (``get_context().override(source, ...)``), and patches read
+    it with :func:`eagle3_patches.sglang_runtime.server_arg`."""
+    era().set_server_arg(sa, name, value)
 
 
 def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrides: Any) -> list[dict]:
