@@ -411,7 +411,7 @@ def _wrapper(patch: str, targets: tuple[str, ...]):
             args = (ctx.path(name), ctx.path("draft"), ctx.overrides())
             stock = ctx.observe(sc.wrapper_eagle3_prefill, *args)
             patched = ctx.observe(sc.wrapper_eagle3_prefill, *args, patches=[patch])
-            missing = stock[0] != "ok" and "set_eagle3_layers_to_capture" in str(stock[1])
+            missing = stock[0] != "ok" and any(h in str(stock[1]) for h in ("set_eagle3_layers_to_capture", "get_embed_and_head"))
             bugs.append(missing)
             stock_text.append(f"{name}: " + ("fails at start without set_eagle3_layers_to_capture" if missing else
                                              describe_error(stock) if stock[0] != "ok" else f"fc {stock[1]['fc_inputs']}"))

@@ -35,6 +35,9 @@ def server_args(model_path: str, **overrides: Any):
         grammar_backend="none",
     )
     kwargs.update(overrides)
+    if "cuda_graph_bs" in kwargs and not hasattr(ServerArgs, "cuda_graph_bs"):
+        # sglang 0.5.15 folded --cuda-graph-bs into per-phase flags; the decode phase's is the graph runners' list
+        kwargs["cuda_graph_bs_decode"] = kwargs.pop("cuda_graph_bs")
     if kwargs.get("speculative_algorithm"):
         # EAGLE has no torch_native draft backend; triton runs under TRITON_INTERPRET=1
         # and bf16 under the interpreter gives NaN garbage (docs/cpu-profile.md)
@@ -257,6 +260,10 @@ def eagle_workers(sa, *, spec_v2: bool = False):
     return target, draft
 
 
+class UnsupportedHere(Exception):
+    """What a harness function cannot recreate on this sglang release (a test skips with the message)."""
+
+
 def capture_draft_extend_graphs_eagerly(eagle_worker):
     """sglang's real ``EAGLEDraftExtendCudaGraphRunner`` for an EAGLE worker, with only the CUDA graph
     calls replaced: every batch size of ``--cuda-graph-bs`` is "captured" by running sglang's own
@@ -264,6 +271,12 @@ def capture_draft_extend_graphs_eagerly(eagle_worker):
     inside the runner's own ``__init__`` (``model_capture_mode`` and its error handling included).
     The v1 worker captures ``DRAFT_EXTEND``; ``EAGLEWorkerV2``'s draft worker ``DRAFT_EXTEND_V2``."""
     from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+
+    seams = ("_create_graph", "_capture_init", "_capture_graph", "capture_one_batch_size")
+    if not all(hasattr(EAGLEDraftExtendCudaGraphRunner, name) for name in seams):
+        raise UnsupportedHere(
+            "this sglang's draft-extend graph runner was rewritten (no capture_one_batch_size / _capture_graph to run "
+            "eagerly); the CPU recreation drives the older runner (capture_one_batch_size), as sglang 0.5.9 - 0.5.15 have it")
 
     class _Graph:
         def pool(self) -> None:
@@ -286,6 +299,11 @@ def capture_draft_extend_graphs_eagerly(eagle_worker):
 
     worker = eagle_worker.draft_worker if is_spec_v2(eagle_worker) else eagle_worker
     return DraftExtendGraphRunnerOnCpu(worker)
+
+
+def draft_extend_buffer_width(runner) -> int:
+    """The width of a draft-extend graph runner's static hidden-state buffer (0.5.13 keeps it in ``runner.buffers``)."""
+    return getattr(runner, "buffers", runner).hidden_states.shape[-1]
 
 
 def eagle_prefill_batch(target, prompts: Sequence[Sequence[int]]):

@@ -132,9 +132,11 @@ def _capture_draft_extend(target: str, draft: str, worker: str) -> dict:
     fc = (eagle.draft_worker.draft_runner if h.is_spec_v2(eagle) else eagle.draft_model_runner).model.model.fc
     try:
         runner = h.capture_draft_extend_graphs_eagerly(eagle)
+    except h.UnsupportedHere as exc:
+        return {"skip": str(exc)}
     except Exception as exc:  # noqa: BLE001 - returned to the test
         return {"error": type(exc).__name__, "message": str(exc), "fc_inputs": fc_inputs}
-    return {"error": None, "mode": runner.forward_mode.name, "buffer": runner.hidden_states.shape[-1],
+    return {"error": None, "mode": runner.forward_mode.name, "buffer": h.draft_extend_buffer_width(runner),
             "fc_in_features": fc.in_features, "fc_inputs": fc_inputs}
 
 

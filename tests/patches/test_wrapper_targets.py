@@ -51,7 +51,7 @@ def _eagle3_prefill(target: str, draft: str) -> dict:
 def test_stock_wrapper_cannot_serve_an_eagle3_draft(wrapper, tiny):
     _, target = wrapper
     out = run_isolated(_eagle3_prefill, target, str(tiny["draft"]), patches=None)
-    assert out["error"] and "set_eagle3_layers_to_capture" in out["error"], out
+    assert out["error"] and any(hook in out["error"] for hook in ("set_eagle3_layers_to_capture", "get_embed_and_head")), out
 
 
 def test_patched_wrapper_feeds_3h_to_fc_from_the_configured_layers(wrapper, tiny, figure):
