@@ -83,6 +83,12 @@ class Setup:
             return True, f"fc.weight takes {fc.shape[1]} = {fc.shape[1] // dv.hidden} x hidden inputs"
         return False, f"{dv.format} ({', '.join(dv.architectures) or '?'})"
 
+    def fc_input(self) -> tuple[int | None, int]:
+        """(the target hidden size the draft's fc is fed, the number of aux states k): fc takes k x that."""
+        dv = self.draft
+        hidden = self.target.hidden if self.target and self.target.hidden else dv.effective_target_hidden
+        return hidden, len(dv.aux_ids) if dv.aux_ids else 3
+
     def capture(self):
         """What this release captures for the draft's configured ids (:class:`~eagle3_patches.checkpoint.layer_ids.Capture`),
         or None when the draft states no ids in sglang's format."""

@@ -718,8 +718,7 @@ def _check_fc_shape(ctx: _Ctx) -> None:
     """fc.weight is a [hidden, k x target hidden] matrix (its width against the aux ids: eagle3_fc_guard's rule)."""
     dv = ctx.draft
     fc = ctx.draft_tensors.get("fc.weight")
-    th = ctx.target.hidden if ctx.target and ctx.target.hidden else dv.effective_target_hidden
-    k = len(dv.aux_ids) if dv.aux_ids else 3
+    th, k = ctx.fc_input()
     if fc is not None and len(fc.shape) != 2:
         ctx.add(ERROR, "tensor-shape", "fc.weight is not a matrix", where=ctx.draft_tensor_where("fc.weight"), found=str(list(fc.shape)), expected=f"[{dv.hidden}, {k} x {th}]", fix="re-export the draft")
     elif fc is not None and th and dv.hidden and fc.shape[0] != dv.hidden:

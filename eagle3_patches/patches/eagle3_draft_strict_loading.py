@@ -67,8 +67,7 @@ def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str
     (``midlayer.*``, no ``model.`` prefix) -> (shape, or None when unknown; ``required`` / ``optional``)."""
     dv = setup.draft
     H, hd, nh, kv, inter = dv.hidden, dv.head_dim, dv.heads, dv.kv_heads, dv.intermediate
-    th = setup.target.hidden if setup.target and setup.target.hidden else dv.effective_target_hidden
-    k = len(dv.aux_ids) if dv.aux_ids else 3
+    th, k = setup.fc_input()
     tv = setup.target.vocab if setup.target and setup.target.vocab else dv.vocab
 
     def shp(*dims):

@@ -85,8 +85,7 @@ class Eagle3FcGuard(Patch):
                     "gets the final H-wide state and its fc is skipped (accept length ~1)",
                     where=setup.dcfg("eagle_config.use_aux_hidden_state"), found="false", expected="true", fix="set it to true")
         fc = setup.draft_tensors.get("fc.weight")
-        th = setup.target.hidden if setup.target and setup.target.hidden else dv.effective_target_hidden
-        k = len(dv.aux_ids) if dv.aux_ids else 3
+        th, k = setup.fc_input()
         if fc is not None and len(fc.shape) == 2 and th and fc.shape[1] != k * th:
             width = fc.shape[1]
             states = f"{width // th} states" if width % th == 0 else f"{width / th:.2f} x hidden"

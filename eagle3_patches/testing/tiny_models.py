@@ -325,20 +325,10 @@ def kimi_k25_config(spec: TinyTargetSpec = TinyTargetSpec()) -> dict:
 
 def kimi_vl_config(spec: TinyTargetSpec = TinyTargetSpec(q_lora_rank=None)) -> dict:
     """Kimi-VL: the tiny DeepSeek text model (sglang runs it as DeepseekV2ForCausalLM) and the same MoonViT."""
-    k25 = kimi_k25_config(spec)
-    vision = {k: v for k, v in k25["vision_config"].items() if not k.startswith(("vt_", "mm_", "text_"))}
-    return {
-        "architectures": ["KimiVLForConditionalGeneration"],
-        "model_type": "kimi_vl",
-        "text_config": spec.text_config(),
-        "vision_config": vision,
-        "media_placeholder_token_id": spec.vocab - 1,
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "torch_dtype": "bfloat16",
-        "tie_word_embeddings": False,
-    }
+    cfg = kimi_k25_config(spec)
+    cfg.update(architectures=["KimiVLForConditionalGeneration"], model_type="kimi_vl",
+               vision_config={k: v for k, v in cfg["vision_config"].items() if not k.startswith(("vt_", "mm_", "text_"))})
+    return cfg
 
 
 def build_kimi_vl(path: os.PathLike, spec: TinyTargetSpec = TinyTargetSpec(q_lora_rank=None)) -> Path:

@@ -15,8 +15,9 @@ def _apply_twice_and_revert():
 
     import eagle3_patches
 
-    reg = eagle3_patches.get_registry()
-    modules = {name: importlib.import_module(reg[name].module) for name in reg.names()}
+    # every module a patch or an instrument hooks, imported first: a hook on a module not yet imported is pending
+    modules = {name: importlib.import_module(reg[name].module)
+               for reg in eagle3_patches.registries() for name in reg.names()}
 
     def snapshot():
         """Every class attribute of every patched module, by identity."""
