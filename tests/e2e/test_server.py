@@ -5,8 +5,7 @@ speculation (the reference, here), EAGLE3 with the patches (+ the diagnostic pro
 ``--speculative-algorithm EAGLE`` with the algorithm and fc guards disabled (the field's symptom);
 plus one start with the guard on, refused before any model loads.
 And the trained draft as the real speculators library (0.9.0) wrote it
-(``tools/make_speculators_fixture.py``), served twice: as it is (``speculators_draft_config``) and
-after ``eagle3-patches convert``.
+(``tools/make_speculators_fixture.py``), served as it is (``speculators_draft_config``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import pytest
 from e2e_servers import MAX_NEW_TOKENS, PROMPTS, serve_or_fail
 
 from eagle3_patches.checkpoint import layer_ids as L
-from eagle3_patches.checkpoint.convert import convert
 from eagle3_patches.testing import tiny_models
 from eagle3_patches.testing.releases import sglang_version
 from eagle3_patches.testing.server import Server, mean_accept_length, speculative_flags
@@ -75,27 +73,22 @@ def test_eagle_with_guard_on_is_refused_at_start(models, tmp_path):
 # --------------------------------------------------------------------------- a speculators-format draft, as it is
 @pytest.fixture(scope="module")
 def speculators_served(models, tmp_path_factory) -> dict:
-    """One server with the speculators directory itself as the draft, one with its conversion."""
+    """One server with the speculators directory itself as the draft.  Its conversion is not served again: sglang's
+    draft ModelRunner holds the same parameters bit for bit for both (tests/patches/test_speculators_draft_config.py),
+    and a draft in sglang's format is what the ``eagle3`` server runs."""
     direct = tiny_models.build_speculators_fixture(tmp_path_factory.mktemp("speculators"))
-    converted = direct.parent / f"{direct.name}-sglang"
-    convert(direct, converted, progress=False)
-    out = {"path": direct}
-    for name, draft in (("direct", direct), ("converted", converted)):
-        out[name] = serve_or_fail(f"speculators-{name}", models["target"], speculative_flags(str(draft), "EAGLE3"),
-                                  tmp_path_factory.mktemp(name), PROMPTS)
-    return out
+    out = serve_or_fail("speculators-direct", models["target"], speculative_flags(str(direct), "EAGLE3"),
+                        tmp_path_factory.mktemp("direct"), PROMPTS)
+    return {"path": direct, "direct": out}
 
 
-def test_speculators_draft_served_directly_equals_converted(speculators_served, figure):
-    direct, converted = speculators_served["direct"], speculators_served["converted"]
-    assert all(len(o) == MAX_NEW_TOKENS for o in converted["outputs"])
-    assert direct["outputs"] == converted["outputs"]
-    accepts = {name: [r["meta_info"]["spec_accept_length"] for r in speculators_served[name]["responses"]]
-               for name in ("direct", "converted")}
-    assert accepts["direct"] == accepts["converted"]
+def test_speculators_draft_served_directly_predicts(speculators_served, eagle3, figure):
+    direct = speculators_served["direct"]
+    assert all(len(o) == MAX_NEW_TOKENS for o in direct["outputs"])
+    accepts = [round(r["meta_info"]["spec_accept_length"], 2) for r in direct["responses"]]
     accept = mean_accept_length(direct["responses"])
-    figure(f"the speculators 0.9.0 draft (bf16) served directly and converted: accept length {accept:.2f} both "
-           f"{[round(a, 2) for a in accepts['direct']]}")
+    figure(f"the speculators 0.9.0 draft (bf16) served as it is: accept length {accept:.2f} {accepts}; the same draft "
+           f"trained in fp32, in sglang's format: {mean_accept_length(eagle3['responses']):.2f}")
     assert accept >= 1.5  # the draft predicts: the aux states reach it from the layers it was trained on
 
 

@@ -167,16 +167,26 @@ def _selftest(*args: str, cache, timeout: float) -> tuple[subprocess.CompletedPr
     return proc, json.loads(proc.stdout), wall, cpu
 
 
+#: what the command runs here: the end-to-end check (3 x hidden at fc), the layer-id check, a patch without a check
+#: (its placeholder), and the GPU checks (skipped on CPU, saying so).  Every CPU check's function is asserted on by
+#: the behavioural tests (``run_check``); the whole command, every check, runs in each release's venv of
+#: ``tools/matrix.py`` (its exit status is part of the matrix's verdict), not on every change here.
+E2E_SELECTION = ["kimi_k25_eagle3_delegation", "layer_id_convention", "eagle3_probe",
+                 *(c.name for c in CHECKS if "cuda" in c.needs)]
+
+
 @pytest.mark.sglang
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(1800)
 def test_selftest_json_end_to_end_on_cpu(tiny_root, tiny, figure):
-    proc, report, wall, cpu = _selftest(cache=tiny_root, timeout=3500)
+    proc, report, wall, cpu = _selftest("--only", ",".join(E2E_SELECTION), cache=tiny_root, timeout=1700)
     assert proc.returncode == report["exit_code"] == 0, proc.stdout
     assert report["schema"] == 1 and report["sglang"] == str(sglang_version()) and report["error"] is None
     assert report["device"]["kind"] == "cpu" and report["cpu_profile"] is True
     results = {r["name"]: r for r in report["checks"]}
-    assert list(results) == [c.name for c in CHECKS] + list(uncovered())
-    for check in CHECKS:
+    selected = [c for c in CHECKS if c.name in E2E_SELECTION]
+    assert list(results) == [c.name for c in selected] + ["eagle3_probe"]
+    assert results["eagle3_probe"]["status"] == SKIPPED and results["eagle3_probe"]["reason"] == uncovered()["eagle3_probe"]
+    for check in selected:
         r = results[check.name]
         assert r["status"] in (PASSED, SKIPPED), (check.name, r["reason"])
         if r["status"] == SKIPPED:
@@ -188,13 +198,13 @@ def test_selftest_json_end_to_end_on_cpu(tiny_root, tiny, figure):
             assert r["needed"] == (r["bug"] == "present")
             if patch_applies(check.patch):
                 assert r["state"] in ("applied", "in-source"), (check.name, r["state"])
-    assert report["gpu_checks"]["not_run"] == [c.name for c in CHECKS if "cuda" in c.needs]
+    assert report["gpu_checks"]["not_run"] == [c.name for c in selected if "cuda" in c.needs]
     assert report["gpu_checks"]["run"] == []
     assert results["kimi_k25_eagle3_delegation"]["status"] == PASSED  # 3 x hidden at fc, on every release
     assert results["layer_id_convention"]["status"] == PASSED  # the configured layers, on every release
     ran = sum(1 for r in report["checks"] if r["status"] == PASSED)
-    figure(f"eagle3-patches selftest on CPU (sglang {report['sglang']}): {ran} checks passed, "
-           f"{report['summary'][SKIPPED]} skipped; {wall:.0f} s wall, {cpu:.0f} CPU-s in all processes, "
+    figure(f"eagle3-patches selftest --only ({len(E2E_SELECTION)} names) on CPU (sglang {report['sglang']}): {ran} checks "
+           f"passed, {report['summary'][SKIPPED]} skipped; {wall:.0f} s wall, {cpu:.0f} CPU-s in all processes, "
            f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end)")
 
 
