@@ -73,6 +73,7 @@ def _launch(target: str, draft: str) -> str | None:
     return None
 
 
+@pytest.mark.runtime_only  # the fork path's copy of the guard knows no runtime patch (its fix names the way to one)
 def test_the_capability_guard_names_the_patch_when_it_is_disabled(wrapper, tiny):
     patch, target = wrapper
     out = run_isolated(_launch, target, str(tiny["draft"]), patches="all", env={"EAGLE3_PATCHES_DISABLE": patch})
