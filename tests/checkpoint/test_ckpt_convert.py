@@ -243,6 +243,22 @@ def test_interrupted_run_leaves_no_dst(tiny, tmp_path, monkeypatch, exc, raised)
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 
 
+@pytest.mark.parametrize("run_doctor", [True, False])
+def test_a_shard_that_does_not_read_back_is_refused(tiny, tmp_path, monkeypatch, run_doctor):
+    """A write that loses bytes while reporting success (a failing network or FUSE filesystem): the converter
+    re-reads each shard it wrote, refuses naming it, and leaves no DST behind (with or without the doctor)."""
+    real = convert_mod._copy_range
+
+    def lossy(src_fd, offset, length, dst_fd, progress):
+        real(src_fd, offset, max(length - 1, 1), dst_fd, progress)
+
+    monkeypatch.setattr(convert_mod, "_copy_range", lossy)
+    with pytest.raises(ConvertError, match="the written shard does not read back") as err:
+        convert(tiny["speculators_draft"], tmp_path / "out", progress=False, run_doctor=run_doctor)
+    assert "model.safetensors" in err.value.where
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
 def test_interrupted_forced_run_keeps_the_old_dst(tiny, tmp_path, monkeypatch):
     dst = tmp_path / "out"
     convert(tiny["speculators_draft"], dst, progress=False)

@@ -32,6 +32,26 @@ def test_guard_refuses_eagle_and_stays_silent_for_eagle3(check):
     assert check.observations["patched"]["EAGLE3"] == ("ok", "EAGLE3")
 
 
+def test_guard_refuses_nextn_with_an_eagle3_draft_naming_the_flag(tiny):
+    """NEXTN, sglang's other name for its EAGLE path, with an EAGLE-3 draft is the same silent misconfiguration."""
+    cases = {"NEXTN": (str(tiny["kimi_k25"]), str(tiny["draft"]), "NEXTN")}
+    kind, message = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])["NEXTN"]
+    assert kind == "Eagle3ConfigError"
+    assert "--speculative-algorithm NEXTN with an EAGLE-3 draft" in message and "--speculative-algorithm EAGLE3" in message
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE", "NEXTN"])
+def test_doctor_names_eagle_and_nextn_with_an_eagle3_draft(tiny, algorithm):
+    from eagle3_patches.checkpoint.doctor import doctor
+
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["kimi_k25"]), "--speculative-algorithm",
+              algorithm, "--speculative-draft-model-path", str(tiny["draft"])]
+    report = doctor(launch=launch, sglang_version="0.5.9")
+    assert "algorithm-eagle-with-eagle3-draft" in report.codes("error")
+    eagle3 = doctor(launch=[*launch[:-3], "EAGLE3", *launch[-2:]], sglang_version="0.5.9")
+    assert "algorithm-eagle-with-eagle3-draft" not in eagle3.codes()
+
+
 def test_guard_upgrades_when_opted_in(tiny):
     cases = {"EAGLE": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE")}
     out = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"],

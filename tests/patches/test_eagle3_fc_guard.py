@@ -96,13 +96,19 @@ def kimi_width_draft(tiny_root):
 
 
 @pytest.mark.runtime_only
-def test_kimi_width_draft_fc_receives_21504_and_refuses_7168(tiny, kimi_width_draft):
+def test_kimi_width_draft_fc_receives_21504_and_refuses_7168_and_28672(tiny, kimi_width_draft):
+    """3 x hidden passes; one layer's width (EAGLE, or no capture) and four layers' (a target capturing four aux
+    layers for a draft whose fc takes three) are refused before fc, each with its own fix."""
     out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft),
-                       [3 * KIMI_HIDDEN, KIMI_HIDDEN], patches=["eagle3_fc_guard"])
+                       [3 * KIMI_HIDDEN, KIMI_HIDDEN, 4 * KIMI_HIDDEN], patches=["eagle3_fc_guard"])
     assert out["fc_in_features"] == 21504
     assert out["fc_inputs"] == [(4, 21504)]
     assert out["results"][0] is None
     assert out["results"][1].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][1]
+    assert "--speculative-algorithm EAGLE3" in out["results"][1]
+    wider = out["results"][2]
+    assert wider.startswith("Eagle3CaptureError") and "28672-wide" in wider and "21504 = fc.in_features" in wider
+    assert "eagle_aux_hidden_state_layer_ids" in wider
 
 
 @pytest.mark.stock
