@@ -5,6 +5,8 @@
     python tools/mutation.py --module eagle3_patches/patches/eagle3_fc_guard.py [--module ...]
     python tools/mutation.py --list               # the scope, each module's test files, its mutant count
     python tools/mutation.py --report             # the scores of the sessions run so far (no test runs)
+    python tools/mutation.py --module M --line N  # only the mutants on line N of M (a partial session)
+    python tools/mutation.py --module M --retry-survivors   # after a test got stronger: M's survivors again
 
 The tool is cosmic-ray (pinned in tools/requirements-mutation.txt, installed into .venv on first use; not a
 test or CI dependency).  cosmic-ray writes each mutant into the source file on disk and runs a shell test
@@ -68,12 +70,10 @@ def ensure_environment() -> None:
     except OSError:
         in_venv = False
     if in_venv:
-        try:
-            import cosmic_ray  # noqa: F401
+        import importlib.util
 
+        if importlib.util.find_spec("cosmic_ray") is not None:
             return
-        except ImportError:
-            pass
     subprocess.run(["bash", str(ROOT / "tools" / "setup_env.sh")], check=True)
     probe = subprocess.run([str(VENV_PY), "-c", "import cosmic_ray"], capture_output=True)
     if probe.returncode != 0:
@@ -193,7 +193,8 @@ def tests_for(module: Path) -> list[Path]:
         needles = [dotted, f"import {stem}"] + ([f'"{patch_name.group(1)}"'] if patch_name else [])
         named = [p for p in files if any(n in p.read_text() for n in needles)]
     if "/patches/" in f"/{rel.as_posix()}" and "def preflight" in source:
-        named += [p for p in files if p.name == "test_ckpt_doctor.py" and p not in named]
+        # first: a mutant of the doctor rule dies there in seconds, before the patch's sglang tests start
+        named = [p for p in files if p.name == "test_ckpt_doctor.py"] + [p for p in named if p.name != "test_ckpt_doctor.py"]
     return named
 
 
@@ -229,6 +230,16 @@ def diff_lines(diff: str) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------------- sessions
+def _live_run() -> int | None:
+    """The pid of a mutation run still going in this checkout, if any."""
+    try:
+        pid = int((STATE / "lock").read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
 def restore_leftovers() -> None:
     """A run killed mid-mutant leaves the mutant on disk: put the saved original back."""
     for saved in (STATE / "originals").glob("*.py") if (STATE / "originals").is_dir() else ():
@@ -240,7 +251,8 @@ def restore_leftovers() -> None:
         saved.unlink()
 
 
-def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int]) -> None:
+def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int],
+               retry_survivors: bool = False) -> None:
     from cosmic_ray.commands import execute, init
     from cosmic_ray.config import ConfigDict
     from cosmic_ray.testing import run_tests
@@ -257,8 +269,8 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
     source = module.read_text()
     if db_path.exists() and not fresh and meta_path.exists():
         meta = json.loads(meta_path.read_text())
-        if meta.get("source") != source or meta.get("command") != command or meta.get("lines", []) != lines:
-            print(f"{module.relative_to(ROOT)}: the module or its tests changed since the session began; starting over")
+        if meta.get("source") != source or meta.get("lines", []) != lines:
+            print(f"{module.relative_to(ROOT)}: the module (or --line) changed since the session began; starting over")
             fresh = True
     else:
         fresh = True
@@ -273,7 +285,7 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
     print(f"   baseline {baseline:.0f} s; per-mutant timeout {timeout:.0f} s", flush=True)
     if fresh:
         with use_db(str(db_path), WorkDB.Mode.create) as db:
-            init.init([module], db, {})
+            init([module], db, {})
             # operators outside the kept set, and mutants that change nothing in the code (a no-op edit), are skipped
             for item in list(db.pending_work_items):
                 spec = item.mutations[0]
@@ -283,6 +295,11 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
                                           "started": time.strftime("%Y-%m-%d")}))
     config = ConfigDict({"module-path": str(module), "timeout": timeout, "test-command": command,
                          "distributor": {"name": "local"}, "excluded-modules": []})
+    if retry_survivors and not fresh:  # the tests got stronger: the survivors run again, the rest is kept
+        import sqlite3
+
+        with sqlite3.connect(db_path) as con:
+            con.execute("DELETE FROM work_results WHERE test_outcome = 'survived'")
     saved = STATE / "originals" / f"{slug(module)}.py"
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(f"# path: {module.relative_to(ROOT)}\n{source}")
@@ -291,7 +308,7 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
             total = sum(1 for _ in db.pending_work_items)
             print(f"   {total} mutants to run", flush=True)
             t1 = time.monotonic()
-            execute.execute(db, config)
+            execute(db, config)
             print(f"   ran in {time.monotonic() - t1:.0f} s", flush=True)
     finally:
         if module.read_text() != source:
@@ -358,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="discard the sessions of these modules and start over")
     parser.add_argument("--line", action="append", type=int, default=[],
                         help="only the mutants on this line of the module (repeatable; a partial session, so said in --report)")
+    parser.add_argument("--retry-survivors", action="store_true",
+                        help="run the surviving mutants of the existing sessions again (after the tests got stronger)")
     parser.add_argument("--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline")
     args = parser.parse_args(argv)
     ensure_environment()
@@ -370,7 +389,6 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"not in scope: {', '.join(str(m) for m in unknown)}")
     STATE.mkdir(exist_ok=True)
-    restore_leftovers()
     operators = install_operators()
     if args.report:
         report(modules)
@@ -383,13 +401,19 @@ def main(argv: list[str] | None = None) -> int:
             tests = ", ".join(str(p.relative_to(ROOT)) for p in tests_for(module)) or "(none)"
             print(f"{module.relative_to(ROOT)}: {n} mutants; tests: {tests}")
         return 0
+    live = _live_run()
+    if live is not None:
+        parser.error(f"a mutation run (pid {live}) is still going in this checkout; one at a time")
+    (STATE / "lock").write_text(str(os.getpid()))
+    restore_leftovers()
     # stale bytecode could hide a mutant of the same size written within the same second
     for cache in (ROOT / "eagle3_patches").rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     os.environ.setdefault("EAGLE3_TINY_CACHE", str(STATE / "tiny"))
     for module in modules:
-        run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line)
+        run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line,
+                   retry_survivors=args.retry_survivors)
     report(modules)
     return 0
 
