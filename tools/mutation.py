@@ -298,8 +298,11 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
     if retry_survivors and not fresh:  # the tests got stronger: the survivors run again, the rest is kept
         import sqlite3
 
+        equiv, rel = equivalents(), module.relative_to(ROOT).as_posix()
         with sqlite3.connect(db_path) as con:
-            con.execute("DELETE FROM work_results WHERE test_outcome = 'survived'")
+            rows = con.execute("SELECT job_id, diff FROM work_results WHERE upper(test_outcome) = 'SURVIVED'").fetchall()
+            again = [(job,) for job, diff in rows if (rel, *diff_lines(diff or "")) not in equiv]
+            con.executemany("DELETE FROM work_results WHERE job_id = ?", again)
     saved = STATE / "originals" / f"{slug(module)}.py"
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(f"# path: {module.relative_to(ROOT)}\n{source}")
