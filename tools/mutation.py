@@ -16,8 +16,9 @@ command, so the mutant reaches every process the tests start: the ``spawn``-ed s
 environment variable in a copied tree) do not reach those children reliably.
 
 Each module's mutants run against that module's own test files, derived, not kept by hand: the test files
-named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it or name its
-patch; a patch module with a doctor rule (``preflight``) adds the doctor's tests.  Tests of stock sglang
+named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it, name its
+patch or (a CLI module) run its subcommand, else the tests of its package (tests/ mirrors the library); a patch
+module with a doctor rule (``preflight``) adds the doctor's tests, first.  Tests of stock sglang
 (``-m "not stock"``) are left out for patch modules: they run without the patch.  ``pytest -x`` stops at the
 first failure.  Sessions (one sqlite file per module under ``.mutation/``) resume where they stopped;
 ``--fresh`` starts over.  A mutant is *equivalent* when it is listed, with its reason, in the table of
@@ -175,9 +176,9 @@ def scope() -> list[Path]:
     return found
 
 
-def _test_files() -> list[Path]:
+def _test_files(heavy: bool = False) -> list[Path]:
     return sorted(p for p in TEST_ROOT.rglob("test_*.py")
-                  if p.relative_to(TEST_ROOT).parts[0] not in HEAVY_TEST_DIRS)
+                  if heavy or p.relative_to(TEST_ROOT).parts[0] not in HEAVY_TEST_DIRS)
 
 
 def tests_for(module: Path) -> list[Path]:
@@ -186,12 +187,17 @@ def tests_for(module: Path) -> list[Path]:
     rel = module.relative_to(ROOT)
     dotted = ".".join(rel.with_suffix("").parts)
     files = _test_files()
-    named = [p for p in files if re.fullmatch(rf"test_(ckpt_)?{re.escape(stem)}(_\w+)?\.py", p.name)]
+    # a file named after the module is its test even in a slow directory (rank_consistency: tests/distributed)
+    named = [p for p in _test_files(heavy=True) if re.fullmatch(rf"test_(ckpt_)?{re.escape(stem)}(_\w+)?\.py", p.name)]
     source = module.read_text()
     if not named:
-        patch_name = re.search(r'^\s+name = "(\w+)"', source, re.M)
+        patch_name = re.search(r'^\s*(?:name|NAME) = "(\w+)"', source, re.M)
         needles = [dotted, f"import {stem}"] + ([f'"{patch_name.group(1)}"'] if patch_name else [])
+        if module.parent.name == "cli" and stem.endswith("_cmd"):  # a subcommand: the tests that run it
+            needles.append(f'"{stem.removesuffix("_cmd")}"')
         named = [p for p in files if any(n in p.read_text() for n in needles)]
+    if not named:  # tests/ mirrors the library: the tests of the module's package
+        named = [p for p in files if p.parent == TEST_ROOT / module.parent.name]
     if "/patches/" in f"/{rel.as_posix()}" and "def preflight" in source:
         # first: a mutant of the doctor rule dies there in seconds, before the patch's sglang tests start
         named = [p for p in files if p.name == "test_ckpt_doctor.py"] + [p for p in named if p.name != "test_ckpt_doctor.py"]
