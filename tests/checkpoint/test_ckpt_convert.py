@@ -123,6 +123,8 @@ def test_served_sglang_config_reads_only_local_speculators_drafts(tiny, make_dra
 
 def test_output_headers_are_aligned_and_verified(tiny, tmp_path):
     res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    assert not (res.dst / "model.safetensors.index.json").exists()  # one shard: no index, as transformers writes it
+    assert res.files == [res.dst / "model.safetensors"]  # what the result (and `convert --json`) lists
     h = read_header(res.dst / "model.safetensors")
     assert h.metadata == {"format": "pt"} and h.data_start % 8 == 0
     for t in h.tensors.values():
@@ -136,6 +138,8 @@ def test_sharded_input_and_output(make_draft, tiny, tmp_path):
     res = convert(src, tmp_path / "out", max_shard_size="40KB", progress=False)
     files = sorted(res.dst.glob("*.safetensors"))
     assert len(files) > 2 and all(f.stat().st_size <= 40_000 + 4096 or len(read_header(f).tensors) == 1 for f in files)
+    n = len(files)
+    assert [f.name for f in files] == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]  # HF names
     index = json.loads((res.dst / "model.safetensors.index.json").read_text())
     got = _all_tensors(res.dst)
     assert set(index["weight_map"]) == set(got)
@@ -240,6 +244,22 @@ def test_interrupted_run_leaves_no_dst(tiny, tmp_path, monkeypatch, exc, raised)
     monkeypatch.setattr(convert_mod, "_copy_range", flaky)
     with pytest.raises(raised):  # an OSError becomes a what / where / fix message
         convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("run_doctor", [True, False])
+def test_a_shard_that_does_not_read_back_is_refused(tiny, tmp_path, monkeypatch, run_doctor):
+    """A write that loses bytes while reporting success (a failing network or FUSE filesystem): the converter
+    re-reads each shard it wrote, refuses naming it, and leaves no DST behind (with or without the doctor)."""
+    real = convert_mod._copy_range
+
+    def lossy(src_fd, offset, length, dst_fd, progress):
+        real(src_fd, offset, max(length - 1, 1), dst_fd, progress)
+
+    monkeypatch.setattr(convert_mod, "_copy_range", lossy)
+    with pytest.raises(ConvertError, match="the written shard does not read back") as err:
+        convert(tiny["speculators_draft"], tmp_path / "out", progress=False, run_doctor=run_doctor)
+    assert "model.safetensors" in err.value.where
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 
 

@@ -32,11 +32,69 @@ def test_guard_refuses_eagle_and_stays_silent_for_eagle3(check):
     assert check.observations["patched"]["EAGLE3"] == ("ok", "EAGLE3")
 
 
-def test_guard_upgrades_when_opted_in(tiny):
+def test_guard_refuses_nextn_with_an_eagle3_draft_naming_the_flag(tiny):
+    """NEXTN, sglang's other name for its EAGLE path, with an EAGLE-3 draft is the same silent misconfiguration."""
+    cases = {"NEXTN": (str(tiny["kimi_k25"]), str(tiny["draft"]), "NEXTN")}
+    kind, message = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])["NEXTN"]
+    assert kind == "Eagle3ConfigError"
+    assert "--speculative-algorithm NEXTN with an EAGLE-3 draft" in message and "--speculative-algorithm EAGLE3" in message
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE", "NEXTN"])
+def test_doctor_names_eagle_and_nextn_with_an_eagle3_draft(tiny, algorithm):
+    from eagle3_patches.checkpoint.doctor import doctor
+
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["kimi_k25"]), "--speculative-algorithm",
+              algorithm, "--speculative-draft-model-path", str(tiny["draft"])]
+    report = doctor(launch=launch, sglang_version="0.5.9")
+    assert "algorithm-eagle-with-eagle3-draft" in report.codes("error")
+    eagle3 = doctor(launch=[*launch[:-3], "EAGLE3", *launch[-2:]], sglang_version="0.5.9")
+    assert "algorithm-eagle-with-eagle3-draft" not in eagle3.codes()
+
+
+@pytest.mark.parametrize("upgrade", ["0", "1"])
+def test_doctor_for_a_patched_server_says_refused_or_upgraded(tiny, monkeypatch, upgrade):
+    """Where the server runs the patches, the doctor says what the guard will do: refuse at start, or (opted in)
+    upgrade to EAGLE3 with a warning."""
+    from eagle3_patches import settings
+    from eagle3_patches.checkpoint.doctor import doctor
+
+    monkeypatch.setenv(settings.UPGRADE_ALGORITHM, upgrade)
+    settings.reload()
+    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["kimi_k25"]), "--speculative-algorithm",
+              "EAGLE", "--speculative-draft-model-path", str(tiny["draft"])]
+    report = doctor(launch=launch, sglang_version="0.5.9", with_patches=True)
+    (finding,) = [f for f in report.findings if f.code == "algorithm-eagle-with-eagle3-draft"]
+    if upgrade == "1":
+        assert finding.severity == "warning" and "upgrades it to EAGLE3 with a warning" in finding.what
+    else:
+        assert finding.severity == "error" and "refuses this at start" in finding.what
+        assert "upgrades" not in finding.what
+
+
+def _outcomes_and_warnings(cases: dict) -> tuple[dict, list[str]]:
+    import logging
+
+    class Keep(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("eagle3_patches").addHandler(keep)
+    return launcher_outcomes(cases), keep.messages
+
+
+def test_guard_upgrades_when_opted_in_and_says_so(tiny):
     cases = {"EAGLE": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE")}
-    out = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"],
-                       env={"EAGLE3_PATCHES_UPGRADE_ALGORITHM": "1"})
+    out, warnings = run_isolated(_outcomes_and_warnings, cases, patches=["eagle3_algorithm_guard"],
+                                 env={"EAGLE3_PATCHES_UPGRADE_ALGORITHM": "1"})
     assert out["EAGLE"] == ("ok", "EAGLE3")
+    assert [w for w in warnings if "--speculative-algorithm EAGLE with an EAGLE-3 draft" in w
+            and "upgraded to EAGLE3 because EAGLE3_PATCHES_UPGRADE_ALGORITHM is set" in w]
 
 
 def test_draft_kind_evidence(tiny, tmp_path):

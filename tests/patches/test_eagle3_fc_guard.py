@@ -44,8 +44,9 @@ def test_guard_turns_the_skip_into_an_error_naming_the_flag(check):
     assert out["fc_inputs"] == []
 
 
-def _draft_forward_widths(target: str, draft: str, widths: list[int]):
-    """Feed a real draft ModelRunner an EXTEND batch whose spec_info carries the given widths."""
+def _draft_forward_widths(target: str, draft: str, widths: list):
+    """Feed a real draft ModelRunner an EXTEND batch whose spec_info carries each given width (an int: a 4-token
+    prompt; a (width, tokens) pair: a prompt of that many tokens)."""
     import torch
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
@@ -59,10 +60,11 @@ def _draft_forward_widths(target: str, draft: str, widths: list[int]):
                             token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator)
     fc_inputs = h.record_fc_inputs(SimpleWorker(runner))
     results = []
-    for width in widths:
-        batch = h.schedule_batch(h.make_reqs([[5, 6, 7, 8]]), runner, SpeculativeAlgorithm.EAGLE3)
+    for case in widths:
+        width, tokens = case if isinstance(case, tuple) else (case, 4)
+        batch = h.schedule_batch(h.make_reqs([list(range(5, 5 + tokens))]), runner, SpeculativeAlgorithm.EAGLE3)
         batch.prepare_for_extend()
-        batch.spec_info = EagleDraftInput(hidden_states=torch.randn(4, width))
+        batch.spec_info = EagleDraftInput(hidden_states=torch.randn(tokens, width))
         batch.capture_hidden_mode = CaptureHiddenMode.LAST
         mwb = h.worker_batch(batch)  # ModelWorkerBatch (<= 0.5.12) or the ScheduleBatch (0.5.13+)
         fb = h.forward_batch(mwb, runner)
@@ -96,13 +98,20 @@ def kimi_width_draft(tiny_root):
 
 
 @pytest.mark.runtime_only
-def test_kimi_width_draft_fc_receives_21504_and_refuses_7168(tiny, kimi_width_draft):
+def test_kimi_width_draft_fc_receives_21504_and_refuses_7168_and_28672(tiny, kimi_width_draft):
+    """3 x hidden passes; one layer's width (EAGLE, or no capture) and four layers' (a target capturing four aux
+    layers for a draft whose fc takes three) are refused before fc, each with its own fix, a one-token prompt too."""
     out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft),
-                       [3 * KIMI_HIDDEN, KIMI_HIDDEN], patches=["eagle3_fc_guard"])
+                       [3 * KIMI_HIDDEN, KIMI_HIDDEN, 4 * KIMI_HIDDEN, (KIMI_HIDDEN, 1)], patches=["eagle3_fc_guard"])
     assert out["fc_in_features"] == 21504
     assert out["fc_inputs"] == [(4, 21504)]
     assert out["results"][0] is None
     assert out["results"][1].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][1]
+    assert "--speculative-algorithm EAGLE3" in out["results"][1]
+    wider = out["results"][2]
+    assert wider.startswith("Eagle3CaptureError") and "28672-wide" in wider and "21504 = fc.in_features" in wider
+    assert "eagle_aux_hidden_state_layer_ids" in wider
+    assert out["results"][3].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][3]
 
 
 @pytest.mark.stock

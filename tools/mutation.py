@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""Mutation testing of the code whose failure is silent in production (docs/testing.md).
+
+    python tools/mutation.py                      # every module in scope (hours on 2 cores)
+    python tools/mutation.py --module eagle3_patches/patches/eagle3_fc_guard.py [--module ...]
+    python tools/mutation.py --list               # the scope, each module's test files, its mutant count
+    python tools/mutation.py --report             # the scores of the sessions run so far (no test runs)
+    python tools/mutation.py --module M --line N  # only the mutants on line N of M (a partial session)
+    python tools/mutation.py --module M --retry-survivors   # after a test got stronger: M's survivors again
+
+The tool is cosmic-ray (pinned in tools/requirements-mutation.txt, installed into .venv on first use; not a
+test or CI dependency).  cosmic-ray writes each mutant into the source file on disk and runs a shell test
+command, so the mutant reaches every process the tests start: the ``spawn``-ed sglang children of
+``run_isolated`` / ``run_ranks`` and the real servers, all of which import eagle3_patches from this checkout
+(the editable install).  Tools that switch mutants in-process (mutmut 3's trampolines, selected by an
+environment variable in a copied tree) do not reach those children reliably.
+
+Each module's mutants run against that module's own test files, derived, not kept by hand: the test files
+named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it, name its
+patch or (a CLI module) run its subcommand, else the tests of its package (tests/ mirrors the library); a patch
+module with a doctor rule (``preflight``) adds the doctor's tests, first.  Tests of stock sglang
+(``-m "not stock"``) are left out for patch modules: they run without the patch.  ``pytest -x`` stops at the
+first failure.  Sessions (one sqlite file per module under ``.mutation/``) resume where they stopped;
+``--fresh`` starts over.  A mutant is *equivalent* when it is listed, with its reason, in the table of
+docs/testing.md; the score is killed / (mutants - equivalent), a timeout counting as killed (as cosmic-ray
+counts it) and shown apart.
+
+The operators: cosmic-ray's comparison swaps limited to negation and boundary shifts, boolean keywords,
+``not`` added and removed, numbers, zero-iteration loops, exception types, plus two of this project's
+(below): a call statement deleted, and one element dropped from a literal tuple / list / set of names.
+cosmic-ray's arithmetic swaps (ten per operator, mostly in message formatting) are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_PY = ROOT / ".venv" / "bin" / "python"
+STATE = ROOT / ".mutation"
+DOC = ROOT / "docs" / "testing.md"
+SCOPE_GLOBS = ("eagle3_patches/patches/*.py", "eagle3_patches/checkpoint/*.py", "eagle3_patches/registry.py",
+               "eagle3_patches/fork.py", "eagle3_patches/cli/apply_cmd.py")
+TEST_ROOT = ROOT / "tests"
+#: test directories too slow for per-mutant runs (real servers, TP 2, the wheel in fresh venvs, the whole selftest)
+HEAVY_TEST_DIRS = ("e2e", "distributed", "packaging", "selftest")
+
+# comparison swaps kept: negation and the boundary shifts (cosmic-ray alone makes every pair of 8 operators)
+COMPARISONS = {
+    "Eq": ("NotEq",), "NotEq": ("Eq", "Lt", "Gt"), "Lt": ("LtE", "GtE"), "LtE": ("Lt", "Gt"), "Gt": ("GtE", "LtE"),
+    "GtE": ("Gt", "Lt"), "In": ("NotIn",), "NotIn": ("In",), "Is": ("IsNot",), "IsNot": ("Is",),
+}
+CORE_KEPT = ("AddNot", "ReplaceTrueWithFalse", "ReplaceFalseWithTrue", "ReplaceAndWithOr", "ReplaceOrWithAnd",
+             "ReplaceUnaryOperator_Delete_Not", "ReplaceBreakWithContinue", "ReplaceContinueWithBreak",
+             "ExceptionReplacer", "NumberReplacer", "ZeroIterationForLoop")
+
+
+# ---------------------------------------------------------------------------------------------------- environment
+def ensure_environment() -> None:
+    """Run under .venv's python with cosmic-ray installed (tools/setup_env.sh, then the pinned tool)."""
+    try:
+        in_venv = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
+    except OSError:
+        in_venv = False
+    if in_venv:
+        import importlib.util
+
+        if importlib.util.find_spec("cosmic_ray") is not None:
+            return
+    subprocess.run(["bash", str(ROOT / "tools" / "setup_env.sh")], check=True)
+    probe = subprocess.run([str(VENV_PY), "-c", "import cosmic_ray"], capture_output=True)
+    if probe.returncode != 0:
+        subprocess.run([str(VENV_PY), "-m", "pip", "install", "-q", "-r", str(ROOT / "tools" / "requirements-mutation.txt")],
+                       check=True)
+    os.execv(str(VENV_PY), [str(VENV_PY), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+# ---------------------------------------------------------------------------------------------------- operators
+def project_operators():
+    """This project's operators, as a cosmic-ray operator provider."""
+    import parso
+    from cosmic_ray.operators.operator import Example, Operator
+
+    def _replacement(node, text: str):
+        return parso.parse(node.get_first_leaf().prefix + text)
+
+    class DeleteCallStatement(Operator):
+        """A statement that is only a call (``_verify(...)``, ``saver.wrap(...)``, ``out.add(...)``) becomes ``pass``."""
+
+        def mutation_positions(self, node):
+            if (node.type == "atom_expr" and node.parent is not None and node.parent.type == "simple_stmt"
+                    and node.children[-1].type == "trailer" and node.children[-1].children[0].value == "("):
+                yield (node.start_pos, node.end_pos)
+
+        def mutate(self, node, index):
+            return _replacement(node, "pass")
+
+        @classmethod
+        def examples(cls):
+            return (Example("f(x)\n", "pass\n"),)
+
+    class DropLiteralElement(Operator):
+        """One element dropped from a literal tuple / list / set whose elements are all strings or numbers
+        (the hooks a wrapper delegates, the algorithms a guard covers, the forward modes it checks)."""
+
+        @staticmethod
+        def _elements(node):
+            if node.type != "atom" or len(node.children) != 3 or node.children[0].type != "operator":
+                return None
+            inner = node.children[1]
+            if inner.type not in ("testlist_comp", "dictorsetmaker"):
+                return None
+            items = [c for c in inner.children if not (c.type == "operator" and c.value == ",")]
+            if len(items) < 2 or any(c.type not in ("string", "number") for c in items):
+                return None
+            return items
+
+        def mutation_positions(self, node):
+            for item in self._elements(node) or ():
+                yield (item.start_pos, item.end_pos)
+
+        def mutate(self, node, index):
+            items = self._elements(node)
+            kept = [c.get_code(include_prefix=False) for i, c in enumerate(items) if i != index]
+            opening = node.children[0].value
+            closing = node.children[2].value
+            comma = "," if opening == "(" and len(kept) == 1 else ""
+            return _replacement(node, f"{opening}{', '.join(kept)}{comma}{closing}")
+
+        @classmethod
+        def examples(cls):
+            return (Example('("a", "b")', '("b",)'),)
+
+    ops = {"DeleteCallStatement": DeleteCallStatement, "DropLiteralElement": DropLiteralElement}
+
+    class Provider:
+        def __iter__(self):
+            return iter(ops)
+
+        def __getitem__(self, name):
+            return ops[name]
+
+    return Provider()
+
+
+def install_operators() -> list[str]:
+    """Register the project's operators with cosmic-ray; the names of the operators a session uses."""
+    import cosmic_ray.plugins
+
+    cosmic_ray.plugins.OPERATOR_PROVIDERS["eagle3"] = project_operators()
+    kept = []
+    for name in cosmic_ray.plugins.operator_names():
+        provider, _, op = name.partition("/")
+        if provider == "eagle3":
+            kept.append(name)
+        elif provider == "core":
+            m = re.fullmatch(r"ReplaceComparisonOperator_(\w+?)_(\w+)", op)
+            if (m and m.group(2) in COMPARISONS.get(m.group(1), ())) or op in CORE_KEPT:
+                kept.append(name)
+    return kept
+
+
+# ---------------------------------------------------------------------------------------------------- scope and tests
+def scope() -> list[Path]:
+    found: list[Path] = []
+    for pattern in SCOPE_GLOBS:
+        found += sorted(p for p in ROOT.glob(pattern) if p.name != "__init__.py")
+    return found
+
+
+def _test_files(heavy: bool = False) -> list[Path]:
+    return sorted(p for p in TEST_ROOT.rglob("test_*.py")
+                  if heavy or p.relative_to(TEST_ROOT).parts[0] not in HEAVY_TEST_DIRS)
+
+
+def tests_for(module: Path) -> list[Path]:
+    """The module's own test files (module docstring: derived from names, imports and the patch name)."""
+    stem = module.stem
+    rel = module.relative_to(ROOT)
+    dotted = ".".join(rel.with_suffix("").parts)
+    files = _test_files()
+    # a file named after the module is its test even in a slow directory (rank_consistency: tests/distributed)
+    named = [p for p in _test_files(heavy=True) if re.fullmatch(rf"test_(ckpt_)?{re.escape(stem)}(_\w+)?\.py", p.name)]
+    source = module.read_text()
+    if not named:
+        patch_name = re.search(r'^\s*(?:name|NAME) = "(\w+)"', source, re.M)
+        needles = [dotted, f"import {stem}"] + ([f'"{patch_name.group(1)}"'] if patch_name else [])
+        if module.parent.name == "cli" and stem.endswith("_cmd"):  # a subcommand: the tests that run it
+            needles.append(f'"{stem.removesuffix("_cmd")}"')
+        named = [p for p in files if any(n in p.read_text() for n in needles)]
+    if not named:  # tests/ mirrors the library: the tests of the module's package
+        named = [p for p in files if p.parent == TEST_ROOT / module.parent.name]
+    if "/patches/" in f"/{rel.as_posix()}" and "def preflight" in source:
+        # first: a mutant of the doctor rule dies there in seconds, before the patch's sglang tests start
+        named = [p for p in files if p.name == "test_ckpt_doctor.py"] + [p for p in named if p.name != "test_ckpt_doctor.py"]
+    return named
+
+
+def test_command(module: Path, files: list[Path]) -> str:
+    marker = ' -m "not stock"' if module.parent.name == "patches" else ""
+    rel = " ".join(str(p.relative_to(ROOT)) for p in files)
+    return f"{VENV_PY} -m pytest -x -q -p no:cacheprovider --no-header -W ignore{marker} {rel}"
+
+
+def slug(module: Path) -> str:
+    return module.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+
+
+# ---------------------------------------------------------------------------------------------------- equivalents
+def equivalents() -> dict[tuple[str, str, str], str]:
+    """(module, original line, mutated line) -> reason, from the table in docs/testing.md."""
+    out: dict[tuple[str, str, str], str] = {}
+    if not DOC.is_file():
+        return out
+    text = DOC.read_text()
+    m = re.search(r"<!-- BEGIN equivalent mutants -->(.*?)<!-- END equivalent mutants -->", text, re.S)
+    for line in (m.group(1) if m else "").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1].startswith("`"):
+            out[(cells[0].strip("`"), cells[1].strip("`"), cells[2].strip("`"))] = cells[3]
+    return out
+
+
+def diff_lines(diff: str) -> tuple[str, str]:
+    minus = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    plus = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    return " / ".join(minus), " / ".join(plus)
+
+
+# ---------------------------------------------------------------------------------------------------- sessions
+def _live_run() -> int | None:
+    """The pid of a mutation run still going in this checkout, if any."""
+    try:
+        pid = int((STATE / "lock").read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def restore_leftovers() -> None:
+    """A run killed mid-mutant leaves the mutant on disk: put the saved original back."""
+    for saved in (STATE / "originals").glob("*.py") if (STATE / "originals").is_dir() else ():
+        target = ROOT / saved.read_text().split("\n", 1)[0].removeprefix("# path: ")
+        original = saved.read_text().split("\n", 1)[1]
+        if target.is_file() and target.read_text() != original:
+            print(f"restoring {target.relative_to(ROOT)} (a previous run stopped mid-mutant)")
+            target.write_text(original)
+        saved.unlink()
+
+
+def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int],
+               retry_survivors: bool = False) -> None:
+    from cosmic_ray.commands import execute, init
+    from cosmic_ray.config import ConfigDict
+    from cosmic_ray.testing import run_tests
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    files = tests_for(module)
+    if not files:
+        print(f"{module.relative_to(ROOT)}: no test files found; skipped")
+        return
+    command = test_command(module, files)
+    db_path = STATE / f"{slug(module)}.sqlite"
+    meta_path = STATE / f"{slug(module)}.json"
+    source = module.read_text()
+    if db_path.exists() and not fresh and meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if meta.get("source") != source or meta.get("lines", []) != lines:
+            print(f"{module.relative_to(ROOT)}: the module (or --line) changed since the session began; starting over")
+            fresh = True
+    else:
+        fresh = True
+    print(f"== {module.relative_to(ROOT)}\n   tests: {command.split(' -W ignore', 1)[1].strip()}", flush=True)
+    t0 = time.monotonic()
+    outcome, output = run_tests(command, 3600)
+    baseline = time.monotonic() - t0
+    if outcome.value != "survived":  # cosmic-ray's name for "the tests passed"
+        print(f"   baseline FAILED: the unmutated tests do not pass; module skipped\n{output[-3000:]}")
+        return
+    timeout = max(120.0, baseline * timeout_factor)
+    print(f"   baseline {baseline:.0f} s; per-mutant timeout {timeout:.0f} s", flush=True)
+    if fresh:
+        with use_db(str(db_path), WorkDB.Mode.create) as db:
+            init([module], db, {})
+            # operators outside the kept set, and mutants that change nothing in the code (a no-op edit), are skipped
+            for item in list(db.pending_work_items):
+                spec = item.mutations[0]
+                if spec.operator_name not in operators or (lines and spec.start_pos[0] not in lines):
+                    db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+        meta_path.write_text(json.dumps({"source": source, "command": command, "lines": lines,
+                                          "started": time.strftime("%Y-%m-%d")}))
+    config = ConfigDict({"module-path": str(module), "timeout": timeout, "test-command": command,
+                         "distributor": {"name": "local"}, "excluded-modules": []})
+    if retry_survivors and not fresh:  # the tests got stronger: the survivors run again, the rest is kept
+        import sqlite3
+
+        equiv, rel = equivalents(), module.relative_to(ROOT).as_posix()
+        with sqlite3.connect(db_path) as con:
+            rows = con.execute("SELECT job_id, diff FROM work_results WHERE upper(test_outcome) = 'SURVIVED'").fetchall()
+            again = [(job,) for job, diff in rows if (rel, *diff_lines(diff or "")) not in equiv]
+            con.executemany("DELETE FROM work_results WHERE job_id = ?", again)
+    saved = STATE / "originals" / f"{slug(module)}.py"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(f"# path: {module.relative_to(ROOT)}\n{source}")
+    try:
+        with use_db(str(db_path), WorkDB.Mode.open) as db:
+            total = sum(1 for _ in db.pending_work_items)
+            print(f"   {total} mutants to run", flush=True)
+            t1 = time.monotonic()
+            execute(db, config)
+            print(f"   ran in {time.monotonic() - t1:.0f} s", flush=True)
+    finally:
+        if module.read_text() != source:
+            module.write_text(source)
+        saved.unlink(missing_ok=True)
+
+
+def results(module: Path) -> dict | None:
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    db_path = STATE / f"{slug(module)}.sqlite"
+    if not db_path.exists():
+        return None
+    equiv = equivalents()
+    rel = module.relative_to(ROOT).as_posix()
+    out = {"killed": 0, "timeouts": 0, "survived": [], "equivalent": 0, "pending": 0, "incompetent": 0}
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            if result.worker_outcome.value in ("skipped", "no-test"):
+                continue
+            if result.test_outcome is None or result.test_outcome.value == "incompetent":
+                out["incompetent"] += 1
+                continue
+            if result.test_outcome.value == "killed":
+                timed_out = "timeout" in (result.output or "").lower() and "Timeout" in (result.output or "")
+                out["timeouts" if timed_out else "killed"] += 1
+                continue
+            before, after = diff_lines(result.diff or "")
+            if (rel, before, after) in equiv:
+                out["equivalent"] += 1
+            else:
+                spec = item.mutations[0]
+                out["survived"].append({"line": spec.start_pos[0], "operator": spec.operator_name,
+                                        "before": before, "after": after})
+        out["pending"] = sum(1 for _ in db.pending_work_items)
+    counted = out["killed"] + out["timeouts"] + len(out["survived"])
+    out["score"] = (out["killed"] + out["timeouts"]) / counted if counted else None
+    return out
+
+
+def report(modules: list[Path]) -> None:
+    print("| module | killed | timeouts | survived | equivalent | incompetent | not run | score |")
+    print("|---|---|---|---|---|---|---|---|")
+    survivors = []
+    for module in modules:
+        r = results(module)
+        if r is None:
+            continue
+        score = f"{100 * r['score']:.0f}%" if r["score"] is not None else "-"
+        meta = json.loads((STATE / f"{slug(module)}.json").read_text())
+        part = f" (lines {', '.join(map(str, meta['lines']))} only)" if meta.get("lines") else ""
+        print(f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | {len(r['survived'])} | "
+              f"{r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |")
+        survivors += [(module, s) for s in r["survived"]]
+    for module, s in survivors:
+        print(f"SURVIVED {module.relative_to(ROOT).as_posix()}:{s['line']} {s['operator']}\n    - {s['before']}\n    + {s['after']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", action="append", default=[], help="a module in scope (repeatable); default: all")
+    parser.add_argument("--list", action="store_true", help="print the scope, the test files and mutant counts")
+    parser.add_argument("--report", action="store_true", help="print the scores of the sessions so far")
+    parser.add_argument("--fresh", action="store_true", help="discard the sessions of these modules and start over")
+    parser.add_argument("--line", action="append", type=int, default=[],
+                        help="only the mutants on this line of the module (repeatable; a partial session, so said in --report)")
+    parser.add_argument("--retry-survivors", action="store_true",
+                        help="run the surviving mutants of the existing sessions again (after the tests got stronger)")
+    parser.add_argument("--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline")
+    args = parser.parse_args(argv)
+    ensure_environment()
+    os.chdir(ROOT)
+    all_modules = scope()
+    modules = all_modules
+    if args.module:
+        modules = [(ROOT / m).resolve() for m in args.module]
+        unknown = [m for m in modules if m not in all_modules]
+        if unknown:
+            parser.error(f"not in scope: {', '.join(str(m) for m in unknown)}")
+    STATE.mkdir(exist_ok=True)
+    operators = install_operators()
+    if args.report:
+        report(modules)
+        return 0
+    if args.list:
+        from cosmic_ray.commands.init import _all_work_items
+
+        for module in modules:
+            n = sum(1 for w in _all_work_items([module], {}) if w.mutations[0].operator_name in operators)
+            tests = ", ".join(str(p.relative_to(ROOT)) for p in tests_for(module)) or "(none)"
+            print(f"{module.relative_to(ROOT)}: {n} mutants; tests: {tests}")
+        return 0
+    live = _live_run()
+    if live is not None:
+        parser.error(f"a mutation run (pid {live}) is still going in this checkout; one at a time")
+    (STATE / "lock").write_text(str(os.getpid()))
+    restore_leftovers()
+    # stale bytecode could hide a mutant of the same size written within the same second
+    for cache in (ROOT / "eagle3_patches").rglob("__pycache__"):
+        shutil.rmtree(cache, ignore_errors=True)
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    os.environ.setdefault("EAGLE3_TINY_CACHE", str(STATE / "tiny"))
+    for module in modules:
+        run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line,
+                   retry_survivors=args.retry_survivors)
+    report(modules)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
