@@ -2,16 +2,17 @@
 """The sglang release matrix: one isolated CPU venv per release, the behavioural suite,
 ``eagle3-patches status`` and ``eagle3-patches selftest`` in each, and docs/compat.md generated from the results.
 
-    python tools/matrix.py                      # the full matrix -> docs/compat.md
+    python tools/matrix.py                      # the full matrix (every release from the pinned one to the newest) -> docs/compat.md
     python tools/matrix.py --releases 0.5.9,0.5.13
+    python tools/matrix.py --releases 0.5.10..0.5.14
     python tools/matrix.py --ci                 # pinned + newest known -> .matrix/ci-report.md
     python tools/matrix.py --setup-only         # build the venvs only
     python tools/matrix.py --report-only        # regenerate the report from .matrix/results
     python tools/matrix.py --no-selftest        # leave `eagle3-patches selftest --json` out (quicker)
 
 Each release gets ``.matrix/venv-<release>`` (gitignored): requirements-test.txt with the release's
-own ``transformers`` (and ``openai``) pin read from the wheel's METADATA, the per-release extras of
-tools/matrix_releases.json, torch 2.13.0 (CPU) everywhere, then the sglang wheel with ``--no-deps``
+own ``transformers`` (and ``openai``) pin read from the wheel's METADATA, the extras of
+tools/matrix_releases.json (a release inherits those of the nearest listed release before it), torch 2.13.0 (CPU) everywhere, then the sglang wheel with ``--no-deps``
 and a ``.pth`` that puts this checkout on ``sys.path`` (nothing is written into the checkout).
 A venv is rebuilt only when its inputs change.  ``newest`` means the newest sglang on PyPI
 (``pip index versions sglang``; the data file's ``newest_known`` when offline); ``newest-known`` is
@@ -70,33 +71,78 @@ def host_python() -> str:
     return sys.executable
 
 
+_PYPI: list[str] | None = None
+
+
+def pypi_releases() -> list[str] | None:
+    """Every final sglang release on PyPI (``pip index versions sglang``: .postN included, pre/dev releases
+    left out), oldest first; None when the index cannot be reached."""
+    global _PYPI
+    if _PYPI is None:
+        try:
+            out = subprocess.run([host_python(), "-m", "pip", "index", "versions", "sglang"], capture_output=True,
+                                 text=True, timeout=120).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = re.search(r"^Available versions: (.+)$", out, re.M)
+        if not m:
+            return None
+        found = [v.strip() for v in m.group(1).split(",") if re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", v.strip())]
+        _PYPI = sorted(set(found), key=Version)
+    return _PYPI
+
+
 def newest_release(data: dict) -> str:
-    try:
-        out = subprocess.run([host_python(), "-m", "pip", "index", "versions", "sglang"], capture_output=True,
-                             text=True, timeout=120).stdout
-        m = re.search(r"^sglang \(([^)]+)\)", out, re.M)
-        if m:
-            return m.group(1)
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return data["newest_known"]
+    live = pypi_releases()
+    return live[-1] if live else data["newest_known"]
 
 
-def resolve_releases(spec: list[str], data: dict) -> list[str]:
+def _alias(r: str, data: dict, newest: str) -> str:
+    if r == "newest":
+        return newest_release(data) if newest == "live" else data["newest_known"]
+    if r == "newest-known":
+        return data["newest_known"]
+    if r == "pinned":
+        return data["pinned"]
+    return r
+
+
+def _known_offline(data: dict) -> list[str]:
+    """The releases this machine knows of without the index: the data file's and those with a wheel in the cache."""
+    known = {data["pinned"], data["newest_known"], *data.get("releases", {})}
+    known |= {p.name.split("-")[1] for p in (MATRIX / "wheels").glob("sglang-*.whl")}
+    return sorted(known, key=Version)
+
+
+def resolve_releases(spec: list[str], data: dict, newest: str = "live") -> list[str]:
+    """Release names, aliases ('pinned', 'newest', 'newest-known') and ranges ``A..B`` (every final release on
+    PyPI from A to B, both included; offline: those :func:`_known_offline` knows, with a warning) -> releases.
+    ``newest="known"`` reads 'newest' as 'newest-known'."""
     out: list[str] = []
     for r in spec:
         r = r.strip()
         if not r:
             continue
-        if r == "newest":
-            r = newest_release(data)
-        elif r == "newest-known":
-            r = data["newest_known"]
-        elif r == "pinned":
-            r = data["pinned"]
+        if ".." in r:
+            lo, hi = (Version(_alias(x.strip(), data, newest)) for x in r.split("..", 1))
+            listed = pypi_releases()
+            if listed is None:
+                log(f"NOTE: PyPI unreachable: {r} covers only the releases known here")
+                listed = _known_offline(data)
+            out += [v for v in listed if lo <= Version(v) <= hi and v not in out]
+            continue
+        r = _alias(r, data, newest)
         if r not in out:
             out.append(r)
     return out
+
+
+def release_extras(version: str, data: dict) -> list[str]:
+    """The extras of ``version``: those of its own entry in the data file, else of the nearest listed release
+    before it that has ``extra`` (a release needs what its predecessor needed until the data file says otherwise)."""
+    entries = data.get("releases", {})
+    listed = sorted((v for v in entries if "extra" in entries[v] and Version(v) <= Version(version)), key=Version)
+    return list(entries[listed[-1]]["extra"]) if listed else []
 
 
 # -- environments -------------------------------------------------------------------------------
@@ -142,7 +188,7 @@ def _req_name(line: str) -> str | None:
 
 
 def requirements_for(version: str, wheel: Path, data: dict) -> tuple[str, dict]:
-    extra = data.get("releases", {}).get(version, {}).get("extra", [])
+    extra = release_extras(version, data)
     bare = [e.lower() for e in extra if re.fullmatch(r"[A-Za-z0-9_.\-]+", e)]
     names = [n.lower() for n in data.get("pins_from_metadata", [])]
     pins = metadata_pins(wheel, names + bare)
