@@ -152,8 +152,16 @@ def release_extras(version: str, data: dict) -> list[str]:
 
 
 # -- environments -------------------------------------------------------------------------------
+#: this run's log (.matrix/logs/run-<start>.log), kept as the evidence of a generated table; set by main()
+RUN_LOG: Path | None = None
+
+
 def log(msg: str) -> None:
-    print(f"[matrix {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    line = f"[matrix {time.strftime('%H:%M:%S')}] {msg}"
+    print(line, flush=True)
+    if RUN_LOG is not None:
+        with open(RUN_LOG, "a") as fh:
+            fh.write(line + "\n")
 
 
 def wheel_for(version: str, pip_python: str) -> Path:
@@ -674,6 +682,11 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/matrix.py" + (" --ci" if args.ci else "") + (
         f" --releases {','.join(releases)}" if args.releases or not args.ci else "")
     MATRIX.mkdir(exist_ok=True)
+    global RUN_LOG
+    if not args.report_only:
+        (MATRIX / "logs").mkdir(exist_ok=True)
+        RUN_LOG = MATRIX / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        log(f"{command}: {', '.join(releases)} ({' '.join(selection)}); this log: {RUN_LOG.relative_to(ROOT)}")
     if args.ci and not args.report_only:
         live = newest_release(data)
         if Version(live) > Version(data["newest_known"]):
