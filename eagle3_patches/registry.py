@@ -15,6 +15,13 @@ restored, and so is every patch selected by the same ``apply()`` call.
 A patch module is the one place for its sglang bug: the releases (``applies_to``), the
 upstream probe, the runtime change, the preflight rule the doctor runs (``preflight``)
 and the one-line summary ``status`` and docs/patches.md show.
+
+What of sglang a patch touches is not declared a second time: inside :func:`recording_touches`,
+every change through a :class:`Saver`, every attribute required with :func:`expect_attr` or probed with
+:func:`defines` and every source read with :func:`source_of`, :func:`expect_source` or
+:func:`read_source_file` is recorded as a :class:`Touch`
+(``tools/drift_report.py`` runs each patch's probe, checks and change that way, then compares
+the touched functions' sources between two sglang releases).
 """
 
 from __future__ import annotations
@@ -60,6 +67,88 @@ class NotApplicable(Exception):
     """Raised by a patch's checks: sglang's code is not what the patch was written for."""
 
 
+@dataclass(frozen=True)
+class Touch:
+    """One sglang object a patch touched: ``kind`` is ``changes`` (set or wrapped through a Saver),
+    ``requires`` (:func:`expect_attr`) or ``reads`` (its source read); ``module`` and ``qualname`` name
+    it where it is defined (``qualname`` empty for a whole module)."""
+
+    kind: str
+    module: str
+    qualname: str
+
+
+_touches: list[Touch] | None = None
+
+
+class recording_touches:  # noqa: N801 - used as a context manager, like a function
+    """``with recording_touches() as touches:`` collects the :class:`Touch` of everything run inside
+    (one recorder at a time; not thread-safe: a tool's, not a server's)."""
+
+    def __enter__(self) -> list[Touch]:
+        global _touches
+        self._outer, _touches = _touches, []
+        return _touches
+
+    def __exit__(self, *exc: Any) -> None:
+        global _touches
+        _touches = self._outer
+
+
+def _where(owner: Any, attr: str | None = None) -> tuple[str, str]:
+    """(module, qualname) of ``owner.attr`` (or of ``owner``) as sglang's source defines it."""
+    owner = getattr(owner, "__wrapped__", owner) if isinstance(owner, wrapt.ObjectProxy) else owner
+    if isinstance(owner, ModuleType):
+        if attr is None:
+            return owner.__name__, ""
+        value = owner.__dict__.get(attr)
+        home = getattr(value, "__module__", None)
+        if callable(value) and home == owner.__name__ and getattr(value, "__qualname__", "") == attr:
+            return home, attr
+        return owner.__name__, attr  # a module-level name (defined, imported or assigned there)
+    if inspect.isclass(owner):
+        if attr:  # where the attribute is defined: the class itself or the base it inherits it from
+            owner = next((k for k in inspect.getmro(owner) if attr in vars(k)), owner)
+        base = getattr(owner, "__qualname__", owner.__name__)
+        return owner.__module__, base + ("." + attr if attr else "")
+    func = inspect.unwrap(getattr(owner, "__func__", owner)) if callable(owner) else owner
+    module = getattr(func, "__module__", None) or ""
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", "") or type(func).__name__
+    return module, qual + ("." + attr if attr else "")
+
+
+def _touch(kind: str, owner: Any, attr: str | None = None) -> None:
+    if _touches is None:
+        return
+    try:
+        module, qual = _where(owner, attr)
+    except Exception:  # noqa: BLE001 - recording never changes what a patch does
+        return
+    if module.startswith("sglang"):
+        _touches.append(Touch(kind, module, qual))
+
+
+def defines(owner: Any, attr: str) -> bool:
+    """``attr`` is in ``owner``'s own ``__dict__`` (an upstream probe's question), recorded as required."""
+    _touch("requires", owner, attr)
+    return attr in getattr(owner, "__dict__", {})
+
+
+def read_source_file(path: str, module: str) -> str:
+    """The text of sglang's source file ``path`` (the module ``module``, read without importing it), recorded
+    as a read of that whole module; OSError as ``open`` raises it."""
+    if _touches is not None and module.startswith("sglang"):
+        _touches.append(Touch("reads", module, ""))
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def source_of(obj: Any) -> str:
+    """``inspect.getsource(obj)`` (OSError / TypeError as it raises them), recorded as a read of ``obj``."""
+    _touch("reads", obj)
+    return inspect.getsource(obj)
+
+
 @dataclass
 class Saver:
     """Changes attributes and remembers the originals so they can be restored exactly."""
@@ -73,6 +162,7 @@ class Saver:
         (``from owner import attr``) after this, so :meth:`restore` also puts the original back in every
         such module that holds ``value`` then."""
         raw = owner.__dict__.get(attr, _MISSING) if hasattr(owner, "__dict__") else getattr(owner, attr, _MISSING)
+        _touch("changes", owner, attr)
         self.records.append((owner, attr, raw))
         if imported_by is not None and raw is not _MISSING:
             self.copies.append((value, attr, imported_by, raw))
@@ -85,6 +175,7 @@ class Saver:
         """
         raw = owner.__dict__.get(attr, _MISSING)
         if raw is _MISSING:
+            _touch("changes", owner, attr)
             raise NotApplicable(f"{_qualname(owner)}.{attr} is not defined on that class")
         self.set(owner, attr, wrapt.FunctionWrapper(raw, wrapper))
 
@@ -163,7 +254,7 @@ class Patch:
 def expect_source(obj: Any, *snippets: str) -> None:
     """Raise NotApplicable unless every snippet occurs in ``obj``'s source."""
     try:
-        src = inspect.getsource(obj)
+        src = source_of(obj)
     except (OSError, TypeError) as exc:
         raise NotApplicable(f"cannot read the source of {_qualname(obj)}: {exc}") from None
     for snippet in snippets:
@@ -172,6 +263,8 @@ def expect_source(obj: Any, *snippets: str) -> None:
 
 
 def expect_attr(owner: Any, attr: str) -> Any:
+    """``owner.attr`` from ``owner``'s own ``__dict__``; NotApplicable when it is not defined there."""
+    _touch("requires", owner, attr)
     if attr not in getattr(owner, "__dict__", {}):
         raise NotApplicable(f"{_qualname(owner)}.{attr} does not exist")
     return owner.__dict__[attr]

@@ -2,18 +2,24 @@
 """The sglang release matrix: one isolated CPU venv per release, the behavioural suite,
 ``eagle3-patches status`` and ``eagle3-patches selftest`` in each, and docs/compat.md generated from the results.
 
-    python tools/matrix.py                      # the full matrix -> docs/compat.md
+    python tools/matrix.py                      # the full matrix (every release from the pinned one to the newest) -> docs/compat.md
     python tools/matrix.py --releases 0.5.9,0.5.13
+    python tools/matrix.py --releases 0.5.10..0.5.14
     python tools/matrix.py --ci                 # pinned + newest known -> .matrix/ci-report.md
     python tools/matrix.py --setup-only         # build the venvs only
     python tools/matrix.py --report-only        # regenerate the report from .matrix/results
     python tools/matrix.py --no-selftest        # leave `eagle3-patches selftest --json` out (quicker)
 
 Each release gets ``.matrix/venv-<release>`` (gitignored): requirements-test.txt with the release's
-own ``transformers`` (and ``openai``) pin read from the wheel's METADATA, the per-release extras of
-tools/matrix_releases.json, torch 2.13.0 (CPU) everywhere, then the sglang wheel with ``--no-deps``
+own ``transformers`` (and ``openai``) pin read from the wheel's METADATA, the extras of
+tools/matrix_releases.json (a release inherits those of the nearest listed release before it), torch 2.13.0 (CPU) everywhere, then the sglang wheel with ``--no-deps``
 and a ``.pth`` that puts this checkout on ``sys.path`` (nothing is written into the checkout).
-A venv is rebuilt only when its inputs change.  ``newest`` means the newest sglang on PyPI
+A venv is rebuilt only when its inputs change.  It is built with ``uv`` (``uv venv --seed``, ``uv pip install``
+with this machine's pip configuration passed on, and pip's rule of the best match across indexes) when uv is
+installed, else with pip (``--installer`` forces one); both keep their cache in ``.matrix/cache`` for every
+release.  Measured on this 2-core machine for sglang 0.5.10 (venv + requirements + sglang + torch, 2026-12-01):
+pip 120.8 s with an empty cache and 164.9 s again (pip writes no cache here: nothing but torch is local, and
+the index's answers are not cached), uv 40.4 s with an empty cache and 5.7 s with a warm one.  ``newest`` means the newest sglang on PyPI
 (``pip index versions sglang``; the data file's ``newest_known`` when offline); ``newest-known`` is
 ``newest_known``, the newest release the data file has been checked against, which CI runs (a new
 upstream release must not turn CI red under an unrelated change; ``--ci`` says when there is one).
@@ -30,6 +36,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -70,38 +77,91 @@ def host_python() -> str:
     return sys.executable
 
 
+_PYPI: list[str] | None = None
+
+
+def pypi_releases() -> list[str] | None:
+    """Every final sglang release on PyPI (``pip index versions sglang``: .postN included, pre/dev releases
+    left out), oldest first; None when the index cannot be reached."""
+    global _PYPI
+    if _PYPI is None:
+        try:
+            out = subprocess.run([host_python(), "-m", "pip", "index", "versions", "sglang"], capture_output=True,
+                                 text=True, timeout=120).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = re.search(r"^Available versions: (.+)$", out, re.M)
+        if not m:
+            return None
+        found = [v.strip() for v in m.group(1).split(",") if re.fullmatch(r"\d+(\.\d+)*(\.post\d+)?", v.strip())]
+        _PYPI = sorted(set(found), key=Version)
+    return _PYPI
+
+
 def newest_release(data: dict) -> str:
-    try:
-        out = subprocess.run([host_python(), "-m", "pip", "index", "versions", "sglang"], capture_output=True,
-                             text=True, timeout=120).stdout
-        m = re.search(r"^sglang \(([^)]+)\)", out, re.M)
-        if m:
-            return m.group(1)
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return data["newest_known"]
+    live = pypi_releases()
+    return live[-1] if live else data["newest_known"]
 
 
-def resolve_releases(spec: list[str], data: dict) -> list[str]:
+def _alias(r: str, data: dict, newest: str) -> str:
+    if r == "newest":
+        return newest_release(data) if newest == "live" else data["newest_known"]
+    if r == "newest-known":
+        return data["newest_known"]
+    if r == "pinned":
+        return data["pinned"]
+    return r
+
+
+def _known_offline(data: dict) -> list[str]:
+    """The releases this machine knows of without the index: the data file's and those with a wheel in the cache."""
+    known = {data["pinned"], data["newest_known"], *data.get("releases", {})}
+    known |= {p.name.split("-")[1] for p in (MATRIX / "wheels").glob("sglang-*.whl")}
+    return sorted(known, key=Version)
+
+
+def resolve_releases(spec: list[str], data: dict, newest: str = "live") -> list[str]:
+    """Release names, aliases ('pinned', 'newest', 'newest-known') and ranges ``A..B`` (every final release on
+    PyPI from A to B, both included; offline: those :func:`_known_offline` knows, with a warning) -> releases.
+    ``newest="known"`` reads 'newest' as 'newest-known'."""
     out: list[str] = []
     for r in spec:
         r = r.strip()
         if not r:
             continue
-        if r == "newest":
-            r = newest_release(data)
-        elif r == "newest-known":
-            r = data["newest_known"]
-        elif r == "pinned":
-            r = data["pinned"]
+        if ".." in r:
+            lo, hi = (Version(_alias(x.strip(), data, newest)) for x in r.split("..", 1))
+            listed = pypi_releases()
+            if listed is None:
+                log(f"NOTE: PyPI unreachable: {r} covers only the releases known here")
+                listed = _known_offline(data)
+            out += [v for v in listed if lo <= Version(v) <= hi and v not in out]
+            continue
+        r = _alias(r, data, newest)
         if r not in out:
             out.append(r)
     return out
 
 
+def release_extras(version: str, data: dict) -> list[str]:
+    """The extras of ``version``: those of its own entry in the data file, else of the nearest listed release
+    before it that has ``extra`` (a release needs what its predecessor needed until the data file says otherwise)."""
+    entries = data.get("releases", {})
+    listed = sorted((v for v in entries if "extra" in entries[v] and Version(v) <= Version(version)), key=Version)
+    return list(entries[listed[-1]]["extra"]) if listed else []
+
+
 # -- environments -------------------------------------------------------------------------------
+#: this run's log (.matrix/logs/run-<start>.log), kept as the evidence of a generated table; set by main()
+RUN_LOG: Path | None = None
+
+
 def log(msg: str) -> None:
-    print(f"[matrix {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+    line = f"[matrix {time.strftime('%H:%M:%S')}] {msg}"
+    print(line, flush=True)
+    if RUN_LOG is not None:
+        with open(RUN_LOG, "a") as fh:
+            fh.write(line + "\n")
 
 
 def wheel_for(version: str, pip_python: str) -> Path:
@@ -142,7 +202,7 @@ def _req_name(line: str) -> str | None:
 
 
 def requirements_for(version: str, wheel: Path, data: dict) -> tuple[str, dict]:
-    extra = data.get("releases", {}).get(version, {}).get("extra", [])
+    extra = release_extras(version, data)
     bare = [e.lower() for e in extra if re.fullmatch(r"[A-Za-z0-9_.\-]+", e)]
     names = [n.lower() for n in data.get("pins_from_metadata", [])]
     pins = metadata_pins(wheel, names + bare)
@@ -190,8 +250,67 @@ def write_checkout_metadata(site: Path) -> Path:
     return dist
 
 
-def setup_release(version: str, data: dict) -> dict:
-    """Create (or reuse) the release's venv; returns {ok, seconds, pins, error}."""
+CACHE = MATRIX / "cache"  # shared by every release's set-up: .matrix/cache/pip, .matrix/cache/uv
+
+
+def uv_binary() -> str | None:
+    """The ``uv`` executable (PATH, or next to this interpreter), None when it is not installed."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    beside = Path(host_python()).with_name("uv")
+    return str(beside) if beside.exists() else None
+
+
+def pip_config_for_uv() -> list[str]:
+    """This machine's pip configuration (find-links, constraints, index URLs: ``pip config list``, which reads
+    the config files and the ``PIP_*`` variables) as ``uv pip install`` options: uv reads neither."""
+    try:
+        out = subprocess.run([host_python(), "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    values: dict[str, str] = {}
+    for line in out.splitlines():
+        m = re.match(r"^[^.]*\.([a-z-]+)='(.*)'$", line.strip())
+        if m:
+            values.setdefault(m.group(1), m.group(2))  # pip lists the environment (which wins) first
+    args = ["--index-strategy", "unsafe-best-match"]  # pip's rule: the best match across every index
+    for key, flag in (("index-url", "--index-url"), ("extra-index-url", "--extra-index-url"),
+                      ("find-links", "--find-links"), ("constraint", "--constraint")):
+        for item in values.get(key, "").split():
+            local = item[7:] if item.startswith("file://") else (item if "://" not in item else None)
+            if local is not None and not Path(local).exists():
+                continue  # pip notes and skips a missing local location; uv would fail on it
+            args += [flag, item]
+    return args
+
+
+def installer_commands(py: Path, req_file: Path, wheel: Path, installer: str) -> list[list[str]]:
+    """The install steps of a release venv, with uv or with pip (both with their cache under .matrix/cache)."""
+    if installer == "uv":
+        base = [uv_binary(), "pip", "install", "-q", "--python", str(py), "--cache-dir", str(CACHE / "uv"),
+                *pip_config_for_uv()]
+        return [base + ["-r", str(req_file)],
+                base + ["--no-deps", "--reinstall", str(wheel)],
+                base + [TORCH_PIN]]  # nothing may have replaced it
+    base = [str(py), "-m", "pip", "install", "-q", "--cache-dir", str(CACHE / "pip")]
+    return [base + ["-r", str(req_file)],
+            base + ["--no-deps", "--force-reinstall", str(wheel)],
+            base + [TORCH_PIN]]
+
+
+def choose_installer(requested: str = "auto") -> str:
+    """``uv`` when it is installed (measured faster here: docs/compat.md), else ``pip``; ``requested`` forces one."""
+    if requested == "auto":
+        return "uv" if uv_binary() else "pip"
+    if requested == "uv" and not uv_binary():
+        raise SystemExit("--installer uv: uv is not installed (pip install uv)")
+    return requested
+
+
+def setup_release(version: str, data: dict, installer: str = "pip") -> dict:
+    """Create (or reuse) the release's venv; returns {ok, seconds, pins, installer, error}."""
     t0 = time.time()
     venv = MATRIX / f"venv-{version}"
     logs = MATRIX / "logs"
@@ -199,29 +318,31 @@ def setup_release(version: str, data: dict) -> dict:
     logfile = logs / f"setup-{version}.log"
     py = venv_python(version)
     try:
-        if not py.exists():
-            subprocess.run([host_python(), "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
-        wheel = wheel_for(version, str(py))
+        wheel = wheel_for(version, host_python())
         req_text, pins = requirements_for(version, wheel, data)
         pyproject = (ROOT / "pyproject.toml").read_text()
         digest = hashlib.sha256((req_text + wheel.name + str(ROOT) + pyproject).encode()).hexdigest()[:16]
         stamp = venv / f".matrix-env-{digest}"
-        if stamp.exists():
+        if stamp.exists() and py.exists():
             return {"ok": True, "seconds": round(time.time() - t0, 1), "pins": pins, "reused": True}
         req_file = MATRIX / f"requirements-{version}.txt"
         req_file.write_text(req_text)
-        log(f"{version}: installing ({', '.join(pins.values()) or 'no pins'}) -> {venv.relative_to(ROOT)}")
+        log(f"{version}: installing with {installer} ({', '.join(pins.values()) or 'no pins'}) -> {venv.relative_to(ROOT)}")
         with open(logfile, "w") as fh:
-            for cmd in (
-                [str(py), "-m", "pip", "install", "-q", "-r", str(req_file)],
-                [str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
-                [str(py), "-m", "pip", "install", "-q", TORCH_PIN],  # nothing may have replaced it
-            ):
+            if not py.exists():
+                cmd = ([uv_binary(), "venv", "-q", "--seed", "--python", host_python(), str(venv)] if installer == "uv"
+                       else [host_python(), "-m", "venv", str(venv)])
+                fh.write("$ " + " ".join(cmd) + "\n")
+                fh.flush()
+                subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT, text=True)
+            venv_s = round(time.time() - t0, 1)
+            for cmd in installer_commands(py, req_file, wheel, installer):
                 fh.write("$ " + " ".join(cmd) + "\n")
                 fh.flush()
                 r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True)
                 if r.returncode:
-                    raise RuntimeError(f"`{' '.join(cmd[2:5])} ...` failed (see {logfile.relative_to(ROOT)})")
+                    raise RuntimeError(f"`{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(cmd[:5]))} ...` "
+                                       f"failed (see {logfile.relative_to(ROOT)})")
         site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
         Path(site, "eagle3_patches_checkout.pth").write_text(str(ROOT) + "\n")
@@ -229,9 +350,11 @@ def setup_release(version: str, data: dict) -> dict:
         for old in venv.glob(".matrix-env-*"):
             old.unlink()
         stamp.touch()
-        return {"ok": True, "seconds": round(time.time() - t0, 1), "pins": pins, "reused": False}
+        return {"ok": True, "seconds": round(time.time() - t0, 1), "venv_seconds": venv_s, "pins": pins,
+                "reused": False, "installer": installer}
     except Exception as exc:  # noqa: BLE001 - reported in the table
-        return {"ok": False, "seconds": round(time.time() - t0, 1), "pins": {}, "error": f"{type(exc).__name__}: {exc}"}
+        return {"ok": False, "seconds": round(time.time() - t0, 1), "pins": {}, "installer": installer,
+                "error": f"{type(exc).__name__}: {exc}"}
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -354,10 +477,10 @@ def run_suite(version: str, selection: list[str], timeout: int) -> dict:
 
 
 def run_release(version: str, data: dict, selection: list[str], timeout: int, setup_only: bool,
-                selftest: bool = True) -> dict:
+                selftest: bool = True, installer: str = "pip") -> dict:
     res: dict = {"release": version, "started": _dt.datetime.now().isoformat(timespec="seconds")}
     log(f"{version}: set-up")
-    res["setup"] = setup_release(version, data)
+    res["setup"] = setup_release(version, data, installer)
     if not res["setup"]["ok"]:
         log(f"{version}: set-up failed: {res['setup']['error']}")
         return res
@@ -503,8 +626,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
             lines += [f"Set-up failed: `{_md(setup.get('error', '?'))}`", ""]
             continue
         pins = ", ".join(f"`{p}`" for p in setup.get("pins", {}).values())
-        lines.append(f"venv `.matrix/venv-{v}` ({pins}; set-up {setup.get('seconds')} s"
-                     f"{', reused' if setup.get('reused') else ''}).")
+        how = "reused" if setup.get("reused") else f"built with {setup.get('installer', 'pip')}"
+        lines.append(f"venv `.matrix/venv-{v}` ({pins}; set-up {setup.get('seconds')} s, {how}).")
         lines.append("")
         note = load_data().get("releases", {}).get(v, {}).get("note")
         if note:
@@ -546,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--setup-only", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="render the report from .matrix/results/*.json")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per release for pytest (and for selftest)")
+    ap.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto",
+                    help="what builds the venvs (default: uv when installed, else pip)")
     ap.add_argument("--no-selftest", action="store_true", help="leave `eagle3-patches selftest --json` out")
     args = ap.parse_args(argv)
 
@@ -557,11 +682,17 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/matrix.py" + (" --ci" if args.ci else "") + (
         f" --releases {','.join(releases)}" if args.releases or not args.ci else "")
     MATRIX.mkdir(exist_ok=True)
+    global RUN_LOG
+    if not args.report_only:
+        (MATRIX / "logs").mkdir(exist_ok=True)
+        RUN_LOG = MATRIX / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        log(f"{command}: {', '.join(releases)} ({' '.join(selection)}); this log: {RUN_LOG.relative_to(ROOT)}")
     if args.ci and not args.report_only:
         live = newest_release(data)
         if Version(live) > Version(data["newest_known"]):
             log(f"NOTE: sglang {live} is on PyPI, newer than newest_known {data['newest_known']} in "
                 f"{DATA_FILE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}` and update the data file")
+    installer = "pip" if args.report_only else choose_installer(args.installer)
     t0 = time.time()
     results = []
     for version in releases:
@@ -570,7 +701,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(json.loads(path.read_text()) if path.exists() else {"release": version, "setup": {
                 "ok": False, "error": "no results yet: run tools/matrix.py"}})
             continue
-        results.append(run_release(version, data, selection, args.timeout, args.setup_only, not args.no_selftest))
+        results.append(run_release(version, data, selection, args.timeout, args.setup_only, not args.no_selftest,
+                                   installer))
         if not args.setup_only:  # the report so far, after every release
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(render(results, command, selection, time.time() - t0))

@@ -197,8 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     data = json.loads(matrix.DATA_FILE.read_text())
-    spec = args.releases.split(",") if args.releases else [r if r != "newest" else "newest-known" for r in data["full"]]
-    releases = matrix.resolve_releases(spec, data)
+    spec = args.releases.split(",") if args.releases else data["full"]
+    releases = matrix.resolve_releases(spec, data, newest="live" if args.releases else "known")
     args.out.write_text(build(releases))
     print(f"wrote {args.out} ({', '.join(releases)})")
     return 0

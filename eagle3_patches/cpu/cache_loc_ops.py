@@ -26,14 +26,13 @@ have no such names: the patch reports ``not-applicable`` there.
 
 from __future__ import annotations
 
-import inspect
 from types import ModuleType
 from typing import Callable
 
 import torch
 from packaging.specifiers import SpecifierSet
 
-from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source
+from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, source_of
 
 
 def _segments(start_offset: torch.Tensor, end_offset: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -163,7 +162,7 @@ class CpuAssignExtendCacheLocs(Patch):
     def check(self, module: ModuleType) -> None:
         func = expect_attr(module, "assign_extend_cache_locs_func")
         expect_source(func, "elif _is_npu:")
-        if "_is_cpu" in inspect.getsource(func):
+        if "_is_cpu" in source_of(func):
             raise NotApplicable("assign_extend_cache_locs_func has a CPU branch of its own")
         busy = [flag for flag in ("_is_cuda", "_is_hip", "_is_musa", "_is_xpu", "_is_npu") if getattr(module, flag, False)]
         if busy:

@@ -47,7 +47,7 @@ from types import ModuleType
 import torch
 from packaging.specifiers import SpecifierSet
 
-from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source
+from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, source_of
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -361,7 +361,7 @@ class CpuSpecKernels(Patch):
         expect_source(expect_attr(utils, "build_tree_kernel_efficient"), "sgl_build_tree_kernel_efficient(")
         original = expect_attr(utils, "verify_tree_greedy_func")
         expect_source(original, "if _is_cuda or _is_hip", "elif _is_npu:")
-        if "_is_cpu" in inspect.getsource(original):
+        if "_is_cpu" in source_of(original):
             raise NotApplicable("eagle_utils.verify_tree_greedy_func has a CPU branch of its own")
         replacements: list[Replacement] = []
         if "sgl_build_tree_kernel_efficient" not in utils.__dict__:

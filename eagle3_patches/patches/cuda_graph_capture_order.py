@@ -26,7 +26,6 @@ works for any target (``DeepseekV3ForCausalLM``, Kimi-K2.5's wrapper delegating 
 from __future__ import annotations
 
 import ast
-import inspect
 import logging
 import sys
 import textwrap
@@ -35,7 +34,7 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
-from ..registry import Patch, Saver, expect_attr, expect_source
+from ..registry import Patch, Saver, expect_attr, expect_source, source_of
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -118,7 +117,7 @@ def ids_configured_before_graphs(initialize_src: str, graph_runner_init_src: str
 
 def _source(obj) -> str | None:
     try:
-        return inspect.getsource(obj)
+        return source_of(obj)
     except (OSError, TypeError):
         return None
 

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3TargetError
-from ..registry import Patch, Saver
+from ..registry import Patch, Saver, defines
 
 DELEGATED = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
 
@@ -52,7 +52,7 @@ class DelegatingWrapperPatch(Patch):
     language_model_attr: str = "language_model"
 
     def upstream(self, module: ModuleType) -> str | None:
-        if "set_eagle3_layers_to_capture" in vars(getattr(module, self.class_name)):
+        if defines(getattr(module, self.class_name), "set_eagle3_layers_to_capture"):
             fixed = next((str(s.version) for s in self.applies_to if s.operator == "<"), None)
             return f"{self.class_name} defines set_eagle3_layers_to_capture itself" + (f" (sglang >= {fixed})" if fixed else "")
         return None

@@ -24,7 +24,7 @@ from typing import List, Optional
 
 from packaging.specifiers import SpecifierSet
 
-from ..registry import Patch, Saver, expect_attr, expect_source
+from ..registry import Patch, Saver, defines, expect_attr, expect_source
 
 NAME = "qwen3_vl_eagle3_capture"
 
@@ -74,7 +74,7 @@ class Qwen3VlEagle3Capture(Patch):
     in_fork_series = False  # runtime only for now: no fork-path diff written for it
 
     def upstream(self, module: ModuleType) -> str | None:
-        if "set_eagle3_layers_to_capture" in vars(module.Qwen3VLForConditionalGeneration):
+        if defines(module.Qwen3VLForConditionalGeneration, "set_eagle3_layers_to_capture"):
             return "Qwen3VLForConditionalGeneration defines set_eagle3_layers_to_capture itself (sglang >= 0.5.11)"
         return None
 

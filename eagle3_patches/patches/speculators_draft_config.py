@@ -45,7 +45,7 @@ from packaging.specifiers import SpecifierSet
 from ..checkpoint.layer_ids import CONVENTION_KEY
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..registry import NotApplicable, Patch, Saver, State, in_source
+from ..registry import NotApplicable, Patch, Saver, State, in_source, source_of
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -156,7 +156,7 @@ class SpeculatorsDraftConfig(Patch):
 
     def upstream(self, module: ModuleType) -> str | None:
         try:
-            source = inspect.getsource(reader_module(module))
+            source = source_of(reader_module(module))
         except (NotApplicable, OSError, TypeError):
             return None
         if "speculators_model_type" in source:
@@ -166,7 +166,7 @@ class SpeculatorsDraftConfig(Patch):
     def check(self, module: ModuleType) -> None:
         reader = reader_module(module)
         try:
-            source = inspect.getsource(reader)
+            source = source_of(reader)
         except (OSError, TypeError) as exc:
             raise NotApplicable(f"cannot read the source of {reader.__name__}: {exc}") from None
         if "AutoConfig.from_pretrained(" not in source:

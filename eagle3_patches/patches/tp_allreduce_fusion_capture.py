@@ -32,7 +32,7 @@ from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..diagnostic import ERROR, Diagnostics
-from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source
+from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, read_source_file
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -113,8 +113,7 @@ class TpAllreduceFusionCapture(Patch):
     def upstream(self, module: ModuleType) -> str | None:
         path = os.path.join(os.path.dirname(getattr(module, "__file__", "") or ""), "models", "deepseek_v2.py")
         try:
-            with open(path, encoding="utf-8") as fh:
-                source = fh.read()
+            source = read_source_file(path, "sglang.srt.models.deepseek_v2")
         except OSError:
             return None
         if UPSTREAM_MARKER in source:

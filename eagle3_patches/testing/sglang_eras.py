@@ -8,10 +8,10 @@ documentation, and what the test of the choice compares the probe with
 (``tests/sglang/test_sglang_eras.py``).
 
 The boundaries were read in the released wheels of 0.5.9 - 0.5.23 (post releases included: each
-is in its base release's era); the matrix (``tools/matrix.py``) runs the suite on 0.5.9,
-0.5.10.post1, 0.5.12, 0.5.13, 0.5.15 and 0.5.23.  On the releases it does not run (0.5.11, 0.5.14,
-0.5.16 - 0.5.22) an era does what the harness's per-call probes chose there before the eras; the
-suite has not been run on them.
+is in its base release's era); the full matrix (``tools/matrix.py``) lists every release from 0.5.9
+on.  The suite has run on 0.5.9 - 0.5.15 and 0.5.23 (base releases; post releases: 0.5.10.post1), the
+results in docs/compat.md and its history; on 0.5.16 - 0.5.22 it has not run yet, and an era there
+does what the harness's per-call probes chose before the eras.
 
 ====================  ===============  ===============================================================
 era                   releases         what differs from the era before

@@ -449,7 +449,8 @@ def verify_entry_point(eagle_worker=None) -> tuple[Any, str]:
 
 def accept_lengths(result) -> list[int]:
     """Accepted draft tokens per request of one EAGLE decode step's ``GenerationBatchResult``."""
-    for name in ("accept_length_per_req_cpu", "num_correct_drafts_per_req_cpu"):
+    # 0.5.9 - 0.5.10: accept_length_per_req_cpu; 0.5.11: num_accepted_drafts_per_req_cpu; 0.5.12: num_correct_drafts_per_req_cpu
+    for name in ("accept_length_per_req_cpu", "num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu"):
         value = getattr(result, name, None)
         if value is not None:
             return [int(x) for x in value]

@@ -3,8 +3,8 @@
 Same text dimensions as the tiny Kimi-K2.5 / DeepSeek-V3 targets (hidden 64, 6 layers, vocabulary
 1024), so the tiny EAGLE-3 drafts of :mod:`.tiny_models` (hidden 64, aux ids [1, 2, 3]) fit them;
 a one-block vision tower that text prompts never run.  Weights: transformers' own random init
-under a fixed seed, written by ``save_pretrained`` (so the names are the real checkpoint names),
-then moved into place atomically with the tiny WordLevel tokenizer.
+under a fixed seed, written by ``save_pretrained`` (so the names are the real checkpoint names; the MoE
+target's fused experts in the hub layout whatever transformers wrote), then moved into place atomically with the tiny WordLevel tokenizer.
 """
 
 from __future__ import annotations
@@ -33,14 +33,43 @@ def _text_config(moe: bool) -> dict:
     return cfg
 
 
+#: written next to a MoE target whose fused experts are in the hub layout (:func:`_fused_experts_as_on_the_hub`)
+HUB_LAYOUT_MARK = ".experts-hub-layout"
+
+
+def _fused_experts_as_on_the_hub(directory: Path) -> None:
+    """Qwen3-VL-MoE checkpoints on the hub store the fused experts as ``gate_up_proj`` ``[experts, hidden,
+    2 x moe_intermediate]`` and ``down_proj`` ``[experts, moe_intermediate, hidden]`` (transformers 4.x's layout,
+    the one sglang's loader transposes).  transformers 5.x keeps them transposed in memory and ``save_pretrained``
+    writes them that way, which sglang cannot load (a size mismatch in the expert weight loader): put them back
+    in the hub layout, whatever transformers built them."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    text = json.loads((directory / "config.json").read_text())["text_config"]
+    hidden, inter = text["hidden_size"], text["moe_intermediate_size"]
+    for f in sorted(directory.glob("*.safetensors")):
+        tensors = load_file(f)
+        transposed = any(k.endswith("experts.down_proj") and tuple(t.shape[-2:]) == (hidden, inter)
+                         for k, t in tensors.items())
+        if transposed:
+            tensors = {k: (t.transpose(-1, -2).contiguous() if k.endswith(("experts.down_proj", "experts.gate_up_proj"))
+                           else t) for k, t in tensors.items()}
+            save_file(tensors, f, metadata={"format": "pt"})
+    (directory / HUB_LAYOUT_MARK).write_text("fused experts in the hub layout\n")
+
+
 def build_qwen3_vl(path: os.PathLike, *, moe: bool = False, seed: int = 0) -> Path:
     """``Qwen3VLForConditionalGeneration`` (``moe``: ``Qwen3VLMoeForConditionalGeneration``), float32."""
     import torch
     import transformers
 
     path = Path(path)
-    if (path / "config.json").exists():
+    if (path / "config.json").exists() and (not moe or (path / HUB_LAYOUT_MARK).exists()):
         return path
+    if path.exists():  # a MoE target cached before the hub layout was enforced: built again
+        shutil.rmtree(path, ignore_errors=True)
     prefix = "Qwen3VLMoe" if moe else "Qwen3VL"
     config = getattr(transformers, f"{prefix}Config")(text_config=_text_config(moe), vision_config=VISION,
                                                       tie_word_embeddings=False, **SPECIAL)
@@ -49,6 +78,8 @@ def build_qwen3_vl(path: os.PathLike, *, moe: bool = False, seed: int = 0) -> Pa
     model = getattr(transformers, f"{prefix}ForConditionalGeneration")(config)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     model.save_pretrained(tmp, safe_serialization=True)
+    if moe:
+        _fused_experts_as_on_the_hub(tmp)
     tm.write_tokenizer(tmp, tm.VOCAB)
     try:
         os.rename(tmp, path)

@@ -69,7 +69,10 @@ def test_pyproject_registers_the_entry_point_sglang_discovers():
 def test_sglangs_own_load_plugins_runs_it():
     """sglang >= 0.5.11: its ``load_plugins()`` (what the launcher, Engine and every scheduler call) finds the
     entry point of the installed distribution and applies the patch set; 0.5.9 / 0.5.10 have no plugins."""
-    code = ("import json, eagle3_patches\nfrom sglang.srt.plugins import load_plugins\nload_plugins()\n"
+    # sglang's package import pulls in torchvision / sgl_kernel at module level (0.5.11: sglang.srt.utils.common):
+    # on a machine without them the CPU profile's import-only stand-ins go in first (none where the real one imports)
+    code = ("import json, eagle3_patches\nfrom eagle3_patches.cpu.stubs import install_stubs\ninstall_stubs()\n"
+            "from sglang.srt.plugins import load_plugins\nload_plugins()\n"
             "print(json.dumps({n: s.state.value for n, s in eagle3_patches.status().items()}))")
     base = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_PATCHES_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=base)
