@@ -88,6 +88,7 @@ def _outcomes_and_warnings(cases: dict) -> tuple[dict, list[str]]:
     return launcher_outcomes(cases), keep.messages
 
 
+@pytest.mark.runtime_only  # the fork diff's copy writes its warning to stderr, not through the eagle3_patches logger
 def test_guard_upgrades_when_opted_in_and_says_so(tiny):
     cases = {"EAGLE": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE")}
     out, warnings = run_isolated(_outcomes_and_warnings, cases, patches=["eagle3_algorithm_guard"],
@@ -136,6 +137,7 @@ def test_stock_takes_the_target_itself_as_the_eagle3_draft(tiny):
     assert kind == "ok" and draft == str(tiny["deepseek_v3"])
 
 
+@pytest.mark.runtime_only  # not in the fork path: diff 07 predates this rule (docs/fork.md)
 def test_guard_refuses_eagle3_without_a_draft_naming_the_flag(tiny):
     kind, message = run_isolated(_without_draft, str(tiny["deepseek_v3"]), patches=["eagle3_algorithm_guard"])
     assert kind == "Eagle3ConfigError"
