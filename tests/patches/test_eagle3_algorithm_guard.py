@@ -7,6 +7,7 @@ import pytest
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.scenarios import launcher_outcomes
 from eagle3_patches.testing.isolation import run_isolated
+from eagle3_patches.testing.releases import is_pinned, sglang_version
 
 pytestmark = pytest.mark.sglang
 
@@ -134,6 +135,8 @@ def _without_draft(target: str):
 def test_stock_takes_the_target_itself_as_the_eagle3_draft(tiny):
     """DeepSeek-V3 family: sglang's MTP default fills the draft path with the target's own path."""
     kind, draft = run_isolated(_without_draft, str(tiny["deepseek_v3"]), patches=None)
+    if kind == "ok" and draft is None and not is_pinned():  # observed on 0.5.23: the default no longer fills the path
+        pytest.skip(f"sglang {sglang_version()} leaves the draft path empty: the stock behaviour is not observed here")
     assert kind == "ok" and draft == str(tiny["deepseek_v3"])
 
 
