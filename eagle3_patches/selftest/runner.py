@@ -72,8 +72,9 @@ def run_selftest(only: Iterable[str] | None = None, *, timeout: float = 600.0, j
     if device.kind != "cuda":
         report["settings"]["attention_backend"] = report["settings"]["dtype"] = None  # the CPU profile's own (triton, float32)
 
-    own_root = root is None and not os.environ.get("EAGLE3_TINY_CACHE")
-    work = Path(tempfile.mkdtemp(prefix="eagle3-selftest-")) if own_root else Path(root or os.environ["EAGLE3_TINY_CACHE"])
+    given = root or os.environ.get("EAGLE3_TINY_CACHE")  # the tests' cache of tiny checkpoints (tests/conftest.py)
+    own_root = not given
+    work = Path(tempfile.mkdtemp(prefix="eagle3-selftest-")) if own_root else Path(given)
     logs = Path(tempfile.mkdtemp(prefix="eagle3-selftest-logs-"))
     try:
         t_build = time.monotonic()
