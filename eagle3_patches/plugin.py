@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from . import settings
 
@@ -33,11 +34,22 @@ ENTRY_POINT = "eagle3_patches"
 GROUP = "sglang.srt.plugins"
 
 
+def _say(level: int, message: str) -> None:
+    """Log ``message``; where logging would drop it, write it to stderr.  sglang calls ``load_plugins()`` before
+    it applies ``--log-level`` (0.5.11: in the launcher and in each scheduler; 0.5.23: in the launcher, with the
+    root logger left at WARNING by an import), so an INFO record would be lost there, and the process would not
+    say which patch set it runs: one line a process, whatever the level."""
+    if logger.isEnabledFor(level) and logger.hasHandlers():
+        logger.log(level, message)
+    else:
+        sys.stderr.write(f"[{logging.getLevelName(level)}] {message}\n")
+
+
 def activate() -> None:
     """Called by sglang's ``load_plugins()`` in each of its processes."""
     s = settings.current()
     if not s.plugin:
-        logger.info("eagle3-patches: sglang plugin switched off (%s=0) in pid %d", settings.PLUGIN, os.getpid())
+        _say(logging.INFO, f"eagle3-patches: sglang plugin switched off ({settings.PLUGIN}=0) in pid {os.getpid()}")
         return
     import eagle3_patches
     from .errors import PatchError
@@ -47,7 +59,7 @@ def activate() -> None:
     except PatchError as exc:
         if s.on_error == "raise":
             raise SystemExit(str(exc)) from None  # sglang catches Exception from plugins, not SystemExit
-        logger.error("%s; sglang runs WITHOUT eagle3-patches in pid %d", exc, os.getpid())
+        _say(logging.ERROR, f"{exc}; sglang runs WITHOUT eagle3-patches in pid {os.getpid()}")
         return
     summary = ", ".join(f"{n}={st.state.value}" for n, st in states.items())
-    logger.info("eagle3-patches: active in pid %d through the sglang plugin entry point: %s", os.getpid(), summary)
+    _say(logging.INFO, f"eagle3-patches: active in pid {os.getpid()} through the sglang plugin entry point: {summary}")

@@ -59,10 +59,16 @@ CI_REPORT = MATRIX / "ci-report.md"
 
 #: the behavioural suite (tests/checkpoint, tests/fork and tests/distributed are release-independent
 #: or need TP 2; the main CI job runs them on the pinned release)
-FULL_SELECTION = ["tests/unit", "tests/cpu", "tests/patches", "tests/sglang",
-                  "tests/probe/test_watchdog_on_sglang.py"]  # the watchdog finds its hook per release
-#: --ci runs the same selection (about 4 min a release on 2 cores), on fewer releases
-CI_SELECTION = FULL_SELECTION
+BEHAVIOURAL = ["tests/unit", "tests/cpu", "tests/patches", "tests/sglang",
+               "tests/probe/test_watchdog_on_sglang.py"]  # the watchdog finds its hook per release
+#: the real servers (tests/e2e): the EAGLE3 server on the tiny Kimi-K2.5 with the trained draft against the
+#: server without speculation, --speculative-algorithm EAGLE refused, the speculators draft served as it is,
+#: the watchdog, Qwen3-VL; and, from 0.5.11, a plain launch_server with the patches from sglang's plugin entry point
+SERVER_FILE = "tests/e2e/test_server.py"
+PLUGIN_SERVER_FILE = "tests/e2e/test_plugin_server.py"
+FULL_SELECTION = [*BEHAVIOURAL, "tests/e2e"]
+#: --ci runs the behavioural suite and the plugin server (about 6 min a release on 2 cores), on fewer releases
+CI_SELECTION = [*BEHAVIOURAL, PLUGIN_SERVER_FILE]
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
 LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
 TORCH_PIN = "torch==2.13.0"
@@ -521,15 +527,20 @@ def _fc_verdict(res: dict) -> str:
     return f"no ({state}{': ' + why if why else ''})"
 
 
-def _layer_verdict(res: dict) -> str:
-    tests = {k: v for k, v in (res.get("suite") or {}).get("tests", {}).items() if LAYER_TEST_FILE in k}
+def _file_verdict(res: dict, path: str) -> str:
+    """yes (every test of ``path`` passed, or passed and skipped), skipped (why), no (what failed) or not run."""
+    suite = res.get("suite") or {}
+    tests = {k: v for k, v in suite.get("tests", {}).items() if path in k}
     if not tests:
         return "not run"
     states = set(tests.values())
-    if states == {"passed"} or states == {"passed", "skipped"}:
+    if states == {"skipped"}:
+        why = next((r for r in suite.get("skips", {}) if r), "")
+        return "skipped" + (f" ({why})" if why and len(suite.get("skips", {})) == 1 else "")
+    if states <= {"passed", "skipped"}:
         return "yes"
     failed = [k for k, v in tests.items() if v == "failed"]
-    why = next((f["why"] for f in (res.get("suite") or {}).get("failures", []) if f["test"] in failed), "")
+    why = next((f["why"] for f in suite.get("failures", []) if f["test"] in failed), "")
     return f"no ({len(failed)} failed{': ' + why if why else ''})"
 
 
@@ -597,11 +608,16 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         f"`{LAYER_TEST_FILE}` - draft ids `[2, 3, 4]` (library convention, output of layer i) captured exactly "
         "the outputs of layers 2, 3, 4 (compared with forward hooks on the decoder layers). *selftest*: "
         "`eagle3-patches selftest --json` in the release's venv (per patch, the bug observed on stock sglang and "
-        "the behaviour with the patch set on; the GPU checks are skipped on this CPU machine, each with its reason).",
+        "the behaviour with the patch set on; the GPU checks are skipped on this CPU machine, each with its reason). "
+        f"*EAGLE3 server*: `{SERVER_FILE}` - the real `sglang.launch_server` on CPU: EAGLE3 with the trained draft "
+        "gives the outputs of the server without speculation at accept length >= 2.0, the probe sees `fc` fed 3 x "
+        "hidden, `--speculative-algorithm EAGLE` is refused at start, the speculators-format draft is served as it "
+        f"is. *plugin server*: `{PLUGIN_SERVER_FILE}` - a plain `python -m sglang.launch_server` (no "
+        "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+).",
         "",
     ]
     head = ["sglang", "transformers", *names, "suite (pass/fail/skip)", "selftest (pass/fail/skip)", "3 x H at fc",
-            "layer ids"]
+            "layer ids", "EAGLE3 server", "plugin server"]
     lines.append("| " + " | ".join(f"`{h}`" if h in names else h for h in head) + " |")
     lines.append("|" + "---|" * len(head))
     for res in results:
@@ -609,14 +625,15 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         pins = (res.get("setup") or {}).get("pins", {})
         tf = pins.get("transformers", "").split("==")[-1] or "?"
         if not (res.get("setup") or {}).get("ok"):
-            lines.append(f"| {v} | {tf} | " + " | ".join("-" for _ in names) + " | set-up failed | - | - | - |")
+            lines.append(f"| {v} | {tf} | " + " | ".join("-" for _ in names) + " | set-up failed | - | - | - | - | - |")
             continue
         states = {p["name"]: p for p in (res.get("status") or {}).get("patches", [])}
         cells = [SHORT.get(states[n]["state"], states[n]["state"]) if n in states else "-" for n in names]
         s = res.get("suite") or {}
         suite = f"{s.get('passed', 0)}/{s.get('failed', 0) + s.get('errors', 0)}/{s.get('skipped', 0)}"
         lines.append(f"| {v} | {tf} | " + " | ".join(cells) + f" | {suite} | {_selftest_cell(res)} | {_fc_verdict(res)} | "
-                     f"{_layer_verdict(res)} |")
+                     f"{_file_verdict(res, LAYER_TEST_FILE)} | {_file_verdict(res, SERVER_FILE)} | "
+                     f"{_file_verdict(res, PLUGIN_SERVER_FILE)} |")
     lines.append("")
     for res in results:
         v = res["release"]

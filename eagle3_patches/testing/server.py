@@ -25,6 +25,9 @@ CPU_FLAGS = [
     "--device", "cpu",
     "--dtype", "float32",
     "--disable-cuda-graph",
+    # spec v2 (the default EAGLE worker from 0.5.11) with the overlap scheduler has no CPU path before 0.5.23,
+    # which turns it off on CPU itself ("Overlap schedule is not implemented for speculative decoding on CPU")
+    "--disable-overlap-schedule",
     "--grammar-backend", "none",
     "--skip-server-warmup",
     "--mem-fraction-static", "0.05",
@@ -44,40 +47,82 @@ def speculative_flags(draft: str, algorithm: str = "EAGLE3", steps: int = 3, top
     ]
 
 
+#: where :func:`free_port` looks: sglang derives more ports from ``--port`` (0.5.11: the gRPC port is
+#: ``--port + 10000`` and must stay <= 65535), so the kernel's ephemeral ports (up to 60999) are too high
+PORT_RANGE = (20000, 45000)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    import random
+
+    for _ in range(200):
+        port = random.randrange(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServerError(f"no free loopback port in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 
 
 class ServerError(RuntimeError):
     pass
 
 
+def lacks_its_processor(model: os.PathLike) -> bool:
+    """A multimodal checkpoint (its config has a ``vision_config``) without the processor files sglang builds
+    its multimodal processor from: the tiny Kimi-K2.5 (Kimi's processor is remote code, which no tiny
+    checkpoint here carries; from sglang 0.5.11 the Kimi-K2.5 processor reads its ``media_processor`` and the
+    tokenizer manager fails without it) and the tiny Qwen3-VL (transformers' processor needs a real torchvision)."""
+    path = Path(model)
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return "vision_config" in config and not any(
+        (path / name).exists() for name in ("preprocessor_config.json", "processor_config.json"))
+
+
 class Server:
+    """``wrapper``: start sglang under ``eagle3-patches run --cpu-profile`` (the default).  ``wrapper=False``
+    starts ``python -m sglang.launch_server`` itself, with only the CPU profile's bootstrap on ``PYTHONPATH``
+    (``EAGLE3_PATCHES_CPU_PROFILE=1``, no ``EAGLE3_PATCHES_APPLY``): on sglang 0.5.11+ the patches then come in
+    through sglang's own plugin entry point alone, as on a GPU host with the package installed.
+
+    ``text_only`` (default: :func:`lacks_its_processor`): a multimodal target served as a language model
+    (:mod:`eagle3_patches.testing.text_only_launch`); the model class and its forward are sglang's own either way."""
+
     def __init__(self, model: str, args: Sequence[str] = (), *, log_path: os.PathLike, env: dict | None = None,
                  disable: Sequence[str] = (), attention_backend: str = "triton", python: str | None = None,
-                 text_only: bool = False):
+                 text_only: bool | None = None, wrapper: bool = True):
+        from eagle3_patches import _bootstrap, settings
+
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        run = [python or sys.executable, "-m", "eagle3_patches", "run", "--cpu-profile"]
-        for name in disable:
-            run += ["--disable", name]
-        # text_only: a multimodal target served as a language model (sglang's ServerArgs.enable_multimodal=False,
-        # which 0.5.9's command line cannot set): transformers' Qwen3-VL processor needs a real torchvision,
-        # a CUDA-only package here; the model class and its forward are sglang's own either way
-        launcher = (["-c", "from sglang.srt.server_args import ServerArgs; ServerArgs.enable_multimodal = False; "
-                           "import runpy; runpy.run_module('sglang.launch_server', run_name='__main__')"]
-                    if text_only else ["-m", "sglang.launch_server"])
+        python = python or sys.executable
+        if text_only is None:
+            text_only = lacks_its_processor(model)
+        launcher = ["-m", "eagle3_patches.testing.text_only_launch" if text_only else "sglang.launch_server"]
+        self.env = dict(os.environ)
+        self.env.setdefault("TRITON_INTERPRET", "1")
+        if wrapper:
+            run = [python, "-m", "eagle3_patches", "run", "--cpu-profile"]
+            for name in disable:
+                run += ["--disable", name]
+            run.append("--")
+        else:
+            run = []
+            self.env = _bootstrap.child_environment(patches="", cpu_profile=True, disable=list(disable),
+                                                    base=self.env)
+            del self.env[settings.APPLY]
         self.command = [
-            *run, "--", python or sys.executable, *launcher,
+            *run, python, *launcher,
             "--model-path", str(model), "--host", "127.0.0.1", "--port", str(self.port),
             "--attention-backend", attention_backend, *CPU_FLAGS, *args,
         ]
-        self.env = dict(os.environ)
-        self.env.setdefault("TRITON_INTERPRET", "1")
         self.env.update(env or {})
         self.proc: subprocess.Popen | None = None
 
@@ -180,11 +225,13 @@ def serve(model: str, args: Sequence[str], log_path: os.PathLike, prompts: Seque
           max_new_tokens: int, temperature: float = 0.0, metrics: bool = False, **kw) -> dict:
     """Start a server, send ``prompts`` one after the other, read ``/metrics`` when asked, stop it.
 
-    Returns ``responses``, ``outputs`` (token ids), ``log`` and ``metrics`` (text or None); raises
+    Returns ``responses``, ``outputs`` (token ids), ``log``, ``metrics`` (text or None), the ``command`` and
+    ``env`` it was started with and the launcher's ``pid``; raises
     :class:`ServerError` with the log's tail when the server does not start or a request fails."""
     server = Server(model, args, log_path=log_path, **kw)
     try:
         server.start()
+        pid = server.proc.pid
         responses = [server.generate(p, max_new_tokens, temperature=temperature) for p in prompts]
         page = server.metrics() if metrics else None
     except ServerError:
@@ -194,4 +241,4 @@ def serve(model: str, args: Sequence[str], log_path: os.PathLike, prompts: Seque
     finally:
         server.stop()
     return {"responses": responses, "outputs": [r["output_ids"] for r in responses], "log": server.log(),
-            "metrics": page}
+            "metrics": page, "command": server.command, "env": server.env, "pid": pid}

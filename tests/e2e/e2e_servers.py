@@ -36,6 +36,12 @@ def serve_or_fail(name: str, model: str, args, tmp, prompts, **kw) -> dict:
         pytest.fail(f"{name} server failed: {exc}")
 
 
+def probe_records(probe_dir) -> list[dict]:
+    """The diagnostic probe's JSON lines (``EAGLE3_PATCHES_PROBE=<dir>``: one file per process)."""
+    return [json.loads(line) for f in sorted(probe_dir.glob("*.jsonl")) for line in f.read_text().splitlines()
+            if line.strip()]
+
+
 @pytest.fixture(scope="session")
 def models(tiny_root) -> dict[str, str]:
     target = tiny_models.build_kimi_k25(tiny_root / "tiny-kimi-k25")
@@ -50,8 +56,7 @@ def eagle3(models, tmp_path_factory) -> dict:
     probe_dir = tmp / "probe"
     out = serve_or_fail("eagle3", models["target"], [*speculative_flags(models["draft"], "EAGLE3"), "--enable-metrics"], tmp,
                  PROMPTS, metrics=True, env={settings.PROBE: str(probe_dir), **WATCHDOG_ENV})
-    out["probe"] = [json.loads(line) for f in sorted(probe_dir.glob("*.jsonl")) for line in f.read_text().splitlines()
-                    if line.strip()]
+    out["probe"] = probe_records(probe_dir)
     return out
 
 

@@ -79,3 +79,18 @@ def test_sglangs_own_load_plugins_runs_it():
     assert out.returncode == 0, out.stderr[-3000:]
     states = json.loads(out.stdout.strip().splitlines()[-1])
     assert states["eagle3_fc_guard"] in ("pending", "applied") and states["eagle3_probe"] == "not-selected"
+
+
+@pytest.mark.parametrize("configure, expected", [
+    ("", "[INFO] eagle3-patches: active in pid"),  # sglang 0.5.11's launcher and schedulers: logging not set up yet
+    ("import logging; logging.basicConfig(level=logging.INFO)\n", "INFO:eagle3_patches:eagle3-patches: active in pid"),
+    # 0.5.23's launcher: an import leaves the root logger at WARNING, and --log-level is applied after the plugins
+    ("import logging; logging.basicConfig(level=logging.WARNING)\n", "[INFO] eagle3-patches: active in pid"),
+])
+def test_every_process_says_what_it_runs_whether_or_not_logging_is_set_up(configure, expected):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_PATCHES_", "SGLANG_"))}
+    out = subprocess.run([sys.executable, "-c", configure + CHILD], capture_output=True, text=True, timeout=120,
+                         env={**base, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    said = [line for line in out.stderr.splitlines() if "active in pid" in line]
+    assert len(said) == 1 and said[0].startswith(expected) and "eagle3_fc_guard=pending" in said[0], out.stderr

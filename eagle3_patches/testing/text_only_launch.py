@@ -1,0 +1,34 @@
+"""``python -m eagle3_patches.testing.text_only_launch <sglang.launch_server flags>``: sglang's own launcher with
+the served model's multimodal side off (``ServerArgs.enable_multimodal=False``, which sglang's command line
+cannot set: ``--enable-multimodal`` only turns it on).
+
+For the tiny multimodal targets (:func:`eagle3_patches.testing.server.lacks_its_processor`), which carry no
+image processor.  The model class and its forward stay sglang's own; nothing of eagle3-patches is applied
+here (the bootstrap or sglang's plugin entry point does that, as in any launch).
+"""
+
+from __future__ import annotations
+
+import runpy
+
+
+def _text_only() -> None:
+    import sglang.srt.server_args as server_args
+
+    if isinstance(vars(server_args.ServerArgs).get("enable_multimodal"), (bool, type(None))):
+        # a dataclass default: the releases whose constructor resolves the flags read it there
+        server_args.ServerArgs.enable_multimodal = False
+    parse = server_args.prepare_server_args
+
+    def prepare_server_args(argv):
+        parsed = parse(argv)
+        if parsed.enable_multimodal is not False:  # releases that resolve later (ServerArgs.resolve_once)
+            parsed.enable_multimodal = False
+        return parsed
+
+    server_args.prepare_server_args = prepare_server_args  # sglang.launch_server imports it by name below
+
+
+if __name__ == "__main__":
+    _text_only()
+    runpy.run_module("sglang.launch_server", run_name="__main__", alter_sys=True)
