@@ -4,7 +4,7 @@
 #   (b) sglang 0.5.9 with the fork-path diffs applied (a patched copy shadows site-packages)
 #       and runtime patching off: the behavioural patch tests again (docs/fork.md);
 #   (c) the newest sglang release the matrix knows (tools/matrix_releases.json), in its own venv
-#       under .matrix/: the behavioural suite (tools/matrix.py --ci; docs/compat.md).  Its venv is
+#       under .matrix/: the behavioural suite and the plugin server (tools/matrix.py --ci; docs/compat.md).  Its venv is
 #       built in the background while (a) runs (pip waits on the network and the disk, the
 #       tests on the CPU), and (c) runs beside (b); `eagle3-patches selftest` is left out there: the suite asserts on the
 #       same checks (the run_check fixture) and the full matrix runs the command in every release.
