@@ -140,7 +140,6 @@ def test_stock_takes_the_target_itself_as_the_eagle3_draft(tiny):
     assert kind == "ok" and draft == str(tiny["deepseek_v3"])
 
 
-@pytest.mark.runtime_only  # not in the fork path: diff 07 predates this rule (docs/fork.md)
 def test_guard_refuses_eagle3_without_a_draft_naming_the_flag(tiny):
     kind, message = run_isolated(_without_draft, str(tiny["deepseek_v3"]), patches=["eagle3_algorithm_guard"])
     assert kind == "Eagle3ConfigError"
