@@ -18,7 +18,8 @@ environment variable in a copied tree) do not reach those children reliably.
 Each module's mutants run against that module's own test files, derived, not kept by hand: the test files
 named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it, name its
 patch or (a CLI module) run its subcommand, else the tests of its package (tests/ mirrors the library); a patch
-module with a doctor rule (``preflight``) adds the doctor's tests, first.  Tests of stock sglang
+module with a doctor rule (``preflight``) adds the doctor's tests, first; one that sets ``in_fork_series`` adds
+the fork series' mirror test (tests/fork, the membership it declares).  Tests of stock sglang
 (``-m "not stock"``) are left out for patch modules: they run without the patch.  ``pytest -x`` stops at the
 first failure.  Sessions (one sqlite file per module under ``.mutation/``) resume where they stopped;
 ``--fresh`` starts over.  A mutant is *equivalent* when it is listed, with its reason, in the table of
@@ -198,6 +199,9 @@ def tests_for(module: Path) -> list[Path]:
         named = [p for p in files if any(n in p.read_text() for n in needles)]
     if not named:  # tests/ mirrors the library: the tests of the module's package
         named = [p for p in files if p.parent == TEST_ROOT / module.parent.name]
+    if re.search(r"^\s*in_fork_series = ", source, re.M):
+        # a patch kept out of the fork series (or put in it): the series must mirror the registry (1 s, no sglang)
+        named.insert(0, TEST_ROOT / "fork" / "test_fork.py::test_series_mirrors_the_registry_and_carries_the_markers")
     if "/patches/" in f"/{rel.as_posix()}" and "def preflight" in source:
         # first: a mutant of the doctor rule dies there in seconds, before the patch's sglang tests start
         named = [p for p in files if p.name == "test_ckpt_doctor.py"] + [p for p in named if p.name != "test_ckpt_doctor.py"]

@@ -744,11 +744,20 @@ def _verify(path: Path, items: list[_Item], offsets: dict[str, tuple[int, int]])
         tensors = h.tensors
     except CheckpointError as exc:
         raise _err("the written shard does not read back", where=str(path), found=exc.what) from None
+    # ``tensors`` holds exactly the names the library read (``read_header`` refuses duplicates), so
+    # comparing it with the plan also compares the names
     want = {i.out: (i.src.dtype, i.src.shape, offsets[i.out]) for i in items}
     got = {n: (t.dtype, t.shape, (t.start, t.end)) for n, t in tensors.items()}
-    if want != got or set(h.names) != set(want) or h.metadata.get("format") != "pt":
-        diff = sorted(set(want.items()) ^ set(got.items()))[:3]
-        raise _err("the written shard's header does not match the plan", where=str(path), found=str(diff))
+    if want != got:
+        bad = sorted(n for n in want.keys() | got.keys() if want.get(n) != got.get(n))
+        raise _err(
+            "the written shard's header does not match the plan",
+            where=str(path),
+            found=f"{len(bad)} tensor(s) differ; " + "; ".join(f"{n}: planned {want.get(n)}, written {got.get(n)}" for n in bad[:3]),
+            expected="(dtype, shape, data offsets) as planned for every tensor",
+        )
+    if h.metadata.get("format") != "pt":  # what a PyTorch safetensors file declares (transformers reads it)
+        raise _err("the written shard's metadata does not say format pt", where=str(path), found=str(h.metadata), expected="{'format': 'pt'}")
 
 
 # ====================================================================== entry point
@@ -795,35 +804,35 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
     created = _make_parents(dst.parent)
     cleaned = _remove_stale(dst)
     tmp = _temp_name(dst, "convert")
-    bar = _Progress(total, progress)
     try:
-        try:
-            os.mkdir(tmp, dir_mode)
-        except OSError as exc:
-            raise _dst_error(exc, dst, "create the destination") from None
-        _write_json(tmp / "config.json", out_config, config_mode, sort_keys=True)
-        n = len(shards)
-        names = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
-        weight_map: dict[str, str] = {}
-        written: list[Path] = []
-        for name, shard in zip(names, shards):
-            path = tmp / name
-            offsets = _write_shard(src_dir, path, shard, bar)
-            _verify(path, shard, offsets)
-            weight_map.update({i.out: name for i in shard})
-            written.append(path)
-        if n > 1:
-            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-            _write_json(tmp / "model.safetensors.index.json", index, config_mode)
-        _copy_side_files(src_dir, tmp, side)
-        bar.close()
+        with contextlib.closing(_Progress(total, progress)) as bar:  # the bar ends with the copying (or its failure)
+            try:
+                os.mkdir(tmp, dir_mode)
+            except OSError as exc:
+                raise _dst_error(exc, dst, "create the destination") from None
+            _write_json(tmp / "config.json", out_config, config_mode, sort_keys=True)
+            n = len(shards)
+            names = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+            weight_map: dict[str, str] = {}
+            written: list[Path] = []
+            for name, shard in zip(names, shards):
+                path = tmp / name
+                offsets = _write_shard(src_dir, path, shard, bar)
+                _verify(path, shard, offsets)
+                weight_map.update({i.out: name for i in shard})
+                written.append(path)
+            if n > 1:
+                index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+                _write_json(tmp / "model.safetensors.index.json", index, config_mode)
+            _copy_side_files(src_dir, tmp, side)
         report = None
         if run_doctor:
             from .doctor import check_draft
 
             report = check_draft(tmp, target=target, sglang_version=sglang_version)
-            report.findings[:] = [fnd.replace(**{attr: getattr(fnd, attr).replace(str(tmp), str(dst))
-                                                 for attr in ("where", "what", "fix")}) for fnd in report.findings]
+            # the doctor checked the temporary directory: its report names DST (in every text field)
+            report.findings[:] = [fnd.replace(**{k: v.replace(str(tmp), str(dst)) for k, v in vars(fnd).items() if isinstance(v, str)})
+                                  for fnd in report.findings]
             for key, value in list(report.facts.items()):
                 if isinstance(value, str):
                     report.facts[key] = value.replace(str(tmp), str(dst))
@@ -839,7 +848,6 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
         _fsync_dir(tmp)
         _replace(tmp, dst, force)
     except BaseException as exc:
-        bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_dirs(created)
         if isinstance(exc, OSError):

@@ -62,6 +62,8 @@ def test_round_trip_matches_the_sglang_draft_bit_for_bit(tiny, tmp_path):
     assert ec["use_aux_hidden_state"] is True and ec[CONVENTION_KEY] == "output-of-layer"
     assert cfg["eagle3_patches_converted_from"]["eagle_aux_hidden_state_layer_ids"] == [i + 1 for i in tm.DRAFT_AUX_IDS]
     assert "auto_map" not in cfg and "speculators_model_type" not in cfg
+    text = (res.dst / "config.json").read_text()  # as transformers' save_pretrained writes a config: sorted keys
+    assert text == json.dumps(cfg, indent=2, sort_keys=True) + "\n"
     # the doctor's draft checks ran on the result and pass; the full doctor agrees with the target
     assert res.report is not None and res.report.ok
     assert doctor(tiny["deepseek_v3"], res.dst, sglang_version="0.5.11").ok
@@ -150,6 +152,27 @@ def test_sharded_input_and_output(make_draft, tiny, tmp_path):
     want = _all_tensors(tiny["draft"])
     assert {n: _bytes(t) for n, t in got.items()} == {n: _bytes(t) for n, t in want.items()}
     assert doctor(tiny["deepseek_v3"], res.dst, sglang_version="0.5.11").ok
+
+
+def test_two_output_shards_are_indexed(tiny, tmp_path):
+    """Two shards are listed in model.safetensors.index.json (as transformers writes them): sglang finds every tensor."""
+    res = convert(tiny["speculators_draft"], tmp_path / "out", max_shard_size="100KB", progress=False)
+    assert [p.name for p in res.files] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    index = json.loads((res.dst / "model.safetensors.index.json").read_text())
+    got = _all_tensors(res.dst)
+    assert set(index["weight_map"]) == set(got) == set(_all_tensors(tiny["draft"]))
+    assert set(index["weight_map"].values()) == {p.name for p in res.files}
+    assert doctor(tiny["deepseek_v3"], res.dst, sglang_version="0.5.11").ok
+
+
+def test_the_report_names_dst_not_the_temporary_directory(tiny, tmp_path):
+    """The doctor's checks run on the temporary directory before the rename; the report the user reads
+    (and `convert --json` prints) names DST in its findings and facts."""
+    dst = tmp_path / "out"
+    res = convert(tiny["speculators_draft"], dst, target=tiny["deepseek_v3"], sglang_version="0.5.9", progress=False)
+    assert res.report.findings and all(f.where.startswith(str(dst)) for f in res.report.findings)
+    assert res.report.facts["draft_path"] == str(dst) and res.report.facts["draft"].startswith(f"{dst} (")
+    assert ".eagle3-" not in res.report.to_json()
 
 
 def test_keeps_embed_tokens_unless_asked(make_draft, tmp_path):
@@ -261,6 +284,51 @@ def test_a_shard_that_does_not_read_back_is_refused(tiny, tmp_path, monkeypatch,
         convert(tiny["speculators_draft"], tmp_path / "out", progress=False, run_doctor=run_doctor)
     assert "model.safetensors" in err.value.where
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_a_shard_whose_header_differs_from_the_plan_is_refused(tiny, tmp_path, monkeypatch):
+    """A shard that reads back but whose header says other shapes than planned (here every matrix transposed)
+    is refused, naming the shard, how many tensors differ and the first three, planned and written."""
+    real = convert_mod.encode_header
+
+    def transposed(entries, metadata=None):
+        return real([(n, d, tuple(reversed(tuple(s)))) for n, d, s in entries], metadata)
+
+    monkeypatch.setattr(convert_mod, "encode_header", transposed)
+    with pytest.raises(ConvertError, match="the written shard's header does not match the plan") as err:
+        convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    assert err.value.where.endswith("model.safetensors")
+    shapes = {n: t.shape for n, t in read_header(tiny["draft"] / "model.safetensors").tensors.items()}
+    differ = sorted(n for n, s in shapes.items() if tuple(reversed(s)) != s)
+    assert len(differ) > 3
+    found = err.value.found
+    assert found.startswith(f"{len(differ)} tensor(s) differ; ")
+    quoted = found.split("; ")[1:]
+    assert [q.split(":")[0] for q in quoted] == differ[:3]
+    for q, name in zip(quoted, differ):
+        assert f"planned ('BF16', {shapes[name]}," in q and f"written ('BF16', {tuple(reversed(shapes[name]))}," in q
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("metadata", [{"format": "np"}, {"format": "tf"}, {}])
+def test_a_shard_not_marked_format_pt_is_refused(tiny, tmp_path, monkeypatch, metadata):
+    """transformers reads a safetensors file's `format` metadata; a shard that does not say `pt` is refused."""
+    real = convert_mod.encode_header
+    monkeypatch.setattr(convert_mod, "encode_header", lambda entries, _metadata=None: real(entries, metadata))
+    with pytest.raises(ConvertError, match="does not say format pt") as err:
+        convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    assert err.value.where.endswith("model.safetensors") and err.value.found == str(metadata)
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_a_dst_name_too_long_for_the_temporary_directory_is_refused(tiny, tmp_path):
+    """DST is written beside itself under a longer temporary name first; a name that leaves no room for it is
+    refused as a destination that cannot be created, with the fix."""
+    dst = tmp_path / ("d" * 240)
+    with pytest.raises(ConvertError, match="cannot create the destination") as err:
+        convert(tiny["speculators_draft"], dst, progress=False)
+    assert err.value.fix == "choose a shorter DST" and err.value.where == str(dst)
+    assert not dst.exists() and not _leftovers(tmp_path)
 
 
 def test_interrupted_forced_run_keeps_the_old_dst(tiny, tmp_path, monkeypatch):

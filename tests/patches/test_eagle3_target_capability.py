@@ -41,7 +41,7 @@ def test_a_target_that_cannot_capture_is_refused_and_capable_ones_pass_silently(
     outcomes = check.observations["patched"]["outcomes"]
     kind, message = outcomes["no_capture"]
     assert kind in ("Eagle3TargetError", "Eagle3ConfigError")  # the second: the fork-path diff's own class
-    assert "GPT2LMHeadModel" in message and "set_eagle3_layers_to_capture" in message
+    assert "GPT2LMHeadModel" in message and "it has no set_eagle3_layers_to_capture / get_embed_and_head" in message
     assert outcomes["kimi"] == outcomes["deepseek"] == ("ok", "EAGLE3")
 
 
@@ -53,7 +53,7 @@ def test_kimi_without_the_delegation_is_refused_in_the_launcher(cases):
     kind, message = out["kimi"]
     assert kind == "Eagle3TargetError"
     assert "KimiK25ForConditionalGeneration" in message and "set_eagle3_layers_to_capture" in message
-    assert "kimi_k25_eagle3_delegation" in message  # the fix
+    assert "kimi_k25_eagle3_delegation" in message and "or upgrade sglang to >= 0.5.10" in message  # the fix
     assert out["deepseek"] == ("ok", "EAGLE3")
 
 
@@ -63,3 +63,48 @@ def test_stock_accepts_the_kimi_target_and_fails_later_in_each_rank(check):
     """Stock 0.5.9 lets ServerArgs through; the AttributeError comes per rank (tests/sglang, tests/distributed)."""
     assert check.observations["stock"]["outcomes"]["kimi"] == ("ok", "EAGLE3")
     assert check.observations["stock"]["missing"]["kimi"] == ["set_eagle3_layers_to_capture", "get_embed_and_head"]
+
+
+def _check_outcomes(cases: dict) -> dict:
+    """The launcher check itself, on resolved server arguments ``(model path, algorithm)``."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.patches.eagle3_target_capability import check_target_supports_eagle3
+    from eagle3_patches.selftest.scenarios import outcome
+
+    def check(path, algorithm):
+        return outcome(check_target_supports_eagle3, SimpleNamespace(model_path=path, speculative_algorithm=algorithm))
+
+    out = {name: check(*case) for name, case in cases.items()}
+    # sglang serves an architecture it does not know through its Transformers backend; where that backend did not
+    # import (sglang logs "Ignore import error"), resolving the architecture fails: sglang's own error, later
+    from sglang.srt.models.registry import ModelRegistry
+
+    ModelRegistry.models.pop("TransformersForCausalLM", None)
+    out["unknown_without_backend"] = check(*cases["unknown"])
+    return out
+
+
+@pytest.mark.runtime_only  # the fork path carries its own copy of the check (tests/fork)
+def test_only_eagle3_with_a_target_class_it_can_name_is_checked(tiny_root, tmp_path):
+    """EAGLE3 on a target without the hooks is refused (an unknown architecture too: sglang would serve it through its
+    Transformers backend, which has none); other algorithms on the same target, a hub id, an unreadable config.json
+    and an architecture sglang cannot resolve at all are let through: sglang reports those itself."""
+    import json
+
+    from eagle3_patches.selftest.checkpoints import no_capture_target
+
+    gpt2 = str(no_capture_target(tiny_root / "tiny-gpt2-config-only"))
+    (tmp_path / "bad-json").mkdir()
+    (tmp_path / "bad-json" / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]')
+    (tmp_path / "unknown").mkdir()
+    (tmp_path / "unknown" / "config.json").write_text(json.dumps({"architectures": ["NoSuchModelForCausalLM"]}))
+    cases = {"eagle3": (gpt2, "EAGLE3"), "eagle": (gpt2, "EAGLE"), "standalone": (gpt2, "STANDALONE"), "none": (gpt2, None),
+             "hub_id": ("some-org/some-model", "EAGLE3"), "bad_json": (str(tmp_path / "bad-json"), "EAGLE3"),
+             "unknown": (str(tmp_path / "unknown"), "EAGLE3")}
+    out = run_isolated(_check_outcomes, cases)
+    kind, message = out.pop("eagle3")
+    assert kind == "Eagle3TargetError" and "GPT2LMHeadModel cannot serve an EAGLE-3 draft" in message
+    kind, message = out.pop("unknown")
+    assert kind == "Eagle3TargetError" and "TransformersForCausalLM cannot serve an EAGLE-3 draft" in message
+    assert out == {name: ("ok", None) for name in [*cases, "unknown_without_backend"] if name not in ("eagle3", "unknown")}

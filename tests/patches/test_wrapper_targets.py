@@ -79,3 +79,25 @@ def test_the_capability_guard_names_the_patch_when_it_is_disabled(wrapper, tiny)
     out = run_isolated(_launch, target, str(tiny["draft"]), patches="all", env={"EAGLE3_PATCHES_DISABLE": patch})
     assert out is not None and out.startswith("Eagle3TargetError") and patch in out
     assert run_isolated(_launch, target, str(tiny["draft"]), patches="all") is None  # silent with the patch on
+
+
+def _default_capture(target: str, draft: str) -> dict:
+    """The hook called without ids, as sglang calls it for a draft config without ids and before capturing CUDA
+    graphs (model_runner.py): the layers the target then captures."""
+    from eagle3_patches.testing import sglang_harness as h
+
+    tw, _ = h.eagle_workers(h.eagle3_server_args(target, draft))
+    model = tw.model_runner.model
+    model.set_eagle3_layers_to_capture()
+    captured = next(m.layers_to_capture for m in model.modules() if getattr(m, "layers_to_capture", None))
+    return {"num_layers": model.config.num_hidden_layers, "layers_to_capture": list(captured)}
+
+
+def test_qwen3_vl_without_ids_captures_the_upstream_defaults(tiny, tiny_root):
+    """Without ids the patched Qwen3-VL captures what sglang 0.5.11's own hook does: [2, n // 2, n - 3]."""
+    patch, build = WRAPPERS["qwen3-vl"]
+    if not patch_applies(patch):
+        pytest.skip(f"{patch} does not apply to this sglang release (docs/targets.md)")
+    out = run_isolated(_default_capture, str(build(tiny_root)), str(tiny["draft"]), patches=[patch])
+    n = out["num_layers"]
+    assert n == tm.NUM_LAYERS and out["layers_to_capture"] == [2, n // 2, n - 3]
