@@ -1,16 +1,20 @@
-"""Pure-torch versions of the sgl_kernel CPU-build ops sglang 0.5.23's EAGLE decode loop calls.
+"""Pure-torch versions of the sgl_kernel CPU-build ops sglang's EAGLE decode loop calls from 0.5.16.
 
-From sglang 0.5.23 (sgl-kernel 0.4.5, "Intel AMX CPU speculative decoding") the KV-slot
+From sglang 0.5.16 ("Intel AMX CPU speculative decoding") the KV-slot
 bookkeeping of the speculative loop has a CPU branch: with ``SGLANG_USE_CPU_ENGINE=1`` (set by the
 CPU profile) ``is_cpu()`` is true and these modules import ops of sgl_kernel's *CPU build* at
 import time and call them instead of their Triton kernels:
 
 * ``sglang.srt.mem_cache.allocation``: ``assign_req_to_token_pool_cpu``
   (``assign_req_to_token_pool_func``; every decode step's ``alloc_for_spec_decode``);
-* ``sglang.kernels.ops.speculative.cache_locs``: ``assign_draft_cache_locs_contiguous_cpu``,
-  ``assign_extend_cache_locs_cpu`` (draft slots, verify slots, accepted-token moves);
+* ``sglang.kernels.ops.speculative.cache_locs``: ``assign_extend_cache_locs_cpu`` (verify slots,
+  accepted-token moves) and, from 0.5.23, ``assign_draft_cache_locs_contiguous_cpu`` (draft slots);
 * ``sglang.kernels.ops.speculative.eagle``: ``fill_bonus_tokens_cpu``,
   ``fill_accept_out_cache_loc_cpu`` (after verify).
+* ``sglang.srt.speculative.eagle_worker_common`` (0.5.16 - 0.5.22): ``assign_draft_cache_locs_contiguous_cpu``
+  (draft slots; ``prepare_for_draft``);
+* ``sglang.srt.speculative.spec_utils`` (0.5.16 - 0.5.22): ``assign_extend_cache_locs_cpu``
+  (``move_accept_tokens_to_target_kvcache``, the accepted tokens' slots after a topk > 1 verify).
 
 Without that build the names are the CPU profile's stand-ins (``stubs.py``), which raise
 ``NotImplementedError``; the first decode step stops in ``assign_req_to_token_pool_cpu``.  The
@@ -20,8 +24,9 @@ so there is no torch path to fall back to: this module provides the ops.  Semant
 copies between ``req_to_token`` rows and flat int64 slot vectors.
 
 :class:`CpuCacheLocOps` puts them in place only where sglang's module-level name *is* a stand-in,
-never over a real CPU build, and keeps the originals in the ``Saver``.  Releases before 0.5.23
-have no such names: the patch reports ``not-applicable`` there.
+never over a real CPU build, and keeps the originals in the ``Saver``; an op name the release does not
+import is left out (the draft-slot op is in ``cache_locs`` only from 0.5.23, where ``eagle_worker_common`` and ``spec_utils`` import none).  Releases before 0.5.16 have no such
+names: the patches report ``not-applicable`` there.
 """
 
 from __future__ import annotations
@@ -99,27 +104,38 @@ _OPS: dict[str, list[tuple[str, str, Callable]]] = {
         ("fill_bonus_tokens_func", "fill_bonus_tokens_cpu", fill_bonus_tokens_cpu),
         ("fill_accept_out_cache_loc_func", "fill_accept_out_cache_loc_cpu", fill_accept_out_cache_loc_cpu),
     ],
+    # 0.5.16 - 0.5.22: the draft slots are read back here (0.5.23 moved the op to cache_locs above)
+    "sglang.srt.speculative.eagle_worker_common": [
+        ("prepare_for_draft", "assign_draft_cache_locs_contiguous_cpu", assign_draft_cache_locs_contiguous_cpu),
+    ],
+    # 0.5.16 - 0.5.22: the accepted tokens' slots after a tree verify (topk > 1)
+    "sglang.srt.speculative.spec_utils": [
+        ("move_accept_tokens_to_target_kvcache", "assign_extend_cache_locs_cpu", assign_extend_cache_locs_cpu),
+    ],
 }
 
 
 class CpuCacheLocOps(Patch):
     """One instance per sglang module of :data:`_OPS` (each is triggered by its own import)."""
 
-    applies_to = SpecifierSet(">=0.5.23")
+    applies_to = SpecifierSet(">=0.5.16")
 
     def __init__(self, module: str):
         self.module = module
         self.name = "cpu_cache_loc_ops_" + module.rsplit(".", 1)[-1]
         names = ", ".join(op for _, op, _ in _OPS[module])
-        self.summary = f"pure-torch {names} (sgl_kernel CPU-build ops of the EAGLE decode loop, sglang 0.5.23+)"
+        self.summary = f"pure-torch {names} (sgl_kernel CPU-build ops of the EAGLE decode loop, sglang 0.5.16+)"
 
     def plan(self, module: ModuleType) -> list[tuple[str, Callable]]:
         from .stubs import is_stub
 
+        held = [(caller, op, replacement) for caller, op, replacement in _OPS[module.__name__] if hasattr(module, op)]
+        if not held:  # not imported by this release's CPU branch (0.5.16 - 0.5.22: no draft-slot op in cache_locs)
+            raise NotApplicable(f"{module.__name__} imports none of {', '.join(op for _, op, _ in _OPS[module.__name__])}")
         if not getattr(module, "_is_cpu", False):
             raise NotApplicable(f"{module.__name__} does not take its CPU branch (SGLANG_USE_CPU_ENGINE is not 1)")
         out = []
-        for caller, op, replacement in _OPS[module.__name__]:
+        for caller, op, replacement in held:
             expect_source(expect_attr(module, caller), f"{op}(")
             if not is_stub(expect_attr(module, op)):
                 raise NotApplicable(f"{module.__name__}.{op} is sgl_kernel's real CPU build: it serves the loop")
@@ -148,7 +164,7 @@ class CpuAssignExtendCacheLocs(Patch):
     target-verify batch gets ``out_cache_loc = None`` (``eagle_prepare_for_verify`` / 0.5.13's
     ``prepare_for_v2_verify``), and the first verify forward fails far away, in the KV pool's
     ``set_kv_buffer`` (``kv_buffer[layer][None] = cache_k``: "The expanded size of the tensor (1025)
-    must match the existing size (16)").  0.5.23 added the CPU branch (``CpuCacheLocOps`` above).
+    must match the existing size (16)").  0.5.16 added the CPU branch (``CpuCacheLocOps`` above).
 
     The module-level name is replaced; 0.5.13's ``eagle_info_v2`` (and 0.5.15's ngram / dflash workers)
     bind it by name when they import the module, after this patch has landed, so they hold the CPU

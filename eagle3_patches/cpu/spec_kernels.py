@@ -9,7 +9,7 @@ On a machine without CUDA, sglang 0.5.9's EAGLE decode step stops at two CUDA-on
   empty buffers untouched and the run crashes one step later, far away
   (IndexError in ``Req.update_spec_acceptance_histogram``).
 
-The same holds through 0.5.15.  sglang 0.5.23 moved both into
+The same holds through 0.5.15.  sglang 0.5.16 moved both into
 ``sglang.kernels.ops.speculative.spec_tree``, whose CPU branch calls sgl_kernel's CPU build
 (``build_tree_kernel_efficient_cpu``, ``verify_tree_greedy_cpu``); without that build those names are
 the CPU profile's stand-ins.  :meth:`CpuSpecKernels.plan` finds the release's layout.
@@ -336,10 +336,12 @@ class CpuSpecKernels(Patch):
       ``sgl_build_tree_kernel_efficient`` (imported from sgl_kernel on CUDA/HIP only) and
       ``eagle_utils.verify_tree_greedy_func`` has no CPU branch; up to 0.5.13 ``eagle_info`` and
       ``eagle_info_v2`` hold the same function under the same name (``from eagle_utils import``);
-    * sglang 0.5.23: both live in ``sglang.kernels.ops.speculative.spec_tree``, whose CPU branch
-      (``SGLANG_USE_CPU_ENGINE=1``, set by the CPU profile) calls ``sgl_kernel``'s CPU build
-      (``build_tree_kernel_efficient_cpu``, ``verify_tree_greedy_cpu``); without that build the
-      names are the CPU profile's stand-ins, and the patch puts the pure-torch ops there.
+    * sglang 0.5.16 - 0.5.22: ``eagle_utils.build_tree_kernel_efficient`` and ``verify_tree_greedy_func`` have a
+      CPU branch (``SGLANG_USE_CPU_ENGINE=1``, set by the CPU profile) that calls ``sgl_kernel``'s CPU build
+      (module globals ``sgl_build_tree_kernel_efficient_cpu``, ``sgl_verify_tree_greedy_cpu``); without that
+      build the names are the CPU profile's stand-ins, and the patch puts the pure-torch ops there;
+    * sglang 0.5.23 and later: the same CPU branch, in ``sglang.kernels.ops.speculative.spec_tree``
+      (``build_tree_kernel_efficient_func``, ``verify_tree_greedy_func``).
     """
 
     name = "cpu_spec_kernels"
@@ -356,8 +358,11 @@ class CpuSpecKernels(Patch):
         why = _accelerator_in_use(utils)
         if why:
             raise NotApplicable(why)
-        if hasattr(utils, "build_tree_kernel_efficient_func"):  # sglang 0.5.23: the spec_tree ops module
-            return self._plan_spec_tree(sys.modules[utils.build_tree_kernel_efficient_func.__module__])
+        if hasattr(utils, "build_tree_kernel_efficient_func"):  # sglang 0.5.23 and later: the spec_tree ops module
+            return self._plan_cpu_branch(sys.modules[utils.build_tree_kernel_efficient_func.__module__],
+                                         "build_tree_kernel_efficient_func")
+        if "sgl_build_tree_kernel_efficient_cpu" in utils.__dict__:  # sglang 0.5.16 - 0.5.22: eagle_utils' own CPU branch
+            return self._plan_cpu_branch(utils, "build_tree_kernel_efficient")
         expect_source(expect_attr(utils, "build_tree_kernel_efficient"), "sgl_build_tree_kernel_efficient(")
         original = expect_attr(utils, "verify_tree_greedy_func")
         expect_source(original, "if _is_cuda or _is_hip", "elif _is_npu:")
@@ -379,20 +384,19 @@ class CpuSpecKernels(Patch):
         return replacements
 
     @staticmethod
-    def _plan_spec_tree(spec_tree: ModuleType) -> list[Replacement]:
+    def _plan_cpu_branch(owner: ModuleType, build_caller: str) -> list[Replacement]:
+        """The module whose ``build_caller`` and ``verify_tree_greedy_func`` call sgl_kernel's CPU-build ops."""
         from .stubs import is_stub
 
-        expect_source(
-            expect_attr(spec_tree, "build_tree_kernel_efficient_func"), "elif _is_cpu:", "sgl_build_tree_kernel_efficient_cpu("
-        )
-        expect_source(expect_attr(spec_tree, "verify_tree_greedy_func"), "elif _is_cpu:", "sgl_verify_tree_greedy_cpu(")
-        if not getattr(spec_tree, "_is_cpu", False):
-            raise NotApplicable(f"{spec_tree.__name__} does not take its CPU branch (SGLANG_USE_CPU_ENGINE is not 1)")
+        expect_source(expect_attr(owner, build_caller), "elif _is_cpu:", "sgl_build_tree_kernel_efficient_cpu(")
+        expect_source(expect_attr(owner, "verify_tree_greedy_func"), "elif _is_cpu:", "sgl_verify_tree_greedy_cpu(")
+        if not getattr(owner, "_is_cpu", False):
+            raise NotApplicable(f"{owner.__name__} does not take its CPU branch (SGLANG_USE_CPU_ENGINE is not 1)")
         ops = {"sgl_build_tree_kernel_efficient_cpu": build_tree_kernel_efficient, "sgl_verify_tree_greedy_cpu": verify_tree_greedy}
-        real = [n for n in ops if not is_stub(expect_attr(spec_tree, n))]
+        real = [n for n in ops if not is_stub(expect_attr(owner, n))]
         if real:
             raise NotApplicable(f"sgl_kernel's CPU build is installed ({', '.join(real)}): its own ops serve the decode loop")
-        return [(spec_tree, n, op) for n, op in ops.items()]
+        return [(owner, n, op) for n, op in ops.items()]
 
     def check(self, module: ModuleType) -> None:
         self.plan(module)

@@ -116,15 +116,61 @@ class TpThreadBinding(Patch):
         saver.wrap(module.ModelRunner, "init_threads_binding", _bind_threads_per_rank)
 
 
+def _attention_backends() -> set[str] | None:
+    """The attention backends the server was configured with (for both phases, prefill, decode); None
+    where this process has no server arguments to read (a worker built outside a server)."""
+    from ..sglang_runtime import server_arg
+
+    try:
+        names = {server_arg(a) for a in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")}
+    except (AttributeError, LookupError, RuntimeError, ValueError):  # nothing published in this process
+        return None
+    return {n for n in names if n} or None
+
+
+class TreeMaskModeForBackend(Patch):
+    """From 0.5.16 sglang builds the target-verify tree mask on CPU as QLEN_ONLY (``n x n`` a request),
+    the layout of its ``intel_amx`` verify kernel (``eagle_utils.default_tree_mask_mode``).  The
+    ``triton`` backend (the CPU profile's, run by Triton's interpreter) reads FULL_MASK, ``seq_len + n``
+    columns a row (``triton_backend``'s ``mask_indptr``): handed the short mask, verify attends through
+    the wrong bits, and greedy EAGLE3 outputs differ from the server without speculation with no error.
+    Here the mode is FULL_MASK unless ``intel_amx`` is one of the configured attention backends (or no
+    server arguments can be read: sglang's choice is kept).  The workers bind the function by name when
+    they import ``eagle_utils``, after this patch (``imported_by`` covers one imported before)."""
+
+    name = "cpu_tree_mask_mode"
+    summary = "verify tree mask in the layout of the attention backend in use (0.5.16+ on CPU assumes intel_amx)"
+    module = "sglang.srt.speculative.eagle_utils"
+    applies_to = SpecifierSet(">=0.5.16")
+
+    def check(self, module: ModuleType) -> None:
+        expect_source(expect_attr(module, "default_tree_mask_mode"), "QLEN_ONLY if _is_cpu")
+        if not getattr(module, "_is_cpu", False):
+            raise NotApplicable("eagle_utils does not take its CPU branch (SGLANG_USE_CPU_ENGINE is not 1)")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        original, modes = module.default_tree_mask_mode, module.TreeMaskMode
+
+        def default_tree_mask_mode():
+            mode = original()
+            backends = _attention_backends()
+            if mode == modes.QLEN_ONLY and backends is not None and "intel_amx" not in backends:
+                return modes.FULL_MASK
+            return mode
+
+        default_tree_mask_mode.__doc__ = f"{original.__module__}.default_tree_mask_mode, FULL_MASK unless intel_amx serves verify (eagle3-patches CPU profile)."
+        saver.set(module, "default_tree_mask_mode", default_tree_mask_mode, imported_by="sglang.")
+
+
 def build_registry() -> Registry:
     from .cache_loc_ops import build_patches as cache_loc_ops
     from .spec_kernels import CpuSpecKernels
 
     return Registry(
         "cpu-profile",
-        [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), TpThreadBinding(), CpuSpecKernels(),
+        [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), TpThreadBinding(), CpuSpecKernels(), TreeMaskModeForBackend(),
          # KV-slot ops of the EAGLE decode loop: 0.5.13 - 0.5.15's assign_extend_cache_locs_func has no CPU
-         # branch (returns None); 0.5.23 calls sgl_kernel CPU-build ops the stand-ins cannot serve
+         # branch (returns None); 0.5.16 on calls sgl_kernel CPU-build ops the stand-ins cannot serve
          *cache_loc_ops()],
     )
 

@@ -21,7 +21,7 @@ from eagle3_patches.cpu.spec_kernels import (
     packed_mask_bytes,
     verify_tree_greedy,
 )
-from eagle3_patches.testing.releases import only_release
+from eagle3_patches.testing.releases import only_release, release
 
 # --------------------------------------------------------------------------------------
 # helpers: buffers allocated as sglang's eagle_utils.build_tree_kernel_efficient does
@@ -474,6 +474,8 @@ _CANDIDATES = [
     ("sglang.srt.speculative.eagle_utils", "verify_tree_greedy_func"),
     ("sglang.srt.speculative.eagle_info_v2", "verify_tree_greedy_func"),
     ("sglang.srt.speculative.eagle_info", "verify_tree_greedy_func"),
+    ("sglang.srt.speculative.eagle_utils", "sgl_build_tree_kernel_efficient_cpu"),
+    ("sglang.srt.speculative.eagle_utils", "sgl_verify_tree_greedy_cpu"),
     ("sglang.kernels.ops.speculative.spec_tree", "sgl_build_tree_kernel_efficient_cpu"),
     ("sglang.kernels.ops.speculative.spec_tree", "sgl_verify_tree_greedy_cpu"),
 ]
@@ -662,10 +664,25 @@ def test_revert_restores_the_originals(sglang_facts):
 PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13]]
 
 
-def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
+def _tree_mask_mode(eagle_worker) -> int:
+    """The verify mask mode the worker chose (0.5.16+: ``EAGLEWorkerV2``'s draft worker holds it); -1: none."""
+    for holder in (eagle_worker, getattr(eagle_worker, "_draft_worker", None), getattr(eagle_worker, "draft_worker", None)):
+        if hasattr(holder, "tree_mask_mode"):
+            return int(holder.tree_mask_mode)
+    return -1
+
+
+def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps, revert=()):
     """``free_steps`` plain decode steps, then one with the target's verify logits forced to
-    agree with the draft's first-child chain (a random draft is never accepted otherwise)."""
+    agree with the draft's first-child chain (a random draft is never accepted otherwise).
+    ``revert``: CPU-profile patches taken off first (stock sglang there)."""
     from eagle3_patches.testing import sglang_harness as h
+
+    if revert:
+        import importlib
+
+        importlib.import_module("sglang.srt.speculative.eagle_utils")  # the patches land on import
+        _cpu_registry().revert(list(revert))
 
     sa = h.eagle3_server_args(
         str(target), str(draft),
@@ -675,7 +692,9 @@ def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
     batch = h.eagle_prefill_batch(target_worker, PROMPTS)
     h.eagle_step(eagle_worker, batch)  # prefill, then what the scheduler carries to the next step
 
-    facts = {"state": _cpu_registry().status()["cpu_spec_kernels"].state.value, "accepted": [], "forced_path": None}
+    facts = {"state": _cpu_registry().status()["cpu_spec_kernels"].state.value, "accepted": [], "forced_path": None,
+             "tree_mask_mode": _tree_mask_mode(eagle_worker),
+             "mask_patch": _cpu_registry().status()["cpu_tree_mask_mode"].state.value}
 
     def force_first_child_chain(verify_input, batch, logits_output):
         bs, n = len(batch.reqs), verify_input.draft_token_num
@@ -712,27 +731,10 @@ def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps):
     return facts
 
 
-def _plain_reference_backend() -> str:
-    """The attention backend of the plain-greedy reference: triton, as the EAGLE run, up to sglang 0.5.11.
-
-    From 0.5.12 the triton backend's MLA *decode* kernel (``_fwd_grouped_kernel_stage1`` with
-    ``HAS_MLA``, ``decode_attention.py``) reads V as the transposed K tile (``v = tl.trans(k)``), which
-    assumes the K tile is as wide as the V tile: true for DeepSeek's own latent widths (Lk 576 = 512 + 64
-    rope, or 288 = 256 + 32), not for the tiny target's Lk 48 = 32 + 16 (K tile next_pow2(48) = 64,
-    V tile 32).  Plain decode then fails under the interpreter with "Cannot make_shape_compatible:
-    incompatible dimensions at index 1: 32 and 64".  The EAGLE run never takes that kernel (target
-    verify is an extend, the Llama draft is not MLA), so only the reference moves, to torch_native
-    (same float32 math; on 0.5.9 both backends give the same greedy tokens)."""
-    from eagle3_patches.testing.releases import release
-
-    r = release()
-    return "torch_native" if r is not None and r >= (0, 5, 12) else "triton"
-
-
 def _plain_greedy_in_sglang(target, new_tokens):
     from eagle3_patches.testing import sglang_harness as h
 
-    runner = h.model_runner(h.server_args(str(target), attention_backend=_plain_reference_backend(), dtype="float32"))
+    runner = h.model_runner(h.server_args(str(target), attention_backend="triton", dtype="float32"))
     step = h.prefill(runner, PROMPTS)
     tokens = [[t] for t in step.next_token_ids.tolist()]
     for _ in range(new_tokens - 1):
@@ -753,8 +755,9 @@ def test_eagle_worker_tree_decode_steps_on_cpu(tiny):
     Across releases: <= 0.5.12 drive the v1 ``EAGLEWorker``; from 0.5.13 only ``EAGLEWorkerV2``
     exists and ``h.eagle_step`` does the scheduler's bookkeeping between steps; the verify hook
     moves (``h.verify_entry_point``); 0.5.13 - 0.5.15 need ``cpu_assign_extend_cache_locs`` and
-    0.5.23 the ``cpu_cache_loc_ops_*`` patches; from 0.5.12 the plain reference runs on
-    torch_native (``_plain_reference_backend``)."""
+    0.5.16 on the ``cpu_cache_loc_ops_*`` patches and ``cpu_tree_mask_mode``.  The plain reference runs on
+    triton too: from 0.5.12 its MLA decode kernel reads V as the transposed K tile (``v = tl.trans(k)``),
+    which the tiny target's latent widths allow (K 48 + 16 and V 48 both take 64-wide tiles)."""
     from eagle3_patches.testing.isolation import run_isolated
 
     facts = run_isolated(_eagle_decode_in_sglang, tiny["deepseek_v3"], tiny["draft"], 4, 3, 8, 1, timeout=300)
@@ -764,6 +767,24 @@ def test_eagle_worker_tree_decode_steps_on_cpu(tiny):
     # the forced step accepts the whole first-child chain (at most spec_steps = 3 tokens)
     assert facts["accepted"][-1] == [min(d, 3) for d in facts["forced_path"]]
     assert all(a >= 1 for a in facts["accepted"][-1])
+    # 0.5.16+: the mask the triton backend reads (sglang's own CPU choice is intel_amx's QLEN_ONLY)
+    assert (facts["mask_patch"] == "applied") == (release() >= (0, 5, 16)), facts["mask_patch"]
+    if facts["mask_patch"] == "applied":
+        assert facts["tree_mask_mode"] == FULL_MASK
+
+
+@pytest.mark.sglang
+@only_release(">=0.5.16", "sglang picks the CPU verify mask (QLEN_ONLY, for intel_amx) from 0.5.16")
+def test_stock_verify_mask_breaks_greedy_outputs_on_the_triton_backend(tiny):
+    """The bug ``cpu_tree_mask_mode`` fixes, pinned: with the patch taken off, the v2 worker builds the
+    QLEN_ONLY mask and the triton backend reads it as FULL_MASK; the greedy outputs leave plain decoding."""
+    from eagle3_patches.testing.isolation import run_isolated
+
+    facts = run_isolated(_eagle_decode_in_sglang, tiny["deepseek_v3"], tiny["draft"], 4, 3, 8, 1, ["cpu_tree_mask_mode"],
+                         timeout=300)
+    assert facts["tree_mask_mode"] == QLEN_ONLY
+    plain = run_isolated(_plain_greedy_in_sglang, tiny["deepseek_v3"], len(facts["free_output_ids"][0]), timeout=300)
+    assert facts["free_output_ids"] != plain
 
 
 def _cache_loc_ops_against_triton_in_sglang():
@@ -794,7 +815,7 @@ def _cache_loc_ops_against_triton_in_sglang():
         m.assign_extend_cache_locs[(3,)](rpi, pool, start, end, ref, 64, 4)
         return ref
 
-    try:  # sglang >= 0.5.23: the sgl_kernel CPU-build op names
+    try:  # sglang >= 0.5.16: the sgl_kernel CPU-build op names
         al = importlib.import_module("sglang.srt.mem_cache.allocation")
         cl = importlib.import_module("sglang.kernels.ops.speculative.cache_locs")
         eg = importlib.import_module("sglang.kernels.ops.speculative.eagle")
@@ -805,15 +826,25 @@ def _cache_loc_ops_against_triton_in_sglang():
         al.assign_req_to_token_pool[(3,)](rpi, ref, start, end, loc, 64, 4)
         al.assign_req_to_token_pool_cpu(rpi, got, start, end, loc, 64)  # the name sglang calls
         checks["assign_req_to_token_pool_cpu"] = torch.equal(ref, got)
-    if states.get("cpu_cache_loc_ops_cache_locs") == "applied":
-        got = torch.zeros(15, dtype=torch.int64)
-        cl.assign_extend_cache_locs_cpu(rpi, pool, start, end, got, 64)
-        checks["assign_extend_cache_locs_cpu"] = torch.equal(extend_cache_locs(cl.__name__), got)
-        seq_lens = torch.tensor([5, 9, 20], dtype=torch.int64)
-        ref, got = torch.zeros(18, dtype=torch.int64), torch.zeros(18, dtype=torch.int64)
-        cl.assign_draft_cache_locs_contiguous[(3,)](rpi, pool, seq_lens, ref, 64, 2, 3)
-        cl.assign_draft_cache_locs_contiguous_cpu(rpi, pool, seq_lens, got, 64, 2, 3)
-        checks["assign_draft_cache_locs_contiguous_cpu"] = torch.equal(ref, got)
+    # the verify-slot op: in cache_locs, and (0.5.16 - 0.5.22) in spec_utils for the accepted tokens' moves
+    for patch, holder in (("cpu_cache_loc_ops_cache_locs", "sglang.kernels.ops.speculative.cache_locs"),
+                          ("cpu_cache_loc_ops_spec_utils", "sglang.srt.speculative.spec_utils")):
+        holder = importlib.import_module(holder) if states.get(patch) == "applied" else None
+        if hasattr(holder, "assign_extend_cache_locs_cpu"):
+            got = torch.zeros(15, dtype=torch.int64)
+            holder.assign_extend_cache_locs_cpu(rpi, pool, start, end, got, 64)
+            equal = torch.equal(extend_cache_locs(cl.__name__), got)
+            checks["assign_extend_cache_locs_cpu"] = checks.get("assign_extend_cache_locs_cpu", True) and equal
+    # the draft-slot op: in cache_locs from 0.5.23, in eagle_worker_common (0.5.16 - 0.5.22)
+    for patch, holder in (("cpu_cache_loc_ops_cache_locs", "sglang.kernels.ops.speculative.cache_locs"),
+                          ("cpu_cache_loc_ops_eagle_worker_common", "sglang.srt.speculative.eagle_worker_common")):
+        holder = importlib.import_module(holder) if states.get(patch) == "applied" else None
+        if hasattr(holder, "assign_draft_cache_locs_contiguous_cpu"):
+            seq_lens = torch.tensor([5, 9, 20], dtype=torch.int64)
+            ref, got = torch.zeros(18, dtype=torch.int64), torch.zeros(18, dtype=torch.int64)
+            cl.assign_draft_cache_locs_contiguous[(3,)](rpi, pool, seq_lens, ref, 64, 2, 3)
+            holder.assign_draft_cache_locs_contiguous_cpu(rpi, pool, seq_lens, got, 64, 2, 3)
+            checks["assign_draft_cache_locs_contiguous_cpu"] = torch.equal(ref, got)
     if states.get("cpu_cache_loc_ops_eagle") == "applied":
         accept = torch.randint(0, 100, (3, 4), dtype=torch.int32, generator=g)
         lens = torch.tensor([1, 4, 2], dtype=torch.int32)
@@ -839,7 +870,7 @@ def _cache_loc_ops_against_triton_in_sglang():
 @only_release(">=0.5.13", "the EAGLE loop on CPU needs no KV-slot op of the CPU profile before 0.5.13")
 def test_cpu_cache_loc_ops_match_sglang_triton_kernels():
     """sglang >= 0.5.13 needs the CPU profile's KV-slot ops in the decode loop (0.5.13 - 0.5.15:
-    ``assign_extend_cache_locs_func`` has no CPU branch; 0.5.23: sgl_kernel CPU-build ops); each one
+    ``assign_extend_cache_locs_func`` has no CPU branch; from 0.5.16: sgl_kernel CPU-build ops); each one
     equals sglang's own Triton kernel run under the interpreter.  Earlier releases need none."""
     from eagle3_patches.testing.isolation import run_isolated
     from eagle3_patches.testing.releases import release
@@ -847,9 +878,12 @@ def test_cpu_cache_loc_ops_match_sglang_triton_kernels():
     r = release()
     out = run_isolated(_cache_loc_ops_against_triton_in_sglang, timeout=300)
     expected = (
-        {"assign_extend_cache_locs_func"} if r < (0, 5, 23)
+        {"assign_extend_cache_locs_func"} if r < (0, 5, 16)
         else {"assign_req_to_token_pool_cpu", "assign_extend_cache_locs_cpu", "assign_draft_cache_locs_contiguous_cpu",
               "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu"}
     )
     assert set(out["checks"]) == expected, out
     assert all(out["checks"].values()), out
+    if (0, 5, 16) <= r < (0, 5, 23):  # the ops these releases call outside kernels/ops (0.5.23 moved them there)
+        assert out["states"]["cpu_cache_loc_ops_eagle_worker_common"] == "applied", out
+        assert out["states"]["cpu_cache_loc_ops_spec_utils"] == "applied", out
