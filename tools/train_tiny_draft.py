@@ -331,7 +331,7 @@ def main(argv=None) -> int:
     ap.add_argument("--work", default=str(ROOT / ".eagle3-demo"), help="where the tiny target and the dumps live")
     ap.add_argument("--dump-dir", default=None, help="shards from hidden_state_dump (made here when empty)")
     ap.add_argument("--out", default=str(DATA_FILE))
-    ap.add_argument("--prompts", type=int, default=192)
+    ap.add_argument("--prompts", type=int, default=480)
     ap.add_argument("--concurrency", type=int, default=8, help="requests in flight while dumping")
     ap.add_argument("--max-new-tokens", type=int, default=40)
     ap.add_argument("--iters", type=int, default=300)
