@@ -30,6 +30,7 @@ Exit status: 0 when every release ran green (no failed test, no failed patch, no
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime as _dt
 import hashlib
 import json
@@ -66,11 +67,19 @@ BEHAVIOURAL = ["tests/unit", "tests/cpu", "tests/patches", "tests/sglang",
 #: the watchdog, Qwen3-VL; and, from 0.5.11, a plain launch_server with the patches from sglang's plugin entry point
 SERVER_FILE = "tests/e2e/test_server.py"
 PLUGIN_SERVER_FILE = "tests/e2e/test_plugin_server.py"
-FULL_SELECTION = [*BEHAVIOURAL, "tests/e2e"]
-#: --ci runs the behavioural suite and the plugin server (about 6 min a release on 2 cores), on fewer releases
-CI_SELECTION = [*BEHAVIOURAL, PLUGIN_SERVER_FILE]
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
 LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
+#: the EAGLE3 server's proof (the server without speculation as reference, EAGLE refused at start); the symptom
+#: server (guards off) and the speculators draft served as it is stay in CI's pinned run
+SERVER_TESTS = [f"{SERVER_FILE}::{name}" for name in (
+    "test_eagle3_greedy_outputs_identical_to_no_speculation", "test_eagle3_accept_length_with_trained_draft",
+    "test_eagle3_draft_fc_received_3h_inputs", "test_eagle_with_guard_on_is_refused_at_start")]
+#: the full matrix, per release: the real worker feeding 3 x H to fc, the layer-id convention, the real servers
+#: (two, and the refused start; the plugin server from 0.5.11); the patch states and the bug on stock come from
+#: `status` and `selftest`.  --behavioural adds the behavioural suite (about 15 min more a release)
+FULL_SELECTION = [FC_TEST, LAYER_TEST_FILE, *SERVER_TESTS, PLUGIN_SERVER_FILE]
+#: --ci runs the behavioural suite and the plugin server (about 12 min a release on 2 cores), on fewer releases
+CI_SELECTION = [*BEHAVIOURAL, PLUGIN_SERVER_FILE]
 TORCH_PIN = "torch==2.13.0"
 
 
@@ -367,7 +376,8 @@ def setup_release(version: str, data: dict, installer: str = "pip") -> dict:
 def _env(version: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["EAGLE3_TINY_CACHE"] = str(MATRIX / "tiny")  # tiny checkpoints are release-independent: build once
+    # tiny checkpoints are release-independent, but releases run side by side (--jobs): one cache each
+    env["EAGLE3_TINY_CACHE"] = str(MATRIX / "tiny" / version)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     return env
@@ -442,7 +452,7 @@ def run_suite(version: str, selection: list[str], timeout: int) -> dict:
     log_file = MATRIX / "logs" / f"pytest-{version}.log"
     if junit.exists():
         junit.unlink()
-    (MATRIX / "tiny").mkdir(parents=True, exist_ok=True)
+    (MATRIX / "tiny" / version).mkdir(parents=True, exist_ok=True)
     cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
            f"--junitxml={junit}", "--timeout=600", *selection]
     t0 = time.time()
@@ -569,6 +579,41 @@ def _selftest_section(res: dict) -> list[str]:
     return out + [""]
 
 
+def _upstream_section(results: list[dict], names: list[str]) -> list[str]:
+    """Per patch, the releases of this run in each state, and the first where the installed sglang had the fix:
+    what each release's upstream probe reported (``status``), not a version written in a patch's range."""
+    ran = [r for r in results if (r.get("status") or {}).get("patches")]
+    if not ran:
+        return []
+    out = ["### Where each fix is upstream, as the probe saw it", "",
+           "| patch | first release with the fix upstream | applied in | n/a in | other |", "|---|---|---|---|---|"]
+    for name in names:
+        seen = [(r["release"], next((p["state"] for p in r["status"]["patches"] if p["name"] == name), "-"))
+                for r in ran]
+        first = next((v for v, st in seen if st == "upstream"), None)
+        later = [v for v, st in seen if first and st == "applied" and Version(v) > Version(first)]
+        first_cell = (first or "none in this run") + (f" (applied again in {', '.join(later)}: look)" if later else "")
+        by = {st: [v for v, s2 in seen if s2 == st] for st in ("applied", "not-applicable")}
+        other = ", ".join(f"{v}: {st}" for v, st in seen if st not in ("applied", "not-applicable", "upstream"))
+        out.append(f"| `{name}` | {first_cell} | {_span(by['applied'], ran)} | {_span(by['not-applicable'], ran)} | "
+                   f"{other or '-'} |")
+    return out + [""]
+
+
+def _span(versions: list[str], ran: list[dict]) -> str:
+    """Releases as runs of consecutive releases of this run: ``0.5.9-0.5.12, 0.5.15``."""
+    order = [r["release"] for r in ran]
+    if not versions:
+        return "-"
+    runs: list[list[str]] = []
+    for v in versions:
+        if runs and order.index(v) == order.index(runs[-1][-1]) + 1:
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
 def _md(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -611,8 +656,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "the behaviour with the patch set on; the GPU checks are skipped on this CPU machine, each with its reason). "
         f"*EAGLE3 server*: `{SERVER_FILE}` - the real `sglang.launch_server` on CPU: EAGLE3 with the trained draft "
         "gives the outputs of the server without speculation at accept length >= 2.0, the probe sees `fc` fed 3 x "
-        "hidden, `--speculative-algorithm EAGLE` is refused at start, the speculators-format draft is served as it "
-        f"is. *plugin server*: `{PLUGIN_SERVER_FILE}` - a plain `python -m sglang.launch_server` (no "
+        "hidden, `--speculative-algorithm EAGLE` is refused at start (the tests of that file in the selection). "
+        f"*plugin server*: `{PLUGIN_SERVER_FILE}` - a plain `python -m sglang.launch_server` (no "
         "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+).",
         "",
     ]
@@ -635,6 +680,7 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
                      f"{_file_verdict(res, LAYER_TEST_FILE)} | {_file_verdict(res, SERVER_FILE)} | "
                      f"{_file_verdict(res, PLUGIN_SERVER_FILE)} |")
     lines.append("")
+    lines += _upstream_section(results, names)
     for res in results:
         v = res["release"]
         setup = res.get("setup") or {}
@@ -689,15 +735,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto",
                     help="what builds the venvs (default: uv when installed, else pip)")
     ap.add_argument("--no-selftest", action="store_true", help="leave `eagle3-patches selftest --json` out")
+    ap.add_argument("--behavioural", action="store_true", help="the behavioural suite too (about 15 min more a release)")
+    ap.add_argument("--jobs", type=int, default=2, help="releases run side by side (default 2: each keeps about one "
+                    "core busy; its set-up waits mostly on the network and the disk)")
     args = ap.parse_args(argv)
 
     data = load_data()
     spec = args.releases.split(",") if args.releases else (data["ci"] if args.ci else data["full"])
     releases = resolve_releases(spec, data)
     selection = args.tests.split() if args.tests else (CI_SELECTION if args.ci else FULL_SELECTION)
+    if args.behavioural:
+        selection = [*BEHAVIOURAL, *(t for t in selection if t not in BEHAVIOURAL)]
     output = Path(args.output) if args.output else (CI_REPORT if args.ci else COMPAT)
     command = "python tools/matrix.py" + (" --ci" if args.ci else "") + (
-        f" --releases {','.join(releases)}" if args.releases or not args.ci else "")
+        f" --releases {','.join(releases)}" if args.releases or not args.ci else "") + (
+        " --behavioural" if args.behavioural else "")
     MATRIX.mkdir(exist_ok=True)
     global RUN_LOG
     if not args.report_only:
@@ -711,18 +763,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"{DATA_FILE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}` and update the data file")
     installer = "pip" if args.report_only else choose_installer(args.installer)
     t0 = time.time()
-    results = []
-    for version in releases:
-        if args.report_only:
+    if args.report_only:
+        results = []
+        for version in releases:
             path = MATRIX / "results" / f"{version}.json"
             results.append(json.loads(path.read_text()) if path.exists() else {"release": version, "setup": {
                 "ok": False, "error": "no results yet: run tools/matrix.py"}})
-            continue
-        results.append(run_release(version, data, selection, args.timeout, args.setup_only, not args.no_selftest,
-                                   installer))
-        if not args.setup_only:  # the report so far, after every release
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(render(results, command, selection, time.time() - t0))
+    else:
+        done: dict[str, dict] = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = {pool.submit(run_release, version, data, selection, args.timeout, args.setup_only,
+                                   not args.no_selftest, installer): version for version in releases}
+            for fut in concurrent.futures.as_completed(futures):
+                done[futures[fut]] = fut.result()
+                if not args.setup_only:  # the report so far (release order), after every release
+                    output.parent.mkdir(parents=True, exist_ok=True)
+                    output.write_text(render([done[v] for v in releases if v in done], command, selection,
+                                             time.time() - t0))
+        results = [done[v] for v in releases]
     if args.setup_only:
         return 0 if all(r["setup"]["ok"] for r in results) else 1
     total = time.time() - t0

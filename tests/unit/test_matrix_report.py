@@ -1,0 +1,50 @@
+"""tools/matrix.py's report: the first release with each upstream fix comes from what the probe reported per
+release (``status``), and a fix that goes away again is flagged."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    spec = importlib.util.spec_from_file_location("matrix_tool", ROOT / "tools" / "matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _release(version: str, **states: str) -> dict:
+    return {"release": version, "setup": {"ok": True},
+            "status": {"patches": [{"name": n, "state": s, "reason": ""} for n, s in states.items()]}}
+
+
+def _row(section: list[str], patch: str) -> list[str]:
+    line = next(ln for ln in section if ln.startswith(f"| `{patch}` "))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_first_upstream_release_is_the_first_where_the_probe_saw_the_fix(matrix):
+    results = [_release("0.5.9", a="applied", b="applied"), _release("0.5.10", a="upstream", b="applied"),
+               _release("0.5.10.post1", a="upstream", b="applied"), _release("0.5.11", a="upstream", b="not-applicable")]
+    section = matrix._upstream_section(results, ["a", "b"])
+    assert _row(section, "a")[1:4] == ["0.5.10", "0.5.9", "-"]
+    assert _row(section, "b")[1:4] == ["none in this run", "0.5.9-0.5.10.post1", "0.5.11"]
+
+
+def test_a_fix_that_goes_away_again_is_flagged(matrix):
+    results = [_release("0.5.9", a="applied"), _release("0.5.10", a="upstream"), _release("0.5.11", a="applied")]
+    row = _row(matrix._upstream_section(results, ["a"]), "a")
+    assert row[1].startswith("0.5.10") and "applied again in 0.5.11" in row[1]
+    assert row[2] == "0.5.9, 0.5.11"
+
+
+def test_releases_that_did_not_report_are_left_out(matrix):
+    results = [_release("0.5.9", a="applied"), {"release": "0.5.10", "setup": {"ok": False, "error": "x"}}]
+    assert _row(matrix._upstream_section(results, ["a"]), "a")[2] == "0.5.9"
+    assert matrix._upstream_section([results[1]], ["a"]) == []
