@@ -4,53 +4,65 @@
 #   (b) sglang 0.5.9 with the fork-path diffs applied (a patched copy shadows site-packages)
 #       and runtime patching off: the behavioural patch tests again (docs/fork.md);
 #   (c) the newest sglang release the matrix knows (tools/matrix_releases.json), in its own venv
-#       under .matrix/: the behavioural suite and the plugin server (tools/matrix.py --ci; docs/compat.md).  Its venv is
-#       built in the background while (a) runs (pip waits on the network and the disk, the
-#       tests on the CPU), and (c) runs beside (b); `eagle3-patches selftest` is left out there: the suite asserts on the
-#       same checks (the run_check fixture) and the full matrix runs the command in every release.
-#       EAGLE3_SKIP_NEWEST=1 leaves it out (a quick local run).
-# Extra arguments go to the mode (a) pytest run.
+#       under .matrix/: the behavioural suite and the plugin server (tools/matrix.py --ci; docs/compat.md);
+#       `eagle3-patches selftest` is left out there: the suite asserts on the same checks (the run_check
+#       fixture) and the full matrix runs the command in every release.
+# Two streams share the two cores (each keeps about one busy: a pytest process, or one sglang server at a
+# time, whose tiny tensors run single-threaded):
+#   stream 1: mode (a) without the real servers, then mode (b);
+#   stream 2: mode (a)'s real servers (tests/e2e), while the venv of (c) is built (network and disk), then (c).
+# Stream 2's output is printed when it ends.  EAGLE3_SKIP_NEWEST=1 leaves (c) out (a quick local run).
+# Extra arguments: one mode (a) pytest run with them, in the foreground, and nothing else.
 set -euo pipefail
+set -m  # every background job in its own process group: the EXIT trap stops a stream with its children
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
 PY=.venv/bin/python
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider)
 
-newest_setup=""
-if [ "${EAGLE3_SKIP_NEWEST:-0}" != "1" ]; then
-    mkdir -p .matrix
-    $PY tools/matrix.py --setup-only --releases newest-known >.matrix/ci-setup.log 2>&1 &
-    newest_setup=$!
-    trap '[ -z "$newest_setup" ] || kill "$newest_setup" 2>/dev/null || true' EXIT
+if [ $# -gt 0 ]; then
+    echo "== mode (a): stock sglang + runtime patches ($*)"
+    exec "${PYTEST[@]}" "$@"
 fi
 
-echo "== mode (a): stock sglang + runtime patches"
-$PY -m pytest -q -p no:cacheprovider "$@"
-
-# (c) runs beside (b): each keeps about one core busy (a pytest process and one sglang child at a time)
-newest_run=""
-if [ "${EAGLE3_SKIP_NEWEST:-0}" != "1" ]; then
-    if ! wait "$newest_setup"; then
-        newest_setup=""
-        cat .matrix/ci-setup.log >&2
-        echo "mode (c): the venv of the newest known release could not be set up (above)" >&2
-        exit 1
+mkdir -p .matrix
+STREAM2_LOG=.matrix/ci-stream2.log
+stream2() {
+    local setup="" rc=0
+    if [ "${EAGLE3_SKIP_NEWEST:-0}" != "1" ]; then
+        $PY tools/matrix.py --setup-only --releases newest-known >.matrix/ci-setup.log 2>&1 &
+        setup=$!
     fi
-    newest_setup=""
-    $PY tools/matrix.py --ci --releases newest-known --no-selftest >.matrix/ci-newest.log 2>&1 &
-    newest_run=$!
-    trap '[ -z "$newest_run" ] || kill "$newest_run" 2>/dev/null || true' EXIT
-fi
+    echo "== mode (a), the real servers: tests/e2e"
+    "${PYTEST[@]}" tests/e2e || rc=$?
+    if [ -n "$setup" ]; then
+        echo "== mode (c): the newest known sglang release in its own venv"
+        if ! wait "$setup"; then
+            cat .matrix/ci-setup.log
+            echo "mode (c): the venv of the newest known release could not be set up (above)"
+            return 1
+        fi
+        cat .matrix/ci-setup.log
+        $PY tools/matrix.py --ci --releases newest-known --no-selftest || rc=$?
+    fi
+    return "$rc"
+}
+stream2 >"$STREAM2_LOG" 2>&1 &
+stream2_pid=$!
+trap '[ -z "$stream2_pid" ] || kill -- "-$stream2_pid" 2>/dev/null || true' EXIT
+
+rc_a=0 rc_b=0 rc_2=0
+echo "== mode (a): stock sglang + runtime patches (tests/e2e runs beside it: its output follows)"
+"${PYTEST[@]}" --ignore=tests/e2e || rc_a=$?
 
 echo "== mode (b): sglang with the fork-path diffs applied, runtime patching off"
 rm -rf .fork-tree
 $PY tools/make_fork_tree.py .fork-tree >/dev/null
-PYTHONPATH="$PWD/.fork-tree" $PY -m pytest -q -p no:cacheprovider tests/patches tests/fork
+PYTHONPATH="$PWD/.fork-tree" "${PYTEST[@]}" tests/patches tests/fork || rc_b=$?
 
-if [ -n "$newest_run" ]; then
-    echo "== mode (c): the newest known sglang release in its own venv (ran beside (b))"
-    rc=0
-    wait "$newest_run" || rc=$?
-    newest_run=""
-    cat .matrix/ci-setup.log .matrix/ci-newest.log
-    exit "$rc"
-fi
+wait "$stream2_pid" || rc_2=$?
+stream2_pid=""
+cat "$STREAM2_LOG"
+for rc in "$rc_a" "$rc_b" "$rc_2"; do
+    [ "$rc" = 0 ] || exit "$rc"
+done

@@ -86,7 +86,10 @@ class Proc:
         if user:
             argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
         self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-        self.p = subprocess.Popen(argv, stdout=self.out, stderr=self.err, cwd=cwd, env=_env(), start_new_session=True)
+        # SIGINT at its default, as for a command typed at a terminal: a shell's background job (a test run started
+        # with `&`) inherits it ignored, and the command then rightly ignores Ctrl-C's signal too
+        self.p = subprocess.Popen(argv, stdout=self.out, stderr=self.err, cwd=cwd, env=_env(), start_new_session=True,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def finish(self, timeout: float = 120) -> Run:
         hung = threading.Event()
