@@ -749,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output) if args.output else (CI_REPORT if args.ci else COMPAT)
     command = "python tools/matrix.py" + (" --ci" if args.ci else "") + (
         f" --releases {','.join(releases)}" if args.releases or not args.ci else "") + (
-        " --behavioural" if args.behavioural else "")
+        " --behavioural" if args.behavioural else "") + (" --no-selftest" if args.no_selftest else "")
     MATRIX.mkdir(exist_ok=True)
     global RUN_LOG
     if not args.report_only:

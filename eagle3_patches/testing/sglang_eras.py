@@ -32,14 +32,18 @@ era                   releases         what differs from the era before
                                        ``init_cuda_graphs``); verify via
                                        ``eagle_worker_v2.eagle_sample``
 ``ExtendRange``       0.5.15           ``req.set_extend_range`` (``fill_len`` gone)
-``ContextRanks``      0.5.16           rank arguments dropped from the constructors; ``init_new``
+``ContextRanks``      0.5.16           the constructors take the ranks as one ``ps`` (``ParallelState``,
+                                       built by the scheduler); ``init_new``
                                        needs ``return_hidden_states_before_norm``; verify via
                                        ``eagle_worker_common.eagle_sample``; ``ServerArgs`` can
                                        refuse a write (always from 0.5.17): ``get_context().override``
-``HiddenStatesMode``  0.5.17 - 0.5.18  ``ScheduleBatch.return_hidden_states_mode``
-``ResolveOnce``       0.5.19 - 0.5.20  ``ServerArgs.resolve_once()`` resolves (the launcher calls it)
+``HiddenStatesMode``  0.5.17 - 0.5.18  ``ScheduleBatch.return_hidden_states_mode``; the scheduler
+                                       process ``publish``-es its ``ServerArgs`` (``runtime_context``)
+``ResolveOnce``       0.5.19 - 0.5.20  ``ServerArgs.resolve_once()`` resolves (the launcher calls it);
+                                       ``ModelRunner`` publishes nothing
 ``PublishedRuntime``  0.5.21           the scheduler process ``publish``-es its config and starts
-                                       the parallel and layer runtimes itself
+                                       the parallel and layer runtimes itself; no ``ps`` (the
+                                       constructors read the published runtime)
 ``ExtendEnd``         0.5.22 - 0.5.23  ``req.extend_end`` (``set_extend_range`` gone)
 ====================  ===============  ===============================================================
 
@@ -261,13 +265,13 @@ class ExtendRange(StagedInit):
         req.set_extend_range(len(req.prefix_indices), len(req.origin_input_ids))
 
 
-#: constructor arguments that sglang 0.5.16 dropped (the ranks come from the runtime context)
+#: constructor arguments that sglang 0.5.16 folded into ``ps`` and 0.5.21 dropped (the runtime context has them)
 RANK_ARGUMENTS = frozenset({"tp_rank", "tp_size", "pp_rank", "pp_size", "moe_ep_rank", "moe_ep_size",
                             "attn_cp_rank", "moe_dp_rank", "dp_rank"})
 
 
 class ContextRanks(ExtendRange):
-    """sglang 0.5.16: ranks leave the constructors; ``eagle_worker_common``; ``ServerArgs`` guards writes."""
+    """sglang 0.5.16: the ranks travel as one ``ps``; ``eagle_worker_common``; ``ServerArgs`` guards writes."""
 
     first = "0.5.16"
 
@@ -276,7 +280,34 @@ class ContextRanks(ExtendRange):
         return importlib.util.find_spec("sglang.srt.speculative.eagle_worker_common") is not None
 
     def construct(self, cls, **kwargs: Any):
-        return super().construct(cls, **{k: v for k, v in kwargs.items() if k not in RANK_ARGUMENTS})
+        """The rank arguments become the ``ps`` (``ParallelState``) the scheduler builds from them and the
+        server arguments (``Scheduler.__init__``); ``ModelRunner``, ``TpModelWorker`` and ``EAGLEWorkerV2``
+        take it, by that name, up to 0.5.20."""
+        ranks = {k: kwargs.pop(k) for k in list(kwargs) if k in RANK_ARGUMENTS}
+        return super().construct(cls, ps=self._parallel_state(kwargs["server_args"], ranks, kwargs.get("gpu_id", 0)),
+                                 **kwargs)
+
+    @staticmethod
+    def _parallel_state(sa, ranks: dict, gpu_id: int):
+        """As ``Scheduler.__init__`` builds it; its fields vary (0.5.18 has ``attn_dcp_rank`` / ``attn_dcp_size``
+        for 0.5.16's ``dcp_size``): every field of the installed ``ParallelState`` is filled, a new one fails
+        loudly here (KeyError naming it)."""
+        import dataclasses
+
+        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+        from sglang.srt.layers.dp_attention import compute_dp_attention_world_info
+
+        tp_rank = ranks.get("tp_rank", 0)
+        attn_tp_rank, attn_tp_size, attn_dp_rank, attn_dp_size = compute_dp_attention_world_info(
+            sa.enable_dp_attention, tp_rank, sa.tp_size, sa.dp_size, sa.attn_cp_size)
+        values = dict(
+            tp_rank=tp_rank, tp_size=sa.tp_size, pp_rank=ranks.get("pp_rank", 0), pp_size=sa.pp_size,
+            dp_rank=ranks.get("dp_rank"), dp_size=sa.dp_size, attn_tp_rank=attn_tp_rank, attn_tp_size=attn_tp_size,
+            attn_cp_rank=ranks.get("attn_cp_rank", 0), attn_cp_size=sa.attn_cp_size,
+            attn_dcp_rank=tp_rank % sa.dcp_size, attn_dcp_size=sa.dcp_size, dcp_size=sa.dcp_size,
+            attn_dp_rank=attn_dp_rank, attn_dp_size=attn_dp_size, moe_ep_rank=ranks.get("moe_ep_rank", 0),
+            moe_ep_size=sa.ep_size, moe_dp_rank=ranks.get("moe_dp_rank", 0), moe_dp_size=sa.moe_dp_size, gpu_id=gpu_id)
+        return ParallelState(**{f.name: values[f.name] for f in dataclasses.fields(ParallelState)})
 
     def v2_verify_entry_point(self) -> tuple[Any, str]:  # eagle_worker_common calls it by name
         return importlib.import_module("sglang.srt.speculative.eagle_worker_common"), "eagle_sample"
@@ -299,7 +330,7 @@ class ContextRanks(ExtendRange):
 
 
 class HiddenStatesMode(ContextRanks):
-    """sglang 0.5.17 - 0.5.18: a hidden-states mode per batch."""
+    """sglang 0.5.17 - 0.5.18: a hidden-states mode per batch; the scheduler process publishes its config."""
 
     first = "0.5.17"
 
@@ -317,6 +348,15 @@ class HiddenStatesMode(ContextRanks):
             from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
 
             batch.return_hidden_states_mode = CaptureHiddenMode.FULL
+
+    def publish_process_config(self, sa, *, tp_rank: int, nccl_port: int) -> bool:
+        """``run_scheduler_process`` publishes the ``ServerArgs`` for the ``scheduler`` role (``publish``
+        resolves them) before the worker reads its config; from 0.5.19 ``ModelRunner`` no longer
+        publishes at all (0.5.16 - 0.5.18 call ``set_global_server_args_for_scheduler`` in its constructor)."""
+        from sglang.srt.runtime_context import publish
+
+        publish(sa, role="scheduler")
+        return True
 
 
 class ResolveOnce(HiddenStatesMode):
@@ -340,6 +380,9 @@ class PublishedRuntime(ResolveOnce):
     @staticmethod
     def probe() -> bool:  # 0.5.16 - 0.5.20 have the module, without the function
         return _has("sglang.srt.distributed.bootstrap", None, "init_parallel_runtime")
+
+    def construct(self, cls, **kwargs: Any):  # no ``ps``: the constructors read the published runtime
+        return V1Worker.construct(self, cls, **{k: v for k, v in kwargs.items() if k not in RANK_ARGUMENTS})
 
     def publish_process_config(self, sa, *, tp_rank: int, nccl_port: int) -> bool:
         """``run_scheduler_process`` / ``bench_one_batch``: resolve the ``ServerArgs``, ``publish`` them for
