@@ -34,7 +34,27 @@ def server_arg(name: str, default: Any = None, *, server_args: Any = None) -> An
         get_context = None
     if get_context is not None:
         try:
-            return get_context().config_leaf(name)
+            return _config_leaf(get_context(), name)
         except (AttributeError, KeyError, ValueError, RuntimeError):
             pass
     return getattr(server_args if server_args is not None else current_server_args(), name, default)
+
+
+def _config_leaf(ctx: Any, name: str) -> Any:
+    """``ctx.config_leaf(name)`` (sglang 0.5.18 on); on 0.5.17, which has ``override`` but not its read side,
+    the same walk 0.5.18's ``config_leaf`` makes: the field's ``NS`` path through the published bags."""
+    if hasattr(ctx, "config_leaf"):
+        return ctx.config_leaf(name)
+    bags = ctx._config_bags
+    if bags is None:
+        raise ValueError("config not published")
+    from sglang.srt.arg_groups.arg_utils import namespace_of
+
+    path = namespace_of(type(ctx.server_args)).get(name)
+    if path is None:
+        raise KeyError(name)
+    parts = path.split(".")
+    bag = bags[parts[0]]
+    for seg in parts[1:]:
+        bag = object.__getattribute__(bag, "_subs")[seg]
+    return getattr(bag, name)

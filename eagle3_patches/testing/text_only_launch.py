@@ -18,6 +18,15 @@ def _text_only() -> None:
     if isinstance(vars(server_args.ServerArgs).get("enable_multimodal"), (bool, type(None))):
         # a dataclass default: the releases whose constructor resolves the flags read it there
         server_args.ServerArgs.enable_multimodal = False
+    from_cli_args = vars(server_args.ServerArgs)["from_cli_args"].__func__
+
+    def text_only_from_cli_args(cls, args):
+        # the parsed flags themselves (0.5.17 - 0.5.18: the constructor resolves from them, and a resolved
+        # ServerArgs refuses a later write)
+        args.enable_multimodal = False
+        return from_cli_args(cls, args)
+
+    server_args.ServerArgs.from_cli_args = classmethod(text_only_from_cli_args)
     parse = server_args.prepare_server_args
 
     def prepare_server_args(argv):
