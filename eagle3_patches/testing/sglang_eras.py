@@ -9,9 +9,9 @@ documentation, and what the test of the choice compares the probe with
 
 The boundaries were read in the released wheels of 0.5.9 - 0.5.23 (post releases included: each
 is in its base release's era); the full matrix (``tools/matrix.py``) lists every release from 0.5.9
-on.  The suite has run on 0.5.9 - 0.5.15 and 0.5.23 (base releases; post releases: 0.5.10.post1), the
-results in docs/compat.md and its history; on 0.5.16 - 0.5.22 it has not run yet, and an era there
-does what the harness's per-call probes chose before the eras.
+on.  The worker tests on the harness (3 x H at ``fc``, the layer ids) and the real servers ran on all 19
+releases from 0.5.9 to 0.5.23 in one matrix run (docs/compat.md); the whole behavioural suite on
+0.5.9 - 0.5.15 and 0.5.23 (the file's history, and CI's newest-known mode).
 
 ====================  ===============  ===============================================================
 era                   releases         what differs from the era before
