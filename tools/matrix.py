@@ -69,15 +69,20 @@ SERVER_FILE = "tests/e2e/test_server.py"
 PLUGIN_SERVER_FILE = "tests/e2e/test_plugin_server.py"
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
 LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
+#: the selftest checks those two tests assert on (the ``run_check`` fixture): where ``selftest`` runs in the
+#: release, its checks give the two columns and the tests are not run a second time
+FC_CHECK, LAYER_CHECK = "kimi_k25_eagle3_delegation", "layer_id_convention"
 #: the EAGLE3 server's proof (the server without speculation as reference, EAGLE refused at start); the symptom
 #: server (guards off) and the speculators draft served as it is stay in CI's pinned run
 SERVER_TESTS = [f"{SERVER_FILE}::{name}" for name in (
     "test_eagle3_greedy_outputs_identical_to_no_speculation", "test_eagle3_accept_length_with_trained_draft",
     "test_eagle3_draft_fc_received_3h_inputs", "test_eagle_with_guard_on_is_refused_at_start")]
-#: the full matrix, per release: the real worker feeding 3 x H to fc, the layer-id convention, the real servers
-#: (two, and the refused start; the plugin server from 0.5.11); the patch states and the bug on stock come from
-#: `status` and `selftest`.  --behavioural adds the behavioural suite (about 15 min more a release)
-FULL_SELECTION = [FC_TEST, LAYER_TEST_FILE, *SERVER_TESTS, PLUGIN_SERVER_FILE]
+#: the full matrix, per release: the real servers (two, and the refused start; the plugin server from 0.5.11);
+#: the patch states, the bug on stock, the real worker feeding 3 x H to fc and the layer-id convention come from
+#: `status` and `selftest` (with --no-selftest the two tests of the same checks run instead: SELFTEST_TWINS).
+#: --behavioural adds the behavioural suite (about 15 min more a release)
+FULL_SELECTION = [*SERVER_TESTS, PLUGIN_SERVER_FILE]
+SELFTEST_TWINS = {FC_CHECK: FC_TEST, LAYER_CHECK: LAYER_TEST_FILE}
 #: --ci runs the behavioural suite and the plugin server (about 12 min a release on 2 cores), on fewer releases
 CI_SELECTION = [*BEHAVIOURAL, PLUGIN_SERVER_FILE]
 TORCH_PIN = "torch==2.13.0"
@@ -169,6 +174,9 @@ def release_extras(version: str, data: dict) -> list[str]:
 # -- environments -------------------------------------------------------------------------------
 #: this run's log (.matrix/logs/run-<start>.log), kept as the evidence of a generated table; set by main()
 RUN_LOG: Path | None = None
+#: the cores each of the releases run side by side gets (--jobs): every process of a release runs this many OpenMP
+#: threads; set by main()
+RELEASE_THREADS: int | None = None
 
 
 def log(msg: str) -> None:
@@ -374,10 +382,17 @@ def setup_release(version: str, data: dict, installer: str = "pip") -> dict:
 
 # -- running ------------------------------------------------------------------------------------
 def _env(version: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")}
+    # bytecode in a tree of the release's own under .matrix/, written by the first process that imports a module:
+    # nothing is written into the checkout, and no process compiles torch, transformers and sglang from source
+    # again (uv installs no bytecode; without it importing sglang's model runner took 11.4 s a process, with it 3.5 s)
+    env["PYTHONPYCACHEPREFIX"] = str(MATRIX / "pycache" / version)
     # tiny checkpoints are release-independent, but releases run side by side (--jobs): one cache each
     env["EAGLE3_TINY_CACHE"] = str(MATRIX / "tiny" / version)
+    if RELEASE_THREADS:  # torch's default is a thread per core in every process: two releases side by side then
+        # oversubscribe the cores (measured on 2 cores, two releases: 6.3 min with the default, 5.3 min with one each)
+        env.setdefault("OMP_NUM_THREADS", str(RELEASE_THREADS))
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     return env
@@ -525,16 +540,14 @@ SHORT = {"applied": "applied", "upstream": "upstream", "not-applicable": "n/a", 
          "not-selected": "off", "disabled": "disabled", "pending": "pending", "in-source": "in-source"}
 
 
-def _fc_verdict(res: dict) -> str:
-    suite = res.get("suite") or {}
-    state = next((v for k, v in suite.get("tests", {}).items() if k.endswith(FC_TEST.split("/", 1)[1]) or k == FC_TEST),
-                 None)
-    if state == "passed":
+def _check_verdict(res: dict, check: str) -> str:
+    """The selftest check ``check`` where selftest ran in the release, else its twin test in the suite."""
+    found = next((c for c in (res.get("selftest") or {}).get("checks", []) if c["name"] == check), None)
+    if found is None:
+        return _file_verdict(res, SELFTEST_TWINS[check])
+    if found["status"] == "passed":
         return "yes"
-    if state is None:
-        return "not run"
-    why = next((f["why"] for f in suite.get("failures", []) if f["test"].endswith("test_patched_kimi_eagle3_feeds_3h_to_fc")), "")
-    return f"no ({state}{': ' + why if why else ''})"
+    return f"{'no' if found['status'] == 'failed' else found['status']} (selftest: {_md(found['reason'])[:200]})"
 
 
 def _file_verdict(res: dict, path: str) -> str:
@@ -593,9 +606,11 @@ def _upstream_section(results: list[dict], names: list[str]) -> list[str]:
         first = next((v for v, st in seen if st == "upstream"), None)
         later = [v for v, st in seen if first and st == "applied" and Version(v) > Version(first)]
         first_cell = (first or "none in this run") + (f" (applied again in {', '.join(later)}: look)" if later else "")
-        by = {st: [v for v, s2 in seen if s2 == st] for st in ("applied", "not-applicable")}
-        other = ", ".join(f"{v}: {st}" for v, st in seen if st not in ("applied", "not-applicable", "upstream"))
-        out.append(f"| `{name}` | {first_cell} | {_span(by['applied'], ran)} | {_span(by['not-applicable'], ran)} | "
+        by = {st: [v for v, s2 in seen if s2 == st] for st in dict.fromkeys(s2 for _, s2 in seen)}
+        other = ", ".join(f"{st}: {_span(vs, ran)}" for st, vs in by.items()
+                          if st not in ("applied", "not-applicable", "upstream"))
+        out.append(f"| `{name}` | {first_cell} | {_span(by.get('applied', []), ran)} | "
+                   f"{_span(by.get('not-applicable', []), ran)} | "
                    f"{other or '-'} |")
     return out + [""]
 
@@ -649,9 +664,10 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "the patch's range, or the code it targets is not what it was written for; sglang left untouched), "
         "**off** (opt-in patch, not selected). *3 x H at fc*: the real EAGLE worker (`EAGLEWorker`; "
         "`EAGLEWorkerV2`, the only one from 0.5.13) on the tiny Kimi-K2.5 "
-        f"(`{FC_TEST}`) fed `[tokens, 3 x hidden]` to the draft's `fc`. *Layer ids*: "
-        f"`{LAYER_TEST_FILE}` - draft ids `[2, 3, 4]` (library convention, output of layer i) captured exactly "
-        "the outputs of layers 2, 3, 4 (compared with forward hooks on the decoder layers). *selftest*: "
+        f"fed `[tokens, 3 x hidden]` to the draft's `fc` (selftest's check `{FC_CHECK}`, which `{FC_TEST}` asserts "
+        f"on; that test instead with --no-selftest). *Layer ids*: draft ids `[2, 3, 4]` (library convention, output "
+        "of layer i) captured exactly the outputs of layers 2, 3, 4, compared with forward hooks on the decoder "
+        f"layers (selftest's check `{LAYER_CHECK}`; `{LAYER_TEST_FILE}` with --no-selftest). *selftest*: "
         "`eagle3-patches selftest --json` in the release's venv (per patch, the bug observed on stock sglang and "
         "the behaviour with the patch set on; the GPU checks are skipped on this CPU machine, each with its reason). "
         f"*EAGLE3 server*: `{SERVER_FILE}` - the real `sglang.launch_server` on CPU: EAGLE3 with the trained draft "
@@ -676,8 +692,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         cells = [SHORT.get(states[n]["state"], states[n]["state"]) if n in states else "-" for n in names]
         s = res.get("suite") or {}
         suite = f"{s.get('passed', 0)}/{s.get('failed', 0) + s.get('errors', 0)}/{s.get('skipped', 0)}"
-        lines.append(f"| {v} | {tf} | " + " | ".join(cells) + f" | {suite} | {_selftest_cell(res)} | {_fc_verdict(res)} | "
-                     f"{_file_verdict(res, LAYER_TEST_FILE)} | {_file_verdict(res, SERVER_FILE)} | "
+        lines.append(f"| {v} | {tf} | " + " | ".join(cells) + f" | {suite} | {_selftest_cell(res)} | {_check_verdict(res, FC_CHECK)} | "
+                     f"{_check_verdict(res, LAYER_CHECK)} | {_file_verdict(res, SERVER_FILE)} | "
                      f"{_file_verdict(res, PLUGIN_SERVER_FILE)} |")
     lines.append("")
     lines += _upstream_section(results, names)
@@ -744,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = args.releases.split(",") if args.releases else (data["ci"] if args.ci else data["full"])
     releases = resolve_releases(spec, data)
     selection = args.tests.split() if args.tests else (CI_SELECTION if args.ci else FULL_SELECTION)
+    if args.no_selftest and not args.tests and not args.ci:
+        selection = [*SELFTEST_TWINS.values(), *selection]
     if args.behavioural:
         selection = [*BEHAVIOURAL, *(t for t in selection if t not in BEHAVIOURAL)]
     output = Path(args.output) if args.output else (CI_REPORT if args.ci else COMPAT)
@@ -751,7 +769,8 @@ def main(argv: list[str] | None = None) -> int:
         f" --releases {','.join(releases)}" if args.releases or not args.ci else "") + (
         " --behavioural" if args.behavioural else "") + (" --no-selftest" if args.no_selftest else "")
     MATRIX.mkdir(exist_ok=True)
-    global RUN_LOG
+    global RUN_LOG, RELEASE_THREADS
+    RELEASE_THREADS = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
     if not args.report_only:
         (MATRIX / "logs").mkdir(exist_ok=True)
         RUN_LOG = MATRIX / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}.log"

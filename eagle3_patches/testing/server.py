@@ -29,6 +29,9 @@ CPU_FLAGS = [
     # which turns it off on CPU itself ("Overlap schedule is not implemented for speculative decoding on CPU")
     "--disable-overlap-schedule",
     "--grammar-backend", "none",
+    # the triton decode kernel runs under the interpreter one program per KV split: one split made a plain decode
+    # step about 3x and an EAGLE3 cycle about 1.4x faster here (2 cores), with the same greedy tokens
+    "--triton-attention-num-kv-splits", "1",
     "--skip-server-warmup",
     "--mem-fraction-static", "0.05",
     "--max-total-tokens", "4096",
