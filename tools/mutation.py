@@ -8,12 +8,17 @@
     python tools/mutation.py --module M --line N  # only the mutants on line N of M (a partial session)
     python tools/mutation.py --module M --retry-survivors   # after a test got stronger: M's survivors again
 
-The tool is cosmic-ray (pinned in tools/requirements-mutation.txt, installed into .venv on first use; not a
-test or CI dependency).  cosmic-ray writes each mutant into the source file on disk and runs a shell test
-command, so the mutant reaches every process the tests start: the ``spawn``-ed sglang children of
-``run_isolated`` / ``run_ranks`` and the real servers, all of which import eagle3_patches from this checkout
-(the editable install).  Tools that switch mutants in-process (mutmut 3's trampolines, selected by an
-environment variable in a copied tree) do not reach those children reliably.
+The tool is cosmic-ray (pinned in tools/requirements-mutation.txt with coverage.py, installed into .venv on first
+use; not a test or CI dependency): its operators make the mutants, its session database keeps them, and each
+mutant is written into the source file on disk before the tests run, so it reaches every process the tests
+start: the ``spawn``-ed sglang children of ``run_isolated`` / ``run_ranks`` and the real servers.  Tools that
+switch mutants in-process (mutmut 3's trampolines, selected by an environment variable in a copied tree) do not
+reach those children reliably.  This script schedules the mutants itself (cosmic-ray's own ``exec`` runs one
+command for every mutant, one at a time): ``--workers`` of them side by side (default 2), each in its own copy of
+the checkout (``.mutation/worker-K``; the first is the checkout itself), whose tests and sglang children import
+eagle3_patches from that copy; and each mutant's tests in the order that kills it soonest: the module's tests run
+once with coverage.py in every process (tools/mutation_coverage.py), and a mutant's tests start with those that
+ran its lines.  Every test still runs for a survivor, so the order changes the time, never the verdict.
 
 Each module's mutants run against that module's own test files, derived, not kept by hand: the test files
 named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it, name its
@@ -38,6 +43,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -208,10 +214,11 @@ def tests_for(module: Path) -> list[Path]:
     return named
 
 
-def test_command(module: Path, files: list[Path]) -> str:
-    marker = ' -m "not stock"' if module.parent.name == "patches" else ""
-    rel = " ".join(str(p.relative_to(ROOT)) for p in files)
-    return f"{VENV_PY} -m pytest -x -q -p no:cacheprovider --no-header -W ignore{marker} {rel}"
+def test_argv(module: Path, files: list[Path]) -> list[str]:
+    """The module's test command; its test files (or node ids) come last."""
+    marker = ["-m", "not stock"] if module.parent.name == "patches" else []
+    return [str(VENV_PY), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-W", "ignore", *marker,
+            *(str(p.relative_to(ROOT)) for p in files)]
 
 
 def slug(module: Path) -> str:
@@ -261,19 +268,110 @@ def restore_leftovers() -> None:
         saved.unlink()
 
 
+# ---------------------------------------------------------------------------------------------------- workers
+def worker_roots(n: int) -> list[Path]:
+    """Where each of ``n`` workers writes its mutants and runs its tests: this checkout, then copies of it
+    (``.mutation/worker-K``: every file git tracks or does not ignore, as it is now; made afresh each run).
+    A worker's tests import eagle3_patches from its own root (it is their working directory and ``PYTHONPATH``,
+    ahead of the editable install), and so do the sglang processes they start, so two mutants never meet."""
+    roots = [ROOT]
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    for k in range(1, n):
+        copy = STATE / f"worker-{k}"
+        shutil.rmtree(copy, ignore_errors=True)
+        for rel in filter(None, listed):
+            src = ROOT / rel
+            if src.is_file():
+                (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, copy / rel)
+        roots.append(copy)
+    return roots
+
+
+def worker_env(root: Path, k: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    env["EAGLE3_TINY_CACHE"] = str(STATE / f"tiny-{k}")  # tiny checkpoints are built on first use: one cache a worker
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no stale .pyc may hide a mutant written within the same second
+    return env
+
+
+def run_command(argv: list[str], root: Path, env: dict[str, str], timeout: float) -> tuple[str, str]:
+    """``(outcome, output)``: "survived" when the tests pass, "killed" when they fail or time out (the test
+    command's whole process group is killed, sglang's children with it), cosmic-ray's meaning of both."""
+    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            proc.kill()
+        proc.communicate()
+        return "killed", "timeout"
+    return ("survived" if proc.returncode == 0 else "killed"), out.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------------- coverage
+def coverage_map(module: Path, argv: list[str], root: Path, timeout: float) -> dict:
+    """The module's tests run once with coverage in every process (tools/mutation_coverage.py): whether they
+    pass, how long they took, the node ids in order, and for each line of the module the tests that ran it
+    ("" for the pytest process outside any test: collection, imports)."""
+    import coverage
+
+    data_dir = STATE / "coverage" / slug(module)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    data_dir.mkdir(parents=True)
+    env = worker_env(root, 0)
+    env.update({"EAGLE3_MUTATION_COVERAGE": str(data_dir / "cov"), "EAGLE3_MUTATION_INCLUDE": str(module),
+                "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), env["PYTHONPATH"]])})
+    t0 = time.monotonic()
+    outcome, output = run_command([*argv[:3], "-p", "mutation_coverage", *argv[3:]], root, env, timeout)
+    seconds = time.monotonic() - t0
+    tests_file = data_dir / "cov.tests.json"
+    tests = json.loads(tests_file.read_text()) if tests_file.exists() else []
+    cov = coverage.Coverage(data_file=str(data_dir / "combined"), config_file=False)
+    cov.combine([str(data_dir)], keep=True)
+    data = cov.get_data()
+    lines: dict[int, set[str]] = {}
+    for measured in data.measured_files():
+        if Path(measured).resolve() == module.resolve():
+            lines = {n: set(c) for n, c in data.contexts_by_lineno(measured).items()}
+    return {"passed": outcome == "survived", "seconds": seconds, "output": output, "tests": tests, "lines": lines}
+
+
+def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: int) -> list[str]:
+    """Every test, those that ran lines ``first``..``last`` first: a mutant there dies at the first test that
+    notices it (``pytest -x``), and a survivor still runs all of them.  A line run outside any test (imports,
+    collection) or never seen keeps the usual order."""
+    ran: set[str] = set()
+    for n in range(first, last + 1):
+        ran |= lines.get(n, set())
+    if not ran or "" in ran:
+        return tests
+    return [t for t in tests if t in ran] + [t for t in tests if t not in ran]
+
+
 def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int],
-               retry_survivors: bool = False) -> None:
-    from cosmic_ray.commands import execute, init
-    from cosmic_ray.config import ConfigDict
-    from cosmic_ray.testing import run_tests
+               retry_survivors: bool = False, workers: int = 1) -> None:
+    import concurrent.futures
+    import queue
+
+    from cosmic_ray.commands import init
+    from cosmic_ray.mutating import _make_diff, use_mutation
+    from cosmic_ray.plugins import get_operator
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     files = tests_for(module)
     if not files:
         print(f"{module.relative_to(ROOT)}: no test files found; skipped")
         return
-    command = test_command(module, files)
+    argv = test_argv(module, files)
+    files_at = len(argv) - len(files)
+    command = shlex.join(argv)
     db_path = STATE / f"{slug(module)}.sqlite"
     meta_path = STATE / f"{slug(module)}.json"
     source = module.read_text()
@@ -284,15 +382,15 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
             fresh = True
     else:
         fresh = True
-    print(f"== {module.relative_to(ROOT)}\n   tests: {command.split(' -W ignore', 1)[1].strip()}", flush=True)
-    t0 = time.monotonic()
-    outcome, output = run_tests(command, 3600)
-    baseline = time.monotonic() - t0
-    if outcome.value != "survived":  # cosmic-ray's name for "the tests passed"
-        print(f"   baseline FAILED: the unmutated tests do not pass; module skipped\n{output[-3000:]}")
+    print(f"== {module.relative_to(ROOT)}\n   tests: {shlex.join(argv[files_at - 2 if '-m' in argv else files_at:])}",
+          flush=True)
+    cov = coverage_map(module, argv, ROOT, 3600)
+    if not cov["passed"]:  # the unmutated tests must pass
+        print(f"   baseline FAILED: the unmutated tests do not pass; module skipped\n{cov['output'][-3000:]}")
         return
-    timeout = max(120.0, baseline * timeout_factor)
-    print(f"   baseline {baseline:.0f} s; per-mutant timeout {timeout:.0f} s", flush=True)
+    timeout = max(120.0, cov["seconds"] * timeout_factor)
+    print(f"   baseline {cov['seconds']:.0f} s with coverage ({len(cov['tests'])} tests, {len(cov['lines'])} lines "
+          f"run); per-mutant timeout {timeout:.0f} s", flush=True)
     if fresh:
         with use_db(str(db_path), WorkDB.Mode.create) as db:
             init([module], db, {})
@@ -303,8 +401,6 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
         meta_path.write_text(json.dumps({"source": source, "command": command, "lines": lines,
                                           "started": time.strftime("%Y-%m-%d")}))
-    config = ConfigDict({"module-path": str(module), "timeout": timeout, "test-command": command,
-                         "distributor": {"name": "local"}, "excluded-modules": []})
     if retry_survivors and not fresh:  # the tests got stronger: the survivors run again, the rest is kept
         import sqlite3
 
@@ -316,12 +412,42 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
     saved = STATE / "originals" / f"{slug(module)}.py"
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(f"# path: {module.relative_to(ROOT)}\n{source}")
+    roots = worker_roots(workers)
+    free: queue.Queue[int] = queue.Queue()
+    for k in range(len(roots)):
+        free.put(k)
+
+    def one(item) -> WorkResult:
+        k = free.get()
+        try:
+            spec = item.mutations[0]
+            target = roots[k] / module.relative_to(ROOT)
+            with use_mutation(target, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence) as (
+                    original, mutated):
+                if mutated is None:
+                    return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
+                order = test_order(cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0])
+                outcome, output = run_command([*argv[:files_at], *order], roots[k], worker_env(roots[k], k), timeout)
+            diff = "\n".join(_make_diff(original, mutated, module))
+            return WorkResult(output=output, diff=diff, test_outcome=TestOutcome(outcome),
+                              worker_outcome=WorkerOutcome.NORMAL)
+        except Exception as exc:  # noqa: BLE001 - recorded as cosmic-ray records a broken worker
+            return WorkResult(output=f"{type(exc).__name__}: {exc}", test_outcome=TestOutcome.INCOMPETENT,
+                              worker_outcome=WorkerOutcome.EXCEPTION)
+        finally:
+            free.put(k)
+
     try:
         with use_db(str(db_path), WorkDB.Mode.open) as db:
-            total = sum(1 for _ in db.pending_work_items)
-            print(f"   {total} mutants to run", flush=True)
+            pending = list(db.pending_work_items)
+            print(f"   {len(pending)} mutants to run on {len(roots)} worker(s)", flush=True)
             t1 = time.monotonic()
-            execute(db, config)
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(roots)) as pool:
+                futures = {pool.submit(one, item): item for item in pending}
+                for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                    db.set_result(futures[future].job_id, future.result())  # sqlite: this thread only
+                    if done % 10 == 0 or done == len(pending):
+                        print(f"   {done}/{len(pending)} ({time.monotonic() - t1:.0f} s)", flush=True)
             print(f"   ran in {time.monotonic() - t1:.0f} s", flush=True)
     finally:
         if module.read_text() != source:
@@ -391,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-survivors", action="store_true",
                         help="run the surviving mutants of the existing sessions again (after the tests got stronger)")
     parser.add_argument("--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="mutants run side by side, each worker in its own copy of the checkout (default: "
+                             "2 or the number of cores, if fewer)")
     args = parser.parse_args(argv)
     ensure_environment()
     os.chdir(ROOT)
@@ -422,11 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     # stale bytecode could hide a mutant of the same size written within the same second
     for cache in (ROOT / "eagle3_patches").rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
-    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    os.environ.setdefault("EAGLE3_TINY_CACHE", str(STATE / "tiny"))
     for module in modules:
         run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line,
-                   retry_survivors=args.retry_survivors)
+                   retry_survivors=args.retry_survivors, workers=max(1, args.workers))
     report(modules)
     return 0
 

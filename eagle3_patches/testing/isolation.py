@@ -55,12 +55,28 @@ def run_isolated(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+#: where :func:`free_port` looks: below the kernel's ephemeral range (32768-60999 by default), from which every
+#: outgoing connection on the machine takes its source port, so that none can take the port between the check here
+#: and the bind in sglang seconds later (a TP rank's gloo store got "connection reset by peer" and hung when the
+#: kernel's port 0 was used with two matrix releases serving side by side); and low enough for the ports sglang
+#: derives from a server's ``--port`` (0.5.11: the gRPC port is ``--port + 10000``, at most 65535)
+PORT_RANGE = (20000, 32768)
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on now, drawn at random from :data:`PORT_RANGE`."""
+    import random
     import socket
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    for _ in range(200):
+        port = random.randrange(*PORT_RANGE)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {PORT_RANGE[0]}-{PORT_RANGE[1] - 1}")
 
 
 def run_ranks(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Sequence
+
+from .isolation import free_port
 
 #: flags every CPU server needs (docs/cpu-profile.md, docs/e2e.md)
 CPU_FLAGS = [
@@ -48,25 +49,6 @@ def speculative_flags(draft: str, algorithm: str = "EAGLE3", steps: int = 3, top
         "--speculative-eagle-topk", str(topk),
         "--speculative-num-draft-tokens", str(draft_tokens),
     ]
-
-
-#: where :func:`free_port` looks: sglang derives more ports from ``--port`` (0.5.11: the gRPC port is
-#: ``--port + 10000`` and must stay <= 65535), so the kernel's ephemeral ports (up to 60999) are too high
-PORT_RANGE = (20000, 45000)
-
-
-def free_port() -> int:
-    import random
-
-    for _ in range(200):
-        port = random.randrange(*PORT_RANGE)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise ServerError(f"no free loopback port in {PORT_RANGE[0]}-{PORT_RANGE[1]}")
 
 
 class ServerError(RuntimeError):

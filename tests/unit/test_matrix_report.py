@@ -48,3 +48,29 @@ def test_releases_that_did_not_report_are_left_out(matrix):
     results = [_release("0.5.9", a="applied"), {"release": "0.5.10", "setup": {"ok": False, "error": "x"}}]
     assert _row(matrix._upstream_section(results, ["a"]), "a")[2] == "0.5.9"
     assert matrix._upstream_section([results[1]], ["a"]) == []
+
+
+def test_the_fc_and_layer_columns_come_from_selftest_where_it_ran(matrix):
+    passed = {"name": matrix.FC_CHECK, "status": "passed", "reason": "needed: it fixes it"}
+    failed = {"name": matrix.LAYER_CHECK, "status": "failed", "reason": "with the patch set on: layers [1, 2, 3]"}
+    res = {"release": "0.5.13", "selftest": {"checks": [passed, failed]},
+           "suite": {"tests": {matrix.FC_TEST: "failed", f"{matrix.LAYER_TEST_FILE}::test_x": "passed"}}}
+    assert matrix._check_verdict(res, matrix.FC_CHECK) == "yes"  # the check, not the suite's stale result
+    assert matrix._check_verdict(res, matrix.LAYER_CHECK).startswith("no (selftest: with the patch set on: layers")
+
+
+def test_without_selftest_the_twin_tests_give_the_columns_and_run(matrix):
+    res = {"release": "0.5.9", "suite": {"tests": {matrix.FC_TEST: "passed", f"{matrix.LAYER_TEST_FILE}::t": "passed"},
+                                         "failures": []}}
+    assert matrix._check_verdict(res, matrix.FC_CHECK) == matrix._check_verdict(res, matrix.LAYER_CHECK) == "yes"
+    assert matrix._check_verdict({"release": "0.5.9", "suite": {"tests": {}}}, matrix.FC_CHECK) == "not run"
+    assert set(matrix.SELFTEST_TWINS.values()).isdisjoint(matrix.FULL_SELECTION)  # selftest runs the same checks
+
+
+def test_the_release_processes_get_their_share_of_the_cores(matrix, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(matrix, "RELEASE_THREADS", 1)
+    env = matrix._env("0.5.9")
+    assert env["OMP_NUM_THREADS"] == "1"
+    # bytecode goes to the release's own tree, never into the checkout or the venv, and is written
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"].endswith("pycache/0.5.9")
