@@ -72,7 +72,7 @@ CORE_KEPT = ("AddNot", "ReplaceTrueWithFalse", "ReplaceFalseWithTrue", "ReplaceA
 
 # ---------------------------------------------------------------------------------------------------- environment
 def ensure_environment() -> None:
-    """Run under .venv's python with cosmic-ray installed (tools/setup_env.sh, then the pinned tool)."""
+    """Run under .venv's python with cosmic-ray and coverage.py installed (tools/setup_env.sh, then the pinned tools)."""
     try:
         in_venv = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
     except OSError:
@@ -80,10 +80,10 @@ def ensure_environment() -> None:
     if in_venv:
         import importlib.util
 
-        if importlib.util.find_spec("cosmic_ray") is not None:
+        if all(importlib.util.find_spec(name) is not None for name in ("cosmic_ray", "coverage")):
             return
     subprocess.run(["bash", str(ROOT / "tools" / "setup_env.sh")], check=True)
-    probe = subprocess.run([str(VENV_PY), "-c", "import cosmic_ray"], capture_output=True)
+    probe = subprocess.run([str(VENV_PY), "-c", "import cosmic_ray, coverage"], capture_output=True)
     if probe.returncode != 0:
         subprocess.run([str(VENV_PY), "-m", "pip", "install", "-q", "-r", str(ROOT / "tools" / "requirements-mutation.txt")],
                        check=True)
