@@ -3,26 +3,16 @@ sources (syntax trees, docstrings and formatting ignored) on small synthetic sou
 
 from __future__ import annotations
 
-import sys
 import types
 import zipfile
-from pathlib import Path
 
 import pytest
 
 from eagle3_patches.registry import NotApplicable, Patch, Saver, Touch, expect_attr, expect_source, recording_touches
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.fixture(scope="module")
-def drift():
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import drift_report
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-    return drift_report
+def drift(tool):
+    return tool("drift_report")
 
 
 OLD = '''

@@ -3,20 +3,12 @@ release (``status``), and a fix that goes away again is flagged."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def matrix():
-    spec = importlib.util.spec_from_file_location("matrix_tool", ROOT / "tools" / "matrix.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def matrix(tool):
+    return tool("matrix")
 
 
 def _release(version: str, **states: str) -> dict:

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 TESTS = ["t.py::a", "t.py::b", "u.py::c", "u.py::d"]
 
 
 @pytest.fixture(scope="module")
-def mutation():
-    spec = importlib.util.spec_from_file_location("mutation_tool", ROOT / "tools" / "mutation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def mutation(tool):
+    return tool("mutation")
 
 
 def test_the_tests_that_ran_the_lines_come_first_and_every_test_stays(mutation):

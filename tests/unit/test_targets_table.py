@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.fixture(scope="module")
-def release(tmp_path_factory):
+def release(tmp_path_factory, tool):
     """The installed sglang's models/*.py, packed as the wheel the tool reads (no download)."""
     import importlib.util
 
@@ -26,11 +22,7 @@ def release(tmp_path_factory):
     with zipfile.ZipFile(wheel, "w") as zf:
         for f in models.glob("*.py"):
             zf.write(f, f"sglang/srt/models/{f.name}")
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import targets_table
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
+    targets_table = tool("targets_table")
     import eagle3_patches
 
     by_name, registered = targets_table.read_release(wheel)
