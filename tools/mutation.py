@@ -330,9 +330,9 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float) -> d
     t0 = time.monotonic()
     outcome, output = run_command([*argv[:3], "-p", "mutation_coverage", *argv[3:]], root, env, timeout)
     seconds = time.monotonic() - t0
-    tests_file = data_dir / "cov.tests.json"
+    tests_file = data_dir / "tests.json"
     tests = json.loads(tests_file.read_text()) if tests_file.exists() else []
-    cov = coverage.Coverage(data_file=str(data_dir / "combined"), config_file=False)
+    cov = coverage.Coverage(data_file=str(data_dir / "cov"), config_file=False)  # combines cov.* into cov
     cov.combine([str(data_dir)], keep=True)
     data = cov.get_data()
     lines: dict[int, set[str]] = {}
@@ -382,8 +382,8 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
             fresh = True
     else:
         fresh = True
-    print(f"== {module.relative_to(ROOT)}\n   tests: {shlex.join(argv[files_at - 2 if '-m' in argv else files_at:])}",
-          flush=True)
+    print(f"== {module.relative_to(ROOT)}\n   tests: {shlex.join(argv[files_at:])}"
+          + (' (-m "not stock")' if "not stock" in argv else ""), flush=True)
     cov = coverage_map(module, argv, ROOT, 3600)
     if not cov["passed"]:  # the unmutated tests must pass
         print(f"   baseline FAILED: the unmutated tests do not pass; module skipped\n{cov['output'][-3000:]}")

@@ -9,7 +9,7 @@ process a test starts: coverage's ``a1_coverage.pth`` starts measurement in any 
 ``COVERAGE_PROCESS_CONFIG`` in its environment, and this plugin rewrites that variable before each test with the
 test's node id as the static context, so the ``spawn``-ed sglang children of ``run_isolated`` / ``run_ranks``
 label their lines with the test that started them (``patch = _exit`` saves the data of a child that multiprocessing
-ends with ``os._exit``).  The collected node ids, in order, go to DATAFILE + ".tests.json".
+ends with ``os._exit``).  The collected node ids, in order, go to ``tests.json`` beside DATAFILE.
 
 Only tools/mutation.py uses it, to run each mutant's tests in a better order (never fewer tests).
 """
@@ -41,7 +41,7 @@ def _child_config(context: str) -> str:
 
 
 def pytest_collection_finish(session) -> None:
-    with open(_DATA + ".tests.json", "w") as fh:
+    with open(os.path.join(os.path.dirname(_DATA), "tests.json"), "w") as fh:
         json.dump([item.nodeid for item in session.items], fh)
 
 
