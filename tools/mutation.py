@@ -257,27 +257,17 @@ def _live_run() -> int | None:
     return pid
 
 
-def restore_leftovers() -> None:
-    """A run killed mid-mutant leaves the mutant on disk: put the saved original back."""
-    for saved in (STATE / "originals").glob("*.py") if (STATE / "originals").is_dir() else ():
-        target = ROOT / saved.read_text().split("\n", 1)[0].removeprefix("# path: ")
-        original = saved.read_text().split("\n", 1)[1]
-        if target.is_file() and target.read_text() != original:
-            print(f"restoring {target.relative_to(ROOT)} (a previous run stopped mid-mutant)")
-            target.write_text(original)
-        saved.unlink()
-
-
 # ---------------------------------------------------------------------------------------------------- workers
 def worker_roots(n: int) -> list[Path]:
-    """Where each of ``n`` workers writes its mutants and runs its tests: this checkout, then copies of it
-    (``.mutation/worker-K``: every file git tracks or does not ignore, as it is now; made afresh each run).
-    A worker's tests import eagle3_patches from its own root (it is their working directory and ``PYTHONPATH``,
-    ahead of the editable install), and so do the sglang processes they start, so two mutants never meet."""
-    roots = [ROOT]
+    """Where each of ``n`` workers writes its mutants and runs its tests: copies of this checkout
+    (``.mutation/worker-K``: every file git tracks or does not ignore, as it is now; made afresh each run, so a
+    run stopped mid-mutant leaves nothing behind, and the checkout itself is never mutated: work and commits go
+    on during a run).  A worker's tests import eagle3_patches from its own root (it is their working directory
+    and ``PYTHONPATH``, ahead of the editable install), and so do the sglang processes they start."""
+    roots = []
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
                             capture_output=True).stdout.decode().split("\0")
-    for k in range(1, n):
+    for k in range(n):
         copy = STATE / f"worker-{k}"
         shutil.rmtree(copy, ignore_errors=True)
         for rel in filter(None, listed):
@@ -409,9 +399,6 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
             rows = con.execute("SELECT job_id, diff FROM work_results WHERE upper(test_outcome) = 'SURVIVED'").fetchall()
             again = [(job,) for job, diff in rows if (rel, *diff_lines(diff or "")) not in equiv]
             con.executemany("DELETE FROM work_results WHERE job_id = ?", again)
-    saved = STATE / "originals" / f"{slug(module)}.py"
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.write_text(f"# path: {module.relative_to(ROOT)}\n{source}")
     roots = worker_roots(workers)
     free: queue.Queue[int] = queue.Queue()
     for k in range(len(roots)):
@@ -437,22 +424,17 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
         finally:
             free.put(k)
 
-    try:
-        with use_db(str(db_path), WorkDB.Mode.open) as db:
-            pending = list(db.pending_work_items)
-            print(f"   {len(pending)} mutants to run on {len(roots)} worker(s)", flush=True)
-            t1 = time.monotonic()
-            with concurrent.futures.ThreadPoolExecutor(max_workers=len(roots)) as pool:
-                futures = {pool.submit(one, item): item for item in pending}
-                for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                    db.set_result(futures[future].job_id, future.result())  # sqlite: this thread only
-                    if done % 10 == 0 or done == len(pending):
-                        print(f"   {done}/{len(pending)} ({time.monotonic() - t1:.0f} s)", flush=True)
-            print(f"   ran in {time.monotonic() - t1:.0f} s", flush=True)
-    finally:
-        if module.read_text() != source:
-            module.write_text(source)
-        saved.unlink(missing_ok=True)
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        pending = list(db.pending_work_items)
+        print(f"   {len(pending)} mutants to run on {len(roots)} worker(s)", flush=True)
+        t1 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(roots)) as pool:
+            futures = {pool.submit(one, item): item for item in pending}
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                db.set_result(futures[future].job_id, future.result())  # sqlite: this thread only
+                if done % 10 == 0 or done == len(pending):
+                    print(f"   {done}/{len(pending)} ({time.monotonic() - t1:.0f} s)", flush=True)
+        print(f"   ran in {time.monotonic() - t1:.0f} s", flush=True)
 
 
 def results(module: Path) -> dict | None:
@@ -547,10 +529,6 @@ def main(argv: list[str] | None = None) -> int:
     if live is not None:
         parser.error(f"a mutation run (pid {live}) is still going in this checkout; one at a time")
     (STATE / "lock").write_text(str(os.getpid()))
-    restore_leftovers()
-    # stale bytecode could hide a mutant of the same size written within the same second
-    for cache in (ROOT / "eagle3_patches").rglob("__pycache__"):
-        shutil.rmtree(cache, ignore_errors=True)
     for module in modules:
         run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line,
                    retry_survivors=args.retry_survivors, workers=max(1, args.workers))
