@@ -45,7 +45,7 @@ from packaging.specifiers import SpecifierSet
 from ..checkpoint.layer_ids import CONVENTION_KEY
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..registry import NotApplicable, Patch, Saver, State, in_source, source_of
+from ..registry import NotApplicable, Patch, Saver, State, expect_source, in_source, source_of
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -155,22 +155,18 @@ class SpeculatorsDraftConfig(Patch):
     remedy = "fixed"
 
     def upstream(self, module: ModuleType) -> str | None:
+        reader = reader_module(module)  # NotApplicable where there is no reader: the registry reports it
         try:
-            source = source_of(reader_module(module))
-        except (NotApplicable, OSError, TypeError):
+            source = source_of(reader)
+        except (OSError, TypeError):
             return None
         if "speculators_model_type" in source:
-            return f"{reader_module(module).__name__} reads speculators_model_type itself"
+            return f"{reader.__name__} reads speculators_model_type itself"
         return None
 
     def check(self, module: ModuleType) -> None:
         reader = reader_module(module)
-        try:
-            source = source_of(reader)
-        except (OSError, TypeError) as exc:
-            raise NotApplicable(f"cannot read the source of {reader.__name__}: {exc}") from None
-        if "AutoConfig.from_pretrained(" not in source:
-            raise NotApplicable(f"{reader.__name__} no longer reads configs with AutoConfig.from_pretrained")
+        expect_source(reader, "AutoConfig.from_pretrained(")  # where sglang reads a model's config
         if not hasattr(vars(reader)["AutoConfig"], "from_pretrained"):
             raise NotApplicable(f"{reader.__name__}.AutoConfig has no from_pretrained")
 

@@ -9,6 +9,7 @@ own ``ModelConfig`` / ``ModelRunner`` / ``ServerArgs``.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
@@ -17,6 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from eagle3_patches.checkpoint import layer_ids as L
 from eagle3_patches.checkpoint.convert import ConvertError, convert
+from eagle3_patches.registry import NotApplicable
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import only_release, sglang_version
@@ -69,14 +71,25 @@ def drafts(tiny_root):
 
 # --------------------------------------------------------------------------- what runs in sglang's processes
 def _draft_configs(target: str, paths: list[str]) -> dict:
-    """sglang's own ModelConfig for each draft (trust_remote_code on, as the harness's server args set it)."""
+    """sglang's own ModelConfig for each draft (trust_remote_code on, as the harness's server args set it), and
+    what eagle3-patches logged meanwhile (``"log"``)."""
+    import logging
+
     from sglang.srt.configs.model_config import ModelConfig
 
     from eagle3_patches.testing import sglang_harness as h
 
+    out = {"log": []}
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            out["log"].append(record.getMessage())
+
+    logger = logging.getLogger("eagle3_patches")
+    logger.addHandler(Keep(logging.INFO))
+    logger.setLevel(logging.INFO)
     sa = h.server_args(target)
     assert sa.trust_remote_code
-    out = {}
     for path in paths:
         try:
             out[path] = ("ok", ModelConfig.from_server_args(sa, model_path=path, is_draft_model=True).hf_config.to_dict())
@@ -127,6 +140,34 @@ def _reader_auto_config_identity():
             "restored": vars(reader)["AutoConfig"] is AutoConfig}
 
 
+def _reader_outcomes(directory: str) -> dict:
+    """For each ``from_pretrained`` argument that makes transformers read another file than the directory's
+    ``config.json`` (or return more than a config), what the reader's patched ``AutoConfig`` gives and what
+    transformers' own gives; and the patched class's docstring (``help(AutoConfig)`` in the serving process)."""
+    import importlib
+
+    from transformers import AutoConfig
+
+    from eagle3_patches.patches.speculators_draft_config import reader_module
+
+    patched = vars(reader_module(importlib.import_module("sglang.srt.utils.hf_transformers_utils")))["AutoConfig"]
+    assert patched is not AutoConfig
+
+    def outcome(cls, kwargs):
+        try:
+            got = cls.from_pretrained(directory, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - compared between the two classes
+            return ["raised", type(exc).__name__]
+        config = got[0] if isinstance(got, tuple) else got
+        return [type(got).__name__, type(config).__name__, config.architectures]
+
+    cases = {"subfolder": {"subfolder": "sub"}, "_configuration_file": {"_configuration_file": "other.json"},
+             "gguf_file": {"gguf_file": "draft.gguf"}, "return_unused_kwargs": {"return_unused_kwargs": True}}
+    return {"cases": {name: {"patched": outcome(patched, kw), "transformers": outcome(AutoConfig, kw)}
+                      for name, kw in cases.items()},
+            "doc": patched.__doc__, "transformers_doc": AutoConfig.__doc__}
+
+
 # --------------------------------------------------------------------------- stock
 @pytest.mark.stock
 def test_stock_cannot_serve_a_speculators_draft(tiny, drafts):
@@ -147,7 +188,8 @@ def configs(tiny, drafts):
     paths = [str(drafts[n]) for n in ("direct", "converted", "sglang", "norm_before_fc", "norm_output", "qwen3", "input_norm")]
     return {
         "stock": run_isolated(_draft_configs, str(tiny["kimi_k25"]), paths[1:3], patches=None),
-        "patched": run_isolated(_draft_configs, str(tiny["kimi_k25"]), paths, patches=PATCHES),
+        # the direct draft read again under another spelling of its path (sglang caches a config per argument)
+        "patched": run_isolated(_draft_configs, str(tiny["kimi_k25"]), [*paths, paths[0] + "/"], patches=PATCHES),
     }
 
 
@@ -167,6 +209,17 @@ def test_patched_reads_the_speculators_config_as_the_converted_one(configs, draf
     assert ce[L.CONVENTION_KEY] == L.OUTPUT_OF_LAYER
     assert de[L.CONVENTION_KEY] == convention
     assert de["eagle_aux_hidden_state_layer_ids"] == L.from_output_of_layer(tm.DRAFT_AUX_IDS, convention)
+
+
+def test_patched_says_once_how_it_reads_the_speculators_draft(configs, drafts):
+    """The server log says, once per draft, that the draft is read as it is and which layers the ids become
+    (the ids are where a speculators draft goes silently wrong); nothing for the SGLang-format drafts."""
+    direct = configs["patched"][str(drafts["direct"])][1]
+    said = [m for m in configs["patched"]["log"] if "speculators-format" in m]
+    assert len(said) == 1, configs["patched"]["log"]
+    ids = direct["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    assert str(drafts["direct"]) in said[0] and f"-> {ids}" in said[0], said
+    assert not any(str(drafts[n]) in m for n in ("converted", "sglang") for m in configs["patched"]["log"])
 
 
 def test_patched_never_executes_the_drafts_code(configs, drafts):
@@ -228,6 +281,99 @@ def test_refused_where_layers0_would_be_dropped(tiny, drafts):
 def test_revert_restores_sglangs_auto_config(tiny):
     out = run_isolated(_reader_auto_config_identity, patches=[NAME])
     assert out == {"state": "applied", "patched_is_subclass": True, "restored": True}
+
+
+@pytest.mark.runtime_only
+def test_readings_of_another_file_go_to_transformers_untouched(tiny, drafts, tmp_path):
+    """A speculators draft's directory that also holds a plain llama config in ``sub/`` and in ``other.json``:
+    ``from_pretrained(..., subfolder=...)``, ``_configuration_file=``, ``gguf_file=`` and
+    ``return_unused_kwargs=True`` get exactly what transformers gives them (another file's config, its error,
+    a tuple), never the speculators draft's config read in their place."""
+    directory = tmp_path / "draft"
+    shutil.copytree(drafts["direct"], directory)
+    plain = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256}
+    (directory / "sub").mkdir()
+    (directory / "sub" / "config.json").write_text(json.dumps(plain))
+    (directory / "other.json").write_text(json.dumps(plain))
+    out = run_isolated(_reader_outcomes, str(directory), patches=[NAME])
+    for name, got in out["cases"].items():
+        assert got["patched"] == got["transformers"], name
+    assert out["cases"]["subfolder"]["transformers"][2] == ["LlamaForCausalLM"]  # the other file was read
+    assert out["cases"]["_configuration_file"]["transformers"][2] == ["LlamaForCausalLM"]
+    # help(AutoConfig) in the serving process: transformers' documentation, then what eagle3-patches adds
+    assert out["doc"].startswith(out["transformers_doc"]) and len(out["transformers_doc"]) > 100
+    assert f"eagle3-patches ({NAME})" in out["doc"]
+
+
+# --------------------------------------------------------------------------- a release whose reader has another shape
+def _reader(tmp_path, monkeypatch, name: str, source: str | None, *, file: bool = True):
+    """A module shaped like sglang's config reader (``get_config`` beside an ``AutoConfig``), as a future release
+    might ship it: from ``source`` written to a file, or (``source=None``) with no readable source."""
+    import importlib.util
+    import sys
+    import types
+
+    if source is None:
+        module = types.ModuleType(name)
+        if file:
+            module.__file__ = str(tmp_path / f"{name}.py")  # a .py that is not there: an install without sources
+        exec("class AutoConfig:\n    pass\n\ndef get_config(model):\n    return AutoConfig.from_pretrained(model)\n",
+             module.__dict__)
+    else:
+        (tmp_path / f"{name}.py").write_text(source)
+        spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
+_GET = "def get_config(model):\n    return AutoConfig.from_pretrained(model)\n"
+#: case -> (the reader's source: None for none readable, the reason the registry reports, what the probe says)
+_READERS = {
+    "no get_config": ("class AutoConfig:\n    pass\n", "has no get_config", NotApplicable),
+    "no AutoConfig": ("def get_config(model):\n    return model\n", "has no AutoConfig", NotApplicable),
+    "reader not imported": ("def get_config(model):\n    return model\n", "? (where get_config lives) has no AutoConfig",
+                            NotApplicable),
+    "no source file": (None, "cannot read the source", None),
+    "no source at all": (None, "cannot read the source", None),
+    "no AutoConfig.from_pretrained call": ("class AutoConfig:\n    pass\n\ndef get_config(model):\n    return model\n",
+                                           "no longer contains 'AutoConfig.from_pretrained('", None),
+    "an AutoConfig without from_pretrained": ("class AutoConfig:\n    pass\n\n" + _GET,
+                                              "AutoConfig has no from_pretrained", None),
+}
+
+
+@pytest.mark.parametrize("case", list(_READERS))
+def test_a_reader_of_another_shape_is_not_applicable(tmp_path, monkeypatch, case):
+    """What a future sglang's config reader would look like if it moved or changed: the patch is
+    not-applicable, with the reason (the registry's state), never a crash or a patch of the wrong thing; the
+    upstream probe says nothing of what it cannot read."""
+    from eagle3_patches.patches.speculators_draft_config import PATCH
+
+    source, why, probe = _READERS[case]
+    name = "future_reader_" + "".join(c if c.isalnum() else "_" for c in case)
+    module = _reader(tmp_path, monkeypatch, name, source, file=case != "no source at all")
+    if case == "reader not imported":
+        module.get_config.__module__ = "not_imported_anywhere"
+    if probe is None:
+        assert PATCH.upstream(module) is None
+    else:
+        with pytest.raises(probe, match=re.escape(why)):
+            PATCH.upstream(module)
+    with pytest.raises(NotApplicable, match=re.escape(why)):
+        PATCH.check(module)
+
+
+def test_the_upstream_probe_reports_a_reader_that_knows_speculators(tmp_path, monkeypatch):
+    from eagle3_patches.patches.speculators_draft_config import PATCH
+
+    module = _reader(tmp_path, monkeypatch, "future_reader_upstream",
+                     "class AutoConfig:\n    @classmethod\n    def from_pretrained(cls, model):\n        return cls()\n\n"
+                     "def get_config(model):\n    return AutoConfig.from_pretrained(model)  # reads speculators_model_type\n")
+    assert PATCH.upstream(module) == "future_reader_upstream reads speculators_model_type itself"
+    PATCH.check(module)  # the shape the patch was written for
 
 
 # --------------------------------------------------------------------------- patched: the weights and the capture
