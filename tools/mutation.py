@@ -15,7 +15,7 @@ start: the ``spawn``-ed sglang children of ``run_isolated`` / ``run_ranks`` and 
 switch mutants in-process (mutmut 3's trampolines, selected by an environment variable in a copied tree) do not
 reach those children reliably.  This script schedules the mutants itself (cosmic-ray's own ``exec`` runs one
 command for every mutant, one at a time): ``--workers`` of them side by side (default 2), each in its own copy of
-the checkout (``.mutation/worker-K``; the first is the checkout itself), whose tests and sglang children import
+the checkout (``.mutation/worker-K``; the checkout itself is never mutated), whose tests and sglang children import
 eagle3_patches from that copy; and each mutant's tests in the order that kills it soonest: the module's tests run
 once with coverage.py in every process (tools/mutation_coverage.py), and a mutant's tests start with those that
 ran its lines.  Every test still runs for a survivor, so the order changes the time, never the verdict.
@@ -26,7 +26,10 @@ patch or (a CLI module) run its subcommand, else the tests of its package (tests
 module with a doctor rule (``preflight``) adds the doctor's tests, first; one that sets ``in_fork_series`` adds
 the fork series' mirror test (tests/fork, the membership it declares).  Tests of stock sglang
 (``-m "not stock"``) are left out for patch modules: they run without the patch.  ``pytest -x`` stops at the
-first failure.  Sessions (one sqlite file per module under ``.mutation/``) resume where they stopped;
+first failure.  A patch module runs against the pinned sglang (``.venv``) when its range covers it, else against
+the newest release of the matrix in its range (``.matrix/venv-<release>``, built by ``tools/matrix.py``;
+``--release`` chooses another): a patch that does not apply on the pinned release would have every mutant of
+its runtime path survive.  Sessions (one sqlite file per module under ``.mutation/``) resume where they stopped;
 ``--fresh`` starts over.  A mutant is *equivalent* when it is listed, with its reason, in the table of
 docs/testing.md; the score is killed / (mutants - equivalent), a timeout counting as killed (as cosmic-ray
 counts it) and shown apart.
@@ -49,6 +52,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import matrix  # tools/matrix.py: the release venvs, their environment
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_PY = ROOT / ".venv" / "bin" / "python"
@@ -214,10 +219,61 @@ def tests_for(module: Path) -> list[Path]:
     return named
 
 
-def test_argv(module: Path, files: list[Path]) -> list[str]:
+def release_for(module: Path, wanted: str | None = None) -> str | None:
+    """The sglang release a module's mutants run against: None for ``.venv``'s pinned one, which every module
+    uses whose code runs there (the checkpoint tools, the registry, the applier, a patch whose range covers
+    it); for a patch whose range leaves it out, the newest release of the matrix in the patch's range (or
+    ``wanted``), whose venv ``tools/matrix.py`` builds under ``.matrix/``."""
+    if module.parent.name != "patches":
+        return wanted
+    import importlib
+
+    from packaging.version import Version
+
+    from eagle3_patches.sglang_version import installed_sglang_version
+
+    patch = importlib.import_module(f"eagle3_patches.patches.{module.stem}").PATCH
+    if wanted is None:
+        if patch.covers(installed_sglang_version()):
+            return None
+        data = matrix.load_data()
+        known = sorted({data["pinned"], data["newest_known"], *_built_releases()}, key=Version)
+        covered = [v for v in known if patch.covers(Version(v))]
+        if not covered:
+            raise SystemExit(f"{module.relative_to(ROOT)}: no release of the matrix is in {patch.applies_to}")
+        built = [v for v in covered if v in _built_releases()]
+        wanted = (built or covered)[-1]
+    elif not patch.covers(Version(wanted)):
+        raise SystemExit(f"{module.relative_to(ROOT)}: sglang {wanted} is outside {patch.applies_to}; "
+                         "its mutants would all survive there")
+    return wanted
+
+
+def _built_releases() -> list[str]:
+    return [p.name.removeprefix("venv-") for p in (ROOT / ".matrix").glob("venv-*") if (p / "bin" / "python").exists()]
+
+
+def test_python(release: str | None) -> Path:
+    """The python that runs the tests: ``.venv``'s, or the matrix's venv of ``release`` with coverage.py added
+    (the pinned version, for the coverage-ordered tests)."""
+    if release is None:
+        return VENV_PY
+    py = ROOT / ".matrix" / f"venv-{release}" / "bin" / "python"
+    if not py.exists():
+        raise SystemExit(f"no venv for sglang {release}: build it with `python3 tools/matrix.py --releases {release} "
+                         "--setup-only`")
+    if subprocess.run([str(py), "-c", "import coverage"], capture_output=True).returncode != 0:
+        pin = next(line.split("#")[0].strip() for line in (ROOT / "tools" / "requirements-mutation.txt").read_text().splitlines()
+                   if line.startswith("coverage=="))
+        installer = ["uv", "pip", "install", "--python", str(py)] if shutil.which("uv") else [str(py), "-m", "pip", "install"]
+        subprocess.run([*installer, "-q", pin], check=True)
+    return py
+
+
+def test_argv(module: Path, files: list[Path], python: Path = VENV_PY) -> list[str]:
     """The module's test command; its test files (or node ids) come last."""
     marker = ["-m", "not stock"] if module.parent.name == "patches" else []
-    return [str(VENV_PY), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-W", "ignore", *marker,
+    return [str(python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-W", "ignore", *marker,
             *(str(p.relative_to(ROOT)) for p in files)]
 
 
@@ -279,8 +335,11 @@ def worker_roots(n: int) -> list[Path]:
     return roots
 
 
-def worker_env(root: Path, k: int) -> dict[str, str]:
-    env = dict(os.environ)
+def worker_env(root: Path, k: int, release: str | None = None) -> dict[str, str]:
+    if release is None:
+        env = dict(os.environ)
+    else:  # the matrix's environment of that release (its bytecode cache of torch and sglang, no PYTHONPATH)
+        env = matrix._env(release)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
     env["EAGLE3_TINY_CACHE"] = str(STATE / f"tiny-{k}")  # tiny checkpoints are built on first use: one cache a worker
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no stale .pyc may hide a mutant written within the same second
@@ -305,7 +364,7 @@ def run_command(argv: list[str], root: Path, env: dict[str, str], timeout: float
 
 
 # ---------------------------------------------------------------------------------------------------- coverage
-def coverage_map(module: Path, argv: list[str], root: Path, timeout: float) -> dict:
+def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, release: str | None = None) -> dict:
     """The module's tests run once with coverage in every process (tools/mutation_coverage.py): whether they
     pass, how long they took, the node ids in order, and for each line of the module the tests that ran it
     ("" for the pytest process outside any test: collection, imports)."""
@@ -314,7 +373,7 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float) -> d
     data_dir = STATE / "coverage" / slug(module)
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
-    env = worker_env(root, 0)
+    env = worker_env(root, 0, release)
     env.update({"EAGLE3_MUTATION_COVERAGE": str(data_dir / "cov"), "EAGLE3_MUTATION_INCLUDE": str(module),
                 "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), env["PYTHONPATH"]])})
     t0 = time.monotonic()
@@ -345,7 +404,7 @@ def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: i
 
 
 def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int],
-               retry_survivors: bool = False, workers: int = 1) -> None:
+               retry_survivors: bool = False, workers: int = 1, release: str | None = None) -> None:
     import concurrent.futures
     import queue
 
@@ -359,7 +418,8 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
     if not files:
         print(f"{module.relative_to(ROOT)}: no test files found; skipped")
         return
-    argv = test_argv(module, files)
+    release = release_for(module, release)
+    argv = test_argv(module, files, test_python(release))
     files_at = len(argv) - len(files)
     command = shlex.join(argv)
     db_path = STATE / f"{slug(module)}.sqlite"
@@ -367,14 +427,15 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
     source = module.read_text()
     if db_path.exists() and not fresh and meta_path.exists():
         meta = json.loads(meta_path.read_text())
-        if meta.get("source") != source or meta.get("lines", []) != lines:
-            print(f"{module.relative_to(ROOT)}: the module (or --line) changed since the session began; starting over")
+        if meta.get("source") != source or meta.get("lines", []) != lines or meta.get("release") != release:
+            print(f"{module.relative_to(ROOT)}: the module (or --line, or the release) changed since the session began; "
+                  "starting over")
             fresh = True
     else:
         fresh = True
-    print(f"== {module.relative_to(ROOT)}\n   tests: {shlex.join(argv[files_at:])}"
+    print(f"== {module.relative_to(ROOT)} (sglang {release or 'pinned, .venv'})\n   tests: {shlex.join(argv[files_at:])}"
           + (' (-m "not stock")' if "not stock" in argv else ""), flush=True)
-    cov = coverage_map(module, argv, ROOT, 3600)
+    cov = coverage_map(module, argv, ROOT, 3600, release)
     if not cov["passed"]:  # the unmutated tests must pass
         print(f"   baseline FAILED: the unmutated tests do not pass; module skipped\n{cov['output'][-3000:]}")
         return
@@ -389,7 +450,7 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
                 spec = item.mutations[0]
                 if spec.operator_name not in operators or (lines and spec.start_pos[0] not in lines):
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-        meta_path.write_text(json.dumps({"source": source, "command": command, "lines": lines,
+        meta_path.write_text(json.dumps({"source": source, "command": command, "lines": lines, "release": release,
                                           "started": time.strftime("%Y-%m-%d")}))
     if retry_survivors and not fresh:  # the tests got stronger: the survivors run again, the rest is kept
         import sqlite3
@@ -414,7 +475,7 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
                 if mutated is None:
                     return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
                 order = test_order(cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0])
-                outcome, output = run_command([*argv[:files_at], *order], roots[k], worker_env(roots[k], k), timeout)
+                outcome, output = run_command([*argv[:files_at], *order], roots[k], worker_env(roots[k], k, release), timeout)
             diff = "\n".join(_make_diff(original, mutated, module))
             return WorkResult(output=output, diff=diff, test_outcome=TestOutcome(outcome),
                               worker_outcome=WorkerOutcome.NORMAL)
@@ -481,6 +542,7 @@ def report(modules: list[Path]) -> None:
         score = f"{100 * r['score']:.0f}%" if r["score"] is not None else "-"
         meta = json.loads((STATE / f"{slug(module)}.json").read_text())
         part = f" (lines {', '.join(map(str, meta['lines']))} only)" if meta.get("lines") else ""
+        part += f" (sglang {meta['release']})" if meta.get("release") else ""
         print(f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | {len(r['survived'])} | "
               f"{r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |")
         survivors += [(module, s) for s in r["survived"]]
@@ -502,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="mutants run side by side, each worker in its own copy of the checkout (default: "
                              "2 or the number of cores, if fewer)")
+    parser.add_argument("--release", help="the sglang release (a venv of tools/matrix.py) the patch modules' tests run on; "
+                                          "default: the pinned one (.venv) where the patch applies, else the newest "
+                                          "release of the matrix in the patch's range")
     args = parser.parse_args(argv)
     ensure_environment()
     os.chdir(ROOT)
@@ -531,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     (STATE / "lock").write_text(str(os.getpid()))
     for module in modules:
         run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line,
-                   retry_survivors=args.retry_survivors, workers=max(1, args.workers))
+                   retry_survivors=args.retry_survivors, workers=max(1, args.workers), release=args.release)
     report(modules)
     return 0
 

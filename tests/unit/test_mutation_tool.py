@@ -1,4 +1,5 @@
-"""tools/mutation.py's ordering of a mutant's tests: those that ran the mutated lines first, never fewer tests."""
+"""tools/mutation.py: the ordering of a mutant's tests (those that ran the mutated lines first, never fewer
+tests) and the release a module's mutants run against."""
 
 from __future__ import annotations
 
@@ -22,3 +23,25 @@ def test_a_line_run_outside_any_test_or_never_seen_keeps_the_usual_order(mutatio
     lines = {10: {"u.py::d", ""}, 11: {"t.py::b"}}
     assert mutation.test_order(TESTS, lines, 10, 11) == TESTS  # module level: imports run it for every test
     assert mutation.test_order(TESTS, lines, 20, 21) == TESTS
+
+
+def test_a_patch_runs_against_a_release_where_it_applies(mutation):
+    """A patch whose range leaves out the pinned release (layer_id_convention: 0.5.13 and later) runs its
+    mutants on a release in its range, the newest of the matrix's; every other module on the pinned one."""
+    from packaging.version import Version
+
+    from eagle3_patches.patches.layer_id_convention import PATCH
+    from eagle3_patches.sglang_version import installed_sglang_version
+
+    patches = mutation.ROOT / "eagle3_patches" / "patches"
+    release = mutation.release_for(patches / "layer_id_convention.py")
+    if PATCH.covers(installed_sglang_version()):  # a release of the matrix from 0.5.13 on runs the tests
+        assert release is None
+    else:
+        assert PATCH.covers(Version(release))
+        assert Version(release) >= Version(mutation.matrix.load_data()["newest_known"])
+    assert mutation.release_for(patches / "eagle3_fc_guard.py") is None  # 0.5.9 is in its range
+    assert mutation.release_for(mutation.ROOT / "eagle3_patches" / "checkpoint" / "d2t.py") is None
+    assert mutation.release_for(patches / "layer_id_convention.py", "0.5.13") == "0.5.13"
+    with pytest.raises(SystemExit, match=r"sglang 0\.5\.9 is outside >=0\.5\.13; its mutants would all survive there"):
+        mutation.release_for(patches / "layer_id_convention.py", "0.5.9")
