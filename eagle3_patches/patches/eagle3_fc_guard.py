@@ -23,8 +23,9 @@ from ..registry import Patch, Saver, expect_attr, expect_source
 #: the draft's prefill, and its extends after verify (v1 ``DRAFT_EXTEND``; the v2 worker's
 #: ``DRAFT_EXTEND_V2`` from 0.5.13, which ``ForwardMode.is_extend()`` leaves out unless asked, and
 #: 0.5.23's ``is_extend()`` leaves out ``DRAFT_EXTEND`` too).  Draft decode steps carry the draft's
-#: own H-wide states, for which the skip is by design; IDLE batches carry none.
-TARGET_STATE_MODES = frozenset({"EXTEND", "MIXED", "SPLIT_PREFILL", "DRAFT_EXTEND", "DRAFT_EXTEND_V2"})
+#: own H-wide states, for which the skip is by design; IDLE batches carry none.  ``SPLIT_PREFILL``
+#: (``--enable-pdmux``) never reaches the guarded ``forward``: the runner calls ``forward_split_prefill``.
+TARGET_STATE_MODES = frozenset({"EXTEND", "MIXED", "DRAFT_EXTEND", "DRAFT_EXTEND_V2"})
 
 
 def _guard(wrapped, instance, args, kwargs):

@@ -153,14 +153,21 @@ def test_aux_ids_count_on_059(make_draft, tiny):
 
 
 # ------------------------------------------------------------------ widths and sizes
-def test_fc_width(make_draft, tiny):
-    def narrow_fc(t):
-        t["fc.weight"] = t["fc.weight"][:, :128].contiguous()
+@pytest.mark.parametrize("width, states", [(128, "2 states"), (160, "2.50 x hidden"), (256, "4 states")])
+def test_fc_width(make_draft, tiny, width, states):
+    """An fc.weight narrower or wider than the 3 x 64 the target delivers: the finding says how many of the
+    target's states it takes, and which config list sets the 3."""
+    def resize_fc(t):
+        fc = t["fc.weight"]
+        t["fc.weight"] = torch.cat([fc, fc], dim=1)[:, :width].contiguous()
 
-    d = make_draft(tensors=narrow_fc)
+    d = make_draft(tensors=resize_fc)
     r = run(tiny["deepseek_v3"], d)
     assert_error(r, "fc-width")
-    assert "[64, 128]" in next(f for f in r.errors if f.code == "fc-width").found
+    finding = next(f for f in r.errors if f.code == "fc-width")
+    assert finding.found == f"[{tm.HIDDEN}, {width}] ({states})"
+    assert finding.expected == f"[{tm.HIDDEN}, {3 * tm.HIDDEN}] (len(eagle_aux_hidden_state_layer_ids) = 3 x target hidden {tm.HIDDEN})"
+    assert finding.where.endswith("fc.weight")
 
 
 def test_draft_hidden_vs_target_hidden(make_draft, tiny):
