@@ -39,16 +39,32 @@ logger = logging.getLogger("eagle3_patches")
 NAME = "tp_allreduce_fusion_capture"
 FLAG = "enable_flashinfer_allreduce_fusion"
 UPSTREAM_MARKER = "captured_last_layer_outputs"
-#: architectures for which sglang turns the fusion on by itself (0.5.9 server_args.py:1681-1697)
-AUTO_FUSION_ARCHS = frozenset({"DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM",
-                               "Glm4MoeLiteForCausalLM", "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration"})
+#: the architectures for which sglang turns the fusion on by itself (``ServerArgs._handle_model_specific_adjustments``),
+#: by the release that added them to its list (read from each release's source, 0.5.9 - 0.5.13.post1; 0.5.8, not
+#: read, is given 0.5.9's list)
+AUTO_FUSION_ARCHS_ADDED = (
+    ("0.5.9", ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
+               "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration")),
+    ("0.5.10", ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")),
+    ("0.5.11", ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM")),
+    ("0.5.12", ("InternS2PreviewForConditionalGeneration",)),
+    ("0.5.13", ("MistralLarge3ForCausalLM",)),
+)
+
+
+def auto_fusion_archs(version) -> frozenset[str]:
+    """The architectures sglang ``version`` turns the fusion on for by itself (sm90/sm100, single node, ...)."""
+    from packaging.version import Version
+
+    release = Version(str(version)).release
+    return frozenset(arch for first, archs in AUTO_FUSION_ARCHS_ADDED
+                     if first == AUTO_FUSION_ARCHS_ADDED[0][0] or release >= Version(first).release for arch in archs)
 
 
 def fusion_breaks_capture(server_args) -> bool:
     """EAGLE-3 aux capture with TP > 1 while flashinfer all-reduce fusion is on."""
-    algorithm = str(getattr(server_args, "speculative_algorithm", None) or "").upper()
-    tp_size = getattr(server_args, "tp_size", 1) or 1
-    return algorithm == "EAGLE3" and tp_size > 1 and bool(getattr(server_args, FLAG, False))
+    algorithm = str(server_args.speculative_algorithm or "").upper()
+    return algorithm == "EAGLE3" and server_args.tp_size > 1 and bool(getattr(server_args, FLAG))
 
 
 def turn_off_fusion(server_args, *, requested: bool) -> None:
@@ -71,7 +87,7 @@ def turn_off_fusion(server_args, *, requested: bool) -> None:
 
 
 def _adjust_then_check(wrapped, instance, args, kwargs):
-    requested = bool(getattr(instance, FLAG, False))  # before sglang's own auto-enable
+    requested = bool(getattr(instance, FLAG))  # before sglang's own auto-enable (check: a field of every ServerArgs)
     result = wrapped(*args, **kwargs)
     if fusion_breaks_capture(instance):
         turn_off_fusion(instance, requested=requested)
@@ -91,7 +107,7 @@ class TpAllreduceFusionCapture(Patch):
         if setup.checkpoint_only or not setup.eagle3 or setup.tp <= 1 or not self.covers(setup.version):
             return out
         explicit = la.enable_flashinfer_allreduce_fusion
-        auto = (tv is not None and tv.arch in AUTO_FUSION_ARCHS and not la.enable_dp_attention and la.nnodes == 1
+        auto = (tv is not None and tv.arch in auto_fusion_archs(setup.version) and not la.enable_dp_attention and la.nnodes == 1
                 and (la.moe_a2a_backend or "none") == "none")
         if not (explicit or auto):
             return out

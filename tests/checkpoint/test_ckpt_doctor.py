@@ -392,6 +392,39 @@ def test_tp_with_allreduce_fusion(tiny):
     assert_error(r, "tp-allreduce-fusion")
 
 
+def test_tp_allreduce_fusion_names_who_turned_it_on(tiny):
+    """The finding points at the flag the user passed, or at --tp-size when sglang turns the fusion on by itself,
+    and its fix fits: drop the flag, or (0.5.9 has no flag to turn the automatic fusion off) the patch."""
+    flags = ["--speculative-algorithm", "EAGLE3", "--tp", "2"]
+    explicit = next(f for f in run(tiny["kimi_k25"], tiny["draft"], launch=flags + ["--enable-dp-attention",
+                    "--enable-flashinfer-allreduce-fusion"]).errors if f.code == "tp-allreduce-fusion")
+    assert (explicit.where, explicit.found) == ("--enable-flashinfer-allreduce-fusion", "--enable-flashinfer-allreduce-fusion")
+    assert explicit.fix.endswith("; or drop --enable-flashinfer-allreduce-fusion"), explicit.fix
+    auto = next(f for f in run(tiny["kimi_k25"], tiny["draft"], launch=flags).errors if f.code == "tp-allreduce-fusion")
+    assert auto.where == "--tp-size"
+    assert auto.found.startswith("sglang turns it on by itself for KimiK25ForConditionalGeneration on sm90/sm100"), auto.found
+    assert auto.fix.endswith("(0.5.9 has no flag to turn the automatic fusion off)"), auto.fix
+
+
+def test_tp_allreduce_fusion_follows_the_releases_list(make_target, tiny):
+    """sglang 0.5.11 added Qwen3-Next to the models it turns the fusion on for: a TP 2 EAGLE3 launch of one is
+    flagged there, not on 0.5.10 (the fusion stays off); the explicit flag is flagged on both."""
+    target = make_target(config={"architectures": ["Qwen3NextForCausalLM"]})
+    assert "tp-allreduce-fusion" in run(target, tiny["draft"], "0.5.11", tp=2).codes(ERROR)
+    assert "tp-allreduce-fusion" not in run(target, tiny["draft"], "0.5.10", tp=2).codes()
+    flags = ["--speculative-algorithm", "EAGLE3", "--tp", "2", "--enable-flashinfer-allreduce-fusion"]
+    assert "tp-allreduce-fusion" in run(target, tiny["draft"], "0.5.10", launch=flags).codes(ERROR)
+
+
+@pytest.mark.parametrize("launch", [
+    ["--tp", "2"],  # no speculation: nothing is captured mid-model
+    ["--speculative-algorithm", "EAGLE3", "--tp", "2", "--moe-a2a-backend", "deepep"],  # sglang leaves the fusion off
+    ["--speculative-algorithm", "EAGLE3", "--tp", "2", "--nnodes", "2"],  # so it does across nodes
+])
+def test_no_tp_allreduce_fusion_finding_where_nothing_breaks(tiny, launch):
+    assert "tp-allreduce-fusion" not in run(tiny["deepseek_v3"], tiny["draft"], launch=launch).codes()
+
+
 def test_two_batch_overlap(cli, tiny):
     rc, out, _ = cli(
         "doctor", "--sglang-version", CLEAN, "--",

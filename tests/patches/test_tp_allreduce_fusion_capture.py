@@ -13,7 +13,7 @@ import pytest
 
 from eagle3_patches.patches import tp_allreduce_fusion_capture as tafc
 from eagle3_patches.selftest import PASSED
-from eagle3_patches.testing.releases import only_release
+from eagle3_patches.testing.releases import only_release, sglang_version
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +122,29 @@ def test_version_gate():
     assert Version("0.5.9") in tafc.PATCH.applies_to
     assert Version("0.5.13") in tafc.PATCH.applies_to
     assert Version("0.5.14") not in tafc.PATCH.applies_to
+
+
+@pytest.mark.sglang
+@only_release("<0.5.14", "from 0.5.14 sglang captures after the all-reduce: the patch and its doctor rule stand down")
+def test_the_doctor_names_the_architectures_sglang_turns_the_fusion_on_for():
+    """The doctor flags a TP > 1 EAGLE3 launch for exactly the targets the installed sglang turns the fusion on
+    for by itself: the architectures its ``_handle_model_specific_adjustments`` names in the branch that sets the
+    flag (read from sglang's source with ``ast``, not imported)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    package = Path(importlib.util.find_spec("sglang").submodule_search_locations[0])  # sglang is not imported
+    source = (package / "srt" / "server_args.py").read_text()
+    cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_handle_model_specific_adjustments")
+    named: set[str] = set()
+    for node in ast.walk(method):
+        sets_flag = isinstance(node, ast.If) and any(
+            isinstance(t, ast.Assign) and ast.unparse(t.targets[0]) == f"self.{tafc.FLAG}"
+            and isinstance(t.value, ast.Constant) and t.value.value is True for t in node.body)
+        if sets_flag:
+            named |= {c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                      and c.value.endswith(("ForCausalLM", "ForConditionalGeneration"))}
+    assert "KimiK25ForConditionalGeneration" in named
+    assert named == tafc.auto_fusion_archs(sglang_version())
