@@ -60,32 +60,36 @@ def capture_points_for(ids, convention: str) -> list[int]:
 
 
 def _read_draft_config(path: str | None) -> dict | None:
+    """The served draft's config (None when it cannot be read: nothing recorded).  A hub id: the local cache
+    only, never the network; a speculators-format draft: the config sglang was handed for it."""
     if not path:
         return None
-    candidates = [os.path.join(path, "config.json")]
-    if not os.path.isdir(path):  # a hub id: only the local cache is read (no network from here)
+    candidate = os.path.join(path, "config.json")
+    if not os.path.isdir(path):
         try:
             from huggingface_hub import try_to_load_from_cache
 
             cached = try_to_load_from_cache(path, "config.json")
-            candidates = [cached] if isinstance(cached, str) else []
-        except Exception:  # noqa: BLE001 - no cache, no hub library: unknown convention
-            candidates = []
-    for candidate in candidates:
-        try:
-            with open(candidate, encoding="utf-8") as fh:
-                config = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        if isinstance(config, dict) and detect_format(config) == SPECULATORS:
-            # served directly (speculators_draft_config): sglang got the converter's config, whose ids and
-            # recorded convention are the ones to read
-            from ..checkpoint.convert import served_sglang_config
-            from ..sglang_version import installed_sglang_version
+        except Exception:  # noqa: BLE001 - no hub library, or an id it refuses: unknown convention
+            return None
+        if not isinstance(cached, str):  # not in the cache
+            return None
+        candidate = cached
+    try:
+        with open(candidate, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    if detect_format(config) == SPECULATORS:
+        # served directly (speculators_draft_config): sglang got the converter's config, whose ids and
+        # recorded convention are the ones to read
+        from ..checkpoint.convert import served_sglang_config
+        from ..sglang_version import installed_sglang_version
 
-            return served_sglang_config(os.path.dirname(candidate), str(installed_sglang_version()))
-        return config
-    return None
+        return served_sglang_config(os.path.dirname(candidate), str(installed_sglang_version()))
+    return config
 
 
 def draft_convention() -> tuple[str | None, str]:

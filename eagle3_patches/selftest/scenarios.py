@@ -181,16 +181,31 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
     library's convention): with the process's patches, then with ``layer_id_convention`` reverted (the same
     model, stock rule).  The aux tensor of a real prefill is compared chunk by chunk with every decoder
     layer's output (forward hooks on the same run).  Then ``unmarked`` (no convention recorded) with the
-    patch on again: the layers it captures and what was logged."""
+    patch on again: the layers it captures, set twice; the same ids in the convention the environment names
+    (``input-of-layer``, first id 1); and the default no-argument call.  What eagle3-patches logged in each
+    phase comes with it."""
     import logging
+    import os
 
     import torch
 
     import eagle3_patches
+    from eagle3_patches import settings
     from eagle3_patches.sglang_runtime import current_server_args
     from eagle3_patches.testing import sglang_harness as h
 
     from .checkpoints import LAYER_CHECK_IDS
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda rec: records.append(rec.getMessage())
+    logger = logging.getLogger("eagle3_patches")
+    logger.addHandler(handler)
+    logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+
+    def logs() -> list[str]:
+        out, records[:] = list(records), []
+        return out
 
     overrides = dict(overrides or {})
     overrides.setdefault("attention_backend", "torch_native")  # CPU: the target alone runs faster than interpreted triton
@@ -210,21 +225,31 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
             found.append(same[0] if len(same) == 1 else same)
         return {"layers_to_capture": list(model.model.layers_to_capture), "width": aux.shape[-1], "outputs_of": found}
 
+    def capture(*ids) -> list[int]:
+        model.set_eagle3_layers_to_capture(*ids)
+        return list(model.model.layers_to_capture)
+
     status = eagle3_patches.status()["layer_id_convention"]
     result = {"state": status.state.value, "reason": status.reason, "patched": run()}
+    result["patched"]["logs"] = logs()
 
     eagle3_patches.revert(["layer_id_convention"])
+    result["stock"] = {"default": capture(), "first_id_1": capture([1, *list(LAYER_CHECK_IDS)[1:]])}
     model.set_eagle3_layers_to_capture(list(LAYER_CHECK_IDS))
-    result["stock"] = run()
+    result["stock"].update(run())
 
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda rec: records.append(rec.getMessage())
-    logging.getLogger("eagle3_patches").addHandler(handler)
     eagle3_patches.apply(["layer_id_convention"])
+    logs()
     h.set_server_arg(current_server_args(), "speculative_draft_model_path", unmarked)
-    model.set_eagle3_layers_to_capture(list(LAYER_CHECK_IDS))
-    result["unmarked"] = {"layers_to_capture": list(model.model.layers_to_capture), "logs": records}
+    capture(list(LAYER_CHECK_IDS))
+    result["unmarked"] = {"layers_to_capture": capture(list(LAYER_CHECK_IDS)), "logs": logs()}  # set twice
+    try:
+        settings.reload({**os.environ, settings.LAYER_ID_CONVENTION: "input-of-layer"})
+        result["unmarked_input_of_layer"] = {"layers_to_capture": capture([1, *list(LAYER_CHECK_IDS)[1:]]), "logs": logs()}
+    finally:
+        settings.reload()
+    result["default"] = {"layers_to_capture": capture(), "logs": logs()}
+    logger.removeHandler(handler)
     return result
 
 

@@ -120,7 +120,32 @@ def test_aux_ids_meaning_changed_in_0513(make_draft, tiny):
     assert_error(r, "aux-ids-convention")
     f = next(f for f in r.errors if f.code == "aux-ids-convention")
     assert "[1, 2, 3]" in f.what and "[2, 3, 4]" in f.what
+    assert "the draft config states the output-of-layer convention" in f.what
     assert "[3, 4, 5]" in f.fix and "input-of-layer" in f.fix  # what to write for 0.5.13
+
+
+@pytest.mark.parametrize("with_target", [True, False])
+def test_aux_ids_that_0513_cannot_express(make_draft, tiny, with_target):
+    """Stated input-of-layer ids [1, 2, 3] (the outputs of layers 0, 1, 2): 0.5.13 adds 1 to a list whose first id
+    is 1 (the outputs of 1, 2, 3), and no list it reads can mean the output of layer 0 first: the finding says
+    so, with the target or from the draft alone."""
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(1, 2, 3)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}})
+    r = run(tiny["deepseek_v3"] if with_target else None, d, "0.5.13")
+    assert_error(r, "aux-ids-convention")
+    f = next(f for f in r.errors if f.code == "aux-ids-convention")
+    assert "capture the outputs of layers [1, 2, 3]" in f.what and "the outputs of layers [0, 1, 2]" in f.what
+    assert f.fix == "serve this draft on sglang <= 0.5.12, or retrain it on other layers"
+
+
+def test_aux_ids_meaning_the_embeddings_on_a_known_target(make_draft, tiny):
+    """Stated input-of-layer ids [0, 2, 3] (speculators' meaning: id 0 = the embeddings) on 0.5.9, which adds 1:
+    the outputs of layers 0, 2, 3 are captured instead of -1, 1, 2; without a target to bound the ids the doctor
+    says nothing of them."""
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(0, 2, 3)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}})
+    r = run(tiny["deepseek_v3"], d, "0.5.9")
+    assert_error(r, "aux-ids-convention")
+    assert "the outputs of layers [-1, 1, 2]" in next(f for f in r.errors if f.code == "aux-ids-convention").what
+    assert "aux-ids-convention" not in run(None, d, "0.5.9").codes()
 
 
 def test_aux_ids_first_id_one_keeps_plus_one_in_0513(make_draft, tiny):
@@ -133,6 +158,8 @@ def test_aux_ids_unstated_convention_only_warns(make_draft, tiny):
     d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)))
     r = run(tiny["deepseek_v3"], d, "0.5.13")
     assert "aux-ids-convention" in r.codes(WARNING) and r.ok
+    f = next(f for f in r.findings if f.code == "aux-ids-convention")
+    assert "the draft config is assumed to use the output-of-layer convention" in f.what
 
 
 def test_aux_ids_stated_input_of_layer_on_059(make_draft, tiny):

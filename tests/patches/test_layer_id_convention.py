@@ -16,6 +16,7 @@ from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY, INPUT_OF_LAYER, 
 from eagle3_patches.patches import layer_id_convention as lic
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.checkpoints import LAYER_CHECK_IDS, build
+from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import only_release, patch_applies, sglang_version
 from eagle3_patches.testing.tiny_models import HIDDEN, NUM_LAYERS
 
@@ -80,6 +81,59 @@ def test_unmarked_config_keeps_sglangs_rule_and_warns(captured):
     assert any("+1 rule changed in 0.5.13" in m and CONVENTION_KEY in m for m in captured["unmarked"]["logs"])
 
 
+@pytest.mark.sglang
+@only_release(">=0.5.13", "the patch applies from 0.5.13")
+def test_unmarked_config_warns_once_naming_both_readings(captured):
+    """Set twice (sglang sets the ids again before capturing CUDA graphs): one warning, which says which
+    layers' outputs the ids capture here and on <= 0.5.12."""
+    ids = list(IDS)
+    warned = [m for m in captured["unmarked"]["logs"] if "+1 rule changed in 0.5.13" in m]
+    assert len(warned) == 1, captured["unmarked"]["logs"]
+    assert (f"aux layer ids {ids} capture the outputs of layers {[i - 1 for i in ids]} on this sglang, but of "
+            f"layers {ids} on sglang <= 0.5.12") in warned[0]
+
+
+@pytest.mark.sglang
+@only_release(">=0.5.13", "the patch applies from 0.5.13")
+def test_patched_says_which_layers_it_captures_instead(captured):
+    ids = list(IDS)
+    said = [m for m in captured["patched"]["logs"] if "-> layers_to_capture" in m]
+    assert len(said) == 1, captured["patched"]["logs"]
+    assert f"aux layer ids {ids} ({OUTPUT_OF_LAYER}, from eagle_config.{CONVENTION_KEY} in " in said[0]
+    assert f"-> layers_to_capture {[i + 1 for i in ids]} (sglang's own rule gave {ids})" in said[0]
+
+
+@pytest.mark.sglang
+@only_release(">=0.5.13", "the patch applies from 0.5.13")
+def test_the_environment_names_the_convention_of_an_unmarked_config(captured):
+    """EAGLE3_PATCHES_LAYER_ID_CONVENTION=input-of-layer: the ids [1, 3, 4] are captured as they are, where
+    sglang's own rule adds 1 to a list whose first id is 1; the log says so."""
+    stock = captured["stock"]["first_id_1"]
+    ids = [1, *list(IDS)[1:]]
+    assert stock == [i + 1 for i in ids]
+    out = captured["unmarked_input_of_layer"]
+    assert out["layers_to_capture"] == ids
+    said = [m for m in out["logs"] if "-> layers_to_capture" in m]
+    assert len(said) == 1 and f"({INPUT_OF_LAYER}, from EAGLE3_PATCHES_LAYER_ID_CONVENTION)" in said[0], out["logs"]
+    assert f"-> layers_to_capture {ids} (sglang's own rule gave {stock})" in said[0]
+
+
+@pytest.mark.sglang
+def test_the_default_capture_is_never_changed(captured):
+    """``set_eagle3_layers_to_capture()`` without ids (a draft config without ids; before CUDA graphs): the
+    patched target captures sglang's own default layers, silently."""
+    assert captured["default"]["layers_to_capture"] == captured["stock"]["default"]
+    assert len(captured["default"]["layers_to_capture"]) == 3
+    assert captured["default"]["logs"] == []
+
+
+@pytest.mark.sglang
+def test_a_bare_model_without_server_args_records_no_convention(tiny):
+    """A target built outside a server (no global server args): no draft to read, sglang's rule stands."""
+    convention, why = run_isolated(lic.draft_convention, patches=None)
+    assert convention is None and "records no eagle_config" in why
+
+
 # -- no sglang --------------------------------------------------------------------------------------
 def test_capture_points_per_convention():
     assert lic.capture_points_for([2, 30, 58], OUTPUT_OF_LAYER) == [3, 31, 59]
@@ -93,6 +147,31 @@ def test_convention_read_from_the_draft_config(drafts):
     assert lic._read_draft_config(str(drafts["marked"]))["eagle_config"][CONVENTION_KEY] == OUTPUT_OF_LAYER
     assert lic._read_draft_config(str(drafts["unmarked"]))["eagle_config"].get(CONVENTION_KEY) is None
     assert lic._read_draft_config(None) is None
+
+
+@pytest.mark.parametrize("config", [None, "{not json", "[2, 3, 4]", b"\xff\xfe"])
+def test_a_draft_config_that_cannot_be_read_records_nothing(tmp_path, config):
+    """No config.json, one that is not JSON, not an object, not UTF-8: no convention (sglang's rule), no crash."""
+    if config is not None:
+        (tmp_path / "config.json").write_bytes(config.encode() if isinstance(config, str) else config)
+    assert lic._read_draft_config(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("hub_id", ["eagle3-patches-test/never-downloaded", "not//a valid id"])
+def test_a_hub_id_is_read_from_the_cache_only(tmp_path, monkeypatch, hub_id):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache; offline machines have no other
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert lic._read_draft_config(hub_id) is None
+
+
+def test_a_speculators_draft_is_read_as_sglang_is_handed_it(tiny_root):
+    """Served directly (speculators_draft_config), the ids are in the running release's convention, recorded."""
+    from eagle3_patches.checkpoint.layer_ids import release_convention
+    from eagle3_patches.testing.tiny_models import build_speculators_fixture
+
+    config = lic._read_draft_config(str(build_speculators_fixture(tiny_root / "speculators-direct")))
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["eagle_config"][CONVENTION_KEY] == release_convention(sglang_version())
 
 
 def test_declared_releases():
