@@ -43,7 +43,7 @@ UPSTREAM_MARKER = "captured_last_layer_outputs"
 #: by the release that added them to its list (read from each release's source, 0.5.9 - 0.5.13.post1; 0.5.8, not
 #: read, is given 0.5.9's list)
 AUTO_FUSION_ARCHS_ADDED = (
-    ("0.5.9", ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
+    ("0.5.8", ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
                "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration")),
     ("0.5.10", ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")),
     ("0.5.11", ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM")),
@@ -57,8 +57,8 @@ def auto_fusion_archs(version) -> frozenset[str]:
     from packaging.version import Version
 
     release = Version(str(version)).release
-    return frozenset(arch for first, archs in AUTO_FUSION_ARCHS_ADDED
-                     if first == AUTO_FUSION_ARCHS_ADDED[0][0] or release >= Version(first).release for arch in archs)
+    return frozenset(arch for first, archs in AUTO_FUSION_ARCHS_ADDED if release >= Version(first).release
+                     for arch in archs)
 
 
 def fusion_breaks_capture(server_args) -> bool:
