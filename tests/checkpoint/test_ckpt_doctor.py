@@ -162,6 +162,24 @@ def test_aux_ids_unstated_convention_only_warns(make_draft, tiny):
     assert "the draft config is assumed to use the output-of-layer convention" in f.what
 
 
+
+@pytest.mark.parametrize("stated, environment, severity", [
+    (True, None, INFO),  # the patch reads the recorded convention: fixed
+    (False, None, WARNING),  # nothing recorded: sglang's rule stands, the warning stays
+    (False, "output-of-layer", INFO),  # the environment names the convention
+])
+def test_aux_ids_convention_under_the_patch(make_draft, tiny, monkeypatch, stated, environment, severity):
+    """On 0.5.13 with eagle3-patches, the ids' meaning is fixed only where the patch knows the convention."""
+    from eagle3_patches import settings
+
+    if environment:
+        monkeypatch.setenv("EAGLE3_PATCHES_LAYER_ID_CONVENTION", environment)
+    settings.reload()
+    config = {"eagle_config": {CONVENTION_KEY: "output-of-layer"}} if stated else None
+    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config=config)
+    r = run(tiny["deepseek_v3"], d, "0.5.13", with_patches=True)
+    assert [f.severity for f in r.findings if f.code == "aux-ids-convention"] == [severity], r.format()
+
 def test_aux_ids_stated_input_of_layer_on_059(make_draft, tiny):
     d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}})
     r = run(tiny["deepseek_v3"], d)
