@@ -194,6 +194,8 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
     from eagle3_patches.sglang_runtime import current_server_args
     from eagle3_patches.testing import sglang_harness as h
 
+    from eagle3_patches.checkpoint.layer_ids import INPUT_OF_LAYER
+
     from .checkpoints import LAYER_CHECK_IDS
 
     records: list[str] = []
@@ -201,6 +203,7 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
     handler.emit = lambda rec: records.append(rec.getMessage())
     logger = logging.getLogger("eagle3_patches")
     logger.addHandler(handler)
+    level = logger.level
     logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
 
     def logs() -> list[str]:
@@ -233,8 +236,9 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
     result = {"state": status.state.value, "reason": status.reason, "patched": run()}
     result["patched"]["logs"] = logs()
 
+    first_id_1 = [1, *list(LAYER_CHECK_IDS)[1:]]  # sglang >= 0.5.13 adds 1 to such a list
     eagle3_patches.revert(["layer_id_convention"])
-    result["stock"] = {"default": capture(), "first_id_1": capture([1, *list(LAYER_CHECK_IDS)[1:]])}
+    result["stock"] = {"default": capture(), "first_id_1": capture(first_id_1)}
     model.set_eagle3_layers_to_capture(list(LAYER_CHECK_IDS))
     result["stock"].update(run())
 
@@ -244,12 +248,13 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
     capture(list(LAYER_CHECK_IDS))
     result["unmarked"] = {"layers_to_capture": capture(list(LAYER_CHECK_IDS)), "logs": logs()}  # set twice
     try:
-        settings.reload({**os.environ, settings.LAYER_ID_CONVENTION: "input-of-layer"})
-        result["unmarked_input_of_layer"] = {"layers_to_capture": capture([1, *list(LAYER_CHECK_IDS)[1:]]), "logs": logs()}
+        settings.reload({**os.environ, settings.LAYER_ID_CONVENTION: INPUT_OF_LAYER})
+        result["unmarked_input_of_layer"] = {"layers_to_capture": capture(first_id_1), "logs": logs()}
     finally:
         settings.reload()
     result["default"] = {"layers_to_capture": capture(), "logs": logs()}
     logger.removeHandler(handler)
+    logger.setLevel(level)
     return result
 
 
