@@ -45,7 +45,7 @@ def validate_layer_ids(layer_ids, num_layers: int) -> None:
             fix="use the ids the draft was trained with in sglang's convention; a speculators/vLLM id N (the input of "
             "layer N) is N - 1 here (`eagle3-patches convert` translates them)",
         )
-    if len(set(layer_ids)) != len(layer_ids) or list(layer_ids) != sorted(layer_ids):
+    if list(layer_ids) != sorted(set(layer_ids)):  # a duplicate or a step down
         raise Eagle3ConfigError(
             "EAGLE-3 aux layer ids must be distinct and ascending: sglang captures in layer order and merges duplicates",
             where=where, found=repr(list(layer_ids)), expected=repr(sorted(set(layer_ids))),
@@ -54,20 +54,19 @@ def validate_layer_ids(layer_ids, num_layers: int) -> None:
 
 
 def _refuse_unsupported_parallelism(model) -> None:
-    from ..sglang_runtime import current_server_args
+    from ..sglang_runtime import server_arg
 
-    args = current_server_args()
-    if getattr(args, "enable_two_batch_overlap", False):
+    if server_arg("enable_two_batch_overlap"):
         raise Eagle3ConfigError(
             "EAGLE-3 aux capture does not work with two-batch overlap: the overlapped layers capture nothing",
             where="--enable-two-batch-overlap", found="two-batch overlap on with --speculative-algorithm EAGLE3",
             expected="two-batch overlap off", fix="drop --enable-two-batch-overlap when serving an EAGLE-3 draft",
         )
-    pp_group = getattr(model, "pp_group", None)
-    if pp_group is not None and getattr(pp_group, "world_size", 1) > 1:
+    pp_size = model.pp_group.world_size
+    if pp_size > 1:
         raise Eagle3ConfigError(
             "EAGLE-3 aux capture does not work with pipeline parallelism: only the last stage's layers are captured",
-            where=f"--pp-size {pp_group.world_size}", found="pipeline parallel with --speculative-algorithm EAGLE3",
+            where=f"--pp-size {pp_size}", found="pipeline parallel with --speculative-algorithm EAGLE3",
             expected="--pp-size 1", fix="use tensor parallelism (--tp) instead of --pp-size for EAGLE-3",
         )
 
@@ -108,9 +107,11 @@ def _checked_model_forward(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
     expected = len(instance.layers_to_capture)
     if expected and instance.pp_group.is_last_rank:
-        aux = out[1] if isinstance(out, tuple) and len(out) == 2 else None
+        aux = out[1] if isinstance(out, tuple) else None  # (hidden, aux), or hidden alone when nothing was captured
         hidden = (out[0] if isinstance(out, tuple) else out).shape[-1]
-        if aux is None or len(aux) != expected or any(a.shape[-1] != hidden for a in aux):
+        # the count here (what TBO, PP and unreachable ids lose); the width where the states are stored for the
+        # draft (_checked_causal_lm_forward: n x hidden)
+        if aux is None or len(aux) != expected:
             found = "no aux states" if aux is None else f"{len(aux)} states of widths {[a.shape[-1] for a in aux]}"
             raise Eagle3CaptureError(
                 "the target forward did not capture the configured EAGLE-3 aux hidden states",
@@ -127,7 +128,7 @@ def _checked_causal_lm_forward(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
     stored = getattr(out, "hidden_states", None)
     n = len(instance.model.layers_to_capture)
-    if n and stored is not None and instance.capture_aux_hidden_states:
+    if stored is not None and instance.capture_aux_hidden_states:  # on, set_eagle3_layers_to_capture named >= 1 layer
         expected = n * instance.config.hidden_size
         if stored.shape[-1] != expected:
             raise Eagle3CaptureError(

@@ -40,14 +40,12 @@ logger = logging.getLogger("eagle3_patches")
 
 NAME = "cuda_graph_capture_order"
 SETTER = "set_eagle3_layers_to_capture"
-#: marks the temporary instance attribute (the shadowing setter) while graphs are captured
-SHADOW_MARK = "__eagle3_patches_shadow__"
 _MISSING = object()
 
 
 def configured_layer_ids(runner) -> list[int] | None:
     """The draft's aux layer ids this target runner will capture, or None (defaults / no aux capture)."""
-    if not getattr(runner, "eagle_use_aux_hidden_state", False):
+    if not runner.eagle_use_aux_hidden_state:  # set in every ModelRunner.__init__ (check() reads it there)
         return None
     ids = getattr(runner, "eagle_aux_hidden_state_layer_ids", None)
     return None if ids is None else list(ids)
@@ -57,19 +55,19 @@ def _configured_ids_during_graph_capture(wrapped, instance, args, kwargs):
     """``ModelRunner.init_device_graphs`` with the configured aux layer ids in force during capture."""
     ids = configured_layer_ids(instance)
     model = getattr(instance, "model", None)
-    setter = getattr(model, SETTER, None) if model is not None else None
+    setter = getattr(model, SETTER, None)
     if ids is None or setter is None:
         # no aux capture, or the draft asked for the defaults (what the no-arg call gives anyway);
         # a target without the setter fails in sglang's own code (or in kimi_k25_eagle3_delegation)
-        return wrapped(*args, **kwargs)
-    if getattr(setter, SHADOW_MARK, False):  # re-entered: the shadow is already in place
         return wrapped(*args, **kwargs)
 
     def set_layers_during_graph_capture(layer_ids=None):
         return setter(list(ids) if layer_ids is None else layer_ids)
 
-    setattr(set_layers_during_graph_capture, SHADOW_MARK, True)
-    own = vars(model).get(SETTER, _MISSING) if hasattr(model, "__dict__") else _MISSING
+    # Re-entered (a subclass calling super().init_device_graphs()), ``setter`` is the outer shadow:
+    # the inner call shadows the shadow and puts it back, which changes nothing.
+    own = vars(model).get(SETTER, _MISSING)
+    # set first: CPUGraphRunner and NPUGraphRunner capture without the no-argument call
     setter(list(ids))
     setattr(model, SETTER, set_layers_during_graph_capture)
     logger.debug("eagle3-patches: device graphs are captured with the configured EAGLE-3 aux layer ids %s", ids)
@@ -77,13 +75,9 @@ def _configured_ids_during_graph_capture(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     finally:
         if own is _MISSING:
-            try:
-                delattr(model, SETTER)
-            except AttributeError:
-                pass
+            vars(model).pop(SETTER, None)
         else:
             setattr(model, SETTER, own)
-
 
 
 def _calls(src: str):
@@ -105,10 +99,11 @@ def ids_configured_before_graphs(initialize_src: str, graph_runner_init_src: str
     """The upstream fix, read from source: ``ModelRunner.initialize`` configures the aux layer ids
     (``set_eagle3_layers_to_capture(ids)`` or 0.5.11's ``init_aux_hidden_state_capture()``) before
     it calls ``init_device_graphs()``, and the graph runner no longer resets them with a no-arg call."""
-    calls = _calls(initialize_src)
-    graphs = [pos[:2] for pos in calls if pos[2] == "init_device_graphs"]
-    configured = [pos[:2] for pos in calls if pos[2] in (SETTER, "init_aux_hidden_state_capture")]
-    if not graphs or not configured or min(configured) > min(graphs):
+    names = [name for _, _, name, _ in _calls(initialize_src)]  # in source order
+    if "init_device_graphs" not in names:
+        return False
+    before_graphs = names[: names.index("init_device_graphs")]
+    if not any(name in (SETTER, "init_aux_hidden_state_capture") for name in before_graphs):
         return False
     if graph_runner_init_src is None:
         return True

@@ -27,14 +27,14 @@ no-argument call (sglang's ``[2, n // 2, n - 3]``) is never changed.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+from pathlib import Path
 from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
-from ..checkpoint.formats import SPECULATORS, detect_format
+from ..checkpoint.formats import SPECULATORS, detect_format, read_json
 from ..checkpoint.layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
 from .. import settings
 from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
@@ -75,10 +75,9 @@ def _read_draft_config(path: str | None) -> dict | None:
         if not isinstance(cached, str):  # not in the cache
             return None
         candidate = cached
-    try:
-        with open(candidate, encoding="utf-8") as fh:
-            config = json.load(fh)
-    except (OSError, ValueError):
+    try:  # bounded, and no link followed out of the checkpoint (or the hub cache's blobs/)
+        config = read_json(Path(candidate), "the draft's config.json")
+    except (OSError, ValueError):  # CheckpointError is a ValueError
         return None
     if not isinstance(config, dict):
         return None

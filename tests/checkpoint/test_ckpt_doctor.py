@@ -90,11 +90,18 @@ def test_aux_ids_at_top_level_are_ignored_by_sglang(make_draft, tiny, DELETE):
     assert_error(run(tiny["deepseek_v3"], d), "aux-ids-ignored")
 
 
-@pytest.mark.parametrize("ids", [(1, 2, 5), (2, 3, 6), (-1, 2, 3)])
-def test_aux_ids_out_of_range(make_draft, tiny, ids):
+@pytest.mark.parametrize("ids, what", [
+    ((1, 2, 5), "ids [5] make sglang 0.5.11 capture before layers [6], which a 6-layer target never reaches"),
+    ((2, 3, 6), "ids [6] make sglang 0.5.11 capture before layers [7], which a 6-layer target never reaches"),
+    ((-1, 2, 3), "capture before layer 0, where residual is None"),
+])
+def test_aux_ids_out_of_range(make_draft, tiny, ids, what):
     # 6 layers: output-of-layer ids 0..4 are capturable on 0.5.9-0.5.12; 5 needs "before layer 6"; -1 -> before layer 0
     d = make_draft(spec=tm.TinyDraftSpec(aux_ids=ids))
-    assert_error(run(tiny["deepseek_v3"], d), "aux-ids-out-of-range")
+    r = run(tiny["deepseek_v3"], d)
+    assert_error(r, "aux-ids-out-of-range")
+    f = next(f for f in r.errors if f.code == "aux-ids-out-of-range")
+    assert what in f.what and f.expected == "output-of-layer ids in 0..4", r.format()
 
 
 def test_aux_ids_in_range_edges(make_draft, tiny):
@@ -488,6 +495,14 @@ def test_pipeline_parallel(tiny):
     assert_error(run(tiny["deepseek_v3"], tiny["draft"], pp=2), "pipeline-parallel")
 
 
+@pytest.mark.parametrize("flags", ["--enable-two-batch-overlap", "--pp-size 2"])
+def test_parallel_modes_judged_only_where_eagle3_capture_runs(tiny, flags):
+    """Not for the converter's check of its output (checkpoints only), nor where no aux capture runs (STANDALONE)."""
+    for algorithm, checkpoint_only in (("EAGLE3", True), ("STANDALONE", False)):
+        r = run(tiny["deepseek_v3"], tiny["draft"], launch=f"--speculative-algorithm {algorithm} {flags}", checkpoint_only=checkpoint_only)
+        assert not {"two-batch-overlap", "pipeline-parallel"} & set(r.codes()), r.format()
+
+
 def test_cuda_graph_capture_order(tiny):
     r = run(tiny["deepseek_v3"], tiny["draft"], "0.5.9")
     assert_error(r, "cuda-graph-capture-order")
@@ -501,6 +516,33 @@ def test_cuda_graph_defaults_equal_configured(make_draft, make_target, tiny):
     t = make_target(config={"num_hidden_layers": 12})
     d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(1, 5, 8)))
     assert "cuda-graph-capture-order" not in run(t, d, "0.5.9").codes()
+
+
+def test_cuda_graph_capture_order_fires_whichever_side_the_configured_layers_lie(make_draft, tiny):
+    # above the 6-layer defaults [2, 3, 3] (the draft of tiny["draft"]) and below them: [0, 1, 2] + 1
+    low = make_draft("low", spec=tm.TinyDraftSpec(aux_ids=(0, 1, 2)))
+    for draft in (tiny["draft"], low):
+        r = run(tiny["deepseek_v3"], draft, "0.5.9")
+        assert_error(r, "cuda-graph-capture-order")
+        assert "graphs: before layers [2, 3]" in next(f for f in r.errors if f.code == "cuda-graph-capture-order").found
+
+
+def test_cuda_graph_capture_order_silent_where_graphs_capture_what_eager_does(make_draft, make_target, tiny, DELETE):
+    """Each case differs from the firing one (tiny DeepSeek-V3 + aux ids [1, 2, 3] on 0.5.9) in one thing."""
+    eagle1 = make_draft("eagle1", config={"architectures": ["LlamaForCausalLMEagle"], "eagle_config": {"use_aux_hidden_state": DELETE}})
+    cases = {
+        "only the checkpoints judged": run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", checkpoint_only=True),
+        "STANDALONE: no aux capture at all": run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "STANDALONE"]),
+        "the draft names no ids (the defaults both ways)": run(
+            tiny["deepseek_v3"], make_draft("defaults", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": DELETE}}), "0.5.9"
+        ),
+        "a speculators draft stock 0.5.9 cannot read (that error first)": run(tiny["deepseek_v3"], make_draft("spec", speculators=True), "0.5.9"),
+        "an EAGLE-1 draft (not an EAGLE-3 one)": run(tiny["deepseek_v3"], eagle1, "0.5.9"),
+        "the target's layer count unknown": run(make_target(config={"num_hidden_layers": DELETE}), tiny["draft"], "0.5.9"),
+    }
+    for why, r in cases.items():
+        assert "cuda-graph-capture-order" not in r.codes(), f"{why}: {r.format()}"
+        assert "internal-error" not in r.codes(), f"{why}: {r.format()}"
 
 
 def test_wrapped_launch_command_means_patches(tiny):

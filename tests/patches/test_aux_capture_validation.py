@@ -20,6 +20,8 @@ pytestmark = [pytest.mark.sglang, requires_patch("aux_capture_validation")]  # s
         ([-1, 2, 3], "[-1] cannot be captured"),
         ([1, 1, 3], "distinct and ascending"),
         ([3, 2, 1], "distinct and ascending"),
+        ([1, 3, 2], "distinct and ascending"),
+        ([1, 3, 3], "distinct and ascending"),
         ([], "non-empty"),
         ([1.0, 2, 3], "integers"),
     ],
@@ -31,6 +33,9 @@ def test_bad_layer_ids_are_named(ids, needle):
         validate_layer_ids(ids, NUM_LAYERS)
     assert needle in str(info.value)
     assert "eagle_aux_hidden_state_layer_ids" in str(info.value)
+    if "cannot be captured" in needle:  # the range, and why its end is where it is
+        assert f"0 <= id <= {NUM_LAYERS - 2}" in str(info.value)
+        assert f"id {NUM_LAYERS - 1} would wait for a layer {NUM_LAYERS} that never runs" in str(info.value)
 
 
 def test_good_layer_ids_pass():
@@ -62,15 +67,15 @@ def test_patched_refuses_them_at_set_time(check):
     assert out["duplicate"][0] == "Eagle3ConfigError"
 
 
-def _capture_lost(target: str):
+def _capture_lost(target: str, layers_to_capture=(2, 3, NUM_LAYERS + 1), prompt=(5, 6, 7, 8, 9)):
     """Capture on, but layers_to_capture pointing past the last layer (what TBO/PP do): checked per forward."""
     from eagle3_patches.testing import sglang_harness as h
 
     runner = h.model_runner(h.server_args(target))
     runner.model.set_eagle3_layers_to_capture([1, 2, 3])
-    runner.model.model.layers_to_capture = [2, 3, NUM_LAYERS + 1]  # one state will never be captured
+    runner.model.model.layers_to_capture = list(layers_to_capture)  # by default one state will never be captured
     try:
-        h.prefill(runner, [[5, 6, 7, 8, 9]], return_hidden_states=True)
+        h.prefill(runner, [list(prompt)], return_hidden_states=True)
     except Exception as exc:  # noqa: BLE001
         return type(exc).__name__, str(exc)
     return "ok", None
@@ -79,12 +84,82 @@ def _capture_lost(target: str):
 def test_patched_forward_check_names_the_lost_capture(tiny):
     kind, message = run_isolated(_capture_lost, str(tiny["deepseek_v3"]), patches=["aux_capture_validation"])
     assert kind == "Eagle3CaptureError"
-    assert "2 states" in message and "3 states of width 64" in message
+    assert "2 states of widths [64, 64]" in message and "3 states of width 64" in message
+
+
+def test_patched_forward_check_names_a_capture_lost_entirely(tiny):
+    """Every state lost: sglang's model returns the hidden state alone (a two-token prompt: a tensor of two rows)."""
+    kind, message = run_isolated(_capture_lost, str(tiny["deepseek_v3"]), (NUM_LAYERS + 1, NUM_LAYERS + 2, NUM_LAYERS + 3),
+                                 (5, 6), patches=["aux_capture_validation"])
+    assert kind == "Eagle3CaptureError"
+    assert "no aux states" in message and "3 states of width 64" in message
 
 
 @pytest.mark.stock
 def test_stock_forward_with_a_lost_capture_passes_silently(tiny):
     assert run_isolated(_capture_lost, str(tiny["deepseek_v3"]), patches=None) == ("ok", None)
+
+
+def _stored_width_checked(target: str, case: str):
+    """A real prefill with the capture on.  ``final-state``: a build whose logits processor is not handed the aux
+    states (it stores the final hidden state, width H, where the draft needs 3 x H).  ``no-states``: a forward that
+    stores no hidden states (nothing to check).  Also returns the eagle3_patches log lines of the set calls."""
+    import logging
+
+    from eagle3_patches.testing import sglang_harness as h
+
+    lines: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log = logging.getLogger("eagle3_patches")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    runner = h.model_runner(h.server_args(target))
+    if case != "capture-off":  # capture-off: a target served without EAGLE-3, nothing configured, nothing checked
+        runner.model.set_eagle3_layers_to_capture([1, 2, 3])
+        runner.model.set_eagle3_layers_to_capture([1, 2, 3])  # the same configuration again: logged once
+        runner.model.set_eagle3_layers_to_capture([0, 2, 3])
+        runner.model.set_eagle3_layers_to_capture([1, 2, 3])
+    lp = runner.model.logits_processor
+    original = lp.forward
+    if case == "final-state":
+        lp.forward = lambda input_ids, hidden, head, meta, aux=None, *a, **kw: original(input_ids, hidden, head, meta, None, *a, **kw)
+    if case == "extra-state":
+        lp.forward = lambda input_ids, hidden, head, meta, aux=None, *a, **kw: original(input_ids, hidden, head, meta, [*aux, hidden], *a, **kw)
+    try:
+        h.prefill(runner, [[5, 6, 7, 8, 9]], return_hidden_states=case != "no-states")
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc), lines
+    return "ok", None, lines
+
+
+@pytest.mark.parametrize("case, width", [("final-state", 64), ("extra-state", 256)])
+def test_patched_refuses_a_stored_state_of_the_wrong_width(tiny, case, width):
+    kind, message, _ = run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), case, patches=["aux_capture_validation"])
+    assert kind == "Eagle3CaptureError", message
+    assert f"found:    width {width}\n" in message and "192 = 3 aux layers x hidden 64" in message
+
+
+def test_patched_target_served_without_eagle3_runs_unchecked(tiny):
+    kind, message, _ = run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), "capture-off",
+                                    patches=["aux_capture_validation"])
+    assert (kind, message) == ("ok", None)
+
+
+@pytest.mark.stock
+def test_stock_stores_the_final_state_for_the_draft_silently(tiny):
+    assert run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), "final-state")[:2] == ("ok", None)
+
+
+def test_patched_checks_nothing_where_no_state_is_stored_and_logs_each_configuration_once(tiny):
+    kind, message, lines = run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), "no-states",
+                                        patches=["aux_capture_validation"])
+    assert (kind, message) == ("ok", None)
+    evidence = [line for line in lines if "aux layer ids" in line]
+    assert len(evidence) == 2, lines  # [1, 2, 3] once, [0, 2, 3] once (the process and model are the same)
+    assert "tp rank 0/1" in evidence[0] and "aux layer ids [1, 2, 3] -> layers_to_capture [2, 3, 4]" in evidence[0]
+    assert "aux layer ids [0, 2, 3] -> layers_to_capture [1, 3, 4]" in evidence[1]
+    assert "aux_capture_validation=applied" in evidence[0]
 
 
 def _parallelism_refusal(target: str, draft: str, flag: str):

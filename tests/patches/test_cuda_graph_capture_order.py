@@ -18,6 +18,12 @@ target's no-argument defaults are [2, 6 // 2, 6 - 3] = [2, 3, 3].
 
 from __future__ import annotations
 
+import importlib.util
+import linecache
+import sys
+import textwrap
+import types
+
 import pytest
 
 from eagle3_patches.patches import cuda_graph_capture_order as cgo
@@ -132,6 +138,40 @@ def test_wrapper_redirects_the_no_argument_call_only_during_capture():
     assert runner.model.language_model.layers_to_capture == DEFAULTS
 
 
+class _RunnerWithoutTheNoArgumentCall(_Runner):
+    def init_device_graphs(self):  # CPUGraphRunner / NPUGraphRunner: capture without calling the setter
+        self.seen.append(list(self.model.language_model.layers_to_capture))
+
+
+def test_wrapper_sets_the_configured_ids_before_a_capture_that_does_not_ask_for_them():
+    runner = _RunnerWithoutTheNoArgumentCall(_Wrapper(), [1, 2, 3])
+    _call(runner)
+    assert runner.seen == [CONFIGURED]  # not the model's initial [] (no aux states in the graphs)
+
+
+def test_wrapper_nested_capture_keeps_the_configured_ids_and_leaves_nothing_behind():
+    """A subclass whose init_device_graphs calls the (wrapped) parent's: both levels capture the
+    configured ids and the model is left as it was."""
+    runner = _Runner(_Wrapper(), [1, 2, 3])
+    inner = runner.init_device_graphs
+
+    def outer():
+        _call(runner)  # the wrapped parent, re-entered
+        inner()
+
+    cgo._configured_ids_during_graph_capture(outer, runner, (), {})
+    assert runner.seen == [CONFIGURED, CONFIGURED]
+    assert cgo.SETTER not in vars(runner.model)
+    runner.model.set_eagle3_layers_to_capture()
+    assert runner.model.language_model.layers_to_capture == DEFAULTS
+
+
+def test_wrapper_logs_the_ids_the_graphs_are_captured_with(caplog):
+    with caplog.at_level("DEBUG", logger="eagle3_patches"):
+        _call(_Runner(_Wrapper(), [1, 2, 3]))
+    assert "device graphs are captured with the configured EAGLE-3 aux layer ids [1, 2, 3]" in caplog.text
+
+
 def test_wrapper_passes_through_without_configured_ids():
     for runner in (_Runner(_Wrapper(), None), _Runner(_Wrapper(), [1, 2, 3], use_aux=False)):
         _call(runner)
@@ -190,6 +230,68 @@ def test_upstream_probe_reads_the_call_order():
     assert not cgo.ids_configured_before_graphs(_INIT_0511, _GRAPH_RUNNER_059)
     # a comment mentioning init_device_graphs() is not a call
     assert not cgo.ids_configured_before_graphs(_INIT_059.replace("    self.init_attention", "    # init_device_graphs()\n    self.init_attention"), None)
+
+
+def test_upstream_probe_reads_calls_not_text():
+    # no init_device_graphs call, or no configuring call: nothing says the ids come first
+    assert not cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_aux_hidden_state_capture()\n", None)
+    assert not cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_device_graphs()\n", None)
+    # bare names and the ids passed to the setter (0.5.11's own shape) count as calls
+    src = "def initialize(self):\n    set_eagle3_layers_to_capture(ids)\n    init_device_graphs()\n"
+    assert cgo.ids_configured_before_graphs(src, None)
+    # on one line, the column decides
+    assert cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_aux_hidden_state_capture(); self.init_device_graphs()\n", None)
+    assert not cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_device_graphs(); self.init_aux_hidden_state_capture()\n", None)
+    # a graph runner that passes ids (positionally or by keyword) does not reset them
+    for call in ("set_eagle3_layers_to_capture(ids)", "set_eagle3_layers_to_capture(layer_ids=ids)"):
+        assert cgo.ids_configured_before_graphs(_INIT_0511, f"def __init__(self, runner):\n    self.model.{call}\n")
+    # source that does not parse proves nothing
+    assert not cgo.ids_configured_before_graphs("def initialize(self:\n", None)
+
+
+def _load(tmp_path, name, source):
+    """A module from a real file, so that ``inspect.getsource`` reads it as it reads sglang's."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _runner_module(tmp_path, name, initialize, graph_runner_init=None):
+    src = "class ModelRunner:\n" + textwrap.indent(textwrap.dedent(initialize), "    ")
+    if graph_runner_init is not None:
+        src += "\n\nclass CudaGraphRunner:\n" + textwrap.indent(textwrap.dedent(graph_runner_init), "    ")
+    return _load(tmp_path, name, src)
+
+
+CGR_MODULE = "sglang.srt.model_executor.cuda_graph_runner"
+
+
+def test_upstream_reads_the_releases_model_runner_and_graph_runner(tmp_path, monkeypatch):
+    """``upstream()`` on modules shaped like 0.5.9's and 0.5.11's: fixed only where both agree."""
+    monkeypatch.delitem(sys.modules, CGR_MODULE, raising=False)
+    fixed = cgo.PATCH.upstream(_runner_module(tmp_path, "mr_0511", _INIT_0511, _GRAPH_RUNNER_0511))
+    assert fixed and "0.5.11" in fixed
+    assert cgo.PATCH.upstream(_runner_module(tmp_path, "mr_059", _INIT_059, _GRAPH_RUNNER_0511)) is None
+    assert cgo.PATCH.upstream(_runner_module(tmp_path, "mr_reset", _INIT_0511, _GRAPH_RUNNER_059)) is None
+    # the graph runner not imported into model_runner: read from its own module where loaded
+    assert cgo.PATCH.upstream(_runner_module(tmp_path, "mr_alone", _INIT_0511))
+    graph_module = _load(tmp_path, "cgr_059", "class CudaGraphRunner:\n" + textwrap.indent(textwrap.dedent(_GRAPH_RUNNER_059), "    "))
+    monkeypatch.setitem(sys.modules, CGR_MODULE, graph_module)
+    assert cgo.PATCH.upstream(_runner_module(tmp_path, "mr_alone2", _INIT_0511)) is None
+
+
+def test_upstream_is_none_where_the_source_cannot_be_read(tmp_path):
+    assert cgo.PATCH.upstream(types.ModuleType("no_model_runner")) is None
+    builtin = types.ModuleType("builtin_initialize")
+    builtin.ModelRunner = type("ModelRunner", (), {"initialize": len})  # TypeError from inspect
+    assert cgo.PATCH.upstream(builtin) is None
+    gone = _runner_module(tmp_path, "mr_gone", _INIT_0511, _GRAPH_RUNNER_0511)
+    (tmp_path / "mr_gone.py").unlink()  # OSError from inspect
+    linecache.checkcache()
+    assert cgo.PATCH.upstream(gone) is None
 
 
 def test_version_gate():

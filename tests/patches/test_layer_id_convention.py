@@ -10,6 +10,8 @@ forward hooks on the same run) to find which layers were really captured.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY, INPUT_OF_LAYER, OUTPUT_OF_LAYER
@@ -162,6 +164,42 @@ def test_a_hub_id_is_read_from_the_cache_only(tmp_path, monkeypatch, hub_id):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache; offline machines have no other
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert lic._read_draft_config(hub_id) is None
+
+
+def _marked_config() -> bytes:
+    return json.dumps({"architectures": ["LlamaForCausalLMEagle3"],
+                       "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3], CONVENTION_KEY: INPUT_OF_LAYER}}).encode()
+
+
+def test_a_hub_cache_snapshot_is_read_through_its_blob_link(tmp_path, monkeypatch):
+    """The hub cache's layout: snapshots/<rev>/config.json is a link into blobs/, which is read."""
+    repo = tmp_path / "models--org--draft"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "0123abcd").write_bytes(_marked_config())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("f" * 40)
+    snapshot = repo / "snapshots" / ("f" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to("../../blobs/0123abcd")
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))  # read once, at its import
+    assert lic._read_draft_config(str(snapshot))["eagle_config"][CONVENTION_KEY] == INPUT_OF_LAYER
+    assert lic._read_draft_config("org/draft")["eagle_config"][CONVENTION_KEY] == INPUT_OF_LAYER
+
+
+def test_a_config_linked_out_of_the_draft_or_too_large_is_not_read(tmp_path):
+    """A hostile draft's config.json: a link to a file elsewhere, or larger than any config: nothing recorded
+    (sglang's rule applies) and nothing outside the draft read."""
+    outside = tmp_path / "elsewhere.json"
+    outside.write_bytes(_marked_config())
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "config.json").symlink_to(outside)
+    assert lic._read_draft_config(str(linked)) is None
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    (huge / "config.json").write_bytes(_marked_config()[:-1] + b", " + b" " * (5 << 20) + b"}")
+    assert lic._read_draft_config(str(huge)) is None
 
 
 def test_a_speculators_draft_is_read_as_sglang_is_handed_it(tiny_root):
