@@ -342,6 +342,19 @@ def test_missing_tensor(make_draft, tiny):
     assert "midlayer.mlp.down_proj.weight" in next(f for f in r.errors if f.code == "keys-missing").found
 
 
+@pytest.mark.parametrize("n_missing", [8, 9])
+def test_missing_tensors_listed_up_to_eight(make_draft, tiny, n_missing):
+    layer = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+             "mlp.down_proj", "input_layernorm", "post_attention_layernorm"]
+    gone = [f"midlayer.{n}.weight" for n in layer[:n_missing]]
+    r = run(tiny["deepseek_v3"], make_draft(tensors=lambda t: {k: v for k, v in t.items() if k not in gone}))
+    f = next(f for f in r.errors if f.code == "keys-missing")
+    assert f.what.startswith(f"{n_missing} parameter(s) are missing"), f.what
+    shown = f.found.removesuffix(" ...").split(", ")
+    assert len(shown) == 8 and set(shown) <= set(gone)
+    assert f.found.endswith(" ...") == (n_missing > 8)
+
+
 def test_wrong_tensor_shape(make_draft, tiny):
     def bad(t):
         t["midlayer.self_attn.q_proj.weight"] = t["midlayer.self_attn.q_proj.weight"][:, :64].contiguous()

@@ -90,6 +90,47 @@ def test_patched_refuses_bad_checkpoint_naming_the_key(patched, drafts, variant,
     assert str(drafts[variant]) in result["message"]  # says which checkpoint
 
 
+def _load_then_update(target: str, first: str, second: str):
+    """The draft loaded as the server loads it, then its weights loaded again from another checkpoint, as
+    ``update_weights_from_disk`` does: the parameters as the second load leaves them."""
+    from safetensors.torch import load_file
+
+    from eagle3_patches.testing import sglang_harness as h
+
+    sa = h.eagle3_server_args(target, first)
+    tr = h.model_runner(sa)
+    dr = h.model_runner(sa, is_draft=True, model_path=first, req_to_token_pool=tr.req_to_token_pool,
+                        token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator)
+    dr.model.load_weights(iter(load_file(f"{second}/model.safetensors").items()))
+    return {n: p.detach().clone() for n, p in dr.model.named_parameters()}
+
+
+def test_patched_draft_takes_a_weight_update_bit_exactly(tiny, tiny_root, drafts):
+    """The loaders the strict load wraps are put back as they were: a second load_weights (a weight update)
+    loads every tensor of the new checkpoint."""
+    update = draft_variant(tiny_root / "strict-loading-update", "update", spec=tm.TinyDraftSpec(seed=7))
+    params = run_isolated(_load_then_update, str(tiny["deepseek_v3"]), str(drafts["midlayer_draft"]), str(update),
+                          patches=PATCH)
+    assert bit_exact_mismatches(params, update) == []
+    assert bit_exact_mismatches(params, drafts["midlayer_draft"])  # the update really differs from the first load
+
+
+def test_patched_refuses_a_draft_without_its_lm_head(tiny, tiny_root):
+    """draft_vocab_size < vocab_size: the draft's own head is required (sglang takes the target's only when
+    asked to); stock sglang leaves it at its initial value."""
+    no_head = draft_variant(tiny_root / "strict-loading-no-head", "no-head", edit=lambda t: t.pop("lm_head.weight"))
+    (result,) = run_isolated(load_drafts, str(tiny["deepseek_v3"]), [str(no_head)], patches=PATCH)
+    assert not result["ok"] and result["type"] == "Eagle3ConfigError"
+    assert "left at their initial value: lm_head.weight" in result["message"], result["message"]
+
+
+@pytest.mark.stock
+def test_stock_loads_a_draft_without_its_lm_head_silently(tiny, tiny_root):
+    no_head = draft_variant(tiny_root / "strict-loading-no-head-stock", "no-head", edit=lambda t: t.pop("lm_head.weight"))
+    (result,) = run_isolated(load_drafts, str(tiny["deepseek_v3"]), [str(no_head)])
+    assert result["ok"]
+
+
 # --------------------------------------------------------------------------- quantized drafts
 # A draft stock sglang serves correctly must never be refused: the quantization methods add
 # parameters (fp8's kv-cache scales, weight / input scales, compressed-tensors' packed weights)
