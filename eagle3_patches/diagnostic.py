@@ -27,6 +27,13 @@ SEVERITIES = (ERROR, WARNING, INFO)
 FIELDS = ("where", "found", "expected", "cause", "fix")
 
 
+def first_few(items, limit: int, sep: str = ", ") -> str:
+    """At most ``limit`` of ``items`` joined by ``sep``, then `` ...`` when some were left out: how a finding
+    lists names (tensors, parameters, differences) that may run into the thousands."""
+    items = list(items)
+    return sep.join(items[:limit]) + (" ..." if len(items) > limit else "")
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     severity: str

@@ -373,6 +373,7 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, rele
     data_dir = STATE / "coverage" / slug(module)
     shutil.rmtree(data_dir, ignore_errors=True)
     data_dir.mkdir(parents=True)
+    data_dir.chmod(0o1777)  # a test's child that drops to another uid (test_ckpt_hostile's setpriv) writes here too
     env = worker_env(root, 0, release)
     env.update({"EAGLE3_MUTATION_COVERAGE": str(data_dir / "cov"), "EAGLE3_MUTATION_INCLUDE": str(module),
                 "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), env["PYTHONPATH"]])})

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..diagnostic import first_few
 from ..errors import Eagle3ConfigError
 from . import layer_ids as L
 from .formats import (
@@ -532,7 +533,7 @@ def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int
         raise _err(
             f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop them silently)",
             where=str(src),
-            found=", ".join(sorted(unknown)[:8]) + (" ..." if len(unknown) > 8 else ""),
+            found=first_few(sorted(unknown), 8),
             expected="fc, layers.0.* (self_attn q/k/v/o, mlp gate/up/down, input_layernorm, post_attention_layernorm, hidden_norm), norm, lm_head, embed_tokens, d2t, t2d",
             fix="; ".join(hints) or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
         )

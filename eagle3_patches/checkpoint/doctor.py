@@ -44,7 +44,7 @@ from .formats import (
     target_view,
 )
 from .launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
-from .releases import PINNED, facts, parse_version
+from .releases import NEWEST_KNOWN, OLDEST_KNOWN, PINNED, facts, parse_version
 from .safe_io import CheckpointError, open_checkpoint_file
 from .safetensors_header import (
     CONFIG_DTYPES,
@@ -289,7 +289,8 @@ def doctor(
         report.add(
             INFO,
             "sglang-version-unknown",
-            f"sglang {version} is outside the releases the doctor's table was read from (0.5.8-0.5.23); "
+            f"sglang {version} is outside the releases the doctor's table was read from "
+            f"({'.'.join(map(str, OLDEST_KNOWN))}-{'.'.join(map(str, NEWEST_KNOWN))}); "
             "its rules are extrapolated from the nearest release",
             where=vsrc,
         )

@@ -91,6 +91,11 @@ _PY = re.compile(r"^python(\d+(\.\d+)?)?$")
 _PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
 
 
+def _shown(argv: list[str]) -> str:
+    """The command line as a finding shows it: its first 200 characters."""
+    return " ".join(argv)[:200]
+
+
 def _strip_program(argv: list[str]) -> tuple[list[str], str, bool]:
     """Return (flags, program description, with_patches)."""
     with_patches = False
@@ -112,14 +117,14 @@ def _strip_program(argv: list[str]) -> tuple[list[str], str, bool]:
                 i += 2 if argv[i] in _PY_OPTS_WITH_ARG else 1
             if i < len(argv) and argv[i] == "-m":
                 if i + 1 >= len(argv):
-                    raise LaunchArgsError("`python -m` without a module name", found=" ".join(argv)[:200])
+                    raise LaunchArgsError("`python -m` without a module name", found=_shown(argv))
                 module = argv[i + 1]
                 i += 2
             elif i < len(argv):
                 module = argv[i]  # a script path
                 i += 1
             else:
-                raise LaunchArgsError("a bare `python` is not a launch command", found=" ".join(argv)[:200])
+                raise LaunchArgsError("a bare `python` is not a launch command", found=_shown(argv))
         else:
             module = base
             i += 1
@@ -127,7 +132,7 @@ def _strip_program(argv: list[str]) -> tuple[list[str], str, bool]:
             if i >= len(argv) or argv[i] != "run":
                 raise LaunchArgsError(
                     "only `eagle3-patches run -- <command>` can wrap a launch command",
-                    found=" ".join(argv)[:200],
+                    found=_shown(argv),
                     fix="pass the sglang command, or `eagle3-patches run -- python -m sglang.launch_server ...`",
                 )
             i += 1
@@ -143,7 +148,7 @@ def _strip_program(argv: list[str]) -> tuple[list[str], str, bool]:
             return argv[i + 1 :], "sglang serve", with_patches
         raise LaunchArgsError(
             "unrecognised launch command",
-            found=" ".join(argv)[:200],
+            found=_shown(argv),
             expected="sglang flags, `python -m sglang.launch_server ...`, `sglang serve ...` or `eagle3-patches run -- ...`",
             fix="pass the sglang command line (or only its flags) after `--`",
         )

@@ -35,7 +35,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..checkpoint.d2t import check_d2t
 from ..checkpoint.formats import unknown_tensor_hints
-from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
+from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics, first_few
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 
@@ -46,9 +46,10 @@ _SPECULATORS_LAYER = re.compile(r"^(model\.)?layers\.0\.")
 _MISSING = object()
 
 
-#: the decoder layer's projections a quantization method may store quantized
-PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-               "mlp.up_proj", "mlp.down_proj")
+#: projections a checkpoint may store fused, as sglang's own state dict names them (``QKVParallelLinear``,
+#: ``MergedColumnParallelLinear``): sglang's loader loads the fused tensor whole
+FUSED_PROJECTIONS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                     "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
 #: what a quantized checkpoint stores next to (or, ``weight_packed``, instead of) a projection's ``weight``: fp8
 #: (``weight_scale``, ``weight_scale_inv``, ``input_scale``) and compressed-tensors (``weight_packed``,
 #: ``weight_shape``, ``weight_zero_point``, ``weight_g_idx``).  At run time the loader needs no such list: it sees
@@ -78,6 +79,10 @@ def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str
     proj_shapes = {"self_attn.q_proj": shp(qo, 2 * H if H else None), "self_attn.k_proj": shp(kvo, 2 * H if H else None),
                    "self_attn.v_proj": shp(kvo, 2 * H if H else None), "self_attn.o_proj": shp(H, qo),
                    "mlp.gate_proj": shp(inter, H), "mlp.up_proj": shp(inter, H), "mlp.down_proj": shp(H, inter)}
+    for whole, parts in FUSED_PROJECTIONS.items():
+        if f"{m}{whole}.weight" in setup.draft_tensors:
+            shapes = [proj_shapes.pop(part) for part in parts]
+            proj_shapes[whole] = None if None in shapes else (sum(s[0] for s in shapes), shapes[0][1])
     exp: dict[str, tuple[tuple[int, ...] | None, str]] = {"fc.weight": (shp(H, (k * th) if th else None), "required")}
     quantized = isinstance(dv.config.get("quantization_config"), dict)
     for proj, shape in proj_shapes.items():
@@ -199,7 +204,7 @@ def _defaulted_params(model) -> set[str]:
     out = set()
     for mname, module in model.named_modules():
         if isinstance(getattr(module, "quant_method", None), BaseKVCacheMethod):
-            out.update(f"{mname}.{p}" if mname else p for p, _ in module.named_parameters(recurse=False))
+            out.update(f"{mname}.{p}" for p, _ in module.named_parameters(recurse=False))  # an attention layer, never the root
     return out
 
 
@@ -273,8 +278,7 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
     if unknown or missing or d2t_problem:
         found = []
         if unknown:
-            found.append(f"{len(unknown)} tensor(s) sglang would drop silently: {', '.join(sorted(unknown)[:12])}"
-                         + (" ..." if len(unknown) > 12 else ""))
+            found.append(f"{len(unknown)} tensor(s) sglang would drop silently: {first_few(sorted(unknown), 12)}")
         if missing:
             found.append(f"parameter(s) left at their initial value: {', '.join(missing)}")
         if d2t_problem:
@@ -315,7 +319,7 @@ class Eagle3DraftStrictLoading(Patch):
             return out
         renamed = setup.draft_naming.get("speculators") if dv.format == SGLANG_EAGLE3 else None
         if renamed:
-            n, first = len(renamed), ", ".join(sorted(renamed)[:4]) + (" ..." if len(renamed) > 4 else "")
+            n, first = len(renamed), first_few(sorted(renamed), 4)
             if setup.rf.loads_layers0_keys:
                 out.add(INFO, "keys-speculators-names", f"{n} tensor(s) are named layers.0.*; sglang {setup.version} maps "
                         "them onto midlayer.*", where=str(setup.draft_dir))
@@ -333,7 +337,7 @@ class Eagle3DraftStrictLoading(Patch):
                 "keys-unknown",
                 f"{len(unknown)} tensor(s) LlamaForCausalLMEagle3 has no parameter for: sglang drops them silently (every release)",
                 where=str(setup.draft_dir),
-                found=", ".join(unknown[:6]) + (" ..." if len(unknown) > 6 else ""),
+                found=first_few(unknown, 6),
                 expected="fc, midlayer.* (or layers.0.*), norm, lm_head, embed_tokens, d2t, t2d, and the scales of the "
                 "draft's quantization",
                 fix="; ".join(unknown_tensor_hints(unknown)) or "remove them if they are unused, or fix their names",
@@ -348,7 +352,7 @@ class Eagle3DraftStrictLoading(Patch):
         elif missing:
             out.add(ERROR, "keys-missing", f"{len(missing)} parameter(s) are missing from the checkpoint: sglang leaves them "
                     "at their random init without a word", where=str(setup.draft_dir),
-                    found=", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""),
+                    found=first_few(missing, 8),
                     fix="re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, d2t, t2d)")
         return out
 

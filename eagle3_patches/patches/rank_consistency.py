@@ -28,6 +28,7 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from .. import settings
+from ..diagnostic import first_few
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr
 
@@ -84,7 +85,7 @@ def check_ranks(store, rank: int, world: int, timeout_s: float) -> None:
         raise Eagle3ConfigError(
             "the ranks of this server run different eagle3-patches patch sets: their aux capture would differ",
             where=f"tp rank {rank} (pid {os.getpid()}), at model load",
-            found="; ".join(found[:8]) + (" ..." if len(found) > 8 else ""),
+            found=first_few(found, 8, "; "),
             expected=f"the same patch set on all {world} ranks",
             fix=f"start every node the same way, with the same {settings.DISABLE} and the same eagle3-patches version",
         )

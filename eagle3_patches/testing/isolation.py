@@ -1,4 +1,5 @@
-"""Run a function in a fresh ``spawn``-ed process, as sglang's own workers run.
+"""Run a function in a fresh process, as sglang's own workers run (spawned; with the CPU profile forked from a
+server that has imported the profile, torch and transformers once and nothing else: :mod:`.preload`).
 
 sglang 0.5.9 keeps process-global state (model-parallel groups, eplb metadata),
 so tests build at most one target per process.  The child activates the CPU
@@ -17,7 +18,12 @@ from typing import Any, Callable, Iterable
 
 
 def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, cpu_profile: bool, patches: Any, env: dict) -> Any:
-    os.environ.update(env)
+    if os.environ != env:  # a forkserver's child: the environment of the caller, as a spawned child inherits it
+        os.environ.clear()
+        os.environ.update(env)
+        from eagle3_patches import settings
+
+        settings.reload()  # read once in the server, by the CPU profile
     if cpu_profile:
         from eagle3_patches import cpu
 
@@ -32,6 +38,14 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, cpu_profile: bool,
     return fn(*args, **kwargs)
 
 
+def _context(cpu_profile: bool):
+    if cpu_profile and "COVERAGE_PROCESS_CONFIG" not in os.environ:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([f"{__package__}.preload"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
 def run_isolated(
     fn: Callable[..., Any],
     *args: Any,
@@ -41,11 +55,14 @@ def run_isolated(
     timeout: float = 600,
     **kwargs: Any,
 ) -> Any:
-    """``fn(*args, **kwargs)`` in a new spawned process; ``patches``: None (stock), "all" or names."""
-    ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+    """``fn(*args, **kwargs)`` in a new process; ``patches``: None (stock), "all" or names.  With the CPU profile
+    the process is forked from a server that has imported the profile, torch and transformers once (:mod:`.preload`)
+    and nothing of sglang or of the patches; else, and where coverage.py measures child processes (it starts
+    in a new interpreter only), it is spawned."""
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=_context(cpu_profile))
     try:
-        fut = pool.submit(_child, fn, args, kwargs, cpu_profile, patches if patches in (None, "all") else list(patches), env or {})
+        fut = pool.submit(_child, fn, args, kwargs, cpu_profile, patches if patches in (None, "all") else list(patches),
+                          {**os.environ, **(env or {})})
         return fut.result(timeout=timeout)
     except FutureTimeout:
         for proc in list(getattr(pool, "_processes", {}).values()):

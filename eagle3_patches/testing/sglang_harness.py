@@ -10,6 +10,7 @@ chosen once per process.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -468,10 +469,21 @@ def record_fc_inputs(draft_worker) -> list[tuple[int, ...]]:
 
 
 def quiet() -> None:
-    import logging
-
     os.environ.setdefault("SGLANG_LOGGING_LEVEL", "WARNING")
     logging.getLogger("sglang").setLevel(logging.WARNING)
+
+
+def eagle3_log(level: int = logging.INFO) -> list[logging.LogRecord]:
+    """The records the ``eagle3_patches`` logger emits at ``level`` or above from now on in this process, in a
+    list that fills as they come (the logger's own level lowered to ``level``: sglang's server sets the root
+    logger to INFO, a test's process does not)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(level)
+    handler.emit = records.append
+    log = logging.getLogger("eagle3_patches")
+    log.addHandler(handler)
+    log.setLevel(min(log.getEffectiveLevel(), level))
+    return records
 
 
 def set_server_arg(sa, name: str, value: Any) -> None:
@@ -490,17 +502,25 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
     Returns, per draft, ``{"ok": True, "params": {name: tensor}, "loaded": {...}, "hot_token_id": ...}`` or
     ``{"ok": False, "type": exception class name, "message": str, "loaded": {...} or None}``.  ``params``
     are the parameters of the finished runner; ``loaded`` the parameters as ``load_weights`` left them
-    (before the quantization method's ``process_weights_after_loading``), also when a later stage fails.
+    (before the quantization method's ``process_weights_after_loading``), also when a later stage fails;
+    ``loaders`` the weight loader each parameter carries after ``load_weights`` (its qualified name; None:
+    sglang calls its ``default_weight_loader``), or None; ``log`` the eagle3_patches log messages of the load.
     """
     import sglang.srt.models.llama_eagle3 as llama_eagle3
 
     loaded: list[dict] = []
     klass = llama_eagle3.LlamaForCausalLMEagle3
     load_weights = klass.__dict__["load_weights"]  # the patched one when a patch is active
+    log = eagle3_log()
+
+    def loader_name(param) -> str | None:
+        loader = getattr(param, "weight_loader", None)
+        return None if loader is None else getattr(loader, "__qualname__", type(loader).__qualname__)
 
     def snapshot_after_load(self, weights):
         out = load_weights.__get__(self, type(self))(weights)
-        loaded.append({n: p.detach().clone() for n, p in self.named_parameters()})
+        loaded.append({"params": {n: p.detach().clone() for n, p in self.named_parameters()},
+                       "loaders": {n: loader_name(p) for n, p in self.named_parameters()}})
         return out
 
     klass.load_weights = snapshot_after_load
@@ -514,14 +534,19 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
         for name, value in args.items():
             set_server_arg(sa, name, value)
         loaded.clear()
+        log.clear()
+
+        def after_load() -> dict:
+            return {"loaded": loaded[0]["params"] if loaded else None, "loaders": loaded[0]["loaders"] if loaded else None,
+                    "log": [r.getMessage() for r in log]}
+
         try:
             dr = model_runner(
                 sa, is_draft=True, model_path=str(path),
                 req_to_token_pool=tr.req_to_token_pool, token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
             )
         except Exception as exc:  # noqa: BLE001 - returned to the test
-            results.append({"ok": False, "type": type(exc).__name__, "message": str(exc),
-                            "loaded": loaded[0] if loaded else None})
+            results.append({"ok": False, "type": type(exc).__name__, "message": str(exc), **after_load()})
             continue
         finally:
             for name, value in previous.items():
@@ -529,7 +554,6 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
                     set_server_arg(sa, name, value)
         params = {n: p.detach().clone() for n, p in dr.model.named_parameters()}
         hot = dr.model.hot_token_id
-        results.append({"ok": True, "params": params, "loaded": loaded[0] if loaded else None,
-                        "hot_token_id": None if hot is None else hot.clone()})
+        results.append({"ok": True, "params": params, **after_load(), "hot_token_id": None if hot is None else hot.clone()})
     klass.load_weights = load_weights
     return results

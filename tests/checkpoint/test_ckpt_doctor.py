@@ -326,6 +326,24 @@ def test_layers0_names_loaded_natively_from_0512_or_with_patches(make_draft, tin
     assert "keys-speculators-names" in run(tiny["deepseek_v3"], d, "0.5.9", with_patches=True).codes(INFO)
 
 
+def test_layers0_names_found_lists_four_of_them(make_draft, tiny):
+    d = make_draft(tensors=_speculators_names)
+    f = next(f for f in run(tiny["deepseek_v3"], d, "0.5.9").errors if f.code == "keys-speculators-names")
+    shown = f.found.removesuffix(" ...").split(", ")
+    assert len(shown) == 4 and all(n.startswith("layers.0.") for n in shown) and f.found.endswith(" ..."), f.found
+    n = sum(k.startswith("midlayer.") for k in tm.eagle3_draft_tensors(tm.TinyDraftSpec()))
+    assert n > 4 and f.what.startswith(f"{n} tensor(s) are named layers.0.*"), f.what  # the count is of all of them
+
+
+def test_unknown_keys_found_lists_six_of_them(make_draft, tiny):
+    stray = [f"extra_{i}.weight" for i in range(7)]
+    r = run(tiny["deepseek_v3"], make_draft(tensors=lambda t: t.update({n: torch.ones(4) for n in stray})))
+    f = next(f for f in r.errors if f.code == "keys-unknown")
+    assert f.what.startswith("7 tensor(s)"), f.what
+    shown = f.found.removesuffix(" ...").split(", ")
+    assert len(shown) == 6 and set(shown) <= set(stray) and f.found.endswith(" ..."), f.found
+
+
 def test_unknown_keys(make_draft, tiny):
     def extra(t):
         t["input_norm.weight"] = torch.ones(192, dtype=torch.bfloat16)
@@ -355,11 +373,17 @@ def test_missing_tensors_listed_up_to_eight(make_draft, tiny, n_missing):
     assert f.found.endswith(" ...") == (n_missing > 8)
 
 
-def test_wrong_tensor_shape(make_draft, tiny):
-    def bad(t):
-        t["midlayer.self_attn.q_proj.weight"] = t["midlayer.self_attn.q_proj.weight"][:, :64].contiguous()
+@pytest.mark.parametrize("proj", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                  "mlp.gate_proj", "mlp.down_proj"])
+def test_wrong_tensor_shape(make_draft, tiny, proj):
+    name = f"midlayer.{proj}.weight"
 
-    assert_error(run(tiny["deepseek_v3"], make_draft(tensors=bad)), "tensor-shape")
+    def bad(t):
+        t[name] = t[name][:, :16].contiguous()
+
+    r = run(tiny["deepseek_v3"], make_draft(tensors=bad))
+    assert_error(r, "tensor-shape")
+    assert any(name in f.what or name in f.found for f in r.errors if f.code == "tensor-shape"), r.format()
 
 
 def test_speculators_format_given_to_doctor(make_draft, tiny):
@@ -729,6 +753,49 @@ def test_kv_scales_in_their_checkpoint_spellings_are_not_unknown_keys(tiny, tmp_
     t["midlayer.self_attn.v_proj.v_scale"] = torch.tensor(0.25)
     r = run(tiny["deepseek_v3"], tm.build_eagle3_draft(tmp_path / "kv", tensors=t))
     assert_clean(r)
+
+
+#: what quantizers write next to a projection's weight: fp8 (sglang's Fp8Config: weight_scale, input_scale; the
+#: block-quantized DeepSeek layout: weight_scale_inv) and compressed-tensors (weight_packed, weight_shape, the
+#: asymmetric weight_zero_point, GPTQ's act-order weight_g_idx)
+QUANTIZER_SUFFIXES = ["weight_scale", "weight_scale_inv", "input_scale", "weight_packed", "weight_shape",
+                      "weight_zero_point", "weight_g_idx"]
+#: kv-cache scales as checkpoints spell them (sglang's maybe_remap_kv_scale_name: modelopt, compressed-tensors, quark)
+KV_SCALE_SPELLINGS = ["self_attn.k_scale", "self_attn.v_scale", "self_attn.kv_scale", "self_attn.k_proj.k_scale",
+                      "self_attn.v_proj.v_scale", "self_attn.q_proj.output_scale", "self_attn.k_proj.output_scale",
+                      "self_attn.v_proj.output_scale", "self_attn.prob_output_scale"]
+
+
+def test_every_quantizer_and_kv_scale_spelling_is_a_known_tensor(tiny, tmp_path):
+    """A quantized draft may carry any of them: none is reported as a key sglang would drop."""
+    from eagle3_patches.testing.quantized_drafts import QUANT_TENSORS, build_quantized_draft
+
+    t = QUANT_TENSORS["fp8"](tm.eagle3_draft_tensors(tm.TinyDraftSpec()))
+    for proj in ("self_attn.q_proj", "mlp.up_proj"):
+        t.update({f"midlayer.{proj}.{suffix}": torch.tensor(1.0) for suffix in QUANTIZER_SUFFIXES
+                  if f"midlayer.{proj}.{suffix}" not in t})
+    t.update({f"midlayer.{name}": torch.tensor(1.0) for name in KV_SCALE_SPELLINGS})
+    r = run(tiny["deepseek_v3"], build_quantized_draft(tmp_path / "every-spelling", "fp8", tensors=t))
+    assert "keys-unknown" not in r.codes(), r.format()
+
+
+def _fused(t, bad_rows=0):
+    """q/k/v and gate/up stored fused, as sglang's own state dict names them (``bad_rows``: rows cut off qkv)."""
+    m = "midlayer."
+    qkv = torch.cat([t.pop(f"{m}self_attn.{p}_proj.weight") for p in "qkv"])
+    t[m + "self_attn.qkv_proj.weight"] = qkv[: len(qkv) - bad_rows].contiguous()
+    t[m + "mlp.gate_up_proj.weight"] = torch.cat([t.pop(f"{m}mlp.{p}_proj.weight") for p in ("gate", "up")])
+
+
+def test_pre_fused_projections_pass_as_sglang_loads_them(make_draft, tiny):
+    """tests/patches/test_eagle3_draft_strict_loading.py loads such a draft through sglang, stock and patched."""
+    assert_clean(run(tiny["deepseek_v3"], make_draft(tensors=_fused)))
+
+
+def test_pre_fused_projection_of_the_wrong_shape(make_draft, tiny):
+    r = run(tiny["deepseek_v3"], make_draft(tensors=lambda t: _fused(t, bad_rows=8)))
+    assert_error(r, "tensor-shape")
+    assert any("qkv_proj" in f.what + f.found for f in r.errors if f.code == "tensor-shape"), r.format()
 
 
 def test_quantization_names_without_a_quantization_config_are_unknown(tiny, tmp_path):

@@ -146,6 +146,44 @@ def test_release_facts():
         facts("banana")
 
 
+@pytest.mark.parametrize("fact, first", [("has_kimi_k25", "0.5.9"), ("loads_layers0_keys", "0.5.12"),
+                                         ("fc_width_from_ids", "0.5.12")])
+def test_a_release_fact_starts_at_the_release_that_brought_it(fact, first):
+    """The release table (docs/compat.md): each fact holds from its release on, not one release earlier."""
+    major, minor, patch = map(int, first.split("."))
+    assert not getattr(facts(f"{major}.{minor}.{patch - 1}"), fact)
+    assert getattr(facts(first), fact) and getattr(facts(f"{first}.post1"), fact)
+
+
+def test_the_plus_one_rule_ends_with_0_5_12():
+    assert facts("0.5.12.post1").plus_one_always and not facts("0.5.13rc1").plus_one_always
+
+
+def test_release_facts_compare_release_numbers_only():
+    assert facts("0.5.10.post1").release == facts("0.5.10").release == (0, 5, 10)
+    assert facts("0.5.13rc1").release == (0, 5, 13)
+    assert facts("0.6").release == (0, 6, 0) and facts("1").release == (1, 0, 0)
+    assert len({facts("0.5.9"), facts("0.5.9.0")}) == 1  # values: usable as keys
+
+
+def test_the_release_table_spans_the_releases_the_matrix_checks(tiny):
+    """The doctor says when it extrapolates: outside the releases it was read from, which end at the newest
+    release the matrix has been checked against (tools/matrix_releases.json)."""
+    from pathlib import Path
+
+    from eagle3_patches.checkpoint.doctor import doctor
+
+    newest = json.loads((Path(__file__).parents[2] / "tools" / "matrix_releases.json").read_text())["newest_known"]
+    major, minor, patch = map(int, newest.split("."))
+    inside = {"0.5.8", newest}
+    for version in ("0.5.7", "0.5.8", newest, f"{major}.{minor}.{patch + 1}", "0.6.0"):
+        report = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version=version)
+        notes = [d for d in report.findings if d.code == "sglang-version-unknown"]
+        assert bool(notes) == (version not in inside), (version, report.format())
+        if notes:
+            assert f"(0.5.8-{newest})" in notes[0].what
+
+
 def test_a_patch_covers_the_releases_it_declares():
     import eagle3_patches
     from eagle3_patches.checkpoint.releases import parse_version
@@ -183,10 +221,80 @@ def test_parse_forms(argv):
     assert parse_launch_args(argv).tp == 4
 
 
-@pytest.mark.parametrize("argv", ["vllm serve x", "python -m sglang.bench_one_batch", "--tp two", "--speculative-algorithm MEDUSA", "python -m", "eagle3-patches status", "--tp 0", 'a "b'])
-def test_parse_errors(argv):
-    with pytest.raises(LaunchArgsError):
+@pytest.mark.parametrize("argv, program, with_patches", [
+    ("A=1 env B=2 python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
+    ("python3.11 -X importtime -W ignore -u -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
+    ("python3 -Q new -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
+    ("python launch_server.py --tp 4", "python -m sglang.launch_server", False),
+    ("/usr/bin/python3 /srv/sglang/launch_server.py --tp 4", "python -m sglang.launch_server", False),
+    ("sglang serve --tp 4", "sglang serve", False),
+    ("eagle3-patches run python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", True),
+    ("eagle3-patches run --some-option -- sglang serve --tp 4", "sglang serve", True),
+    ("env eagle3-patches run -- python -m eagle3_patches run -- sglang serve --tp 4", "sglang serve", True),
+    ("--tp 4", "flags", False),
+])
+def test_each_launch_form_finds_the_flags_and_the_wrapper(argv, program, with_patches):
+    la = parse_launch_args(argv)
+    assert (la.tp, la.program, la.with_patches, la.unknown) == (4, program, with_patches, [])
+
+
+def test_no_flags_mean_sglangs_defaults():
+    for argv in ([], "", "--", "A=1 env"):
+        la = parse_launch_args(argv)
+        assert la.as_dict() == {
+            "model_path": None, "draft_path": None, "algorithm": None, "tp": 1, "pp": 1, "nnodes": 1, "dtype": "auto",
+            "enable_two_batch_overlap": False, "disable_cuda_graph": False, "enable_flashinfer_allreduce_fusion": False,
+            "enable_dp_attention": False, "moe_a2a_backend": "none", "json_model_override_args": None,
+            "with_patches": False, "program": "flags", "given": [], "unknown": []}
+
+
+def test_every_flag_the_doctor_reads_is_parsed_and_marked_given():
+    la = parse_launch_args("--nnodes 2 --pp 2 --enable-two-batch-overlap --disable-cuda-graph "
+                           "--enable-flashinfer-allreduce-fusion --enable-dp-attention --moe-a2a-backend deepep "
+                           """--json-model-override-args '{"a": 1}' -h --speculative-alg EAGLE""")
+    assert (la.nnodes, la.pp, la.moe_a2a_backend, la.json_model_override_args) == (2, 2, "deepep", '{"a": 1}')
+    assert la.enable_two_batch_overlap and la.disable_cuda_graph and la.enable_flashinfer_allreduce_fusion
+    assert la.enable_dp_attention
+    assert la.given == {"nnodes", "pp", "enable_two_batch_overlap", "disable_cuda_graph",
+                        "enable_flashinfer_allreduce_fusion", "enable_dp_attention", "moe_a2a_backend",
+                        "json_model_override_args"}
+    assert la.unknown == ["-h", "--speculative-alg", "EAGLE"]  # no help exit, no abbreviations: sglang's own parser
+    assert la.as_dict()["given"] == sorted(la.given) and la.as_dict()["unknown"] == la.unknown
+
+
+@pytest.mark.parametrize("algorithm", ["eagle", "EAGLE3", "NextN", "standalone", "ngram"])
+def test_each_speculative_algorithm_sglang_knows_is_accepted(algorithm):
+    assert parse_launch_args(["--speculative-algorithm", algorithm]).algorithm == algorithm.upper()
+
+
+@pytest.mark.parametrize("argv, what", [
+    ("vllm serve x", "unrecognised launch command"),
+    ("python -m sglang.bench_one_batch", "unrecognised launch command"),
+    ("sglang", "unrecognised launch command"),
+    ("sglang --tp 4", "unrecognised launch command"),
+    ("--tp two", "cannot parse"),
+    ("--speculative-algorithm MEDUSA", "cannot parse"),
+    ("python -m", "`python -m` without a module name"),
+    ("python", "a bare `python`"),
+    ("python -X importtime", "a bare `python`"),
+    ("eagle3-patches status", "only `eagle3-patches run"),
+    ("eagle3-patches", "only `eagle3-patches run"),
+    ("--tp 0", "--tp must be >= 1"),
+    ("--pp 0", "--pp must be >= 1"),
+    ("--nnodes 0", "--nnodes must be >= 1"),
+    ('a "b', "cannot split"),
+])
+def test_parse_errors(argv, what):
+    with pytest.raises(LaunchArgsError) as e:
         parse_launch_args(argv)
+    assert what in str(e.value), str(e.value)
+
+
+def test_a_long_command_line_is_shown_cut_at_200_characters():
+    argv = ["vllm", "serve", "x" * 300]
+    with pytest.raises(LaunchArgsError) as e:
+        parse_launch_args(argv)
+    assert e.value.diagnostic.found == " ".join(argv)[:200]
 
 
 # ------------------------------------------------------------------ formats

@@ -104,16 +104,9 @@ def _stored_width_checked(target: str, case: str):
     """A real prefill with the capture on.  ``final-state``: a build whose logits processor is not handed the aux
     states (it stores the final hidden state, width H, where the draft needs 3 x H).  ``no-states``: a forward that
     stores no hidden states (nothing to check).  Also returns the eagle3_patches log lines of the set calls."""
-    import logging
-
     from eagle3_patches.testing import sglang_harness as h
 
-    lines: list[str] = []
-    handler = logging.Handler(logging.INFO)
-    handler.emit = lambda record: lines.append(record.getMessage())
-    log = logging.getLogger("eagle3_patches")
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log = h.eagle3_log()
     runner = h.model_runner(h.server_args(target))
     if case != "capture-off":  # capture-off: a target served without EAGLE-3, nothing configured, nothing checked
         runner.model.set_eagle3_layers_to_capture([1, 2, 3])
@@ -129,8 +122,8 @@ def _stored_width_checked(target: str, case: str):
     try:
         h.prefill(runner, [[5, 6, 7, 8, 9]], return_hidden_states=case != "no-states")
     except Exception as exc:  # noqa: BLE001
-        return type(exc).__name__, str(exc), lines
-    return "ok", None, lines
+        return type(exc).__name__, str(exc), [r.getMessage() for r in log]
+    return "ok", None, [r.getMessage() for r in log]
 
 
 @pytest.mark.parametrize("case, width", [("final-state", 64), ("extra-state", 256)])
@@ -151,6 +144,7 @@ def test_stock_stores_the_final_state_for_the_draft_silently(tiny):
     assert run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), "final-state")[:2] == ("ok", None)
 
 
+@pytest.mark.runtime_only  # the evidence lines come from the runtime patch's logger
 def test_patched_checks_nothing_where_no_state_is_stored_and_logs_each_configuration_once(tiny):
     kind, message, lines = run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), "no-states",
                                         patches=["aux_capture_validation"])

@@ -148,7 +148,11 @@ QUANTIZED = {
     "tied-with-lm-head": ("tied", {}),
     "online-fp8-unknown-key": ("unknown", {"speculative_draft_model_quantization": "fp8"}),
     "missing-v-shard": ("missing_v", {}),
+    "missing-q-k-shards": ("missing_q_k", {}),
+    "pre-fused-projections": ("fused", {}),  # qkv_proj / gate_up_proj as sglang's own state dict names them
+    "thirteen-unknown-keys": ("thirteen_unknown", {}),
 }
+STRAY = [f"stray_{i:02d}.weight" for i in range(13)]
 K_SCALE, V_SCALE = 0.125, 0.25
 
 
@@ -167,6 +171,11 @@ def quantized_drafts(tiny_root, drafts):
     def tied(t):  # a tied draft that still carries its lm_head (and an embedding of the full vocabulary)
         t["lm_head.weight"] = torch.zeros(tm.VOCAB, tm.HIDDEN)
 
+    def fused(t):
+        m = "midlayer."
+        t[m + "self_attn.qkv_proj.weight"] = torch.cat([t.pop(f"{m}self_attn.{p}_proj.weight") for p in "qkv"])
+        t[m + "mlp.gate_up_proj.weight"] = torch.cat([t.pop(f"{m}mlp.{p}_proj.weight") for p in ("gate", "up")])
+
     tied_spec = tm.TinyDraftSpec(draft_vocab=tm.VOCAB, extra_config={"tie_word_embeddings": True})
     built = {
         "midlayer": drafts["midlayer_draft"],
@@ -176,6 +185,10 @@ def quantized_drafts(tiny_root, drafts):
                                              edit=lambda t: t.update({"midlayer.self_attn.kv_scale": torch.tensor(K_SCALE)})),
         "tied": draft_variant(root, "tied", spec=tied_spec, edit=tied),
         "missing_v": draft_variant(root, "missing-v", edit=lambda t: t.pop("midlayer.self_attn.v_proj.weight")),
+        "missing_q_k": draft_variant(root, "missing-q-k", edit=lambda t: [t.pop(f"midlayer.self_attn.{p}_proj.weight")
+                                                                          for p in "qk"]),
+        "fused": draft_variant(root, "fused", edit=fused),
+        "thirteen_unknown": draft_variant(root, "thirteen-unknown", edit=lambda t: t.update({n: torch.ones(4) for n in STRAY})),
     }
     for kind in qd.QUANT_CONFIGS:
         built[kind] = qd.build_quantized_draft(root / kind, kind)
@@ -202,7 +215,7 @@ def _load_quantized_variants(tiny, quantized_drafts, patches):
         cases = [c for c, (_, args) in QUANTIZED.items() if json.dumps(args, sort_keys=True) == flags]
         drafts = [str(quantized_drafts[QUANTIZED[c][0]]) for c in cases]
         results = run_isolated(_load_quantized, str(tiny["deepseek_v3"]), drafts, json.loads(flags), patches=patches)
-        out.update({c: dict(r, loaded=_canonical(r.get("loaded"))) for c, r in zip(cases, results)})
+        out.update({c: dict(r, loaded=_canonical(r["loaded"]), loaders=_canonical(r["loaders"])) for c, r in zip(cases, results)})
     return out
 
 
@@ -217,7 +230,8 @@ def quantized_patched(tiny, quantized_drafts):
 
 
 @pytest.mark.parametrize("case", ["online-fp8", "fp8-checkpoint", "compressed-tensors-w8a8-fp8",
-                                  "compressed-tensors-w4a16", "tied-with-lm-head", "unquantized-kv-scales"])
+                                  "compressed-tensors-w4a16", "tied-with-lm-head", "unquantized-kv-scales",
+                                  "pre-fused-projections"])
 def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_patched, case):
     stock, patched = quantized_stock[case], quantized_patched[case]
     assert stock["loaded"] is not None, stock  # stock sglang loads the draft ...
@@ -270,7 +284,40 @@ def test_stock_loads_a_draft_missing_one_fused_shard_silently(quantized_stock):
     assert quantized_stock["missing-v-shard"]["ok"]
 
 
-def test_patched_names_the_missing_shard_of_a_fused_parameter(quantized_patched):
-    result = quantized_patched["missing-v-shard"]
+@pytest.mark.parametrize("case", ["missing-v-shard", "missing-q-k-shards"])
+def test_patched_names_the_missing_shard_of_a_fused_parameter(quantized_patched, case):
+    result = quantized_patched[case]
     assert result["type"] == "Eagle3ConfigError"
-    assert "qkv_proj.weight (shard 'v')" in result["message"]
+    shards = "v" if case == "missing-v-shard" else "qk"
+    for shard in "qkv":
+        assert (f"qkv_proj.weight (shard '{shard}')" in result["message"]) == (shard in shards), result["message"]
+
+
+def test_patched_names_twelve_of_the_tensors_it_would_drop(quantized_patched):
+    message = quantized_patched["thirteen-unknown-keys"]["message"]
+    assert "13 tensor(s) sglang would drop silently: " in message, message
+    listed = message.split("13 tensor(s) sglang would drop silently: ")[1].splitlines()[0].split(";")[0]
+    assert listed == ", ".join(STRAY[:12]) + " ...", listed
+
+
+@pytest.mark.parametrize("case", [c for c in QUANTIZED if c != "online-fp8-unknown-key"])
+def test_patched_leaves_each_parameter_the_weight_loader_stock_leaves(quantized_stock, quantized_patched, case):
+    """The strict load records through the parameters' weight loaders and puts each back as it found it (an
+    attribute it added is removed): a later load (a weight update, a second draft) meets sglang's own loaders."""
+    stock, patched = quantized_stock[case], quantized_patched[case]
+    if patched["loaders"] is None:  # refused: nothing was left behind to compare
+        assert patched["type"] == "Eagle3ConfigError"
+        return
+    assert patched["loaders"] == stock["loaders"]
+    assert None in stock["loaders"].values()  # a parameter sglang loads with its default loader (fc: an nn.Linear)
+
+
+@pytest.mark.parametrize("case, needle", [("tied-with-lm-head", "lm_head.weight (tie_word_embeddings"),
+                                          ("unquantized-kv-scales", "k_proj.k_scale (a kv-cache scale"),
+                                          ("online-fp8", None), ("compressed-tensors-w4a16", None)])
+def test_patched_logs_the_tensors_ignored_as_sglang_ignores_them(quantized_patched, case, needle):
+    ignored = [line for line in quantized_patched[case]["log"] if "ignored as sglang's Llama loader ignores them" in line]
+    if needle is None:
+        assert ignored == []
+    else:
+        assert len(ignored) == 1 and needle in ignored[0], quantized_patched[case]["log"]

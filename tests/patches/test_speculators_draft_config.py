@@ -73,21 +73,12 @@ def drafts(tiny_root):
 def _draft_configs(target: str, paths: list[str]) -> dict:
     """sglang's own ModelConfig for each draft (trust_remote_code on, as the harness's server args set it), and
     what eagle3-patches logged meanwhile (``"log"``)."""
-    import logging
-
     from sglang.srt.configs.model_config import ModelConfig
 
     from eagle3_patches.testing import sglang_harness as h
 
-    out = {"log": []}
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            out["log"].append(record.getMessage())
-
-    logger = logging.getLogger("eagle3_patches")
-    logger.addHandler(Keep(logging.INFO))
-    logger.setLevel(logging.INFO)
+    log = h.eagle3_log()
+    out = {}
     sa = h.server_args(target)
     assert sa.trust_remote_code
     for path in paths:
@@ -95,6 +86,7 @@ def _draft_configs(target: str, paths: list[str]) -> dict:
             out[path] = ("ok", ModelConfig.from_server_args(sa, model_path=path, is_draft_model=True).hf_config.to_dict())
         except Exception as exc:  # noqa: BLE001 - returned to the test
             out[path] = (type(exc).__name__, str(exc))
+    out["log"] = [r.getMessage() for r in log]
     return out
 
 

@@ -66,10 +66,7 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
             for bs in reversed(self.capture_bs):
                 self.graphs[bs], self.output_buffers[bs] = self.capture_one_batch_size(bs, self.model_runner.model.forward)
 
-    warnings: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: warnings.append(record.getMessage()) if record.levelno >= logging.WARNING else None
-    logging.getLogger("eagle3_patches").addHandler(handler)
+    warnings = h.eagle3_log(logging.WARNING)
 
     mr.CPUGraphRunner = CudaGraphRunnerOnCpu  # the GPU path's runner in the cpu slot of init_device_graphs
     cgr.set_global_graph_memory_pool(object())  # CPU torch has no graph pool handle
@@ -84,7 +81,7 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
     step = h.prefill(runner, [[5, 6, 7, 8], [9, 10, 11]])
     h.decode(runner, step)
     dump._DUMPER.flush()
-    out["warnings"] = warnings
+    out["warnings"] = [r.getMessage() for r in warnings]
     return out
 
 

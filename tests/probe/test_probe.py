@@ -37,8 +37,6 @@ def _with_probe() -> list[str]:
 
 def _serve(target: str, draft: str, algorithm: str, decode_steps: int):
     """Prefill + ``decode_steps`` speculative steps through the real workers; what the probe did."""
-    import logging
-
     import torch
     import wrapt
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -47,16 +45,7 @@ def _serve(target: str, draft: str, algorithm: str, decode_steps: int):
     from eagle3_patches.instruments import eagle3_probe
     from eagle3_patches.testing import sglang_harness as h
 
-    lines: list[tuple[str, str]] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            lines.append((record.levelname, record.getMessage()))
-
-    log = logging.getLogger("eagle3_patches")
-    log.setLevel(logging.INFO)  # sglang's server sets the root to INFO; here nobody does
-    log.addHandler(Collect())
-
+    log = h.eagle3_log()
     sa = h.eagle3_server_args(target, draft, algorithm=algorithm)
     tw, dw = h.eagle_workers(sa)
     res, batch = h.eagle_prefill(tw, dw, PROMPTS)
@@ -71,7 +60,7 @@ def _serve(target: str, draft: str, algorithm: str, decode_steps: int):
     out = {
         "pid": __import__("os").getpid(),
         "counters": dict(eagle3_probe.COUNTERS),
-        "lines": [l for l in lines if l[1].startswith("eagle3-patches probe")],
+        "lines": [(r.levelname, r.getMessage()) for r in log if r.getMessage().startswith("eagle3-patches probe")],
         "probe_state": eagle3_patches.status()["eagle3_probe"].state.value,
         "forward_wrapped": isinstance(ModelRunner.__dict__["forward"], wrapt.FunctionWrapper),
     }

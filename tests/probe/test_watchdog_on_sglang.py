@@ -21,20 +21,12 @@ BATCHES = 8 + 16  # one window of 8 verify steps at accept length 1.0, then the 
 
 def _drive(target: str, batches: int) -> dict:
     import inspect
-    import logging
 
     import wrapt
 
-    lines: list[str] = []
+    from eagle3_patches.testing.sglang_harness import eagle3_log
 
-    class Collect(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-
-    log = logging.getLogger("eagle3_patches")
-    log.setLevel(logging.INFO)
-    log.addHandler(Collect())
-
+    log = eagle3_log()
     import sglang.srt.managers.scheduler as scheduler_module
     from sglang.srt.model_executor.model_runner import ModelRunner
 
@@ -86,7 +78,7 @@ def _drive(target: str, batches: int) -> dict:
     out["sglang_counted_steps"] = stub.spec_num_forward_ct
     out["probe_state_after"] = eagle3_patches.status()["eagle3_probe"].state.value
     out["forward_restored"] = vars(ModelRunner)["forward"] is forward
-    out["lines"] = [line for line in lines if "watchdog" in line]
+    out["lines"] = [r.getMessage() for r in log if "watchdog" in r.getMessage()]
 
     from prometheus_client import CollectorRegistry, multiprocess
 
