@@ -46,10 +46,7 @@ class LaunchArgs:
     unknown: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        d = {k: v for k, v in vars(self).items() if k not in ("given", "unknown")}
-        d["given"] = sorted(self.given)
-        d["unknown"] = list(self.unknown)
-        return d
+        return dict(vars(self), given=sorted(self.given), unknown=list(self.unknown))
 
 
 class _Parser(argparse.ArgumentParser):

@@ -230,6 +230,7 @@ def test_parse_forms(argv):
     ("sglang serve --tp 4", "sglang serve", False),
     ("eagle3-patches run python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", True),
     ("eagle3-patches run --some-option -- sglang serve --tp 4", "sglang serve", True),
+    ("eagle3-patches run -v sglang serve --tp 4", "sglang serve", True),
     ("env eagle3-patches run -- python -m eagle3_patches run -- sglang serve --tp 4", "sglang serve", True),
     ("--tp 4", "flags", False),
 ])
@@ -239,6 +240,8 @@ def test_each_launch_form_finds_the_flags_and_the_wrapper(argv, program, with_pa
 
 
 def test_no_flags_mean_sglangs_defaults():
+    assert parse_launch_args("python -m sglang.launch_server").program == "python -m sglang.launch_server"
+    assert parse_launch_args("eagle3-patches run --").with_patches
     for argv in ([], "", "--", "A=1 env"):
         la = parse_launch_args(argv)
         assert la.as_dict() == {
@@ -278,6 +281,7 @@ def test_each_speculative_algorithm_sglang_knows_is_accepted(algorithm):
     ("python", "a bare `python`"),
     ("python -X importtime", "a bare `python`"),
     ("eagle3-patches status", "only `eagle3-patches run"),
+    ("eagle3-patches doctor --draft /d", "only `eagle3-patches run"),
     ("eagle3-patches", "only `eagle3-patches run"),
     ("--tp 0", "--tp must be >= 1"),
     ("--pp 0", "--pp must be >= 1"),

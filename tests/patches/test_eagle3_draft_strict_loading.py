@@ -312,6 +312,7 @@ def test_patched_leaves_each_parameter_the_weight_loader_stock_leaves(quantized_
     assert None in stock["loaders"].values()  # a parameter sglang loads with its default loader (fc: an nn.Linear)
 
 
+@pytest.mark.runtime_only  # the fork diff's copy logs through sglang's logger, not eagle3_patches'
 @pytest.mark.parametrize("case, needle", [("tied-with-lm-head", "lm_head.weight (tie_word_embeddings"),
                                           ("unquantized-kv-scales", "k_proj.k_scale (a kv-cache scale"),
                                           ("online-fp8", None), ("compressed-tensors-w4a16", None)])
