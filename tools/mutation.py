@@ -283,17 +283,23 @@ def slug(module: Path) -> str:
 
 # ---------------------------------------------------------------------------------------------------- equivalents
 def equivalents() -> dict[tuple[str, str, str], str]:
-    """(module, original line, mutated line) -> reason, from the table in docs/testing.md."""
+    """(module, original line, mutated line) -> reason, from the table in docs/testing.md.  A module cell may
+    name the line (``path.py:148``) where the same change elsewhere in the module is not equivalent; a ``|`` in
+    a cell is written ``\\|``, as markdown tables escape it."""
     out: dict[tuple[str, str, str], str] = {}
     if not DOC.is_file():
         return out
     text = DOC.read_text()
     m = re.search(r"<!-- BEGIN equivalent mutants -->(.*?)<!-- END equivalent mutants -->", text, re.S)
     for line in (m.group(1) if m else "").splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         if len(cells) == 4 and cells[1].startswith("`"):
             out[(cells[0].strip("`"), cells[1].strip("`"), cells[2].strip("`"))] = cells[3]
     return out
+
+
+def is_equivalent(equiv: dict, module: str, before: str, after: str, line: int | None = None) -> bool:
+    return (module, before, after) in equiv or (line is not None and (f"{module}:{line}", before, after) in equiv)
 
 
 def diff_lines(diff: str) -> tuple[str, str]:
@@ -459,7 +465,7 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
         equiv, rel = equivalents(), module.relative_to(ROOT).as_posix()
         with sqlite3.connect(db_path) as con:
             rows = con.execute("SELECT job_id, diff FROM work_results WHERE upper(test_outcome) = 'SURVIVED'").fetchall()
-            again = [(job,) for job, diff in rows if (rel, *diff_lines(diff or "")) not in equiv]
+            again = [(job,) for job, diff in rows if not is_equivalent(equiv, rel, *diff_lines(diff or ""))]
             con.executemany("DELETE FROM work_results WHERE job_id = ?", again)
     roots = worker_roots(workers)
     free: queue.Queue[int] = queue.Queue()
@@ -520,10 +526,10 @@ def results(module: Path) -> dict | None:
                 out["timeouts" if timed_out else "killed"] += 1
                 continue
             before, after = diff_lines(result.diff or "")
-            if (rel, before, after) in equiv:
+            spec = item.mutations[0]
+            if is_equivalent(equiv, rel, before, after, spec.start_pos[0]):
                 out["equivalent"] += 1
             else:
-                spec = item.mutations[0]
                 out["survived"].append({"line": spec.start_pos[0], "operator": spec.operator_name,
                                         "before": before, "after": after})
         out["pending"] = sum(1 for _ in db.pending_work_items)

@@ -55,7 +55,8 @@ MAX_FLOAT_CHARS = 64
 #: roots under these are kernel state, not checkpoints (/dev/shm, a tmpfs models are copied to, is fine)
 _PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 _SHM = "/dev/shm"
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+#: POSIX's flags (Linux, macOS): a platform without one of them is not one this module can keep its promises on
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
 
 
 class CheckpointError(Eagle3ConfigError):

@@ -335,6 +335,46 @@ def test_layers0_names_found_lists_four_of_them(make_draft, tiny):
     assert n > 4 and f.what.startswith(f"{n} tensor(s) are named layers.0.*"), f.what  # the count is of all of them
 
 
+def test_layers0_names_note_under_the_patch_says_they_are_mapped(make_draft, tiny):
+    d = make_draft(tensors=_speculators_names)
+    note = next(f for f in run(tiny["deepseek_v3"], d, "0.5.9", with_patches=True).findings
+                if f.code == "keys-speculators-names")
+    n = sum(k.startswith("midlayer.") for k in tm.eagle3_draft_tensors(tm.TinyDraftSpec()))
+    assert note.what == (f"{n} tensor(s) are named layers.0.* (speculators' naming); eagle3-patches' strict loading "
+                         "maps them onto midlayer.*"), note.what
+
+
+@pytest.mark.parametrize("fields", [["num_attention_heads"], ["num_attention_heads", "num_key_value_heads"]])
+def test_a_draft_config_without_its_head_count_is_reported_not_crashed(make_draft, tiny, fields):
+    d = make_draft()
+    cfg = json.loads((d / "config.json").read_text())
+    for field in fields:
+        cfg.pop(field)
+    cfg["head_dim"] = tm.HIDDEN // 4
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = run(tiny["deepseek_v3"], d)
+    assert "draft-config-field" in r.codes() and "internal-error" not in r.codes(), r.format()
+
+
+def test_a_draft_shard_without_tensors_misses_every_parameter(make_draft, tiny):
+    from safetensors.torch import save_file
+
+    d = make_draft()
+    save_file({}, str(d / "model.safetensors"))
+    f = next(f for f in run(tiny["deepseek_v3"], d).errors if f.code == "keys-missing")
+    assert "fc.weight" in f.found and "midlayer.self_attn.q_proj.weight" in f.found, f.found
+
+
+def test_a_tied_draft_needs_no_lm_head_of_its_own(tiny, tmp_path):
+    """tie_word_embeddings: sglang's head is the embedding (taken from the target), whatever draft_vocab_size says."""
+    spec = tm.TinyDraftSpec(draft_vocab=tm.VOCAB, extra_config={"tie_word_embeddings": True})
+    t = tm.eagle3_draft_tensors(spec)
+    t.pop("lm_head.weight")
+    r = run(tiny["deepseek_v3"], tm.build_eagle3_draft(tmp_path / "tied", spec, tensors=t))
+    assert_clean(r)
+    assert "draft-tied-embeddings" in r.codes()
+
+
 def test_unknown_keys_found_lists_six_of_them(make_draft, tiny):
     stray = [f"extra_{i}.weight" for i in range(7)]
     r = run(tiny["deepseek_v3"], make_draft(tensors=lambda t: t.update({n: torch.ones(4) for n in stray})))

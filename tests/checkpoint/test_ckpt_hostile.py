@@ -11,6 +11,7 @@ checkpoint, where it must stay silent.  docs/security.md is the threat model the
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -757,3 +758,126 @@ def test_zz_hostile_summary(figure):
         pytest.skip("no hostile case ran (deselected)")
     figure(f"hostile cases run {TALLY['run']}, tracebacks {TALLY['tracebacks']}, hangs {TALLY['hangs']}, files leaked {TALLY['leaked']}")
     assert TALLY["tracebacks"] == TALLY["hangs"] == TALLY["leaked"] == 0, dict(TALLY)
+
+
+# ------------------------------------------------------------------ safe_io's rules, one by one
+from eagle3_patches.checkpoint import safe_io  # noqa: E402
+
+
+def _refusal(fn, *args, **kw):
+    with pytest.raises(CheckpointError) as e:
+        fn(*args, **kw)
+    return e.value.diagnostic
+
+
+def test_a_file_of_exactly_the_cap_is_read_one_byte_more_is_refused(tmp_path):
+    (tmp_path / "config.json").write_bytes(b"x" * 100)
+    assert safe_io.read_checkpoint_bytes(tmp_path, "config.json", max_bytes=100) == b"x" * 100
+    d = _refusal(safe_io.read_checkpoint_bytes, tmp_path, "config.json", max_bytes=99)
+    assert "implausibly large" in d.what and (d.found, d.expected) == ("100 bytes", "<= 99 bytes")
+
+
+def test_a_file_that_grows_after_its_stat_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_bytes(b"x" * 100)
+    with open_checkpoint_file(tmp_path, "config.json") as f:
+        (tmp_path / "config.json").write_bytes(b"x" * 101)  # the same inode, one byte longer
+        assert "changed while being read" in _refusal(f.read_all, 100).what
+
+
+def test_the_file_is_closed_after_its_block_and_a_read_after_close_is_refused(tmp_path):
+    (tmp_path / "config.json").write_bytes(b"{}")
+    with open_checkpoint_file(tmp_path, "config.json") as f:
+        fd = f.fd
+    assert f.fd == -1
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    f.close()  # twice: nothing to close
+    assert "cannot read" in _refusal(f.read_at, 0, 2).what
+
+
+def test_a_file_swapped_between_the_check_and_the_open_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_bytes(b"{}")
+    (tmp_path / "other").write_bytes(b"{}")
+    other = os.stat(tmp_path / "other")
+    fds = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(safe_io.os, "fstat", lambda fd: other)  # what fstat shows after a swap of the name
+    assert "changed while being opened" in _refusal(open_checkpoint_file, tmp_path, "config.json").what
+    monkeypatch.undo()
+    assert set(os.listdir("/proc/self/fd")) == fds  # the descriptor it opened is closed
+
+
+@pytest.mark.parametrize("hub_layout", [True, False])
+def test_only_a_hub_cache_snapshot_may_link_into_its_blobs(tmp_path, hub_layout):
+    repo = tmp_path / ("models--org--name" if hub_layout else "org-name")
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc123").write_bytes(b"{}")
+    snap = repo / "snapshots" / "rev"
+    snap.mkdir(parents=True)
+    (snap / "config.json").symlink_to(repo / "blobs" / "abc123")
+    link_out = tmp_path / "outside"
+    link_out.write_bytes(b"{}")
+    (snap / "vocab.txt").symlink_to(link_out)
+    if hub_layout:
+        assert safe_io.read_checkpoint_bytes(snap, "config.json", max_bytes=10) == b"{}"
+    else:
+        assert "resolves outside" in _refusal(safe_io.read_checkpoint_bytes, snap, "config.json", max_bytes=10).what
+    d = _refusal(safe_io.read_checkpoint_bytes, snap, "vocab.txt", max_bytes=10)
+    assert d.code == "unsafe-file" and d.found == f"-> {link_out}"
+    assert d.expected.endswith(" (or the Hugging Face cache's blobs/)") == hub_layout, d.expected
+
+
+def test_a_fifo_is_named_as_such_and_the_link_to_it_shown(tmp_path):
+    os.mkfifo(tmp_path / "model.safetensors")
+    (tmp_path / "alias.safetensors").symlink_to(tmp_path / "model.safetensors")
+    direct = _refusal(open_checkpoint_file, tmp_path, "model.safetensors")
+    assert direct.code == "unsafe-file" and direct.found == "FIFO (named pipe)"
+    linked = _refusal(open_checkpoint_file, tmp_path, "alias.safetensors")
+    assert linked.found == f"FIFO (named pipe) (via link -> {tmp_path / 'model.safetensors'})"
+
+
+def test_a_symlink_loop_is_an_unsafe_file_and_a_missing_directory_is_not(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    loop = _refusal(open_checkpoint_file, tmp_path, "a")
+    assert loop.code == "unsafe-file" and "a symlink loop" in loop.what
+    assert loop.found == f"OSError: {os.strerror(errno.ELOOP)}"
+    assert _refusal(safe_io.list_checkpoint_dir, tmp_path / "none").code == "not-a-checkpoint"
+
+
+def test_a_large_json_document_of_few_structures_is_parsed_a_deep_one_is_refused():
+    big = json.dumps({"k": "x" * ((safe_io.JSON_PARSE_BUDGET // 48) + 1000)}).encode()
+    assert 48 * len(big) > safe_io.JSON_PARSE_BUDGET  # over the quick bound: counted, and well within
+    assert safe_io.load_json(big, what="config.json", where="w", code="config-json")["k"].startswith("xxx")
+    nested = b"[" * (len(big) // 2) + b"]" * (len(big) // 2)
+    d = _refusal(safe_io.load_json, nested, what="config.json", where="w", code="config-json")
+    assert "too complex to parse" in d.what and d.expected == f"<= {safe_io.JSON_PARSE_BUDGET >> 20} MiB (docs/security.md)"
+
+
+def test_numbers_are_bounded_at_their_stated_lengths():
+    ok_int, long_int = "9" * safe_io.MAX_INT_DIGITS, "9" * (safe_io.MAX_INT_DIGITS + 1)
+    ok_float = "0." + "1" * (safe_io.MAX_FLOAT_CHARS - 2)
+    assert safe_io.load_json(f"[{ok_int}, -{ok_int}, {ok_float}]".encode(), what="c", where="w", code="c")[0] == int(ok_int)
+    for raw in (f"[{long_int}]", f"[{ok_float}1]"):
+        assert "absurd number" in _refusal(safe_io.load_json, raw.encode(), what="c", where="w", code="c").what
+    huge_int, huge_float = "1234567890" * 3, "0." + "1234567890" * 7
+    shown = [_refusal(safe_io.load_json, f"[{n}]".encode(), what="c", where="w", code="c").found for n in (huge_int, huge_float)]
+    assert shown[0] == f"an integer with 30 digits (at most {safe_io.MAX_INT_DIGITS} accepted): {huge_int[:24]}..."
+    assert shown[1] == f"a number of 72 characters (at most {safe_io.MAX_FLOAT_CHARS} accepted): {huge_float[:24]}..."
+
+
+@pytest.mark.parametrize("root", ["/proc/self", "/sys/kernel", "/dev"])
+def test_kernel_state_is_no_checkpoint_root(root):
+    if not os.path.isdir(root):
+        pytest.skip(f"no {root} here")
+    d = _refusal(safe_io.checked_root, root, "draft")
+    assert d.expected == "a checkpoint directory on a real filesystem" and "draft checkpoint" in d.fix
+
+
+def test_the_budgets_are_the_ones_docs_security_md_states():
+    doc = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    assert f"| **{safe_io.RSS_BUDGET >> 20} MiB** |" in doc
+    assert f"| {safe_io.JSON_PARSE_BUDGET >> 20} MiB, estimated before parsing |" in doc
+    assert safe_io.RSS_BUDGET % (1 << 20) == 0 and safe_io.JSON_PARSE_BUDGET % (1 << 20) == 0
+    assert f"(no document costs more than {safe_io._PER_BYTE} bytes per byte)" in doc
+    assert (f"| numbers | integers of at most {safe_io.MAX_INT_DIGITS} digits, float literals of at most "
+            f"{safe_io.MAX_FLOAT_CHARS} characters |") in doc

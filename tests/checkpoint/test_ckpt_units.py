@@ -231,6 +231,8 @@ def test_parse_forms(argv):
     ("eagle3-patches run python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", True),
     ("eagle3-patches run --some-option -- sglang serve --tp 4", "sglang serve", True),
     ("eagle3-patches run -v sglang serve --tp 4", "sglang serve", True),
+    ("eagle3-patches run sglang serve --tp 4", "sglang serve", True),
+    ("python3 -u /srv/sglang/launch_server.py --tp 4", "python -m sglang.launch_server", False),
     ("env eagle3-patches run -- python -m eagle3_patches run -- sglang serve --tp 4", "sglang serve", True),
     ("--tp 4", "flags", False),
 ])
@@ -241,7 +243,9 @@ def test_each_launch_form_finds_the_flags_and_the_wrapper(argv, program, with_pa
 
 def test_no_flags_mean_sglangs_defaults():
     assert parse_launch_args("python -m sglang.launch_server").program == "python -m sglang.launch_server"
-    assert parse_launch_args("eagle3-patches run --").with_patches
+    for wrapper in ("eagle3-patches run --", "eagle3-patches run"):  # nothing wrapped: the flags are sglang's defaults
+        la = parse_launch_args(wrapper)
+        assert (la.with_patches, la.program, la.tp) == (True, "flags", 1)
     for argv in ([], "", "--", "A=1 env"):
         la = parse_launch_args(argv)
         assert la.as_dict() == {
@@ -249,6 +253,14 @@ def test_no_flags_mean_sglangs_defaults():
             "enable_two_batch_overlap": False, "disable_cuda_graph": False, "enable_flashinfer_allreduce_fusion": False,
             "enable_dp_attention": False, "moe_a2a_backend": "none", "json_model_override_args": None,
             "with_patches": False, "program": "flags", "given": [], "unknown": []}
+
+
+def test_without_a_launch_command_the_doctor_judges_stock_sglang(tiny):
+    from eagle3_patches.checkpoint.doctor import doctor
+
+    assert "stock sglang (no eagle3-patches)" in doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9").format()
+    wrapped = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9", launch="eagle3-patches run -- --tp 1")
+    assert "with eagle3-patches" in wrapped.format()
 
 
 def test_every_flag_the_doctor_reads_is_parsed_and_marked_given():

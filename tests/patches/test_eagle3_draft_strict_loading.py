@@ -88,6 +88,7 @@ def test_patched_refuses_bad_checkpoint_naming_the_key(patched, drafts, variant,
     assert result["type"] == "Eagle3ConfigError"
     assert needle in result["message"]
     assert str(drafts[variant]) in result["message"]  # says which checkpoint
+    assert "check the checkpoint with `eagle3-patches doctor --draft PATH`" in result["message"]  # and how to look
 
 
 def _load_then_update(target: str, first: str, second: str):
@@ -150,6 +151,9 @@ QUANTIZED = {
     "missing-v-shard": ("missing_v", {}),
     "missing-q-k-shards": ("missing_q_k", {}),
     "pre-fused-projections": ("fused", {}),  # qkv_proj / gate_up_proj as sglang's own state dict names them
+    "head-from-target": ("head_from_target", {}),  # no draft_vocab_size: sglang takes the target's lm_head
+    "two-missing": ("two_missing", {}),
+    "prefixed-absolute-d2t": ("prefixed_d2t", {}),  # sglang takes any name holding "d2t" as the d2t
     "thirteen-unknown-keys": ("thirteen_unknown", {}),
 }
 STRAY = [f"stray_{i:02d}.weight" for i in range(13)]
@@ -176,6 +180,11 @@ def quantized_drafts(tiny_root, drafts):
         t[m + "self_attn.qkv_proj.weight"] = torch.cat([t.pop(f"{m}self_attn.{p}_proj.weight") for p in "qkv"])
         t[m + "mlp.gate_up_proj.weight"] = torch.cat([t.pop(f"{m}mlp.{p}_proj.weight") for p in ("gate", "up")])
 
+    def prefixed_absolute_d2t(t):
+        del t["d2t"]
+        t["model.d2t"] = tm.hot_token_ids(tm.VOCAB, tm.DRAFT_VOCAB).to(torch.int64)  # target ids, not offsets
+
+    head_spec = tm.TinyDraftSpec(draft_vocab=tm.VOCAB, extra_config={"draft_vocab_size": None})
     tied_spec = tm.TinyDraftSpec(draft_vocab=tm.VOCAB, extra_config={"tie_word_embeddings": True})
     built = {
         "midlayer": drafts["midlayer_draft"],
@@ -188,6 +197,10 @@ def quantized_drafts(tiny_root, drafts):
         "missing_q_k": draft_variant(root, "missing-q-k", edit=lambda t: [t.pop(f"midlayer.self_attn.{p}_proj.weight")
                                                                           for p in "qk"]),
         "fused": draft_variant(root, "fused", edit=fused),
+        "prefixed_d2t": draft_variant(root, "prefixed-d2t", edit=prefixed_absolute_d2t),
+        "head_from_target": draft_variant(root, "head-from-target", spec=head_spec, edit=lambda t: t.pop("lm_head.weight")),
+        "two_missing": draft_variant(root, "two-missing", edit=lambda t: [t.pop(f"midlayer.{n}.weight")
+                                                                          for n in ("self_attn.o_proj", "mlp.down_proj")]),
         "thirteen_unknown": draft_variant(root, "thirteen-unknown", edit=lambda t: t.update({n: torch.ones(4) for n in STRAY})),
     }
     for kind in qd.QUANT_CONFIGS:
@@ -231,13 +244,14 @@ def quantized_patched(tiny, quantized_drafts):
 
 @pytest.mark.parametrize("case", ["online-fp8", "fp8-checkpoint", "compressed-tensors-w8a8-fp8",
                                   "compressed-tensors-w4a16", "tied-with-lm-head", "unquantized-kv-scales",
-                                  "pre-fused-projections"])
+                                  "pre-fused-projections", "head-from-target"])
 def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_patched, case):
     stock, patched = quantized_stock[case], quantized_patched[case]
     assert stock["loaded"] is not None, stock  # stock sglang loads the draft ...
     assert patched.get("type") != "Eagle3ConfigError", patched["message"]  # ... and the patch set does not refuse it
     assert (patched["ok"], patched.get("type")) == (stock["ok"], stock.get("type"))  # the same end (CPU kernels)
-    assert differing_tensors(stock["loaded"], patched["loaded"]) == []
+    unset = {"lm_head.weight"} if case == "head-from-target" else set()  # at its init: the worker sets the target's later
+    assert [n for n in differing_tensors(stock["loaded"], patched["loaded"]) if n not in unset] == []
 
 
 def test_quantized_drafts_really_are_quantized(quantized_patched):
@@ -322,3 +336,33 @@ def test_patched_logs_the_tensors_ignored_as_sglang_ignores_them(quantized_patch
         assert ignored == []
     else:
         assert len(ignored) == 1 and needle in ignored[0], quantized_patched[case]["log"]
+
+
+def test_patched_names_every_parameter_left_unloaded(quantized_patched):
+    message = quantized_patched["two-missing"]["message"]
+    assert "left at their initial value: " in message, message
+    assert "self_attn.o_proj.weight" in message and "mlp.down_proj.weight" in message, message
+
+
+@pytest.mark.parametrize("variant", ["d2t_absolute_draft", "d2t_twice_draft"])
+def test_patched_refuses_a_bad_d2t_for_itself_alone(patched, drafts, variant):
+    """The rest of the draft still loads: the refusal names the d2t, not parameters left unloaded after it."""
+    from safetensors.torch import load_file
+
+    from eagle3_patches.checkpoint.d2t import check_d2t
+
+    message = patched[variant]["message"]
+    assert "d2t: " in message and "left at their initial value" not in message and "drop silently" not in message, message
+    problem = check_d2t(load_file(f"{drafts[variant]}/model.safetensors")["d2t"], target_vocab=tm.VOCAB,
+                        draft_vocab=tm.DRAFT_VOCAB)
+    assert problem.what in message and problem.fix in message  # the d2t checker's own words and remedy
+
+
+@pytest.mark.stock
+def test_stock_loads_a_prefixed_absolute_d2t_as_offsets(quantized_stock):
+    assert quantized_stock["prefixed-absolute-d2t"]["ok"]  # every proposal off, silently
+
+
+def test_patched_checks_a_d2t_under_a_prefix_as_sglang_loads_it(quantized_patched):
+    result = quantized_patched["prefixed-absolute-d2t"]
+    assert result["type"] == "Eagle3ConfigError" and "absolute target ids" in result["message"], result

@@ -45,3 +45,19 @@ def test_a_patch_runs_against_a_release_where_it_applies(mutation):
     assert mutation.release_for(patches / "layer_id_convention.py", "0.5.13") == "0.5.13"
     with pytest.raises(SystemExit, match=r"sglang 0\.5\.9 is outside >=0\.5\.13; its mutants would all survive there"):
         mutation.release_for(patches / "layer_id_convention.py", "0.5.9")
+
+
+def test_every_row_of_the_equivalents_table_is_read_with_its_pipes_and_lines(mutation):
+    """A row the parser skipped would leave its mutant counted as a survivor; one read wrongly could hide one."""
+    import re
+
+    text = mutation.DOC.read_text()
+    body = re.search(r"<!-- BEGIN equivalent mutants -->(.*?)<!-- END equivalent mutants -->", text, re.S).group(1)
+    rows = [line for line in body.splitlines() if line.startswith("| `")]
+    equiv = mutation.equivalents()
+    assert len(equiv) == len(rows)  # every row read, none twice
+    mod = "eagle3_patches/patches/eagle3_draft_strict_loading.py"
+    piped = [k for k in equiv if k[0] == mod and "fc.weight" in k[1]]
+    assert piped and all("tuple[int, ...] | None" in k[1] for k in piped)  # the escaped pipe read back
+    assert mutation.is_equivalent(equiv, mod, "continue", "break", 148)
+    assert not mutation.is_equivalent(equiv, mod, "continue", "break", 181)  # the same change elsewhere
