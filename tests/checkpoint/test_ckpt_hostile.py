@@ -795,10 +795,12 @@ def test_the_file_is_closed_after_its_block_and_a_read_after_close_is_refused(tm
     assert "cannot read" in _refusal(f.read_at, 0, 2).what
 
 
-def test_a_file_swapped_between_the_check_and_the_open_is_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("swapped_in", ["made-before", "made-after"])  # an inode number below and above the checked one
+def test_a_file_swapped_between_the_check_and_the_open_is_refused(tmp_path, monkeypatch, swapped_in):
+    (tmp_path / "made-before").write_bytes(b"{}")
     (tmp_path / "config.json").write_bytes(b"{}")
-    (tmp_path / "other").write_bytes(b"{}")
-    other = os.stat(tmp_path / "other")
+    (tmp_path / "made-after").write_bytes(b"{}")
+    other = os.stat(tmp_path / swapped_in)
     fds = set(os.listdir("/proc/self/fd"))
     monkeypatch.setattr(safe_io.os, "fstat", lambda fd: other)  # what fstat shows after a swap of the name
     assert "changed while being opened" in _refusal(open_checkpoint_file, tmp_path, "config.json").what
@@ -828,11 +830,40 @@ def test_only_a_hub_cache_snapshot_may_link_into_its_blobs(tmp_path, hub_layout)
 
 def test_a_fifo_is_named_as_such_and_the_link_to_it_shown(tmp_path):
     os.mkfifo(tmp_path / "model.safetensors")
-    (tmp_path / "alias.safetensors").symlink_to(tmp_path / "model.safetensors")
     direct = _refusal(open_checkpoint_file, tmp_path, "model.safetensors")
     assert direct.code == "unsafe-file" and direct.found == "FIFO (named pipe)"
-    linked = _refusal(open_checkpoint_file, tmp_path, "alias.safetensors")
-    assert linked.found == f"FIFO (named pipe) (via link -> {tmp_path / 'model.safetensors'})"
+    for alias in ("alias.safetensors", "zz-alias.safetensors"):  # named before and after what it points to
+        (tmp_path / alias).symlink_to(tmp_path / "model.safetensors")
+        linked = _refusal(open_checkpoint_file, tmp_path, alias)
+        assert linked.found == f"FIFO (named pipe) (via link -> {tmp_path / 'model.safetensors'})"
+
+
+@pytest.mark.parametrize("what, code", [("draft shard", "safetensors-index"), ("config", "not-a-checkpoint")])
+def test_a_missing_file_is_named_by_what_it_is(tmp_path, what, code):
+    d = _refusal(open_checkpoint_file, tmp_path, "model-00002-of-00002.safetensors", what=what)
+    assert d.code == code and d.what == f"{what} model-00002-of-00002.safetensors is missing", d.what
+    named = _refusal(open_checkpoint_file, tmp_path, "vocab.txt", what=f"{what} vocab.txt")  # the name said once
+    assert named.what == f"{what} vocab.txt is missing", named.what
+
+
+def test_an_open_that_fails_is_refused_by_name(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_bytes(b"{}")
+
+    def denied(*a, **k):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(safe_io.os, "open", denied)
+    d = _refusal(open_checkpoint_file, tmp_path, "config.json")
+    assert "permission denied" in d.what and d.where == str(tmp_path / "config.json")
+
+
+def test_the_library_reads_exactly_the_open_file(tmp_path):
+    (tmp_path / "config.json").write_bytes(b'{"a": 1}')
+    with open_checkpoint_file(tmp_path, "config.json") as f:
+        assert f.library_path == f"/proc/self/fd/{f.fd}"  # the inode checked, whatever the name points to later
+        (tmp_path / "config.json").unlink()
+        with open(f.library_path, "rb") as again:
+            assert again.read() == b'{"a": 1}'
 
 
 def test_a_symlink_loop_is_an_unsafe_file_and_a_missing_directory_is_not(tmp_path):
@@ -851,6 +882,12 @@ def test_a_large_json_document_of_few_structures_is_parsed_a_deep_one_is_refused
     nested = b"[" * (len(big) // 2) + b"]" * (len(big) // 2)
     d = _refusal(safe_io.load_json, nested, what="config.json", where="w", code="config-json")
     assert "too complex to parse" in d.what and d.expected == f"<= {safe_io.JSON_PARSE_BUDGET >> 20} MiB (docs/security.md)"
+    assert d.found == f"{len(nested)} bytes, estimated {safe_io.json_parse_cost(nested) >> 20} MiB to parse"
+
+
+def test_invalid_json_is_refused_with_the_parsers_words():
+    d = _refusal(safe_io.load_json, b'{"a": }', what="config.json", where="w", code="config-json")
+    assert d.what == "config.json is not valid JSON" and d.found.startswith("Expecting value"), d.found
 
 
 def test_numbers_are_bounded_at_their_stated_lengths():
