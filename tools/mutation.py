@@ -352,18 +352,39 @@ def worker_env(root: Path, k: int, release: str | None = None) -> dict[str, str]
     return env
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant (psutil, which sglang requires, walks the tree; the descendants are
+    listed before anyone dies, so none is reparented out of reach), then the process group for what forked
+    meanwhile."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(pid, 9)
+    except OSError:
+        pass
+
+
 def run_command(argv: list[str], root: Path, env: dict[str, str], timeout: float) -> tuple[str, str]:
     """``(outcome, output)``: "survived" when the tests pass, "killed" when they fail or time out (the test
-    command's whole process group is killed, sglang's children with it), cosmic-ray's meaning of both."""
+    command's whole process tree is killed: its process group, sglang's children with it, and the descendants
+    that started sessions of their own, e.g. the CLI runs of the hostile-input tests), cosmic-ray's meaning of
+    both."""
     proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, 9)
-        except OSError:
-            proc.kill()
+        kill_tree(proc.pid)
         proc.communicate()
         return "killed", "timeout"
     return ("survived" if proc.returncode == 0 else "killed"), out.decode("utf-8", "replace")

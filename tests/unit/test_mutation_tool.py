@@ -61,3 +61,34 @@ def test_every_row_of_the_equivalents_table_is_read_with_its_pipes_and_lines(mut
     assert piped and all("tuple[int, ...] | None" in k[1] for k in piped)  # the escaped pipe read back
     assert mutation.is_equivalent(equiv, mod, "continue", "break", 148)
     assert not mutation.is_equivalent(equiv, mod, "continue", "break", 181)  # the same change elsewhere
+
+
+def test_a_timed_out_run_leaves_no_process_behind(mutation, tmp_path):
+    """A test command that times out is killed with every descendant, also one that started a session of its
+    own and writes to a file of its own (as the hostile-input tests' CLI runs do): none keeps a core busy after its mutant is scored."""
+    import os
+    import sys
+    import time
+
+    pidfile = tmp_path / "grandchild"
+    child = (
+        "import subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True,\n"
+        "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(60)\n"
+    )
+    outcome, output = mutation.run_command([sys.executable, "-c", child], tmp_path, dict(os.environ), timeout=3)
+    assert (outcome, output) == ("killed", "timeout")
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):  # SIGKILL is delivered at once; reaping by init may take a moment
+        try:
+            with open(f"/proc/{grandchild}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"process {grandchild} (started in its own session) outlived the timed-out run")
