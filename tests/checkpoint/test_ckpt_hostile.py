@@ -846,15 +846,34 @@ def test_a_missing_file_is_named_by_what_it_is(tmp_path, what, code):
     assert named.what == f"{what} vocab.txt is missing", named.what
 
 
-def test_an_open_that_fails_is_refused_by_name(tmp_path, monkeypatch):
+@pytest.mark.parametrize("error, reason", [
+    (PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "permission denied"),
+    (OSError("a filesystem's error without a number"), "OSError"),  # no errno, no strerror: named by its type
+])
+def test_an_open_that_fails_is_refused_by_name(tmp_path, monkeypatch, error, reason):
     (tmp_path / "config.json").write_bytes(b"{}")
 
-    def denied(*a, **k):
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+    def fails(*a, **k):
+        raise error
 
-    monkeypatch.setattr(safe_io.os, "open", denied)
+    monkeypatch.setattr(safe_io.os, "open", fails)
     d = _refusal(open_checkpoint_file, tmp_path, "config.json")
-    assert "permission denied" in d.what and d.where == str(tmp_path / "config.json")
+    assert d.what == f"cannot read file config.json: {reason}" and d.where == str(tmp_path / "config.json"), d.what
+
+
+def test_a_file_opened_as_descriptor_0_is_closed_too(tmp_path):
+    """A server started with its standard input closed gets descriptor 0 for the first file it opens."""
+    (tmp_path / "config.json").write_bytes(b"{}")
+    saved = os.dup(0)
+    try:
+        os.close(0)
+        with open_checkpoint_file(tmp_path, "config.json") as f:
+            assert f.fd == 0
+        with pytest.raises(OSError):
+            os.fstat(0)  # closed by the with block
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
 
 
 def test_the_library_reads_exactly_the_open_file(tmp_path):
@@ -872,7 +891,18 @@ def test_a_symlink_loop_is_an_unsafe_file_and_a_missing_directory_is_not(tmp_pat
     loop = _refusal(open_checkpoint_file, tmp_path, "a")
     assert loop.code == "unsafe-file" and "a symlink loop" in loop.what
     assert loop.found == f"OSError: {os.strerror(errno.ELOOP)}"
-    assert _refusal(safe_io.list_checkpoint_dir, tmp_path / "none").code == "not-a-checkpoint"
+    missing = _refusal(safe_io.list_checkpoint_dir, tmp_path / "none")
+    assert missing.code == "not-a-checkpoint"  # an errno without words of its own: the system's
+    assert missing.what == f"cannot read the checkpoint directory {tmp_path / 'none'}: {os.strerror(errno.ENOENT)}"
+
+
+def test_a_dangling_link_shows_where_it_points_and_a_missing_file_nothing(tmp_path):
+    (tmp_path / "config.json").symlink_to(tmp_path / "gone.json")
+    dangling = _refusal(open_checkpoint_file, tmp_path, "config.json")
+    assert dangling.what == "file config.json is missing (a dangling link)", dangling.what
+    assert dangling.found == f"-> {os.path.realpath(tmp_path)}/gone.json (does not exist)"
+    missing = _refusal(open_checkpoint_file, tmp_path, "vocab.txt")
+    assert missing.what == "file vocab.txt is missing" and not missing.found, (missing.what, missing.found)
 
 
 def test_a_large_json_document_of_few_structures_is_parsed_a_deep_one_is_refused():
@@ -885,9 +915,21 @@ def test_a_large_json_document_of_few_structures_is_parsed_a_deep_one_is_refused
     assert d.found == f"{len(nested)} bytes, estimated {safe_io.json_parse_cost(nested) >> 20} MiB to parse"
 
 
+def test_a_document_estimated_at_exactly_the_budget_is_parsed():
+    at_budget = safe_io.JSON_PARSE_BUDGET // safe_io._PER_BYTE  # bytes; the budget is "at most"
+    doc = b'{"k": "' + b"x" * (at_budget - 9) + b'"}'
+    assert len(doc) == at_budget and safe_io.json_parse_cost(doc) == safe_io.JSON_PARSE_BUDGET
+    assert len(safe_io.load_json(doc, what="config.json", where="w", code="config-json")["k"]) == at_budget - 9
+
+
 def test_invalid_json_is_refused_with_the_parsers_words():
     d = _refusal(safe_io.load_json, b'{"a": }', what="config.json", where="w", code="config-json")
     assert d.what == "config.json is not valid JSON" and d.found.startswith("Expecting value"), d.found
+
+
+def test_a_document_that_is_not_utf8_is_refused_with_the_bad_byte():
+    d = _refusal(safe_io.load_json, b'{"a": "\xff"}', what="config.json", where="w", code="config-json")
+    assert (d.code, d.what) == ("config-json", "config.json is not UTF-8") and "0xff in position 7" in d.found, d.found
 
 
 def test_numbers_are_bounded_at_their_stated_lengths():
