@@ -71,17 +71,14 @@ class Setup:
 
     def draft_is_eagle3(self) -> tuple[bool, str]:
         """(the draft is an EAGLE-3 draft, the evidence)."""
-        from .checkpoint.formats import SGLANG_EAGLE3, SPECULATORS
+        from .checkpoint.draft_kind import evidence
 
         dv = self.draft
         if dv is None:
             return False, ""
-        if dv.format in (SGLANG_EAGLE3, SPECULATORS):
-            return True, f"{dv.format} draft ({', '.join(dv.architectures) or 'eagle_config'})"
         fc = self.draft_tensors.get("fc.weight")
-        if fc is not None and len(fc.shape) == 2 and dv.hidden and fc.shape[1] % dv.hidden == 0 and fc.shape[1] // dv.hidden > 1:
-            return True, f"fc.weight takes {fc.shape[1]} = {fc.shape[1] // dv.hidden} x hidden inputs"
-        return False, f"{dv.format} ({', '.join(dv.architectures) or '?'})"
+        why = evidence(dv.format, dv.architectures, dv.hidden, fc.shape[1] if fc is not None and len(fc.shape) == 2 else None)
+        return (True, why) if why else (False, f"{dv.format} ({', '.join(dv.architectures) or '?'})")
 
     def fc_input(self) -> tuple[int | None, int]:
         """(the target hidden size the draft's fc is fed, the number of aux states k): fc takes k x that."""

@@ -99,26 +99,6 @@ def test_guard_upgrades_when_opted_in_and_says_so(tiny):
             and "upgraded to EAGLE3 because EAGLE3_PATCHES_UPGRADE_ALGORITHM is set" in w]
 
 
-def test_draft_kind_evidence(tiny, tmp_path):
-    """The detection the guard relies on: architecture, eagle_config, speculators type, fc width."""
-    import json
-    import shutil
-
-    from eagle3_patches.checkpoint.draft_kind import eagle3_draft_evidence
-
-    assert "LlamaForCausalLMEagle3" in eagle3_draft_evidence(tiny["draft"])
-    assert "Eagle3DraftModel" in eagle3_draft_evidence(tiny["speculators_draft"])
-    renamed = tmp_path / "renamed"
-    shutil.copytree(tiny["draft"], renamed)
-    cfg = json.loads((renamed / "config.json").read_text())
-    cfg["architectures"] = ["LlamaForCausalLMEagle"]
-    del cfg["eagle_config"]
-    (renamed / "config.json").write_text(json.dumps(cfg))
-    assert "3 x hidden" in eagle3_draft_evidence(renamed)
-    assert eagle3_draft_evidence(tiny["deepseek_v3"]) is None  # not a draft
-    assert eagle3_draft_evidence(tmp_path / "nowhere") is None
-
-
 # --------------------------------------------------------------------------- EAGLE3 without a draft (sglang issue 36528)
 def _without_draft(target: str):
     from eagle3_patches.testing import sglang_harness as h
