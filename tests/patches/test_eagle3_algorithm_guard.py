@@ -8,6 +8,7 @@ from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.scenarios import launcher_outcomes
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import is_pinned, sglang_version
+from eagle3_patches.testing.tiny_models import HIDDEN
 
 pytestmark = pytest.mark.sglang
 
@@ -39,6 +40,35 @@ def test_guard_refuses_nextn_with_an_eagle3_draft_naming_the_flag(tiny):
     kind, message = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])["NEXTN"]
     assert kind == "Eagle3ConfigError"
     assert "--speculative-algorithm NEXTN with an EAGLE-3 draft" in message and "--speculative-algorithm EAGLE3" in message
+
+
+def _eagle1_format_draft(tiny, path, states: int):
+    """The tiny draft saved in the EAGLE-1 format (``LlamaForCausalLMEagle``, no eagle_config), its fc taking
+    ``states`` x hidden: 2 is a real EAGLE-1/2 draft (the token's embedding and one state), 3 an EAGLE-3 one."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(tiny["draft"], path)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["architectures"] = ["LlamaForCausalLMEagle"]
+    del cfg["eagle_config"]
+    (path / "config.json").write_text(json.dumps(cfg))
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors["fc.weight"] = torch.zeros(cfg["hidden_size"], states * cfg["hidden_size"])
+    save_file(tensors, str(path / "model.safetensors"))
+    return str(path)
+
+
+def test_guard_lets_an_eagle1_draft_run_with_eagle_and_refuses_an_eagle3_one(tiny, tmp_path):
+    cases = {states: (str(tiny["kimi_k25"]), _eagle1_format_draft(tiny, tmp_path / f"fc-{states}", states), "EAGLE")
+             for states in (2, 3)}
+    out = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])
+    assert out[2] == ("ok", "EAGLE"), out[2]
+    kind, message = out[3]
+    assert kind == "Eagle3ConfigError" and f"fc.weight takes {3 * HIDDEN} = 3 x hidden ({HIDDEN}) inputs" in message, out[3]
 
 
 @pytest.mark.parametrize("algorithm", ["EAGLE", "NEXTN"])
