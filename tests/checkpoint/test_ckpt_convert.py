@@ -200,6 +200,19 @@ def test_null_target_hidden_size_comes_from_fc(make_draft, tmp_path):
     assert res.config["target_hidden_size"] == tm.HIDDEN
 
 
+def test_aux_ids_are_bounded_where_no_target_says_how_deep(make_draft, tmp_path, DELETE):
+    from eagle3_patches.checkpoint.layer_ids import MAX_LAYERS
+
+    src = make_draft("no-ids", speculators=True, config={"eagle_aux_hidden_state_layer_ids": DELETE})
+    res = convert(src, tmp_path / "deep", aux_layer_ids=[2, 3, MAX_LAYERS], progress=False)
+    assert res.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, MAX_LAYERS - 1]
+    with pytest.raises(ConvertError, match="not layer numbers"):
+        convert(src, tmp_path / "deeper", aux_layer_ids=[2, 3, MAX_LAYERS + 1], progress=False)
+    assert not (tmp_path / "deeper").exists()
+    security = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    assert f"converter layer ids in 1..{MAX_LAYERS} without `--target`" in security  # the bound users are told
+
+
 def test_aux_ids_override_and_target_range(make_draft, tiny, tmp_path, DELETE):
     src = make_draft("no-ids", speculators=True, config={"eagle_aux_hidden_state_layer_ids": DELETE})
     with pytest.raises(ConvertError, match="names no aux layer ids"):

@@ -106,9 +106,41 @@ def test_what_captures_names_every_failure():
     assert cap.outputs == (2, 58) and cap.n_states == 2
 
 
+@pytest.mark.parametrize("ids, failure", [
+    ([-1, 30, 58], "crash_points"),  # capture before layer 0
+    ([2, 30, 60], "never_reached"),  # before layer 61 of 61
+    ([-2, 30, 58], "never_reached"),  # before layer -1
+    ([2, 2, 30], "duplicates"),
+    ([30, 2, 58], "reordered"),
+    ([2, 30, 58], None),
+])
+def test_each_failure_alone_makes_the_capture_broken(ids, failure):
+    """Any one failure is enough for the doctor to leave the ids to aux_capture_validation's rule (``broken``)."""
+    cap = L.what_captures(ids, 61, "0.5.9")
+    assert [f for f in ("crash_points", "never_reached", "duplicates", "reordered") if getattr(cap, f)] == ([failure] if failure else [])
+    assert cap.broken == (failure is not None)
+
+
+def test_only_the_captured_states_order_counts():
+    cap = L.what_captures([2, 60, 30], 61, "0.5.9")  # 60 is never reached; 2 and 30 arrive in the order asked
+    assert cap.never_reached == (61,) and not cap.reordered and cap.outputs == (2, 30)
+
+
 def test_defaults_when_no_ids():
     cap = L.what_captures(None, 61, "0.5.9")
     assert cap.points == (2, 30, 58) and cap.outputs == (1, 29, 57)
+    unknown = L.what_captures(None, None, "0.5.9")  # neither ids nor the target's depth: nothing to judge
+    assert (unknown.points, unknown.outputs, unknown.broken) == ((), (), False)
+
+
+def test_the_capture_is_described_as_the_doctor_prints_it():
+    assert L.what_captures([2, 30, 58], 61, "0.5.9").describe() == (
+        "on sglang 0.5.9, ids [2, 30, 58] -> capture before layers [3, 31, 59]: "
+        "the outputs of layers [2, 30, 58] of 61 (3 state(s), in layer order)")
+    assert L.what_captures(None, 61, "0.5.13").describe() == (
+        "on sglang 0.5.13, no ids (sglang's defaults) -> capture before layers [2, 30, 58]: "
+        "the outputs of layers [1, 29, 57] of 61 (3 state(s), in layer order)")
+    assert L.what_captures([2, 30], None, "0.5.9").describe().endswith("the outputs of layers [2, 30] (2 state(s), in layer order)")
 
 
 def test_conventions_round_trip():
