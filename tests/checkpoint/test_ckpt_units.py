@@ -44,9 +44,45 @@ def test_encode_header_is_readable_by_safetensors(tmp_path):
     assert read_header(f).tensors["a"].start == offsets["a"][0]
 
 
+#: every safetensors dtype torch can store, by its torch name
+TORCH_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn",
+                "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
+                "I16": "int16", "U16": "uint16", "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32",
+                "F32": "float32", "C64": "complex64", "F64": "float64", "I64": "int64", "U64": "uint64"}
+
+
+def test_headers_are_written_byte_for_byte_as_the_safetensors_library_writes_them(tmp_path):
+    """The converter's header writer and the library's ``save_file``, for two tensors of each dtype torch has
+    (names that sort against the dtype order; 9 and 10 elements, so that a bit width off by one shows): the same
+    header bytes, so the same layout."""
+    from safetensors.torch import save_file
+
+    from eagle3_patches.checkpoint.safetensors_header import DTYPE_BITS, LIBRARY_DTYPE_ORDER
+
+    assert sorted(LIBRARY_DTYPE_ORDER) == sorted(DTYPE_BITS)
+    tensors = {}
+    for i, (name, attr) in enumerate(TORCH_DTYPES.items()):
+        if hasattr(torch, attr):
+            tensors[f"{chr(122 - i)}.{name}"] = torch.zeros(3, 3, dtype=getattr(torch, attr))
+            tensors[f"{chr(97 + i)}.{name}"] = torch.zeros(2, 5, dtype=getattr(torch, attr))
+    ours, _ = encode_header(alignment_order((n, _st_dtype(t), t.shape) for n, t in tensors.items()), {"format": "pt"})
+    save_file(tensors, str(tmp_path / "lib.safetensors"), metadata={"format": "pt"})
+    theirs = (tmp_path / "lib.safetensors").read_bytes()[: len(ours)]
+    assert ours == theirs, (ours[:200], theirs[:200])
+
+
+def _st_dtype(t) -> str:
+    return next(n for n, attr in TORCH_DTYPES.items() if getattr(torch, attr, None) == t.dtype)
+
+
 @pytest.mark.parametrize(
     "body, needle",
     [
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}}, r"data_offsets is not \[begin, end\]"),
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}}, r"data_offsets is not \[begin, end\]"),
+        # the largest tensor a u64 can hold is well-formed (and then far more data than the file has)
+        ({"x": {"dtype": "U8", "shape": [(1 << 64) - 1], "data_offsets": [0, (1 << 64) - 1]}}, "truncated"),
+        ({"x": {"dtype": "U8", "shape": [2, 1 << 63], "data_offsets": [0, 0]}}, "overflows 64 bits"),
         ({"x": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}}, "unknown dtype"),
         ({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, "non-negative"),
         ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "does not match"),
@@ -78,10 +114,11 @@ def test_duplicate_keys_and_trailing_bytes(tmp_path):
         read_header(f)
 
 
-def test_header_errors_are_config_errors(tmp_path):
-    f = tmp_path / "empty.safetensors"
-    f.write_bytes(b"")
-    with pytest.raises(Eagle3ConfigError, match="too short"):
+@pytest.mark.parametrize("size", [0, 7])
+def test_header_errors_are_config_errors(tmp_path, size):
+    f = tmp_path / "short.safetensors"
+    f.write_bytes(b"\x08" * size)  # less than the 8 bytes of the length
+    with pytest.raises(Eagle3ConfigError, match="too short to hold a header"):
         read_header(f)
     with pytest.raises(Eagle3ConfigError, match="directory"):
         read_header(tmp_path)
@@ -364,3 +401,17 @@ def test_read_config_errors(tmp_path):
     (tmp_path / "config.json").write_text("{oops")
     with pytest.raises(CheckpointError, match="not valid JSON"):
         read_config(tmp_path)
+
+
+# ------------------------------------------------------------------ dtype classes, as the doctor applies them
+@pytest.mark.parametrize("dtype, accepted", [(torch.int64, True), (torch.int32, True), (torch.int16, True),
+                                             (torch.uint8, True), (torch.float32, False)])
+def test_d2t_may_be_stored_in_any_integer_dtype(tiny, make_draft, dtype, accepted):
+    """sglang adds d2t to an arange of any integer dtype; a float d2t is no table of offsets."""
+    from eagle3_patches.checkpoint.doctor import doctor
+
+    def d2t(t):
+        t["d2t"] = torch.zeros(t["d2t"].shape, dtype=dtype)  # offsets 0: draft id i is target id i
+
+    report = doctor(tiny["deepseek_v3"], make_draft("d", tensors=d2t), sglang_version="0.5.9")
+    assert ("d2t-invalid" not in report.codes()) == accepted, report.format()
