@@ -18,7 +18,7 @@ command for every mutant, one at a time): ``--workers`` of them side by side (de
 the checkout (``.mutation/worker-K``; the checkout itself is never mutated), whose tests and sglang children import
 eagle3_patches from that copy; and each mutant's tests in the order that kills it soonest: the module's tests run
 once with coverage.py in every process (tools/mutation_coverage.py), and a mutant's tests start with those that
-ran its lines.  Every test still runs for a survivor, so the order changes the time, never the verdict.
+ran its lines, the quickest first.  Every test still runs for a survivor, so the order changes the time, never the verdict.
 
 Each module's mutants run against that module's own test files, derived, not kept by hand: the test files
 named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it, name its
@@ -403,8 +403,8 @@ def run_command(argv: list[str], root: Path, env: dict[str, str], timeout: float
 # ---------------------------------------------------------------------------------------------------- coverage
 def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, release: str | None = None) -> dict:
     """The module's tests run once with coverage in every process (tools/mutation_coverage.py): whether they
-    pass, how long they took, the node ids in order, and for each line of the module the tests that ran it
-    ("" for the pytest process outside any test: collection, imports)."""
+    pass, how long they took (in all and per test), the node ids in order, and for each line of the module the
+    tests that ran it ("" for the pytest process outside any test: collection, imports)."""
     import coverage
 
     data_dir = STATE / "coverage" / slug(module)
@@ -419,6 +419,8 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, rele
     seconds = time.monotonic() - t0
     tests_file = data_dir / "tests.json"
     tests = json.loads(tests_file.read_text()) if tests_file.exists() else []
+    durations_file = data_dir / "durations.json"
+    durations = json.loads(durations_file.read_text()) if durations_file.exists() else {}
     cov = coverage.Coverage(data_file=str(data_dir / "cov"), config_file=False)  # combines cov.* into cov
     cov.combine([str(data_dir)], keep=True)
     data = cov.get_data()
@@ -426,19 +428,25 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, rele
     for measured in data.measured_files():
         if Path(measured).resolve() == module.resolve():
             lines = {n: set(c) for n, c in data.contexts_by_lineno(measured).items()}
-    return {"passed": outcome == "survived", "seconds": seconds, "output": output, "tests": tests, "lines": lines}
+    return {"passed": outcome == "survived", "seconds": seconds, "output": output, "tests": tests, "lines": lines,
+            "durations": durations}
 
 
-def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: int) -> list[str]:
-    """Every test, those that ran lines ``first``..``last`` first: a mutant there dies at the first test that
-    notices it (``pytest -x``), and a survivor still runs all of them.  A line run outside any test (imports,
-    collection) or never seen keeps the usual order."""
+def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: int,
+               durations: dict[str, float] | None = None) -> list[str]:
+    """Every test, those that ran lines ``first``..``last`` first, the quickest of them first (``durations``: the
+    coverage run's seconds per test): a mutant there dies at the first test that notices it (``pytest -x``), and
+    a survivor still runs all of them.  A line run outside any test (imports, collection) or never seen keeps
+    the usual order."""
     ran: set[str] = set()
     for n in range(first, last + 1):
         ran |= lines.get(n, set())
     if not ran or "" in ran:
         return tests
-    return [t for t in tests if t in ran] + [t for t in tests if t not in ran]
+    first_ones = [t for t in tests if t in ran]
+    if durations:
+        first_ones.sort(key=lambda t: durations.get(t, float("inf")))  # stable: ties keep the file order
+    return first_ones + [t for t in tests if t not in ran]
 
 
 def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int],
@@ -512,7 +520,7 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
                     original, mutated):
                 if mutated is None:
                     return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
-                order = test_order(cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0])
+                order = test_order(cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0], cov["durations"])
                 outcome, output = run_command([*argv[:files_at], *order], roots[k], worker_env(roots[k], k, release), timeout)
             diff = "\n".join(_make_diff(original, mutated, module))
             return WorkResult(output=output, diff=diff, test_outcome=TestOutcome(outcome),

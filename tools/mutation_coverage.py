@@ -9,7 +9,8 @@ process a test starts: coverage's ``a1_coverage.pth`` starts measurement in any 
 ``COVERAGE_PROCESS_CONFIG`` in its environment, and this plugin rewrites that variable before each test with the
 test's node id as the static context, so the ``spawn``-ed sglang children of ``run_isolated`` / ``run_ranks``
 label their lines with the test that started them (``patch = _exit`` saves the data of a child that multiprocessing
-ends with ``os._exit``).  The collected node ids, in order, go to ``tests.json`` beside DATAFILE.
+ends with ``os._exit``).  The collected node ids, in order, go to ``tests.json`` beside DATAFILE, each test's
+seconds (setup, call and teardown) to ``durations.json``.
 
 Only tools/mutation.py uses it, to run each mutant's tests in a better order (never fewer tests).
 """
@@ -53,6 +54,18 @@ def pytest_runtest_setup(item) -> None:
 def pytest_runtest_logfinish(nodeid, location) -> None:
     _cov.switch_context("")
     os.environ.pop("COVERAGE_PROCESS_CONFIG", None)
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration  # setup + call + teardown
+
+
+def pytest_sessionfinish(session) -> None:
+    with open(os.path.join(os.path.dirname(_DATA), "durations.json"), "w") as fh:
+        json.dump(_durations, fh)
 
 
 def pytest_unconfigure(config) -> None:

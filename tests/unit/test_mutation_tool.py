@@ -19,6 +19,13 @@ def test_the_tests_that_ran_the_lines_come_first_and_every_test_stays(mutation):
     assert mutation.test_order(TESTS, lines, 12, 12) == ["u.py::c", "t.py::a", "t.py::b", "u.py::d"]
 
 
+def test_the_quickest_of_the_tests_that_ran_the_lines_come_first(mutation):
+    lines = {10: {"t.py::a", "u.py::c", "u.py::d"}}
+    durations = {"t.py::a": 9.0, "u.py::c": 0.5, "u.py::d": 0.5, "t.py::b": 0.1}
+    assert mutation.test_order(TESTS, lines, 10, 10, durations) == ["u.py::c", "u.py::d", "t.py::a", "t.py::b"]
+    assert mutation.test_order(TESTS, lines, 10, 10, {}) == ["t.py::a", "u.py::c", "u.py::d", "t.py::b"]
+
+
 def test_a_line_run_outside_any_test_or_never_seen_keeps_the_usual_order(mutation):
     lines = {10: {"u.py::d", ""}, 11: {"t.py::b"}}
     assert mutation.test_order(TESTS, lines, 10, 11) == TESTS  # module level: imports run it for every test
