@@ -415,3 +415,282 @@ def test_d2t_may_be_stored_in_any_integer_dtype(tiny, make_draft, dtype, accepte
 
     report = doctor(tiny["deepseek_v3"], make_draft("d", tensors=d2t), sglang_version="0.5.9")
     assert ("d2t-invalid" not in report.codes()) == accepted, report.format()
+
+
+# ------------------------------------------------------------------ formats: typed config reads, bounds, weight files
+import copy  # noqa: E402
+import errno  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from eagle3_patches.checkpoint import formats as F  # noqa: E402
+
+DOCS = Path(__file__).parents[2] / "docs"
+M, N = F.MAX_CONFIG_INT, F.MAX_ID_LIST
+IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
+IDS_EXPECTED = f"a list of at most {N} integers in -{M}..{M}"
+_GONE = object()
+#: each config kind: (its config, the view that reads it)
+KINDS = {"target": (lambda: tm.TinyTargetSpec().text_config(), target_view), "kimi": (tm.kimi_k25_config, target_view),
+         "draft": (tm.eagle3_draft_config, draft_view), "speculators": (tm.speculators_config, draft_view)}
+
+
+def _view(kind: str, edits: dict):
+    """The view of ``kind``'s config with ``edits`` ({"a.b": value or _GONE}) applied, and its problems by field."""
+    make, view = KINDS[kind]
+    cfg = copy.deepcopy(make())
+    for dotted, value in edits.items():
+        *path, key = dotted.split(".")
+        d = cfg
+        for p in path:
+            d = d[p]
+        if value is _GONE:
+            del d[key]
+        else:
+            d[key] = value
+    v = view(cfg)
+    return cfg, v, {p.where: p for p in v.problems}
+
+
+def test_the_config_bounds_are_the_ones_docs_security_md_states():
+    doc = (DOCS / "security.md").read_text()
+    m = re.search(r"sizes and counts in 1\.\.2\^(\d+)-1; id lists of at most (\d+) ids", doc)
+    assert (F.MAX_CONFIG_INT, F.MAX_ID_LIST) == (2 ** int(m[1]) - 1, int(m[2]))
+    for name, cap in (("config.json", F.MAX_CONFIG_BYTES), (F.INDEX_NAME, F.MAX_INDEX_BYTES)):
+        assert cap == int(re.search(rf"\| `{re.escape(name)}` \| [^|]* \| (\d+) MB \|", doc)[1]) << 20
+
+
+@pytest.mark.parametrize("which", ["config", "index"])
+def test_a_config_or_index_of_its_cap_is_read_and_one_byte_more_refused(tmp_path, which):
+    cap, name, body = {"config": (F.MAX_CONFIG_BYTES, "config.json", {"hidden_size": 64}),
+                       "index": (F.MAX_INDEX_BYTES, F.INDEX_NAME, {"weight_map": {"a": "model.safetensors"}})}[which]
+    read = {"config": lambda: read_config(tmp_path), "index": lambda: F.read_index(tmp_path / name)}[which]
+    raw = json.dumps(body).encode()
+    (tmp_path / name).write_bytes(raw + b" " * (cap - len(raw)))
+    assert read() == (body if which == "config" else body["weight_map"])
+    with open(tmp_path / name, "ab") as f:
+        f.write(b" ")
+    with pytest.raises(CheckpointError, match="implausibly large") as e:
+        read()
+    assert (e.value.diagnostic.found, e.value.diagnostic.expected) == (f"{cap + 1} bytes", f"<= {cap} bytes")
+
+
+#: (config, field, value, accepted, the view's attribute, what the problem says is expected)
+BOUNDS = [
+    *[("target", "hidden_size", v, ok, "hidden", f"an integer in 1..{M}") for v, ok in ((1, True), (0, False), (M, True), (M + 1, False))],
+    *[("target", "first_k_dense_replace", v, ok, "first_k_dense_replace", f"an integer in 0..{M}") for v, ok in ((0, True), (-1, False))],
+    *[("draft", "num_hidden_layers", v, ok, "num_layers", f"an integer in 0..{M}") for v, ok in ((0, True), (-1, False))],
+    *[("draft", IDS, v, ok, "aux_ids", IDS_EXPECTED) for v, ok in (
+        ([M, -M], True), ([M + 1], False), ([-M - 1], False), (list(range(N)), True), (list(range(N + 1)), False),
+        ([2.0], False), ([True], False), (3, False))],
+]
+
+
+@pytest.mark.parametrize("kind, field, value, accepted, attr, expected", BOUNDS)
+def test_typed_config_reads_accept_up_to_their_bounds(kind, field, value, accepted, attr, expected):
+    _, v, problems = _view(kind, {field: value})
+    if accepted:
+        assert field not in problems and getattr(v, attr) == value, problems
+    else:
+        assert getattr(v, attr) is None
+        assert (problems[field].found, problems[field].expected) == (repr(value)[:80], expected)
+
+
+LONG = "x" * 100
+#: (config, field, a value of the wrong type, what the problem says is expected); each repr is longer than the 80 shown
+WRONG_TYPES = [
+    ("target", "architectures", LONG, "a list of strings"), ("target", "model_type", [LONG], "a string"),
+    ("kimi", "text_config", [LONG], "an object"), ("target", "hidden_size", LONG, f"an integer in 1..{M}"),
+    ("draft", "tie_word_embeddings", LONG, "true or false"), ("draft", "eagle_config", [LONG], "an object"),
+    ("draft", IDS, [LONG], IDS_EXPECTED), ("draft", f"eagle_config.{L.CONVENTION_KEY}", LONG, " or ".join(L.CONVENTIONS)),
+]
+
+
+@pytest.mark.parametrize("kind, field, value, expected", WRONG_TYPES)
+def test_a_config_field_of_the_wrong_type_is_named_with_80_characters_of_its_value(kind, field, value, expected):
+    _, _, problems = _view(kind, {field: value})
+    assert (problems[field].found, problems[field].expected) == (repr(value)[:80], expected)
+
+
+#: (config, field, whether its view reports it missing, what the problem says is expected)
+REQUIRED = [
+    *[(kind, f"{pre}{key}", True, f"an integer in 1..{M}") for kind, pre in (("target", ""), ("kimi", "text_config."))
+      for key in ("num_hidden_layers", "hidden_size", "vocab_size")],
+    *[("draft", key, True, f"an integer in 1..{M}") for key in ("hidden_size", "num_attention_heads", "vocab_size", "intermediate_size")],
+    ("draft", "num_hidden_layers", True, f"an integer in 0..{M}"),
+    ("speculators", "transformer_layer_config.num_hidden_layers", False, None),  # speculators' drafts omit it
+]
+
+
+@pytest.mark.parametrize("kind, field, required, expected", REQUIRED)
+def test_a_missing_config_field_is_a_problem_only_where_it_is_required(kind, field, required, expected):
+    _, _, problems = _view(kind, {field: _GONE})
+    if required:
+        assert problems[field] == F.FieldProblem(field, "missing", expected)
+    else:
+        assert field not in problems, problems
+
+
+#: (config, edits, the view's attribute, its value: a constant, or read from the edited config)
+VIEWS = [
+    ("target", {"architectures": ["DeepseekV3ForCausalLM", "X"]}, "arch", "DeepseekV3ForCausalLM"),
+    ("target", {"dtype": "", "torch_dtype": "torch.float16"}, "dtype", "float16"),
+    ("kimi", {"torch_dtype": _GONE, "text_config.torch_dtype": "float16"}, "dtype", "float16"),  # the text_config's
+    ("kimi", {"torch_dtype": "float16", "text_config.torch_dtype": _GONE}, "dtype", "float16"),  # the wrapper's
+    ("kimi", {"torch_dtype": "float16", "text_config.torch_dtype": "bfloat16"}, "dtype", "float16"),  # the wrapper's first
+    ("kimi", {"quantization_config": {}}, "quantized", True),
+    ("kimi", {"text_config.quantization_config": {}}, "quantized", True),
+    ("kimi", {}, "quantized", False),
+    ("draft", {"num_key_value_heads": 2}, "kv_heads", 2),
+    ("draft", {"num_key_value_heads": _GONE}, "kv_heads", lambda c: c["num_attention_heads"]),
+    ("draft", {"head_dim": 7}, "head_dim", 7),
+    ("draft", {"head_dim": _GONE}, "head_dim", lambda c: c["hidden_size"] // c["num_attention_heads"]),
+    ("draft", {"target_hidden_size": 7168}, "effective_target_hidden", 7168),
+    ("draft", {"target_hidden_size": _GONE}, "effective_target_hidden", lambda c: c["hidden_size"]),
+    ("draft", {"draft_vocab_size": 7}, "effective_draft_vocab", 7),
+    ("draft", {"draft_vocab_size": _GONE}, "effective_draft_vocab", lambda c: c["vocab_size"]),
+    ("draft", {"tie_word_embeddings": _GONE}, "tie_word_embeddings", False),
+    ("draft", {"bias": True}, "fc_bias", True),
+    ("speculators", {"transformer_layer_config.bias": True}, "fc_bias", False),  # speculators' fc has no bias
+    ("speculators", {}, "convention_stated", True),
+    ("speculators", {}, "use_aux_hidden_state", True),
+    ("speculators", {}, "layer_model_type", lambda c: c["transformer_layer_config"]["model_type"]),
+]
+
+
+@pytest.mark.parametrize("kind, edits, attr, expected", VIEWS)
+def test_what_the_views_read(kind, edits, attr, expected):
+    cfg, v, problems = _view(kind, edits)
+    assert not problems
+    assert getattr(v, attr) == (expected(cfg) if callable(expected) else expected)
+
+
+@pytest.mark.parametrize("arch, model_type, kimi, family", [
+    (F.KIMI_K25_ARCH, "other", True, True), ("X", "kimi_k25", True, True), ("DeepseekV3ForCausalLM", "other", False, True),
+    *[("X", mt, False, True) for mt in ("deepseek_v3", "deepseek_v2", "kimi_k2")], ("LlamaForCausalLM", "llama", False, False),
+])
+def test_a_target_is_kimi_or_deepseek_by_architecture_or_model_type(arch, model_type, kimi, family):
+    _, v, _ = _view("target", {"architectures": [arch], "model_type": model_type})
+    assert (v.is_kimi_k25, v.deepseek_family) == (kimi, family)
+
+
+@pytest.mark.parametrize("config", [{"speculators_model_type": "eagle3"}, {"transformer_layer_config": {}},
+                                    {"architectures": ["Eagle3DraftModel"]}, {"architectures": ["Eagle3Speculator"]}])
+def test_each_mark_of_the_speculators_format_is_enough(config):
+    assert detect_format(config) == SPECULATORS
+
+
+def _write_index(d: Path, weight_map) -> Path:
+    (d / F.INDEX_NAME).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return d / F.INDEX_NAME
+
+
+@pytest.mark.parametrize("name", ["", "/etc/passwd", "a\0.safetensors", ".", "./", "..", "../x.safetensors", "a/../../x.safetensors"])
+def test_an_index_naming_a_file_outside_the_checkpoint_is_refused(tmp_path, name):
+    with pytest.raises(CheckpointError, match="outside the checkpoint directory") as e:
+        F.read_index(_write_index(tmp_path, {"t": "model.safetensors", "u": name}))
+    assert e.value.diagnostic.found == repr(name)
+
+
+def test_an_index_shows_five_of_its_outside_names_and_the_start_of_a_map_it_cannot_use(tmp_path):
+    bad = [f"../{c}.safetensors" for c in "fedcba"]
+    with pytest.raises(CheckpointError) as e:
+        F.read_index(_write_index(tmp_path, {f"t{i}": b for i, b in enumerate(bad)}))
+    assert e.value.diagnostic.found == ", ".join(repr(b) for b in sorted(bad)[:5])
+    for wm in ({"t" * 300: 1}, None):
+        obj = {"metadata": {}, "weight_map": wm}
+        (tmp_path / F.INDEX_NAME).write_text(json.dumps(obj))
+        with pytest.raises(CheckpointError, match="no weight_map") as e:
+            F.read_index(tmp_path / F.INDEX_NAME)
+        assert e.value.diagnostic.found == repr(obj)[:200]
+
+
+def test_index_file_names_are_read_normalized(tmp_path):
+    names = {"./a.safetensors": "a.safetensors", "sub/../b.safetensors": "b.safetensors", "c//d.safetensors": "c/d.safetensors"}
+    wm = {f"t{i}": n for i, n in enumerate(names)}
+    assert F.read_index(_write_index(tmp_path, wm)) == {t: names[n] for t, n in wm.items()}
+
+
+def test_pickle_weights_are_listed_by_name_and_never_read(tmp_path):
+    """Every suffix docs/security.md names as a pickle."""
+    suffixes = re.findall(r"`(\.\w+)`", re.search(r"No pickle is ever loaded \(([^)]*)\)", (DOCS / "security.md").read_text())[1])
+    for s in suffixes:
+        (tmp_path / f"weights{s}").write_bytes(b"\x80\x04 not read")
+    wf = F.list_weight_files(tmp_path)
+    assert wf.files == [] and sorted(wf.pickles) == sorted(tmp_path / f"weights{s}" for s in suffixes)
+
+
+def _two_shards(make_draft):
+    d = make_draft("d", shards=2)
+    wm = json.loads((d / F.INDEX_NAME).read_text())["weight_map"]
+    first, second = sorted(set(wm.values()))
+    return d, wm, first, second
+
+
+@pytest.mark.parametrize("fault", ["missing", "unreadable"])
+def test_a_missing_or_unreadable_shard_is_reported_and_the_others_still_read(make_draft, fault):
+    d, wm, first, second = _two_shards(make_draft)
+    if fault == "missing":
+        (d / first).unlink()
+    else:
+        (d / first).write_bytes(b"not a safetensors file")
+    scan = F.scan_shards(F.list_weight_files(d), "draft")
+    assert set(scan.tensors) == {n for n, f in wm.items() if f == second} and len(scan.errors) == 1
+    if fault == "missing":
+        err = scan.errors[0].diagnostic
+        assert (err.code, err.what, err.found) == ("safetensors-index", "a shard named by the draft's index is missing", first)
+
+
+def test_an_index_naming_the_wrong_shard_is_reported_tensor_by_tensor(make_draft):
+    d, wm, first, second = _two_shards(make_draft)
+    swapped = [next(n for n, f in wm.items() if f == first), next(n for n, f in wm.items() if f == second)]
+    wm.update({swapped[0]: second, swapped[1]: first})
+    _write_index(d, wm)
+    scan = F.scan_shards(F.list_weight_files(d), "draft")
+    assert scan.ok and scan.absent == [n for n in wm if n in swapped]
+
+
+def test_a_tensor_in_two_shards_is_a_duplicate(tmp_path):
+    from safetensors.torch import save_file
+
+    for name in ("a.safetensors", "b.safetensors"):
+        save_file({"x": torch.zeros(2)}, str(tmp_path / name))
+    assert F.scan_shards(F.list_weight_files(tmp_path)).duplicates == [("x", "a.safetensors", "b.safetensors")]
+
+
+@pytest.mark.parametrize("names, hint", [
+    (["layers.1.mlp.up_proj.weight"], "one decoder layer"), (["model.midlayer.2.mlp.up_proj.weight"], "one decoder layer"),
+    (["model.lm_head.weight"], "rename model.lm_head.weight to lm_head.weight"),
+    (["layers.0.mlp.up_proj.weight", "model.midlayer.0.mlp.up_proj.weight", "lm_head.weight"], None),
+])
+def test_unknown_tensor_hints(names, hint):
+    hints = F.unknown_tensor_hints(names)
+    assert len(hints) == (hint is not None) and all(hint in h for h in hints), hints
+
+
+def test_a_path_that_cannot_be_looked_at_or_is_kernel_state_is_refused(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CheckpointError) as e:
+        read_config(tmp_path / "file" / "sub", "draft")
+    assert (e.value.code, e.value.what, e.value.diagnostic.found) == (
+        "not-a-checkpoint", f"the draft path cannot be read: {os.strerror(errno.ENOTDIR)}", "NotADirectoryError")
+    with pytest.raises(CheckpointError, match="kernel state"):
+        read_config("/proc/self", "target")
+
+
+def test_reading_a_config_counts_its_bytes(tiny):
+    reset_bytes_read()
+    read_config(tiny["draft"])
+    assert bytes_read() == (tiny["draft"] / "config.json").stat().st_size
+
+
+def test_each_speculators_option_sglang_lacks_is_refused():
+    """The options docs/doctor.md lists for ``draft-unsupported-architecture``."""
+    from eagle3_patches.checkpoint.convert import unsupported
+
+    row = next(line for line in (DOCS / "doctor.md").read_text().splitlines() if line.startswith("| `draft-unsupported-architecture`"))
+    options = re.findall(r"`(\w+)`", row.split("speculators' ")[1].split(", or")[0])
+    assert options, row
+    for option in options:
+        assert f"{option}=true" in unsupported({**tm.speculators_config(), option: True}).diagnostic.found
