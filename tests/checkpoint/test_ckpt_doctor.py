@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from eagle3_patches.checkpoint.doctor import ERROR, INFO, WARNING, doctor
+from eagle3_patches.checkpoint import releases
+from eagle3_patches.checkpoint.doctor import ERROR, INFO, MAX_FINDINGS_PER_CODE, WARNING, doctor
 from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY
 from eagle3_patches.testing import tiny_models as tm
 
@@ -856,3 +857,311 @@ def test_a_quantized_draft_missing_a_projection_is_still_refused(tiny, tmp_path)
     r = run(tiny["deepseek_v3"], build_quantized_draft(tmp_path / "w4a16-missing", "w4a16", tensors=t))
     assert_error(r, "keys-missing")
     assert "down_proj.weight" in next(f for f in r.errors if f.code == "keys-missing").found
+
+
+# ------------------------------------------------------------------ findings each check must and must not make
+def _one(report, code):
+    found = [f for f in report.findings if f.code == code]
+    assert len(found) == 1, report.format()
+    return found[0]
+
+
+def _without(key):
+    return lambda cfg: {k: v for k, v in cfg.items() if k != key}
+
+
+_MODEL = lambda cfg: {**_without("eagle_config")(cfg), "architectures": ["LlamaForCausalLM"]}  # noqa: E731 - a plain llama
+_EAGLE1 = lambda cfg: {**_without("eagle_config")(cfg), "architectures": ["LlamaForCausalLMEagle"]}  # noqa: E731
+
+
+def _eagle1_fc(t):  # EAGLE-1/2's fc takes [embedding, hidden]: 2 x hidden, not 3
+    t["fc.weight"] = t["fc.weight"][:, : 2 * tm.HIDDEN].contiguous()
+
+
+def _embed(t):
+    t["embed_tokens.weight"] = torch.ones(tm.VOCAB, tm.HIDDEN, dtype=torch.bfloat16)
+
+
+#: code, severity, then the draft (config edit, tensor edit, spec) and run arguments that fire it and the ones one step
+#: away that must not
+CHECKS = {
+    "draft-num-layers": (ERROR, dict(config={"num_hidden_layers": 2}), dict(config={"num_hidden_layers": 1})),
+    "draft-config-field": (ERROR, dict(config=_without("model_type")), dict(config={"model_type": "llama"})),
+    "draft-architecture": (WARNING, dict(config={"architectures": ["MyEagle3Draft"]}), dict()),
+    "draft-not-eagle3": (WARNING, dict(config=_MODEL), dict(config=_EAGLE1)),
+    "algorithm-eagle3-with-non-eagle3-draft": (ERROR, dict(config=_EAGLE1, tensors=_eagle1_fc), dict(config=_MODEL, tensors=_eagle1_fc)),
+    "hidden-mismatch": (ERROR, dict(spec=tm.TinyDraftSpec(hidden=2 * tm.HIDDEN)), dict()),
+    "t2d-missing": (WARNING, dict(tensors=lambda t: t.pop("t2d")), dict(spec=tm.TinyDraftSpec(draft_vocab=tm.VOCAB))),
+    "embed-from-target": (INFO, dict(), dict(tensors=_embed)),
+    "dtype-float32-draft": (WARNING, dict(config={"torch_dtype": "float32"}, target=None), dict(target=None)),
+    # sglang's auto rule runs a float32 draft in float16: fine with a float16 target
+    "dtype-mismatch": (ERROR, dict(config={"torch_dtype": "float32"}),
+                       dict(config={"torch_dtype": "float32"}, target={"torch_dtype": "float16"})),
+    "aux-ids-capture": (INFO, dict(), dict(target=None)),
+    "aux-ids-convention-assumed": (INFO, dict(), dict(config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}})),
+    "target-hidden-size": (ERROR, dict(config={"target_hidden_size": 2 * tm.HIDDEN}), dict(config={"target_hidden_size": tm.HIDDEN})),
+    "tensor-dtype-cast": (INFO, dict(tensors=lambda t: t.update({k: v.float() for k, v in t.items() if v.is_floating_point()})), dict()),
+    "algorithm-not-eagle": (INFO, dict(speculative_algorithm="STANDALONE"), dict(speculative_algorithm="EAGLE3")),
+    "sglang-version-unknown": (INFO, dict(version=".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))),
+                               dict(version=".".join(map(str, releases.NEWEST_KNOWN)))),
+}
+
+
+@pytest.fixture
+def setup(make_draft, make_target, tiny):
+    """``setup(name, config=, tensors=, spec=, target=edit|None, version=, **doctor_kw)`` -> report."""
+
+    def go(name, config=None, tensors=None, spec=tm.TinyDraftSpec(), speculators=False, target="", version=CLEAN, **kw):
+        t = None if target is None else make_target(config=target, name=f"t-{name}") if target else tiny["deepseek_v3"]
+        return run(t, make_draft(name, spec=spec, config=config, tensors=tensors, speculators=speculators), version, **kw)
+
+    return go
+
+
+@pytest.mark.parametrize("code", CHECKS)
+def test_each_check_fires_on_its_fault_only(setup, code):
+    severity, fire, silent = CHECKS[code]
+    r = setup("fire", **fire)
+    assert code in r.codes(severity) and "internal-error" not in r.codes(), r.format()
+    r = setup("silent", **silent)
+    assert code not in r.codes() and "internal-error" not in r.codes(), r.format()
+
+
+@pytest.mark.parametrize("spec, tp, found", [
+    (tm.TinyDraftSpec(), 8, "num_attention_heads 4"),  # 4 heads over 8 ranks
+    (tm.TinyDraftSpec(), 4, None),
+    (tm.TinyDraftSpec(num_heads=6, num_kv_heads=3), 2, "num_key_value_heads 3"),
+    (tm.TinyDraftSpec(num_heads=6, num_kv_heads=2), 2, None),
+    (tm.TinyDraftSpec(num_heads=6, num_kv_heads=3, intermediate_size=96), 6, None),  # fewer kv heads than ranks: replicated
+    (tm.TinyDraftSpec(intermediate_size=129), 2, "intermediate_size 129"),
+    (tm.TinyDraftSpec(intermediate_size=129), 1, None),
+])
+def test_tp_draft_split(setup, spec, tp, found):
+    r = setup("d", spec=spec, tp=tp)
+    if found is None:
+        assert "tp-draft-split" not in r.codes() and "internal-error" not in r.codes(), r.format()
+        return
+    f = _one(r, "tp-draft-split")
+    assert (f.severity, f.found, f.expected) == (ERROR, found, f"divisible by {tp}"), r.format()
+    assert f.what == f"the draft cannot be split over tp {tp}" and f.where.endswith("config.json")
+
+
+@pytest.mark.parametrize("edit, fires", [
+    ({"vocab_size": tm.VOCAB + 1}, True),  # more tokens than the embedding has rows
+    ({"vocab_size": tm.VOCAB - 1}, False),  # a padded embedding is fine
+    ({"hidden_size": tm.HIDDEN // 2}, True),
+    ({"hidden_size": tm.HIDDEN * 2}, True),
+])
+def test_target_config_against_its_embedding_and_head(make_target, edit, fires):
+    cfg = {"vocab_size": tm.VOCAB, "hidden_size": tm.HIDDEN, **edit}
+    r = run(make_target(config=edit), None)
+    bad = [f for f in r.findings if f.code == "target-config-vs-weights"]
+    if not fires:
+        assert not bad, r.format()
+        return
+    assert {f.where.rsplit(": ", 1)[1] for f in bad} == {"model.embed_tokens.weight", "lm_head.weight"}, r.format()
+    assert {(f.severity, f.found, f.expected) for f in bad} == {
+        (ERROR, str([tm.VOCAB, tm.HIDDEN]), f"[{cfg['vocab_size']}, {cfg['hidden_size']}] (vocab_size, hidden_size)")}
+
+
+def test_target_architecture_note_points_at_the_top_level_of_a_wrapper(make_target):
+    t = make_target("kimi_k25", config={"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava"})
+    f = _one(run(t, None), "target-architecture")
+    assert f.severity == INFO and f.where == f"{t / 'config.json'}: architectures"
+
+
+@pytest.mark.parametrize("algorithm", ["STANDALONE", "NGRAM"])
+def test_algorithms_without_eagle3_checks_are_noted(tiny, algorithm):
+    f = _one(run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm=algorithm), "algorithm-not-eagle")
+    assert f.severity == INFO and f.what.startswith(f"--speculative-algorithm {algorithm}:")
+
+
+def test_nothing_to_check():
+    r = doctor(sglang_version=CLEAN)
+    assert r.codes(ERROR) == ["nothing-to-check"] and r.exit_code == 1, r.format()
+
+
+@pytest.mark.parametrize("n", [MAX_FINDINGS_PER_CODE, MAX_FINDINGS_PER_CODE + 1])
+def test_findings_of_one_code_are_listed_up_to_the_cap_then_counted(setup, n):
+    """Each integer tensor is a tensor-dtype error; past the cap one summary says how many more there are."""
+    r = setup("ints", tensors=lambda t: t.update({f"extra_{i}.weight": torch.ones(4, dtype=torch.int16) for i in range(n)}))
+    listed = [f for f in r.findings if f.code == "tensor-dtype"]
+    assert len(listed) == min(n, MAX_FINDINGS_PER_CODE) + (n > MAX_FINDINGS_PER_CODE), r.format()
+    summary = [f for f in listed if "more [tensor-dtype]" in f.what]
+    assert [f.what for f in summary] == ([f"{n - MAX_FINDINGS_PER_CODE} more [tensor-dtype] finding(s) like the above are not listed"]
+                                         if n > MAX_FINDINGS_PER_CODE else [])
+    assert all(f.severity == ERROR for f in listed)
+
+
+def _resize(name, rows=None, cols=None):
+    def edit(t):
+        t[name] = torch.ones(rows or t[name].shape[0], cols or t[name].shape[1], dtype=torch.bfloat16)
+    return edit
+
+
+@pytest.mark.parametrize("tensors, name, asserts, fix", [
+    (_resize("lm_head.weight", rows=tm.DRAFT_VOCAB // 2), "lm_head.weight", True, "draft_vocab_size must equal the rows of lm_head.weight"),
+    (_resize("midlayer.self_attn.q_proj.weight", cols=tm.HIDDEN), "midlayer.self_attn.q_proj.weight", True,
+     "the config.json does not belong to these weights (hidden_size, heads, head_dim, intermediate_size)"),
+    (lambda t: _resize("embed_tokens.weight", cols=tm.HIDDEN // 2)(_embed(t) or t), "embed_tokens.weight", False,
+     "the config.json does not belong to these weights (hidden_size, heads, head_dim, intermediate_size)"),
+])
+def test_tensor_shape_finding_says_whether_sglang_asserts_and_what_to_fix(setup, tensors, name, asserts, fix):
+    f = _one(setup("d", tensors=tensors), "tensor-shape")
+    assert f.what == f"{name} has the wrong shape for the draft config" + (" (sglang's loader asserts on it at start)" if asserts else "")
+    assert f.fix == fix and f.where.endswith(f": {name}")
+
+
+def test_a_t2d_of_the_wrong_shape_only_warns(setup):
+    r = setup("d", tensors=lambda t: t.update(t2d=t["t2d"][: tm.VOCAB // 2].contiguous()))
+    assert r.ok and r.codes(WARNING) == ["t2d-invalid"], r.format()
+    f = _one(r, "t2d-invalid")
+    assert (f.found, f.expected) == (f"BOOL [{tm.VOCAB // 2}]", f"BOOL [{tm.VOCAB}]")
+
+
+def test_a_two_dimensional_d2t_is_invalid(setup):
+    f = _one(setup("d", tensors=lambda t: t.update(d2t=t["d2t"].reshape(2, -1).contiguous())), "d2t-invalid")
+    assert f.severity == ERROR and (f.found, f.expected) == (f"I64 [2, {tm.DRAFT_VOCAB // 2}]", f"I64 [{tm.DRAFT_VOCAB}]")
+
+
+@pytest.mark.parametrize("shape, what, expected", [
+    ([tm.HIDDEN * 3 * tm.HIDDEN], "fc.weight is not a matrix", f"[{tm.HIDDEN}, {len(tm.DRAFT_AUX_IDS)} x {tm.HIDDEN}]"),
+    ([tm.HIDDEN // 2, 3 * tm.HIDDEN], "fc.weight's output width is not the draft's hidden size", f"[{tm.HIDDEN}, {3 * tm.HIDDEN}]"),
+])
+def test_fc_shape(setup, shape, what, expected):
+    r = setup("d", tensors=lambda t: t.update({"fc.weight": torch.ones(*shape, dtype=torch.bfloat16)}))
+    f = next(f for f in r.findings if f.code == "tensor-shape" and f.where.endswith(": fc.weight"))
+    assert (f.severity, f.what, f.found, f.expected) == (ERROR, what, str(shape), expected)
+    assert "internal-error" not in r.codes(), r.format()
+
+
+def test_aux_ids_missing_names_the_defaults_sglang_captures(setup):
+    from eagle3_patches.checkpoint.layer_ids import default_capture_points
+
+    before = default_capture_points(tm.NUM_LAYERS)
+    cfg = {"eagle_config": {"use_aux_hidden_state": True}}
+    f = _one(setup("d", config=lambda c: {**c, **cfg}), "aux-ids-missing")
+    assert f.what.endswith(f"(before layers {before} = the outputs of layers {[p - 1 for p in before]})"), f.what
+    f = _one(setup("no-target", config=lambda c: {**c, **cfg}, target=None), "aux-ids-missing")
+    assert f.what.endswith("[2, n//2, n-3] (before those layers)"), f.what
+
+
+@pytest.mark.parametrize("top_output, in_range", [(tm.NUM_LAYERS - 2, True), (tm.NUM_LAYERS - 1, False)])
+def test_speculators_ids_against_the_target(setup, top_output, in_range):
+    """speculators' id i is the output of layer i - 1; sglang captures outputs 0..n-2 (ids 1..n-1)."""
+    spec = tm.TinyDraftSpec(aux_ids=(0, 1, top_output))
+    r = setup("d", spec=spec, speculators=True, with_patches=True)
+    assert "internal-error" not in r.codes(), r.format()
+    n = tm.NUM_LAYERS
+    if in_range:
+        f = _one(r, "aux-ids-capture")
+        assert f.severity == INFO and f.what.startswith(f"ids {[i + 1 for i in spec.aux_ids]} (speculators' meaning) are the outputs "
+                                                        f"of layers {list(spec.aux_ids)} of {n}"), f.what
+        assert "aux-ids-out-of-range" not in r.codes()
+    else:
+        f = _one(r, "aux-ids-out-of-range")
+        assert f.severity == ERROR and f.expected == f"ids in 1..{n - 1}" and f.found == str([i + 1 for i in spec.aux_ids])
+    assert not {"aux-ids-capture", "aux-ids-out-of-range"} & set(setup("alone", spec=spec, speculators=True, target=None).codes())
+
+
+def test_draft_tensors_under_model_prefix_load_as_sglang_strips_it(setup):
+    """sglang strips a leading ``model.`` from draft names, but ``model.lm_head.weight`` is not lm_head.weight."""
+    r = setup("prefixed", tensors=lambda t: {(k if k == "lm_head.weight" else f"model.{k}"): v for k, v in t.items()})
+    assert_clean(r)
+    assert not {"keys-unknown", "keys-missing"} & set(r.codes()), r.format()
+    r = setup("head", tensors=lambda t: {f"model.{k}": v for k, v in t.items()})
+    assert _one(r, "keys-unknown").found == "model.lm_head.weight" and _one(r, "keys-missing").found == "lm_head.weight"
+
+
+def test_report_text_shows_the_setup_the_checkpoints_and_every_finding(tiny, make_draft, make_target):
+    d = make_draft(config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}})
+    r = run(tiny["deepseek_v3"], d)
+    lines = r.format().splitlines()
+    assert lines[1].endswith(", stock sglang (no eagle3-patches)"), lines[1]
+    assert run(tiny["deepseek_v3"], d, with_patches=True).format().splitlines()[1].endswith(", with eagle3-patches")
+    assert lines[2] == (f"  target: {tiny['deepseek_v3']} (DeepseekV3ForCausalLM, {tm.NUM_LAYERS} layers, hidden {tm.HIDDEN}, "
+                        f"vocab {tm.VOCAB}, dtype bfloat16)")
+    assert lines[3] == (f"  draft:  {d} (sglang-eagle3 format, LlamaForCausalLMEagle3, hidden {tm.HIDDEN}, draft vocab {tm.DRAFT_VOCAB}, "
+                        f"aux ids {list(tm.DRAFT_AUX_IDS)} (output-of-layer))")
+    assert (r.facts["target_path"], r.facts["draft_path"]) == (str(tiny["deepseek_v3"]), str(d))
+    # a note is printed (unless hidden), each field on its own line under the finding, 8 columns in
+    note = _one(r, "embed-from-target")
+    at = lines.index(f"info    [embed-from-target] {note.what}")
+    assert lines[at + 1] == f"{' ' * 8}{'where:':<10}{note.where}"
+    assert lines[-2:] == ["", f"OK: 0 error(s), 0 warning(s), {len(r.findings)} note(s). Read {lines[-1].split(' Read ')[1]}"]
+    assert r.format(show_info=False).splitlines()[-3:-1] == [lines[3], ""]  # nothing shown: one blank line, not two
+    hidden = run(tiny["deepseek_v3"], d, speculative_algorithm="EAGLE").format(show_info=False)
+    assert "[algorithm-eagle-with-eagle3-draft]" in hidden and "[embed-from-target]" not in hidden, hidden
+    # no draft: no draft line, no draft path; a draft without ids says so
+    r = run(tiny["deepseek_v3"], None)
+    assert "draft_path" not in r.facts and not any(line.startswith("  draft:") for line in r.format().splitlines())
+    no_ids = make_draft("no-ids", config=lambda c: {**c, "eagle_config": {"use_aux_hidden_state": True}})
+    assert run(None, no_ids).facts["draft"].endswith(", no aux ids)")
+    assert run(make_target(config=_without("architectures")), None).facts["target"].endswith(
+        f" (deepseek_v3, {tm.NUM_LAYERS} layers, hidden {tm.HIDDEN}, vocab {tm.VOCAB}, dtype bfloat16)")
+
+
+def test_report_summary_line_reads_bytes_in_human_units(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"])
+    r.facts["seconds"] = 0.5
+    for n, shown in [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KB"), (1536, "1.5 KB"), (1024**2, "1.0 MB"),
+                     (1024**3, "1.0 GB"), (5 * 1024**4, "5120.0 GB")]:
+        r.facts["bytes_read"] = n
+        assert r.format().endswith(f"note(s). Read {shown} in 0.50 s."), (n, r.format().splitlines()[-1])
+
+
+@pytest.mark.parametrize("installed", [None, CLEAN])
+def test_the_release_checked_when_none_is_given(tiny, monkeypatch, installed):
+    import eagle3_patches.sglang_version as sv
+
+    monkeypatch.setattr(sv, "installed_sglang_version", lambda: None if installed is None else releases.parse_version(installed))
+    r = doctor(tiny["deepseek_v3"], tiny["draft"])
+    assert r.facts["sglang_version"] == str(releases.PINNED if installed is None else installed)
+    notes = [f.what for f in r.findings if f.code == "sglang-version-assumed"]
+    assert notes == ([f"sglang is not installed here; checking against {releases.PINNED}"] if installed is None else []), r.format()
+
+
+def test_raise_for_errors_counts_the_other_errors(make_draft, tiny):
+    from eagle3_patches.errors import Eagle3ConfigError
+
+    r = run(tiny["deepseek_v3"], make_draft(config={"num_hidden_layers": 2}), speculative_algorithm="EAGLE")
+    assert len(r.errors) >= 2, r.format()
+    with pytest.raises(Eagle3ConfigError) as info:
+        r.raise_for_errors()
+    assert info.value.diagnostic.what == (f"{r.errors[0].what} (and {len(r.errors) - 1} more error(s): "
+                                          "run `eagle3-patches doctor` for all)")
+
+
+def test_weight_files_the_doctor_cannot_use(make_draft, tiny, tmp_path):
+    from safetensors.torch import save_file
+
+    # a target with only pickle weights: the first 3 are named
+    t = tmp_path / "pickled"
+    t.mkdir()
+    (t / "config.json").write_text((tiny["deepseek_v3"] / "config.json").read_text())
+    names = [f"pytorch_model-{i}.bin" for i in range(4)]
+    for n in names:
+        (t / n).write_bytes(b"")
+    f = _one(run(t, None), "target-no-safetensors")
+    assert f.severity == WARNING and f.found == ", ".join(sorted(names)[:3])
+    # a draft tensor in two shards
+    d = make_draft("dup")
+    save_file({"norm.weight": torch.ones(tm.HIDDEN, dtype=torch.bfloat16)}, str(d / "extra.safetensors"))
+    f = _one(run(tiny["deepseek_v3"], d), "duplicate-tensor")
+    assert (f.severity, f.what) == (ERROR, "tensor norm.weight is stored in two shards")
+    assert sorted(f.found.split(", ")) == ["extra.safetensors", "model.safetensors"]
+    # a draft index naming a tensor its shard does not hold
+    d = make_draft("index", shards=2)
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    index["weight_map"]["norm.weight"] = next(f for f in index["weight_map"].values() if f != index["weight_map"]["norm.weight"])
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    f = _one(run(tiny["deepseek_v3"], d), "safetensors-index")
+    assert (f.severity, f.found) == (ERROR, "norm.weight") and f.what.startswith("1 tensor(s) in the draft's index")
+
+
+def test_an_implausibly_large_d2t_is_not_read(setup):
+    from eagle3_patches.checkpoint.doctor import MAX_MAP_BYTES
+
+    n = MAX_MAP_BYTES // 8 + 1  # int64 entries: one past the limit
+    f = _one(setup("d", tensors=lambda t: t.update(d2t=torch.zeros(n, dtype=torch.int64))), "d2t-invalid")
+    assert f.severity == ERROR and f.what == f"d2t is implausibly large ({8 * n} bytes); not read" and f.found == str([n])
