@@ -610,7 +610,7 @@ def _check_d2t(ctx: _Ctx) -> None:
     t = ctx.draft_tensors["d2t"]
     where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names['d2t']}"
     if t.dtype not in INT_DTYPES or len(t.shape) != 1:
-        ctx.add(ERROR, "d2t-invalid", f"d2t is {t.dtype} {list(t.shape)}, expected a 1-D integer tensor of offsets", where=where, found=f"{t.dtype} {list(t.shape)}", expected=f"I64 [{dv.draft_vocab}]", fix="save d2t as 1-D int64 offsets (d2t[i] = target_id[i] - i)")
+        ctx.add(ERROR, "d2t-invalid", f"d2t is {t.dtype} {list(t.shape)}, expected a 1-D integer tensor of offsets", where=where, found=f"{t.dtype} {list(t.shape)}", expected=f"I64 [{dv.effective_draft_vocab}]", fix="save d2t as 1-D int64 offsets (d2t[i] = target_id[i] - i)")
         return
     if target_vocab is None:
         return

@@ -1019,9 +1019,13 @@ def test_a_t2d_of_the_wrong_shape_only_warns(setup):
     assert (f.found, f.expected) == (f"BOOL [{tm.VOCAB // 2}]", f"BOOL [{tm.VOCAB}]")
 
 
-def test_a_two_dimensional_d2t_is_invalid(setup):
-    f = _one(setup("d", tensors=lambda t: t.update(d2t=t["d2t"].reshape(2, -1).contiguous())), "d2t-invalid")
-    assert f.severity == ERROR and (f.found, f.expected) == (f"I64 [2, {tm.DRAFT_VOCAB // 2}]", f"I64 [{tm.DRAFT_VOCAB}]")
+@pytest.mark.parametrize("config, draft_vocab", [
+    (None, tm.DRAFT_VOCAB),
+    (_without("draft_vocab_size"), tm.VOCAB),  # no draft_vocab_size: sglang's draft vocabulary is vocab_size
+])
+def test_a_two_dimensional_d2t_is_invalid(setup, config, draft_vocab):
+    f = _one(setup("d", config=config, tensors=lambda t: t.update(d2t=t["d2t"].reshape(2, -1).contiguous())), "d2t-invalid")
+    assert f.severity == ERROR and (f.found, f.expected) == (f"I64 [2, {tm.DRAFT_VOCAB // 2}]", f"I64 [{draft_vocab}]")
 
 
 @pytest.mark.parametrize("shape, what, expected", [
