@@ -19,6 +19,10 @@ the checkout (``.mutation/worker-K``; the checkout itself is never mutated), who
 eagle3_patches from that copy; and each mutant's tests in the order that kills it soonest: the module's tests run
 once with coverage.py in every process (tools/mutation_coverage.py), and a mutant's tests start with those that
 ran its lines, the quickest first.  Every test still runs for a survivor, so the order changes the time, never the verdict.
+``--covering-only`` runs only the tests that ran the mutant's lines (a test that never runs a line cannot see it
+change; a line no test runs survives at once): much quicker where one slow test covers little (the converter's
+sglang load), but it trusts the coverage run to have seen every process, so its survivors are provisional until
+``--retry-survivors`` without it has run them on every test.
 
 Each module's mutants run against that module's own test files, derived, not kept by hand: the test files
 named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it, name its
@@ -433,24 +437,26 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, rele
 
 
 def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: int,
-               durations: dict[str, float] | None = None) -> list[str]:
+               durations: dict[str, float] | None = None, covering_only: bool = False) -> list[str]:
     """Every test, those that ran lines ``first``..``last`` first, the quickest of them first (``durations``: the
     coverage run's seconds per test): a mutant there dies at the first test that notices it (``pytest -x``), and
     a survivor still runs all of them.  A line run outside any test (imports, collection) or never seen keeps
-    the usual order."""
+    the usual order.  ``covering_only``: the tests that ran the lines and no other (none for a line never seen;
+    every test for one run outside any test)."""
     ran: set[str] = set()
     for n in range(first, last + 1):
         ran |= lines.get(n, set())
-    if not ran or "" in ran:
+    if "" in ran or (not ran and not covering_only):
         return tests
     first_ones = [t for t in tests if t in ran]
     if durations:
         first_ones.sort(key=lambda t: durations.get(t, float("inf")))  # stable: ties keep the file order
-    return first_ones + [t for t in tests if t not in ran]
+    return first_ones if covering_only else first_ones + [t for t in tests if t not in ran]
 
 
 def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int],
-               retry_survivors: bool = False, workers: int = 1, release: str | None = None) -> None:
+               retry_survivors: bool = False, workers: int = 1, release: str | None = None,
+               covering_only: bool = False) -> None:
     import concurrent.futures
     import queue
 
@@ -520,8 +526,12 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
                     original, mutated):
                 if mutated is None:
                     return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
-                order = test_order(cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0], cov["durations"])
-                outcome, output = run_command([*argv[:files_at], *order], roots[k], worker_env(roots[k], k, release), timeout)
+                order = test_order(cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0], cov["durations"],
+                                   covering_only)
+                if order:
+                    outcome, output = run_command([*argv[:files_at], *order], roots[k], worker_env(roots[k], k, release), timeout)
+                else:
+                    outcome, output = "survived", "no test runs these lines (--covering-only)"
             diff = "\n".join(_make_diff(original, mutated, module))
             return WorkResult(output=output, diff=diff, test_outcome=TestOutcome(outcome),
                               worker_outcome=WorkerOutcome.NORMAL)
@@ -613,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--release", help="the sglang release (a venv of tools/matrix.py) the patch modules' tests run on; "
                                           "default: the pinned one (.venv) where the patch applies, else the newest "
                                           "release of the matrix in the patch's range")
+    parser.add_argument("--covering-only", action="store_true",
+                        help="run only the tests that ran the mutant's lines (quicker; its survivors are provisional "
+                             "until --retry-survivors without this flag)")
     args = parser.parse_args(argv)
     ensure_environment()
     os.chdir(ROOT)
@@ -642,7 +655,8 @@ def main(argv: list[str] | None = None) -> int:
     (STATE / "lock").write_text(str(os.getpid()))
     for module in modules:
         run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line,
-                   retry_survivors=args.retry_survivors, workers=max(1, args.workers), release=args.release)
+                   retry_survivors=args.retry_survivors, workers=max(1, args.workers), release=args.release,
+                   covering_only=args.covering_only)
     report(modules)
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -418,3 +419,133 @@ def test_cli_convert(cli, tiny, tmp_path):
     assert rc == 2
     rc, out, err = cli("convert", tiny["speculators_draft"], tmp_path / "out3", "--json", "--target", tiny["kimi_k25"])
     assert rc == 0 and json.loads(out)["doctor"]["ok"] is True
+
+
+# ------------------------------------------------------------------ sizes, shard limits, DST's parents and debris
+@pytest.mark.parametrize("text", ["5GB", "500MB", "1.5GB", "40KB", "2TB", " 7 mb "])
+def test_decimal_sizes_read_as_the_hub_reads_them(text):
+    """``--max-shard-size`` takes what ``save_pretrained(max_shard_size=...)`` takes, with the same bytes."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    assert convert_mod.parse_size(text) == parse_size_to_int(text)
+
+
+@pytest.mark.parametrize("text, power", [("123", 0), ("123B", 0), ("123KiB", 1), ("123MiB", 2), ("123GiB", 3), ("123TiB", 4)])
+def test_binary_and_plain_sizes(text, power):
+    assert convert_mod.parse_size(text) == 123 * 1024**power
+
+
+def test_the_default_shard_size_is_the_hubs():
+    from huggingface_hub.serialization._base import MAX_SHARD_SIZE, parse_size_to_int
+
+    assert convert_mod.DEFAULT_MAX_SHARD_SIZE == parse_size_to_int(MAX_SHARD_SIZE)
+
+
+def test_shards_are_filled_up_to_the_limit_and_never_past_it(tiny, tmp_path):
+    """For limits one byte under what two tensors take together: no shard of several tensors exceeds
+    the limit, and no shard could have taken the next shard's first tensor (shards are filled in order)."""
+    from eagle3_patches.checkpoint.convert import plan_conversion
+
+    nbytes = {i.out: i.src.nbytes for i in plan_conversion(tiny["speculators_draft"]).items}
+    seen = []
+    for k, f in enumerate(sorted({a + b + d for a, b in zip(nbytes.values(), list(nbytes.values())[1:]) for d in (-1,)})):
+        res = convert(tiny["speculators_draft"], tmp_path / f"out{k}", max_shard_size=f, progress=False, run_doctor=False)
+        shards = [list(read_header(p).tensors) for p in res.files]
+        assert sorted(n for s in shards for n in s) == sorted(nbytes)
+        for s in shards:
+            assert len(s) == 1 or sum(nbytes[n] for n in s) <= f, (s, f)
+        for s, nxt in zip(shards, shards[1:]):
+            assert sum(nbytes[n] for n in s) + nbytes[nxt[0]] > f, (s, nxt, f)
+        seen.append(len(shards))
+    assert max(seen) > 2  # the limits did split the draft
+
+
+@pytest.mark.parametrize("kind", ["file", "link-to-dir"])
+def test_force_replaces_a_file_or_a_link_and_leaves_nothing_behind(tiny, tmp_path, kind):
+    """``--force`` on a DST that is a file, or a link to a directory: DST becomes the draft, the link's target
+    is untouched, and nothing is left beside DST."""
+    dst = tmp_path / "out"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("mine")
+    if kind == "file":
+        dst.write_text("old")
+    else:
+        dst.symlink_to(elsewhere, target_is_directory=True)
+    convert(tiny["speculators_draft"], dst, force=True, progress=False)
+    assert dst.is_dir() and not dst.is_symlink() and (dst / "model.safetensors").is_file()
+    assert (elsewhere / "keep.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "out"]
+
+
+def test_a_forced_run_whose_final_rename_fails_puts_the_old_dst_back(tiny, tmp_path, monkeypatch):
+    dst = tmp_path / "out"
+    convert(tiny["speculators_draft"], dst, progress=False)
+    before = _tree_digest(dst)
+    real = convert_mod.os.rename
+
+    def rename(a, b, *args, **kw):
+        if ".eagle3-convert-" in Path(a).name and Path(b) == dst:
+            raise OSError(28, "No space left on device")
+        return real(a, b, *args, **kw)
+
+    monkeypatch.setattr(convert_mod.os, "rename", rename)
+    with pytest.raises(ConvertError, match="cannot write the converted draft") as err:
+        convert(tiny["speculators_draft"], dst, force=True, progress=False)
+    assert err.value.fix == "free space or choose a DST on another filesystem"
+    monkeypatch.undo()
+    assert _tree_digest(dst) == before and not _leftovers(tmp_path)
+
+
+def test_missing_parents_of_dst_are_created_and_removed_again_on_failure(tiny, make_draft, tmp_path):
+    dst = tmp_path / "a" / "b" / "out"
+    res = convert(tiny["speculators_draft"], dst, progress=False)
+    assert (res.dst / "model.safetensors").is_file()
+    bad = make_draft("bad", speculators=True, tensors=lambda t: t.update({"fc.weight": t["fc.weight"][:, :8].contiguous()}))
+    with pytest.raises(ConvertError):
+        convert(bad, tmp_path / "x" / "y" / "out", progress=False)
+    assert not (tmp_path / "x").exists()
+
+
+def test_debris_of_dead_runs_on_this_dst_is_removed_and_the_rest_kept(tiny, tmp_path, monkeypatch):
+    """Every temporary directory a dead run left for DST goes, whatever else the parent holds (unrelated files,
+    another DST's debris, a file with a debris name, an entry that vanishes while listed)."""
+    dst = tmp_path / "out"
+    for i in range(30):
+        (tmp_path / f"unrelated-{i:02d}").write_text("x")
+    dead = [tmp_path / f".out.eagle3-convert-{os.getpid()}-0-{i:08x}" for i in range(3)]  # token 0: not this process
+    for d in dead:
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(b"partial")
+    other = tmp_path / f".other.eagle3-convert-{os.getpid()}-0-0000000a"
+    other.mkdir()
+    plain = tmp_path / f".out.eagle3-convert-{os.getpid()}-0-0000000b"
+    plain.write_text("a file, not a run's directory")
+    vanished = f".out.eagle3-convert-{os.getpid()}-0-0000000c"
+    real_lstat = convert_mod.os.lstat
+
+    def lstat(path, *a, **kw):
+        if Path(path).name == vanished:
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_lstat(path, *a, **kw)
+
+    real_listdir = convert_mod.os.listdir
+    monkeypatch.setattr(convert_mod.os, "listdir", lambda p: [vanished, *real_listdir(p)] if Path(p) == tmp_path else real_listdir(p))
+    monkeypatch.setattr(convert_mod.os, "lstat", lstat)
+    res = convert(tiny["speculators_draft"], dst, progress=False)
+    monkeypatch.undo()
+    assert sorted(res.cleaned) == sorted(f"removed {d.name}, left by a killed run (pid {os.getpid()})" for d in dead)
+    assert not any(d.exists() for d in dead) and other.is_dir() and plain.is_file()
+    assert len(list(tmp_path.glob("unrelated-*"))) == 30
+
+
+def test_the_first_broken_shard_of_the_source_is_named(make_draft, tmp_path):
+    src = make_draft("two-bad", speculators=True, shards=3)
+    shards = sorted(src.glob("*.safetensors"))
+    for f in shards[:2]:
+        f.write_bytes(f.read_bytes()[:100])
+    from eagle3_patches.errors import Eagle3ConfigError
+
+    with pytest.raises(Eagle3ConfigError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert shards[0].name in str(err.value) and shards[1].name not in str(err.value)

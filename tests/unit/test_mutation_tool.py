@@ -32,6 +32,14 @@ def test_a_line_run_outside_any_test_or_never_seen_keeps_the_usual_order(mutatio
     assert mutation.test_order(TESTS, lines, 20, 21) == TESTS
 
 
+def test_covering_only_runs_the_tests_that_ran_the_lines_and_no_other(mutation):
+    lines = {10: {"u.py::d"}, 11: {"t.py::b"}, 12: {"u.py::d", ""}}
+    durations = {"u.py::d": 0.1, "t.py::b": 2.0}
+    assert mutation.test_order(TESTS, lines, 10, 11, durations, covering_only=True) == ["u.py::d", "t.py::b"]
+    assert mutation.test_order(TESTS, lines, 20, 21, durations, covering_only=True) == []  # no test runs it
+    assert mutation.test_order(TESTS, lines, 12, 12, durations, covering_only=True) == TESTS  # module level
+
+
 def test_a_patch_runs_against_a_release_where_it_applies(mutation):
     """A patch whose range leaves out the pinned release (layer_id_convention: 0.5.13 and later) runs its
     mutants on a release in its range, the newest of the matrix's; every other module on the pinned one."""
