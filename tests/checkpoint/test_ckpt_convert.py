@@ -549,3 +549,55 @@ def test_the_first_broken_shard_of_the_source_is_named(make_draft, tmp_path):
     with pytest.raises(Eagle3ConfigError) as err:
         convert(src, tmp_path / "out", progress=False)
     assert shards[0].name in str(err.value) and shards[1].name not in str(err.value)
+
+
+def test_debris_whose_pid_now_names_another_process_is_removed(tiny, tmp_path):
+    """A killed run's pid, reused by a live process since: its start time differs, so the debris still goes."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # named by the live child's pid, with the token this (older) process has: an owner that is gone
+        debris = tmp_path / f".out.eagle3-convert-{child.pid}-{convert_mod._process_token(os.getpid())}-00000001"
+        debris.mkdir()
+        res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    finally:
+        child.kill()
+        child.wait()
+    assert res.cleaned == [f"removed {debris.name}, left by a killed run (pid {child.pid})"] and not debris.exists()
+
+
+def test_unknown_source_tensors_are_listed_eight_at_most(make_draft, tmp_path):
+    extra = [f"extra_{i}.weight" for i in range(10)]
+    src = make_draft("extra", speculators=True, tensors=lambda t: t.update({n: torch.ones(2, dtype=torch.bfloat16) for n in extra}))
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what.startswith("10 source tensor(s) have no place")
+    assert err.value.found == ", ".join(sorted(extra)[:8]) + " ..."
+
+
+def test_a_source_shard_that_shrinks_while_copying_is_refused(make_draft, tmp_path):
+    """A source rewritten under the converter (a download still running): the copy stops at its new end with
+    what / where instead of spinning, and DST is not left behind."""
+    src = make_draft("shrinking", speculators=True, shards=2)
+    shards = sorted(src.glob("*.safetensors"))
+    cut = []
+
+    def progress(done, total):
+        if not cut:
+            for f in shards:
+                os.truncate(f, 200)
+            cut.append(done)
+
+    with pytest.raises(ConvertError, match="the source file ended early while copying"):
+        convert(src, tmp_path / "out", progress=progress)
+    assert cut and not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_the_output_config_names_no_remote_code(make_draft, tmp_path):
+    """An ``auto_map`` in the source's layer config (a verifier with custom code) is not carried into the
+    config sglang reads: the converted draft never asks for remote code."""
+    src = make_draft("automap", speculators=True, config={"transformer_layer_config": {"auto_map": {"AutoConfig": "x.Y"}}})
+    res = convert(src, tmp_path / "out", progress=False)
+    assert "auto_map" not in json.loads((res.dst / "config.json").read_text()) and "auto_map" not in res.config
