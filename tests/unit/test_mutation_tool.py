@@ -40,6 +40,20 @@ def test_covering_only_runs_the_tests_that_ran_the_lines_and_no_other(mutation):
     assert mutation.test_order(TESTS, lines, 12, 12, durations, covering_only=True) == TESTS  # module level
 
 
+def test_plugins_no_test_file_uses_are_not_loaded(mutation):
+    """hypothesis' and anyio's pytest plugins stay out of a mutant's run unless its test files use them; the
+    command still collects the tests."""
+    import subprocess
+
+    module = mutation.ROOT / "eagle3_patches" / "checkpoint" / "convert.py"
+    plain = mutation.test_argv(module, [mutation.ROOT / "tests" / "checkpoint" / "test_ckpt_convert.py"])
+    fuzz = mutation.test_argv(module, [mutation.ROOT / "tests" / "checkpoint" / "test_ckpt_fuzz.py"])
+    assert "no:hypothesispytest" in plain and "no:anyio" in plain
+    assert "no:hypothesispytest" not in fuzz
+    run = subprocess.run([*plain[:-1], "--co", plain[-1]], cwd=mutation.ROOT, capture_output=True, text=True)
+    assert run.returncode == 0 and "test_cli_convert" in run.stdout, run.stdout + run.stderr
+
+
 def test_a_patch_runs_against_a_release_where_it_applies(mutation):
     """A patch whose range leaves out the pinned release (layer_id_convention: 0.5.13 and later) runs its
     mutants on a release in its range, the newest of the matrix's; every other module on the pinned one."""
