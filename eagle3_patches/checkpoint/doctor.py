@@ -646,7 +646,7 @@ def _resolve_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str
         return canon, f"--dtype {flag}"
     cd = (config_dtype or "").lower()
     if cd in ("", "float32", "float"):
-        return "float16", ("config dtype float32 -> float16 (sglang's auto rule)" if cd else "no dtype in config -> float32 -> float16 (sglang's auto rule)")
+        return "float16", (f"config dtype {cd} -> float16 (sglang's auto rule)" if cd else "no dtype in config -> float32 -> float16 (sglang's auto rule)")
     canon = {"half": "float16"}.get(cd, cd)
     return canon, f"config dtype {cd}"
 

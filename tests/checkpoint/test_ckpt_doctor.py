@@ -904,6 +904,8 @@ CHECKS = {
     "algorithm-not-eagle": (INFO, dict(speculative_algorithm="STANDALONE"), dict(speculative_algorithm="EAGLE3")),
     "sglang-version-unknown": (INFO, dict(version=".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))),
                                dict(version=".".join(map(str, releases.NEWEST_KNOWN)))),
+    "aux-ids-invalid": (ERROR, dict(config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": []}}), dict()),
+    "draft-vocab-missing": (WARNING, dict(config=_without("draft_vocab_size")), dict()),
 }
 
 
@@ -1031,6 +1033,8 @@ def test_a_two_dimensional_d2t_is_invalid(setup, config, draft_vocab):
 @pytest.mark.parametrize("shape, what, expected", [
     ([tm.HIDDEN * 3 * tm.HIDDEN], "fc.weight is not a matrix", f"[{tm.HIDDEN}, {len(tm.DRAFT_AUX_IDS)} x {tm.HIDDEN}]"),
     ([tm.HIDDEN // 2, 3 * tm.HIDDEN], "fc.weight's output width is not the draft's hidden size", f"[{tm.HIDDEN}, {3 * tm.HIDDEN}]"),
+    ([tm.HIDDEN, 3 * tm.HIDDEN, 1], "fc.weight is not a matrix", f"[{tm.HIDDEN}, {len(tm.DRAFT_AUX_IDS)} x {tm.HIDDEN}]"),
+    ([2 * tm.HIDDEN, 3 * tm.HIDDEN], "fc.weight's output width is not the draft's hidden size", f"[{tm.HIDDEN}, {3 * tm.HIDDEN}]"),
 ])
 def test_fc_shape(setup, shape, what, expected):
     r = setup("d", tensors=lambda t: t.update({"fc.weight": torch.ones(*shape, dtype=torch.bfloat16)}))
@@ -1169,3 +1173,458 @@ def test_an_implausibly_large_d2t_is_not_read(setup):
     n = MAX_MAP_BYTES // 8 + 1  # int64 entries: one past the limit
     f = _one(setup("d", tensors=lambda t: t.update(d2t=torch.zeros(n, dtype=torch.int64))), "d2t-invalid")
     assert f.severity == ERROR and f.what == f"d2t is implausibly large ({8 * n} bytes); not read" and f.found == str([n])
+
+
+# ---- mutation survivors (fifth session)
+def _target_with(tmp_path, name, tensors, config=None, shards=1):
+    """A target checkpoint: the tiny DeepSeek-V3 config (``config``: keys to set) and only ``tensors``, in
+    ``shards`` shards named by an index (``shards`` > 1)."""
+    from safetensors.torch import save_file
+
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({**tm.TinyTargetSpec().text_config(), **(config or {})}))
+    names = sorted(tensors)
+    if shards == 1:
+        save_file({k: tensors[k] for k in names}, str(d / "model.safetensors"))
+        return d
+    weight_map = {}
+    for i in range(shards):
+        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({k: tensors[k] for k in names[i::shards]}, str(d / fname))
+        weight_map.update({k: fname for k in names[i::shards]})
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return d
+
+
+def _embed_and_head(embed=(tm.VOCAB, tm.HIDDEN), head=(tm.VOCAB, tm.HIDDEN)):
+    return {"model.embed_tokens.weight": torch.ones(*embed, dtype=torch.bfloat16),
+            "lm_head.weight": torch.ones(*head, dtype=torch.bfloat16)}
+
+
+def test_path_differs_from_launch_whichever_way_the_paths_sort(tiny):
+    for checked, named in ((tiny["deepseek_v3"], tiny["kimi_k25"]), (tiny["kimi_k25"], tiny["deepseek_v3"])):
+        r = run(checked, tiny["draft"], launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(named)])
+        f = _one(r, "path-differs-from-launch")
+        assert (f.severity, f.where, f.found, f.expected) == (WARNING, "--model-path", str(named), str(checked))
+        assert f.what == "the target checked is not the one the launch command names"
+        assert r.facts["target_path"] == str(checked)
+    r = run(tiny["deepseek_v3"], tiny["draft"], launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["deepseek_v3"])])
+    assert "path-differs-from-launch" not in r.codes(), r.format()
+
+
+@pytest.mark.parametrize("embed", [(tm.VOCAB * tm.HIDDEN,), (tm.VOCAB, tm.HIDDEN, 1)])
+def test_a_target_embedding_that_is_not_a_matrix(tmp_path, embed):
+    t = _target_with(tmp_path, "t", _embed_and_head(embed=embed))
+    r = run(t, None)
+    f = _one(r, "target-config-vs-weights")
+    assert (f.severity, f.found, f.where) == (ERROR, str(list(embed)), f"{t / 'model.safetensors'}: model.embed_tokens.weight")
+    assert f.what == "the target's model.embed_tokens.weight does not match its config"
+    assert "internal-error" not in r.codes(), r.format()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bfloat16, torch.float32])
+def test_a_t2d_that_is_not_a_bool_mask_only_warns(setup, dtype):
+    r = setup("d", tensors=lambda t: t.update(t2d=t["t2d"].to(dtype)))
+    assert r.ok and r.codes(WARNING) == ["t2d-invalid"], r.format()
+    f = _one(r, "t2d-invalid")
+    shown = {torch.uint8: "U8", torch.bfloat16: "BF16", torch.float32: "F32"}[dtype]
+    assert (f.what, f.found, f.expected) == ("t2d is not a bool mask over the target vocabulary", f"{shown} [{tm.VOCAB}]", f"BOOL [{tm.VOCAB}]")
+    assert "tensor-dtype-cast" not in r.codes()  # the map is not one of the weights cast at load
+
+
+def test_a_t2d_longer_than_the_target_vocabulary_only_warns(setup):
+    r = setup("d", tensors=lambda t: t.update(t2d=torch.cat([t["t2d"], torch.zeros(8, dtype=torch.bool)])))
+    f = _one(r, "t2d-invalid")
+    assert (f.severity, f.found, f.expected) == (WARNING, f"BOOL [{tm.VOCAB + 8}]", f"BOOL [{tm.VOCAB}]")
+
+
+def test_a_t2d_marking_one_token_more_than_d2t_maps_to(setup):
+    def extra(t):
+        spare = int((~t["t2d"]).nonzero()[0])
+        t["t2d"][spare] = True
+
+    f = _one(setup("d", tensors=extra), "t2d-invalid")
+    assert f.severity == WARNING and f.what.startswith("t2d does not mark exactly the target ids that d2t maps to")
+    assert (f.found, f.expected) == (f"{tm.DRAFT_VOCAB + 1} marked, {tm.DRAFT_VOCAB} of d2t's targets marked",
+                                     f"{tm.DRAFT_VOCAB} marked, all of d2t's targets")
+
+
+def test_a_scalar_d2t_is_invalid(setup):
+    f = _one(setup("d", tensors=lambda t: t.update(d2t=torch.tensor(0, dtype=torch.int64))), "d2t-invalid")
+    assert (f.severity, f.found, f.expected) == (ERROR, "I64 []", f"I64 [{tm.DRAFT_VOCAB}]")
+    assert f.what == "d2t is I64 [], expected a 1-D integer tensor of offsets"
+
+
+def test_a_short_d2t_is_one_length_error_not_a_shape_one(setup):
+    r = setup("d", tensors=lambda t: t.update(d2t=t["d2t"][:200].contiguous()))
+    assert r.codes(ERROR) == ["d2t-length"], r.format()
+
+
+@pytest.mark.parametrize("draft_dtype, target_dtype, draft_why", [
+    ("float32", "bfloat16", "config dtype float32 -> float16 (sglang's auto rule)"),
+    ("float", "bfloat16", "config dtype float -> float16 (sglang's auto rule)"),  # the config's own word
+    (None, "bfloat16", "no dtype in config -> float32 -> float16 (sglang's auto rule)"),
+    ("bfloat16", "float16", "config dtype bfloat16"),
+])
+def test_dtype_mismatch_says_what_each_side_runs_in_and_why(setup, DELETE, draft_dtype, target_dtype, draft_why):
+    ddt = "float16" if draft_dtype != "bfloat16" else "bfloat16"
+    r = setup("d", config={"torch_dtype": draft_dtype if draft_dtype else DELETE}, target={"torch_dtype": target_dtype})
+    f = _one(r, "dtype-mismatch")
+    assert f.severity == ERROR and f.what.startswith(f"the draft would run in {ddt} but the target's aux hidden states are {target_dtype}")
+    assert (f.found, f.expected) == (f"draft: {draft_why}; target: config dtype {target_dtype}", f"the draft running in {target_dtype}")
+    assert f.fix == f'set "torch_dtype": "{target_dtype}" in the draft config.json (or launch with --dtype {target_dtype})'
+
+
+@pytest.mark.parametrize("draft_dtype", ["float32", "float"])
+def test_a_float32_draft_runs_in_float16_as_a_float16_target_does(setup, draft_dtype):
+    r = setup("d", config={"torch_dtype": draft_dtype}, target={"torch_dtype": "float16"})
+    assert "dtype-mismatch" not in r.codes(), r.format()
+
+
+@pytest.mark.parametrize("config, launch, warns", [
+    ({"torch_dtype": "float32"}, None, True),
+    ({"torch_dtype": "float"}, None, True),
+    ({"torch_dtype": None}, None, True),  # no dtype: sglang's auto rule reads float32
+    ({"torch_dtype": "float16"}, None, False),  # stated float16: no guess about the target
+    ({"torch_dtype": "float32"}, ["--speculative-algorithm", "EAGLE3", "--dtype", "bfloat16"], False),
+])
+def test_a_float32_draft_without_a_target_warns_unless_its_dtype_is_stated_or_forced(setup, config, launch, warns):
+    r = setup("d", config=config, target=None, launch=launch)
+    if not warns:
+        assert "dtype-float32-draft" not in r.codes(), r.format()
+        return
+    f = _one(r, "dtype-float32-draft")
+    why = f"config dtype {config['torch_dtype']} -> float16 (sglang's auto rule)" if config["torch_dtype"] else "no dtype in config -> float32 -> float16 (sglang's auto rule)"
+    assert (f.severity, f.what) == (WARNING, f"sglang runs this draft in float16 ({why}); with a bfloat16 target the fc raises a dtype error")
+
+
+def test_bfloat16_weights_of_a_float16_draft_are_cast_at_load(setup):
+    f = _one(setup("d", config={"torch_dtype": "float16"}, target=None), "tensor-dtype-cast")
+    assert (f.severity, f.what) == (INFO, "draft weights are stored as BF16 and cast to float16 at load")
+
+
+def test_integer_weights_are_a_dtype_error_not_a_cast(setup):
+    r = setup("d", tensors=lambda t: t.update({"norm.weight": t["norm.weight"].to(torch.int16)}))
+    f = _one(r, "tensor-dtype")
+    assert (f.severity, f.found) == (ERROR, "I16") and f.what.startswith("norm.weight is stored as I16, not a floating-point dtype")
+    assert "tensor-dtype-cast" not in r.codes(), r.format()
+
+
+def test_a_float_d2t_is_invalid_not_a_weight_cast_at_load(setup):
+    r = setup("d", tensors=lambda t: t.update(d2t=t["d2t"].float()))
+    assert r.codes(ERROR) == ["d2t-invalid"] and "tensor-dtype-cast" not in r.codes(), r.format()
+
+
+def test_a_draft_vocab_smaller_than_the_targets(setup):
+    f = _one(setup("d", config={"vocab_size": tm.VOCAB // 2}), "vocab-mismatch")
+    assert (f.severity, f.found, f.expected) == (ERROR, f"draft {tm.VOCAB // 2}", f"target {tm.VOCAB}")
+
+
+def test_draft_vocab_size_larger_than_vocab_size(setup):
+    f = _one(setup("d", config={"draft_vocab_size": 2 * tm.VOCAB}), "draft-vocab-size")
+    assert (f.severity, f.what, f.found, f.expected) == (ERROR, "draft_vocab_size is larger than vocab_size", str(2 * tm.VOCAB), f"<= {tm.VOCAB}")
+    assert f.where.endswith("config.json: draft_vocab_size")
+    assert "draft-vocab-size" not in setup("same", config={"draft_vocab_size": tm.VOCAB}).codes()
+
+
+def test_a_draft_with_no_decoder_layer(setup):
+    f = _one(setup("d", config={"num_hidden_layers": 0}), "draft-num-layers")
+    assert (f.severity, f.found, f.expected) == (ERROR, "0", "1")
+
+
+@pytest.mark.parametrize("algorithm, fires", [("EAGLE", True), ("EAGLE3", True), ("NEXTN", True), ("STANDALONE", False)])
+def test_kimi_k25_on_058_for_every_algorithm_that_loads_the_target_as_eagle_does(tiny, algorithm, fires):
+    r = run(tiny["kimi_k25"], tiny["draft"], "0.5.8", speculative_algorithm=algorithm, with_patches=True)
+    if not fires:
+        assert "kimi-k25-unsupported" not in r.codes(), r.format()
+        return
+    f = _one(r, "kimi-k25-unsupported")
+    assert f.severity == ERROR and f.what.startswith("sglang 0.5.8 has no KimiK25ForConditionalGeneration")
+    assert f.where == f"{tiny['kimi_k25'] / 'config.json'}: architectures"  # the wrapper's own list, not text_config's
+    assert f.found == "['KimiK25ForConditionalGeneration']"
+
+
+def test_check_draft_leaves_the_server_setup_out(tiny):
+    from eagle3_patches.checkpoint.doctor import check_draft
+
+    # on 0.5.9 doctor() also reports the CUDA-graph capture order and the Kimi delegation: the launch, not the checkpoints
+    assert {"cuda-graph-capture-order", "kimi-k25-delegation"} <= set(run(tiny["kimi_k25"], tiny["draft"], "0.5.9").codes(ERROR))
+    r = check_draft(tiny["draft"], target=tiny["kimi_k25"], sglang_version="0.5.9")
+    assert_clean(r)
+    assert not {"cuda-graph-capture-order", "kimi-k25-delegation"} & set(r.codes()), r.format()
+
+
+def test_launch_args_given_parsed_mean_what_the_flags_say(tiny):
+    from eagle3_patches.checkpoint.launch_args import parse_launch_args
+
+    flags = ["--tp", "1", "--model-path", str(tiny["deepseek_v3"])]
+    for launch in (flags, parse_launch_args(flags)):
+        r = doctor(None, tiny["draft"], sglang_version=CLEAN, launch=launch)
+        f = _one(r, "no-speculation")  # flags without --speculative-algorithm: sglang does not speculate
+        assert f.severity == WARNING and r.facts["algorithm_source"] == "launch flags (none given)"
+        assert r.facts["target_path"] == str(tiny["deepseek_v3"])
+
+
+@pytest.mark.parametrize("side", ["target", "draft"])
+def test_one_checkpoint_alone_is_something_to_check(tiny, side):
+    r = run(tiny["deepseek_v3"], None) if side == "target" else run(None, tiny["draft"])
+    assert_clean(r)
+    assert "nothing-to-check" not in r.codes(), r.format()
+
+
+@pytest.mark.parametrize("architectures, shown", [(["LlavaForConditionalGeneration"], "LlavaForConditionalGeneration"), (None, "?")])
+def test_target_architecture_note_names_the_architecture(make_target, DELETE, architectures, shown):
+    t = make_target(config={"architectures": architectures or DELETE, "model_type": "llava"})
+    f = _one(run(t, None), "target-architecture")
+    assert f.what == (f"target architecture {shown} is not in the DeepSeek-V3 family; capture rules are checked as "
+                      "sglang's DeepseekV2ForCausalLM applies them")
+
+
+def test_speculators_id_zero_is_the_embeddings_which_sglang_cannot_capture(setup):
+    spec = tm.TinyDraftSpec(aux_ids=(-1, 1, 2))  # speculators ids [0, 2, 3]: id 0 = the embeddings
+    f = _one(setup("d", spec=spec, speculators=True, with_patches=True), "aux-ids-out-of-range")
+    n = tm.NUM_LAYERS
+    assert f.severity == ERROR and f.found == "[0, 2, 3]" and f.expected == f"ids in 1..{n - 1}"
+    assert f.what == (f"speculators ids [0] (HF hidden_states index) have no capture point in sglang on a {n}-layer "
+                      f"target (valid 1..{n - 1})")
+
+
+def test_target_shards_missing_from_the_index_are_listed_up_to_five(tmp_path):
+    """Seven shards named, the first six missing: the finding counts six and names five; the last shard is still read."""
+    tensors = {f"extra_{i}.weight": torch.ones(4, dtype=torch.bfloat16) for i in range(5)}
+    tensors.update(_embed_and_head(embed=(tm.VOCAB, tm.HIDDEN // 2)))
+    t = _target_with(tmp_path, "t", tensors, shards=7)
+    shards = sorted(p.name for p in t.glob("*.safetensors"))
+    for name in shards[:6]:
+        (t / name).unlink()
+    r = run(t, None)
+    f = _one(r, "safetensors-index")
+    assert (f.severity, f.what, f.where) == (ERROR, "6 shard(s) named by the target's index are missing", str(t / "model.safetensors.index.json"))
+    assert f.found == ", ".join(shards[:5]) and f.fix == "finish the download"
+    assert r.facts["target_headers_read"] == "1 of 7 shard header(s), 1 tensors"
+    bad = _one(r, "target-config-vs-weights")  # the shard that is there is still checked
+    assert bad.where == f"{t / shards[6]}: model.embed_tokens.weight"
+
+
+def test_target_index_naming_tensors_its_shards_do_not_hold(tmp_path):
+    tensors = {f"extra_{i}.weight": torch.ones(4, dtype=torch.bfloat16) for i in range(10)}
+    tensors.update(_embed_and_head())
+    t = _target_with(tmp_path, "t", tensors, shards=2)
+    index = json.loads((t / "model.safetensors.index.json").read_text())
+    first, second = sorted(set(index["weight_map"].values()))
+    moved = [n for n, f in index["weight_map"].items() if f == first][:6]
+    index["weight_map"].update({n: second for n in moved})
+    (t / "model.safetensors.index.json").write_text(json.dumps(index))
+    r = run(t, None)
+    f = _one(r, "safetensors-index")
+    assert (f.severity, f.what) == (ERROR, "6 tensor(s) in the target's index are not in the shard it names")
+    shown = f.found.split(", ")
+    assert len(shown) == 5 and set(shown) <= set(moved), f.found
+    assert f.fix == "re-download the index and shards together"
+    assert_clean(run(_target_with(tmp_path, "whole", tensors, shards=2), None))
+
+
+def test_the_target_embedding_checked_is_the_models_own(tmp_path):
+    """DeepSeek-V3's MTP layer has an embed_tokens.weight of its own, and a name can merely end in the word: only
+    model.embed_tokens.weight and lm_head.weight are held against the config."""
+    tensors = _embed_and_head()
+    tensors["model.layers.6.embed_tokens.weight"] = torch.ones(tm.VOCAB // 2, tm.HIDDEN, dtype=torch.bfloat16)
+    tensors["model.aux_embed_tokens.weight"] = torch.ones(4, 4, dtype=torch.bfloat16)
+    tensors["vision_lm_head.weight"] = torch.ones(4, 4, dtype=torch.bfloat16)
+    r = run(_target_with(tmp_path, "t", tensors), None)
+    assert "target-config-vs-weights" not in r.codes(), r.format()
+    assert_clean(r)
+
+
+def test_a_target_or_draft_directory_with_a_config_but_no_weights(tmp_path, tiny):
+    for role, src in (("target", tiny["deepseek_v3"]), ("draft", tiny["draft"])):
+        d = tmp_path / role
+        d.mkdir()
+        (d / "config.json").write_text((src / "config.json").read_text())
+        r = run(d, None) if role == "target" else run(None, d)
+        f = _one(r, "not-a-checkpoint")
+        assert (f.severity, f.what, f.where) == (ERROR, f"the {role} directory holds no *.safetensors weights", str(d))
+        assert f.fix == f"pass the directory that holds the {role}'s weights"
+
+
+def test_a_draft_with_only_pickle_weights(tmp_path, tiny):
+    d = tmp_path / "pickled"
+    d.mkdir()
+    (d / "config.json").write_text((tiny["draft"] / "config.json").read_text())
+    names = [f"pytorch_model-{i}.bin" for i in range(4)]
+    for n in names:
+        (d / n).write_bytes(b"")
+    f = _one(run(tiny["deepseek_v3"], d), "draft-no-safetensors")
+    assert (f.severity, f.found) == (ERROR, ", ".join(sorted(names)[:3]))
+    assert f.fix == "save the draft with safetensors (save_pretrained(safe_serialization=True))"
+    assert "not-a-checkpoint" not in run(tiny["deepseek_v3"], d).codes()
+
+
+def test_two_names_for_one_draft_parameter(setup):
+    """layers.0.* (speculators' naming) next to midlayer.*: one finding, and every other tensor is still checked."""
+    r = setup("d", tensors=lambda t: t.update({"layers.0.hidden_norm.weight": t["midlayer.hidden_norm.weight"].clone()}))
+    f = _one(r, "duplicate-tensor")
+    assert (f.severity, f.what) == (ERROR, "tensors layers.0.hidden_norm.weight and midlayer.hidden_norm.weight load into the same parameter")
+    assert f.fix == "keep one of them"
+    assert not {"keys-missing", "tensor-shape"} & set(r.codes()), r.format()
+
+
+def test_a_readable_draft_shard_without_tensors_is_still_judged(make_draft, tiny):
+    from safetensors.torch import save_file
+
+    d = make_draft()
+    save_file({}, str(d / "model.safetensors"))
+    r = run(tiny["deepseek_v3"], d)
+    assert "embed-from-target" in r.codes(INFO), r.format()  # the checks of its tensors ran, on none
+
+
+def test_an_unreadable_draft_shard_is_one_finding_not_a_list_of_absent_tensors(make_draft, tiny):
+    d = make_draft()
+    f = d / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:5000])
+    r = run(tiny["deepseek_v3"], d)
+    assert "safetensors-header" in r.codes(ERROR), r.format()
+    assert not {"embed-from-target", "keys-missing", "t2d-missing"} & set(r.codes()), r.format()
+
+
+def test_report_setup_line_names_the_algorithm_and_tp(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"], tp=4)
+    assert r.format().splitlines()[1] == (f"  setup:  sglang {CLEAN} (--sglang-version), --speculative-algorithm EAGLE3 (assumed), "
+                                          "tp 4, stock sglang (no eagle3-patches)")
+    r = run(tiny["deepseek_v3"], tiny["draft"], launch=["--tp", "2"])
+    assert r.format().splitlines()[1] == f"  setup:  sglang {CLEAN} (--sglang-version), tp 2, stock sglang (no eagle3-patches)"
+
+
+def test_report_lists_errors_then_warnings_then_notes(make_draft, tiny):
+    """Findings are made in check order (a note on the release first, then a warning on the paths, then errors):
+    the report, text and JSON, leads with the errors."""
+    newer = ".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))
+    r = run(tiny["deepseek_v3"], make_draft(config={"num_hidden_layers": 2}), newer,
+            launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["kimi_k25"])])
+    made = [f.severity for f in r.findings]
+    assert made.index(INFO) < made.index(WARNING) < made.index(ERROR), r.format()  # the order they were made in
+    shown = [line.split(" [", 1)[0].strip() for line in r.format().splitlines() if line.startswith(("ERROR", "WARNING", "info"))]
+    want = ["ERROR"] * len(r.errors) + ["WARNING"] * len(r.warnings) + ["info"] * len(r.by_severity(INFO))
+    assert shown == want, r.format()
+    assert [f["severity"] for f in json.loads(r.to_json())["findings"]] == sorted(made, key=[ERROR, WARNING, INFO].index)
+    lines = r.format().splitlines()
+    assert lines[4] == "" and lines[5].startswith("ERROR   ["), lines  # one blank line between the header and the findings
+
+
+def test_cli_json_is_indented(cli, tiny):
+    rc, out, _ = cli("doctor", "--json", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN)
+    assert rc == 0 and out.splitlines()[:2] == ["{", '  "ok": true,'], out[:200]
+
+
+def test_a_check_that_crashes_is_an_internal_error_finding_not_a_traceback(tiny, monkeypatch):
+    import eagle3_patches.checkpoint.doctor as doctor_module
+
+    def crash(ctx):
+        raise KeyError("hidden_size")
+
+    monkeypatch.setattr(doctor_module, "_check_sizes", crash)
+    r = run(tiny["deepseek_v3"], tiny["draft"])
+    f = _one(r, "internal-error")
+    assert (f.severity, f.what) == (ERROR, "the doctor's sizes check could not finish: KeyError: 'hidden_size'")
+    assert f.fix == "this is a bug in eagle3-patches; please report it with the --json output"
+    assert "aux-ids-capture" in r.codes(INFO)  # the checks after it still ran
+
+
+def test_the_doctor_reads_the_draft_config_header_and_maps_only(make_draft):
+    """The bytes it reports: the draft's config.json, its shard header, and the d2t / t2d data (docs/security.md)."""
+    d = make_draft()
+    shard = (d / "model.safetensors").read_bytes()
+    header = 8 + int.from_bytes(shard[:8], "little")
+    maps = 8 * tm.DRAFT_VOCAB + tm.VOCAB  # int64 d2t, bool t2d
+    r = run(None, d)
+    assert r.facts["bytes_read"] == (d / "config.json").stat().st_size + header + maps, r.facts
+
+
+def test_a_d2t_the_safetensors_library_cannot_read(setup, monkeypatch):
+    import safetensors
+
+    real = safetensors.safe_open
+
+    class DataUnreadable:  # the header reads fine; the tensor data does not
+        def __init__(self, *a, **kw):
+            self.inner = real(*a, **kw)
+
+        def __enter__(self):
+            self.opened = self.inner.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.inner.__exit__(*exc)
+
+        def __getattr__(self, name):
+            return getattr(self.opened, name)
+
+        def get_tensor(self, name):
+            raise OSError("Input/output error")
+
+    monkeypatch.setattr(safetensors, "safe_open", DataUnreadable)
+    r = setup("d")
+    f = _one(r, "d2t-invalid")
+    assert (f.severity, f.what, f.found, f.fix) == (ERROR, "d2t cannot be read", "OSError: Input/output error", "re-export it")
+    assert f.where.endswith("model.safetensors: d2t") and "internal-error" not in r.codes(), r.format()
+
+
+def _sparse_draft_with_d2t_of(path, entries):
+    """The tiny draft with a d2t of ``entries`` int64 zeros, its data a hole in a sparse file (no disk, no write)."""
+    tensors = tm.eagle3_draft_tensors(tm.TinyDraftSpec())
+    tensors.pop("d2t")
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(tm.eagle3_draft_config(tm.TinyDraftSpec())))
+    header, blobs, at = {}, [], 0
+    names = {torch.bfloat16: "BF16", torch.bool: "BOOL"}
+    for name, t in sorted(tensors.items()):
+        raw = t.contiguous().view(torch.uint8).numpy().tobytes()
+        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
+        blobs.append(raw)
+        at += len(raw)
+    header["d2t"] = {"dtype": "I64", "shape": [entries], "data_offsets": [at, at + 8 * entries]}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path / "model.safetensors", "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+        f.truncate(8 + len(text) + at + 8 * entries)
+    return path
+
+
+@pytest.mark.parametrize("extra, read", [(0, True), (1, False)])
+def test_d2t_of_64_mib_is_read_and_one_entry_more_is_not(tmp_path, tiny, extra, read):
+    entries = (64 << 20) // 8 + extra  # docs/security.md: d2t and t2d are read up to 64 MB each
+    r = run(tiny["deepseek_v3"], _sparse_draft_with_d2t_of(tmp_path / "d", entries))
+    if read:
+        f = _one(r, "d2t-length")  # read, and judged: one entry per draft token
+        assert f.what.startswith(f"d2t has {entries} entries but the draft config says draft_vocab_size={tm.DRAFT_VOCAB}"), f.what
+        assert "d2t-invalid" not in r.codes(), r.format()
+    else:
+        f = _one(r, "d2t-invalid")
+        assert f.what == f"d2t is implausibly large ({8 * entries} bytes); not read" and f.found == str([entries])
+        assert "d2t-length" not in r.codes(), r.format()
+
+
+def test_a_report_closed_again_does_not_repeat_its_summary():
+    from eagle3_patches.checkpoint.doctor import Report
+
+    r = Report()
+    for i in range(MAX_FINDINGS_PER_CODE + 2):
+        r.add(WARNING, "w", f"finding {i}")
+    r.close()
+    r.close()
+    assert [f.what for f in r.findings][MAX_FINDINGS_PER_CODE:] == ["2 more [w] finding(s) like the above are not listed"]
+
+
+def test_draft_index_naming_tensors_its_shards_do_not_hold_lists_five(make_draft, tiny):
+    d = make_draft("index", shards=2)
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    first, second = sorted(set(index["weight_map"].values()))
+    moved = [n for n, f in index["weight_map"].items() if f == first][:6]
+    index["weight_map"].update({n: second for n in moved})
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    f = _one(run(tiny["deepseek_v3"], d), "safetensors-index")
+    assert (f.severity, f.what) == (ERROR, "6 tensor(s) in the draft's index are not in the shard it names")
+    shown = f.found.split(", ")
+    assert len(shown) == 5 and set(shown) <= set(moved), f.found
