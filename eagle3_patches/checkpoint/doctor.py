@@ -553,7 +553,7 @@ def _check_draft_tensors(ctx: _Ctx) -> None:
             ctx.add(
                 ERROR,
                 "tensor-shape",
-                f"{ctx.draft_raw_names[name]} has the wrong shape for the draft config" + (" (sglang's loader asserts on it at start)" if name not in ("t2d", "embed_tokens.weight") else ""),
+                f"{ctx.draft_raw_names[name]} has the wrong shape for the draft config" + (" (sglang's loader asserts on it at start)" if name != "embed_tokens.weight" else ""),
                 where=f"{d / t.file}: {ctx.draft_raw_names[name]}",
                 found=str(list(t.shape)),
                 expected=str(list(shape)),
@@ -585,10 +585,8 @@ def _read_small(ctx: _Ctx, name: str):
     if t.nbytes > MAX_MAP_BYTES:
         ctx.add(ERROR, f"{name}-invalid", f"{name} is implausibly large ({t.nbytes} bytes); not read", where=f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}", found=str(list(t.shape)), fix="re-export it")
         return None
-    try:
-        from safetensors import safe_open
-    except ImportError:  # pragma: no cover - safetensors is a dependency
-        return None
+    from safetensors import safe_open  # a dependency
+
     where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}"
     try:
         with open_checkpoint_file(ctx.draft_dir, t.file, what="draft shard") as cf, safe_open(cf.library_path, framework="np") as f:
