@@ -251,8 +251,11 @@ def _remove_dirs(created: list[Path]) -> None:
 def _process_token(pid: int) -> str | None:
     """A token naming process ``pid`` uniquely across pid reuse and reboots (Linux: boot id + start time), or None if gone."""
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
         stat_line = Path(f"/proc/{pid}/stat").read_text()
+        try:  # a kernel without the boot id (some containers): the start time alone still tells pids apart
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+        except OSError:
+            boot = ""
         return f"{boot}{stat_line.rsplit(')', 1)[1].split()[19]}"
     except FileNotFoundError:
         if os.path.isdir("/proc/self"):
@@ -793,6 +796,16 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
     src_dir = checkpoint_dir(src, "source draft")
     shown = Path(dst)
     dst = _check_paths(src_dir, shown, force)
+    # a killed --force run's DST is put back before anything is planned or copied: without --force it is then
+    # refused at once, not after the whole copy
+    cleaned = _remove_stale(dst)
+    if not force and os.path.lexists(dst):
+        raise _err(
+            "the destination already exists: a killed `--force` run had moved it aside, and it was put back",
+            where=str(shown),
+            found="; ".join(cleaned),
+            fix="choose a new DST, or pass --force to replace it",
+        )
     plan = plan_conversion(src_dir, aux_layer_ids=aux_layer_ids, drop_embed_tokens=drop_embed_tokens, target=target)
     out_config, items, renamed, dropped, src_files = plan.sglang_config, plan.items, plan.renamed, plan.dropped, plan.src_files
     limit = parse_size(max_shard_size)
@@ -803,7 +816,6 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
     dir_mode = 0o755 & os.stat(src_dir).st_mode
 
     created = _make_parents(dst.parent)
-    cleaned = _remove_stale(dst)
     tmp = _temp_name(dst, "convert")
     try:
         with contextlib.closing(_Progress(total, progress)) as bar:  # the bar ends with the copying (or its failure)

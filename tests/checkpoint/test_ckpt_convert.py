@@ -601,3 +601,542 @@ def test_the_output_config_names_no_remote_code(make_draft, tmp_path):
     src = make_draft("automap", speculators=True, config={"transformer_layer_config": {"auto_map": {"AutoConfig": "x.Y"}}})
     res = convert(src, tmp_path / "out", progress=False)
     assert "auto_map" not in json.loads((res.dst / "config.json").read_text()) and "auto_map" not in res.config
+
+
+# ------------------------------------------------------------------ mutation survivors (fifth session, helper)
+@pytest.mark.parametrize("ids", [[2, 2, 4], [4, 2, 3], [2, 4, 3]])
+@pytest.mark.parametrize("by_option", [True, False])
+def test_repeated_or_unordered_aux_ids_are_refused_naming_where_they_came_from(make_draft, tmp_path, by_option, ids):
+    """Ids repeated ([2, 2, 4]) or out of order are refused; the error points at the flag or at the source's
+    config.json, wherever the ids came from."""
+    src = make_draft("dup-ids", speculators=True, config=None if by_option else {"eagle_aux_hidden_state_layer_ids": ids})
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", aux_layer_ids=ids if by_option else None, progress=False)
+    assert err.value.what == "the aux layer ids are not distinct and increasing" and err.value.found == str(ids)
+    assert err.value.where == ("--aux-layer-ids" if by_option else f"{src / 'config.json'}: eagle_aux_hidden_state_layer_ids")
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_aux_id_1_the_output_of_the_first_layer_converts(tiny, tmp_path):
+    """speculators' id 1 (the input of layer 1 = the output of layer 0) is a capture point: converted to 0."""
+    res = convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[1, 2, 3], progress=False, run_doctor=False)
+    assert json.loads((res.dst / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+
+
+def test_a_negative_aux_id_is_not_a_layer_number(tiny, tmp_path):
+    with pytest.raises(ConvertError) as err:
+        convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[-1, 2, 3], progress=False)
+    assert err.value.what == "the aux layer ids are not layer numbers" and err.value.found == "[-1, 2, 3]"
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_an_aux_id_past_the_targets_last_capture_point_names_the_valid_range(tiny, tmp_path):
+    n = json.loads((tiny["deepseek_v3"] / "config.json").read_text())["num_hidden_layers"]
+    with pytest.raises(ConvertError) as err:
+        convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[2, 3, n], target=tiny["deepseek_v3"], progress=False)
+    assert err.value.expected == f"ids in 1..{n - 1}" and err.value.where == "--aux-layer-ids"
+    assert err.value.what == f"aux id {n} (the input of layer {n}) has no capture point in sglang on a {n}-layer target"
+    assert err.value.found == f"[2, 3, {n}]"
+
+
+@pytest.mark.parametrize("edit, key, hint", [
+    (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, "norm_before_residual", True),
+    ({"norm_output": True}, "norm_output", False),
+    ({"fc_norm": True, "norm_before_residual": True}, "norm_before_residual", False),
+])
+def test_unsupported_options_name_the_first_key_and_hint_only_for_a_missing_norm_before_residual(make_draft, tmp_path, edit, key, hint):
+    """The error points at the config key (not at the explanation in parentheses); only a draft whose config
+    lacks norm_before_residual gets the hint to write it as false."""
+    src = make_draft("unsupported", speculators=True, config=edit)
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.where == f"{src / 'config.json'}: {key}"
+    assert ('write "norm_before_residual": false into its config.json' in err.value.fix) is hint
+    assert err.value.fix.startswith("retrain (or fine-tune) the draft with those options off, or serve it with vLLM")
+
+
+def test_a_missing_draft_vocab_size_is_read_from_lm_head(make_draft, tmp_path, DELETE):
+    src = make_draft("no-draft-vocab", speculators=True, config={"draft_vocab_size": DELETE})
+    res = convert(src, tmp_path / "out", progress=False)
+    cfg = json.loads((res.dst / "config.json").read_text())
+    assert cfg["draft_vocab_size"] == tm.DRAFT_VOCAB == read_header(src / "model.safetensors").tensors["lm_head.weight"].shape[0]
+
+
+def test_a_source_without_fc_and_with_a_null_target_hidden_size_is_refused_naming_fc(make_draft, tmp_path):
+    src = make_draft("no-fc", speculators=True, config={"target_hidden_size": None}, tensors=lambda t: t.pop("fc.weight"))
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what == "the source lacks tensors every EAGLE-3 draft needs" and err.value.found == "fc.weight"
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_an_untied_source_without_lm_head_is_refused_naming_it(make_draft, tmp_path):
+    src = make_draft("no-lm-head", speculators=True, tensors=lambda t: t.pop("lm_head.weight"))
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what == "the source lacks tensors every EAGLE-3 draft needs" and err.value.found == "lm_head.weight"
+    assert err.value.where == str(src) and err.value.fix == "re-export the draft"
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_the_verifier_speculators_trained_against_is_recorded(tiny, tmp_path):
+    res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    src_cfg = json.loads((tiny["speculators_draft"] / "config.json").read_text())
+    got = json.loads((res.dst / "config.json").read_text())["eagle3_patches_converted_from"]["verifier"]
+    assert got == src_cfg["speculators_config"]["verifier"] and got["name_or_path"]
+
+
+def test_the_first_tensor_stored_in_two_shards_is_named(make_draft, tmp_path):
+    """Two extra shards (read after model.safetensors, in name order) each repeat a different tensor: the error
+    names the first repeat and its two files."""
+    from safetensors.torch import save_file
+
+    src = make_draft("dups", speculators=True)
+    save_file({"norm.weight": torch.ones(tm.HIDDEN, dtype=torch.bfloat16)}, str(src / "model.x1.safetensors"), metadata={"format": "pt"})
+    save_file({"fc.weight": torch.ones(tm.HIDDEN, 3 * tm.HIDDEN, dtype=torch.bfloat16)}, str(src / "model.x2.safetensors"),
+              metadata={"format": "pt"})
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what == "tensor norm.weight is stored in two shards"
+    assert err.value.found == "model.safetensors, model.x1.safetensors" and err.value.where == str(src)
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_names_the_index_lists_but_the_shards_lack_are_listed_five_at_most(make_draft, tmp_path):
+    src = make_draft("absent", speculators=True, shards=2)
+    index_path = src / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    ghosts = [f"ghost_{i}.weight" for i in range(7)]
+    index["weight_map"].update({g: "model-00001-of-00002.safetensors" for g in ghosts})
+    index_path.write_text(json.dumps(index))
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what == "tensors in the source's index are not in the shard it names"
+    assert err.value.where == str(index_path) and err.value.found == ", ".join(ghosts[:5])
+
+
+def test_a_zero_max_shard_size_is_refused(cli, tiny, tmp_path):
+    with pytest.raises(ValueError, match="size must be positive"):
+        convert_mod.parse_size("0")
+    assert convert_mod.parse_size("1") == convert_mod.parse_size("1B") == 1  # the smallest size there is
+    rc, out, err = cli("convert", tiny["speculators_draft"], tmp_path / "out", "--max-shard-size", "0", "--no-progress")
+    assert rc == 2 and "size must be positive: '0'" in err and not (tmp_path / "out").exists()
+
+
+def test_shards_hold_exactly_the_limit(tiny, tmp_path):
+    """A limit equal to what the tensors of a shard take together keeps them in one shard: the limit is inclusive,
+    in every shard (the count starts over at zero with each new shard)."""
+    res = convert(tiny["speculators_draft"], tmp_path / "one", progress=False, run_doctor=False)
+    order = [(n, t.nbytes) for n, t in sorted(read_header(res.files[0]).tensors.items(), key=lambda kv: kv[1].start)]
+    later_full = False
+    for k in range(len(order) - 1):  # a limit of exactly tensors k and k+1: they fill one shard
+        f = order[k][1] + order[k + 1][1]
+        out = convert(tiny["speculators_draft"], tmp_path / f"out{k}", max_shard_size=f, progress=False, run_doctor=False)
+        shards = [[(n, t.nbytes) for n, t in sorted(read_header(p).tensors.items(), key=lambda kv: kv[1].start)] for p in out.files]
+        assert [e for s in shards for e in s] == order
+        for s, nxt in zip(shards, shards[1:]):
+            assert len(s) == 1 or sum(b for _, b in s) <= f
+            assert sum(b for _, b in s) + nxt[0][1] > f, (k, s, nxt, f)
+        full = [i for i, s in enumerate(shards) if len(s) > 1 and sum(b for _, b in s) == f]
+        if k == 0:
+            assert full[:1] == [0]  # the first two tensors fill the first shard exactly
+        later_full = later_full or any(i > 0 for i in full)
+    assert later_full  # some shard after the first was filled to exactly the limit
+
+
+@pytest.mark.parametrize("how", ["missing", "fails"])
+def test_without_copy_file_range_the_bytes_are_copied_by_read_and_write(tiny, tmp_path, monkeypatch, how):
+    """A platform without ``os.copy_file_range`` (macOS) or a filesystem that refuses it (EXDEV across mounts):
+    the copy falls back to pread/write and the output is the same, byte for byte."""
+    import errno as _errno
+
+    if how == "missing":
+        monkeypatch.delattr(convert_mod.os, "copy_file_range", raising=False)
+    else:
+        def refuse(*a, **kw):
+            raise OSError(_errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(convert_mod.os, "copy_file_range", refuse, raising=False)
+    src = tiny["speculators_draft"]
+    res = convert(src, tmp_path / "out", progress=False)
+    monkeypatch.undo()
+    got, want = _all_tensors(res.dst), _all_tensors(tiny["draft"])
+    assert {n: _bytes(t) for n, t in got.items()} == {n: _bytes(t) for n, t in want.items()}
+    side = sorted(p.name for p in src.iterdir() if convert_mod.COPY_FILES.match(p.name))
+    assert side and all((res.dst / n).read_bytes() == (src / n).read_bytes() for n in side)
+    assert res.report.ok and not _leftovers(tmp_path)
+
+
+def test_side_files_are_copied_byte_for_byte_and_never_wider(make_draft, tmp_path):
+    src = make_draft("side", speculators=True)
+    payload = {"tokenizer.json": json.dumps({"model": {"vocab": {f"t{i}": i for i in range(3000)}}}).encode(),
+               "special_tokens_map.json": b'{"bos_token": "<s>"}\n', "chat_template.jinja": b"{{ messages }}\n"}
+    for name, data in payload.items():
+        (src / name).write_bytes(data)
+    os.chmod(src / "chat_template.jinja", 0o600)
+    res = convert(src, tmp_path / "out", progress=False)
+    for name, data in payload.items():
+        assert (res.dst / name).read_bytes() == data, name
+    assert (res.dst / "chat_template.jinja").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("kind", ["link-out", "too-large"])
+def test_refused_side_files_are_reported_together(make_draft, tmp_path, kind):
+    """Side files are checked before anything is written; the refusal names each refused file with the
+    converter's own fix, and nothing is left behind."""
+    src = make_draft("side-bad", speculators=True)
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (src / "tokenizer.json").symlink_to(outside)
+    if kind == "too-large":
+        (src / "vocab.txt").touch()
+        os.truncate(src / "vocab.txt", convert_mod.MAX_SIDE_FILE_BYTES + 1)  # sparse: nothing is read
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    refused = "tokenizer.json" if kind == "link-out" else "tokenizer.json, vocab.txt"
+    assert err.value.what.startswith(f"the source's side file(s) {refused} are refused")
+    assert err.value.where == str(src) and err.value.fix.startswith("replace each link with the file it stands for")
+    if kind == "too-large":
+        assert f"{convert_mod.MAX_SIDE_FILE_BYTES + 1} bytes (at most {convert_mod.MAX_SIDE_FILE_BYTES})" in err.value.found
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("sub", [["out"], ["a", "out"]])
+def test_a_file_where_dsts_parent_should_be_is_named(tiny, tmp_path, sub):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory")
+    dst = blocker.joinpath(*sub)
+    with pytest.raises(ConvertError) as err:
+        convert(tiny["speculators_draft"], dst, progress=False)
+    assert err.value.what.endswith(f": {blocker} is not a directory") and err.value.found == f"a file at {blocker}"
+    assert err.value.fix == "choose another DST, or move that file away"
+    assert blocker.read_text() == "not a directory" and not _leftovers(tmp_path)
+
+
+def test_parents_created_before_a_failing_one_are_removed_again(tiny, tmp_path):
+    """DST's parents are created outermost first; when one cannot be (a name too long), those already created go."""
+    dst = tmp_path / "a" / "b" / ("c" * 300) / "out"
+    with pytest.raises(ConvertError) as err:
+        convert(tiny["speculators_draft"], dst, progress=False)
+    assert err.value.what == "cannot create the destination's parent directory: File name too long"
+    assert err.value.fix == "choose a shorter DST" and err.value.found == "OSError [errno 36]"
+    assert not (tmp_path / "a").exists() and not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_interrupt_a_conversion_and_the_callers_handler_is_restored(tiny, tmp_path, signame):
+    import signal
+
+    sig = getattr(signal, signame)
+    seen = []
+    previous = signal.signal(sig, lambda s, f: seen.append(s))
+    try:
+        with pytest.raises(convert_mod.ConvertInterrupted) as err:
+            convert(tiny["speculators_draft"], tmp_path / "new" / "out", progress=lambda done, total: os.kill(os.getpid(), sig))
+        assert err.value.signum == sig and str(err.value) == f"interrupted by {signame}"
+        assert not seen and not (tmp_path / "new").exists()
+        os.kill(os.getpid(), sig)  # the caller's own handler is back
+        assert seen == [sig]
+    finally:
+        signal.signal(sig, previous)
+
+
+def test_the_progress_bar_shows_scaled_byte_counts(tiny, tmp_path, capsys):
+    res = convert(tiny["speculators_draft"], tmp_path / "out", progress=True)
+    err = capsys.readouterr().err
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("convert: 100%")
+    import re
+
+    from tqdm import tqdm
+
+    shown = tqdm.format_sizeof(res.bytes_copied, divisor=1024)  # in KiB, shown as "k": e.g. 164k
+    assert re.search(rf"\| {re.escape(shown)}/{re.escape(shown)} \[", last) and shown.endswith("k"), (shown, last)
+    assert str(res.bytes_copied) not in last
+
+
+def test_a_small_checkpoint_shows_no_progress_bar_on_a_terminal(tiny, tmp_path, monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    res = convert(tiny["speculators_draft"], tmp_path / "out", progress=None)
+    monkeypatch.undo()
+    assert res.bytes_copied < 256 << 20 and term.getvalue() == ""
+
+
+@pytest.mark.parametrize("extra, bar", [(0, True), (-1, False), (-(1 << 20) + 1, False), (-(128 << 20), False)])
+def test_the_default_progress_bar_starts_at_256_mib_on_a_terminal(tiny, tmp_path, monkeypatch, extra, bar):
+    """``progress=None`` (the CLI's default): a bar on a terminal for a checkpoint of 256 MiB or more, none below.
+    The source's embed_tokens is sized so the tensors total 256 MiB + ``extra`` bytes; its data is a hole
+    (nothing is read: Ctrl-C as soon as copying starts)."""
+    import io
+    import sys
+
+    src = tmp_path / "big"
+    src.mkdir()
+    (src / "config.json").write_bytes((tiny["speculators_draft"] / "config.json").read_bytes())
+    small = read_header(tiny["speculators_draft"] / "model.safetensors").tensors
+    base = sum(t.nbytes for t in small.values())
+    want = (256 << 20) + extra - base
+    entries = [(n, t.dtype, t.shape) for n, t in small.items()] + [("embed_tokens.weight", "U8", (want,))]
+    header, offsets = convert_mod.encode_header(entries, {"format": "pt"})
+    with open(src / "model.safetensors", "wb") as f:
+        f.write(header)
+        f.truncate(len(header) + max(e for _, e in offsets.values()))  # sparse
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    def ctrl_c(*a, **kw):
+        raise KeyboardInterrupt
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    monkeypatch.setattr(convert_mod, "_copy_range", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, tmp_path / "out", progress=None)
+    monkeypatch.undo()
+    assert term.getvalue().startswith("\rconvert:   0%") is bar, term.getvalue()
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_renamed_tensors_are_reported_exactly(cli, tiny, tmp_path):
+    """The result (and ``convert --json``) lists every renamed tensor, layers.0.* -> midlayer.*, and nothing else."""
+    want = {f"layers.0.{p}": f"midlayer.{p}" for p in convert_mod._MIDLAYER_PARAMS}
+    res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    assert res.renamed == want
+    rc, out, err = cli("convert", tiny["speculators_draft"], tmp_path / "out2", "--json")
+    assert rc == 0 and json.loads(out)["renamed"] == want
+
+
+def test_a_source_config_without_dtype_takes_it_from_fc(make_draft, tmp_path, DELETE):
+    src = make_draft("no-dtype", speculators=True, config={"dtype": DELETE}, tensors=lambda t: t.update({k: v.to(torch.float16) for k, v in t.items() if v.dtype == torch.bfloat16}))
+    res = convert(src, tmp_path / "out", progress=False)
+    assert json.loads((res.dst / "config.json").read_text())["torch_dtype"] == "float16"
+
+
+def test_plan_conversion_keeps_embed_tokens_unless_asked(tmp_path):
+    from eagle3_patches.checkpoint.convert import plan_conversion
+
+    src = tm.build_speculators_fixture(tmp_path)
+    plan = plan_conversion(src)
+    assert plan.dropped == [] and "embed_tokens.weight" in {i.out for i in plan.items}
+    assert plan_conversion(src, drop_embed_tokens=True).dropped == ["embed_tokens.weight"]
+
+
+@pytest.mark.parametrize("rope, want", [
+    ({"rope_theta": 5e5, "rope_type": "default"}, None),
+    ({"rope_theta": 5e5, "rope_type": "linear"}, {"rope_type": "linear", "type": "linear"}),
+    ({"rope_theta": 5e5, "type": "dynamic"}, {"rope_type": "dynamic", "type": "dynamic"}),
+    ({"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+     {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}),
+])
+def test_rope_parameters_become_rope_theta_and_rope_scaling(rope, want):
+    """Only the default rope with no parameters becomes ``rope_scaling: null``; any other type is kept, even without parameters."""
+    cfg = tm.speculators_config()
+    cfg["transformer_layer_config"]["rope_parameters"] = rope
+    out = convert_mod.build_config(cfg, {})
+    assert out["rope_theta"] == 5e5 and out["rope_scaling"] == want and "rope_parameters" not in out
+
+
+def test_progress_without_tqdm_converts_without_a_bar(tiny, tmp_path, monkeypatch, capsys):
+    """tqdm is optional: asked for a bar without it, the conversion still runs (and prints no bar)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `from tqdm import tqdm` raises ImportError
+    res = convert(tiny["speculators_draft"], tmp_path / "out", progress=True)
+    monkeypatch.undo()
+    assert (res.dst / "model.safetensors").is_file() and res.report.ok and capsys.readouterr().err == ""
+
+
+def test_of_several_doctor_errors_on_the_output_the_first_is_raised(make_draft, tmp_path):
+    """A source the converter plans but whose output the doctor refuses (wrong norm shapes, absolute d2t): the
+    ConvertError carries the doctor's first error, and names DST, not the temporary directory."""
+    from eagle3_patches.checkpoint.doctor import check_draft
+
+    def bad(t):
+        t["norm.weight"] = torch.ones(32, dtype=torch.bfloat16)
+        t["layers.0.input_layernorm.weight"] = torch.ones(32, dtype=torch.bfloat16)
+        t["d2t"] = t["d2t"] + torch.arange(tm.DRAFT_VOCAB)
+
+    src = make_draft("doctor-bad", speculators=True, tensors=bad)
+    unchecked = convert(src, tmp_path / "unchecked", progress=False, run_doctor=False).dst
+    errors = check_draft(unchecked).errors
+    assert len(errors) >= 2 and len({e.what for e in errors}) >= 2
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    first = errors[0]
+    assert err.value.what == f"the converted draft fails the doctor's checks: {first.what}"
+    assert err.value.where == first.where.replace(str(unchecked), str(tmp_path / "out")) and err.value.fix == first.fix
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("n", [0, 2])
+def test_a_layer_config_with_other_than_one_decoder_layer_is_refused(make_draft, tmp_path, n):
+    src = make_draft("layers", speculators=True, config={"transformer_layer_config": {"num_hidden_layers": n}})
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what == "sglang's EAGLE-3 draft has exactly one decoder layer"
+    assert err.value.found == str(n) and err.value.expected == "1"
+
+
+def test_model_prefixed_tensor_names_lose_the_prefix(make_draft, tmp_path):
+    """transformers-style names (model.fc.weight, model.layers.0.*, model.norm.weight) convert like bare ones."""
+    def prefixed(t):
+        return {("model." + k if k not in ("d2t", "t2d", "lm_head.weight") else k): v for k, v in t.items()}
+
+    src = make_draft("prefixed", speculators=True, tensors=prefixed)
+    res = convert(src, tmp_path / "out", progress=False)
+    assert set(read_header(res.dst / "model.safetensors").tensors) == set(read_header(make_draft("plain").joinpath("model.safetensors")).tensors)
+    assert res.renamed["model.fc.weight"] == "fc.weight" and res.renamed["model.layers.0.mlp.up_proj.weight"] == "midlayer.mlp.up_proj.weight"
+
+
+def test_tie_word_embeddings_defaults_to_false(make_draft, tmp_path, DELETE):
+    src = make_draft("no-tie", speculators=True, config={"tie_word_embeddings": DELETE, "transformer_layer_config": {"tie_word_embeddings": DELETE}})
+    res = convert(src, tmp_path / "out", progress=False)
+    assert json.loads((res.dst / "config.json").read_text())["tie_word_embeddings"] is False
+
+
+def test_dst_the_current_directory_is_refused_as_such(tiny, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for dst in (".", ".."):
+        with pytest.raises(ConvertError) as err:
+            convert(tiny["speculators_draft"], dst, progress=False)
+        assert err.value.what.startswith("DST must name a new directory, not the current directory") and err.value.where == dst
+
+
+def test_a_side_file_of_256_mib_passes_the_size_check(make_draft, tmp_path, monkeypatch):
+    """The documented limit: a side file of exactly 256 MiB is copied (the copy is interrupted here at once; the
+    file is a hole), one byte more is refused (test_refused_side_files_are_reported_together)."""
+    src = make_draft("side-256", speculators=True)
+    (src / "vocab.txt").touch()
+    os.truncate(src / "vocab.txt", 256 << 20)
+
+    def ctrl_c(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(convert_mod, "_copy_range", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        convert(src, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+
+
+def test_dst_permissions_are_never_wider_than_0644_and_0755(make_draft, tmp_path):
+    src = make_draft("wide", speculators=True)
+    (src / "tokenizer.json").write_text("{}")
+    for p in src.iterdir():
+        os.chmod(p, 0o777)
+    os.chmod(src, 0o777)
+    umask = os.umask(0)
+    os.umask(umask)
+    res = convert(src, tmp_path / "new" / "out", progress=False)
+    assert {p.name: p.stat().st_mode & 0o777 for p in res.dst.iterdir()} == dict.fromkeys(
+        ["config.json", "model.safetensors", "tokenizer.json"], 0o644)
+    assert res.dst.stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o755 & ~umask  # a parent it created: as mkdir -p
+
+
+def test_a_pickle_only_source_names_three_pickles_at_most(tmp_path):
+    src = tmp_path / "pickled"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(tm.speculators_config()))
+    names = [f"pytorch_model-0000{i}-of-00004.bin" for i in range(1, 5)]
+    for n in names:
+        (src / n).write_bytes(b"\x80\x04")
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.found == ", ".join(names[:3])
+
+
+def test_the_first_unusable_config_field_is_named(make_draft, tmp_path):
+    src = make_draft("fields", speculators=True, config={"draft_vocab_size": "x", "target_hidden_size": "y"})
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what == "the source config field draft_vocab_size is unusable"
+    assert err.value.where == f"{src / 'config.json'}: draft_vocab_size" and err.value.found == "'x'"
+
+
+def test_absurd_aux_ids_are_quoted_200_characters_at_most(tiny, tmp_path):
+    ids = [2, 3, 10**400]
+    with pytest.raises(ConvertError) as err:
+        convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=ids, progress=False)
+    assert err.value.found == repr(ids)[:200] and len(err.value.found) == 200
+
+
+def test_the_last_aux_id_a_target_can_capture_converts(tiny, tmp_path):
+    n = json.loads((tiny["deepseek_v3"] / "config.json").read_text())["num_hidden_layers"]
+    res = convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[2, 3, n - 1], target=tiny["deepseek_v3"], progress=False)
+    assert res.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, n - 2]
+
+
+def test_debris_of_another_user_is_left_alone(tiny, tmp_path):
+    foreign = tmp_path / f".out.eagle3-convert-{os.getpid()}-0-0000000f"  # token 0: its owner is gone
+    foreign.mkdir()
+    os.chown(foreign, 12345, 12345)
+    res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    assert res.cleaned == [] and foreign.is_dir()
+
+
+def test_an_old_dst_left_by_a_killed_forced_run_is_restored_first(tiny, tmp_path):
+    """A ``--force`` run killed between its two renames leaves DST moved aside; the next run puts it back
+    (then, forced, replaces it)."""
+    dst = tmp_path / "out"
+    old = tmp_path / f".out.eagle3-old-{os.getpid()}-0-00000001"
+    old.mkdir()
+    (old / "mine.txt").write_text("old draft")
+    res = convert(tiny["speculators_draft"], dst, force=True, progress=False)
+    assert res.cleaned == [f"restored {dst} from {old.name}, left by a killed run (pid {os.getpid()})"]
+    assert (dst / "model.safetensors").is_file() and not old.exists() and not _leftovers(tmp_path)
+
+
+def test_an_old_dst_put_back_is_refused_before_copying_without_force(tiny, tmp_path):
+    """The same debris, the next run without ``--force``: DST is put back and the run stops at once, saying so,
+    before it copies anything."""
+    dst = tmp_path / "out"
+    old = tmp_path / f".out.eagle3-old-{os.getpid()}-0-00000001"
+    old.mkdir()
+    (old / "mine.txt").write_text("old draft")
+    copied = []
+    with pytest.raises(ConvertError) as err:
+        convert(tiny["speculators_draft"], dst, progress=lambda done, total: copied.append(done))
+    assert err.value.what == "the destination already exists: a killed `--force` run had moved it aside, and it was put back"
+    assert err.value.found == f"restored {dst} from {old.name}, left by a killed run (pid {os.getpid()})"
+    assert err.value.fix == "choose a new DST, or pass --force to replace it" and err.value.where == str(dst)
+    assert not copied and (dst / "mine.txt").read_text() == "old draft" and not _leftovers(tmp_path)
+
+
+_NO_BOOT_ID = """
+import pathlib, sys
+read = pathlib.Path.read_text
+def read_text(self, *a, **kw):
+    if self.name == "boot_id":
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+    return read(self, *a, **kw)
+pathlib.Path.read_text = read_text
+"""
+
+
+def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_path, monkeypatch):
+    """A kernel without ``/proc/sys/kernel/random/boot_id`` (some containers): a run that died there leaves a
+    temporary directory the next run still recognises as debris and removes."""
+    import subprocess
+    import sys
+
+    dst = tmp_path / "out"
+    script = _NO_BOOT_ID + "from eagle3_patches.checkpoint import convert as c\nc._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
+    subprocess.run([sys.executable, "-c", script, str(dst)], check=True)  # a run that made its directory and died
+    (debris,) = _leftovers(tmp_path)
+    namespace: dict = {}
+    exec(_NO_BOOT_ID, namespace)  # this process on the same kernel
+    monkeypatch.setattr("pathlib.Path.read_text", namespace["read_text"])
+    res = convert(tiny["speculators_draft"], dst, progress=False, run_doctor=False)
+    assert res.cleaned == [f"removed {debris}, left by a killed run (pid {debris.split('-')[2]})"] and not _leftovers(tmp_path)
