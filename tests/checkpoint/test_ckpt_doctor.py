@@ -1140,16 +1140,22 @@ def test_raise_for_errors_counts_the_other_errors(make_draft, tiny):
                                           "run `eagle3-patches doctor` for all)")
 
 
+def _pickle_only(tmp_path, checkpoint):
+    """``checkpoint``'s config beside four (empty) pickle shards and nothing else; returns (dir, their names)."""
+    d = tmp_path / "pickled"
+    d.mkdir()
+    (d / "config.json").write_text((checkpoint / "config.json").read_text())
+    names = [f"pytorch_model-{i}.bin" for i in range(4)]
+    for n in names:
+        (d / n).write_bytes(b"")
+    return d, names
+
+
 def test_weight_files_the_doctor_cannot_use(make_draft, tiny, tmp_path):
     from safetensors.torch import save_file
 
     # a target with only pickle weights: the first 3 are named
-    t = tmp_path / "pickled"
-    t.mkdir()
-    (t / "config.json").write_text((tiny["deepseek_v3"] / "config.json").read_text())
-    names = [f"pytorch_model-{i}.bin" for i in range(4)]
-    for n in names:
-        (t / n).write_bytes(b"")
+    t, names = _pickle_only(tmp_path, tiny["deepseek_v3"])
     f = _one(run(t, None), "target-no-safetensors")
     assert f.severity == WARNING and f.found == ", ".join(sorted(names)[:3])
     # a draft tensor in two shards
@@ -1449,12 +1455,7 @@ def test_a_target_or_draft_directory_with_a_config_but_no_weights(tmp_path, tiny
 
 
 def test_a_draft_with_only_pickle_weights(tmp_path, tiny):
-    d = tmp_path / "pickled"
-    d.mkdir()
-    (d / "config.json").write_text((tiny["draft"] / "config.json").read_text())
-    names = [f"pytorch_model-{i}.bin" for i in range(4)]
-    for n in names:
-        (d / n).write_bytes(b"")
+    d, names = _pickle_only(tmp_path, tiny["draft"])
     f = _one(run(tiny["deepseek_v3"], d), "draft-no-safetensors")
     assert (f.severity, f.found) == (ERROR, ", ".join(sorted(names)[:3]))
     assert f.fix == "save the draft with safetensors (save_pretrained(safe_serialization=True))"
