@@ -437,8 +437,28 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, rele
     for measured in data.measured_files():
         if Path(measured).resolve() == module.resolve():
             lines = {n: set(c) for n, c in data.contexts_by_lineno(measured).items()}
+    lines = statement_lines(lines, module.read_text())
     return {"passed": outcome == "survived", "seconds": seconds, "output": output, "tests": tests, "lines": lines,
             "durations": durations}
+
+
+def statement_lines(lines: dict[int, set[str]], source: str) -> dict[int, set[str]]:
+    """coverage.py records a statement on its first line only; a mutant on a later line of it (an element of a
+    literal spread over lines) belongs to the tests that ran that first line.  Each line no test is recorded on
+    gets the tests of the innermost statement around it that has some (a line never run inside a block gets
+    the block's: more tests than can kill it, never fewer)."""
+    import ast
+
+    spans = sorted(((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)),
+                   key=lambda se: se[1] - se[0])  # innermost first
+    out = dict(lines)
+    for n in range(1, len(source.splitlines()) + 1):
+        if n not in lines:
+            for start, end in spans:
+                if start <= n <= end and start in lines:
+                    out[n] = lines[start]
+                    break
+    return out
 
 
 def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: int,

@@ -40,6 +40,16 @@ def test_covering_only_runs_the_tests_that_ran_the_lines_and_no_other(mutation):
     assert mutation.test_order(TESTS, lines, 12, 12, durations, covering_only=True) == TESTS  # module level
 
 
+def test_a_later_line_of_a_statement_belongs_to_the_tests_that_ran_its_first(mutation):
+    source = "NAMES = (\n    'a',\n    'b',\n)\n\ndef f(x):\n    if x:\n        return [\n            1,\n        ]\n    return 0\n"
+    lines = {1: {""}, 6: {""}, 7: {"t.py::a", "t.py::b"}, 11: {"t.py::b"}}  # line 8 (return [...]) never ran
+    got = mutation.statement_lines(lines, source)
+    assert got[2] == got[3] == {""}  # the tuple's elements: imports ran them
+    assert got[8] == got[9] == {"t.py::a", "t.py::b"}  # never run: the tests of the `if` around it
+    assert got[11] == {"t.py::b"} and 5 not in got  # a blank line between statements belongs to none
+    assert mutation.test_order(TESTS, got, 9, 9, covering_only=True) == ["t.py::a", "t.py::b"]
+
+
 def test_plugins_no_test_file_uses_are_not_loaded(mutation):
     """hypothesis' and anyio's pytest plugins stay out of a mutant's run unless its test files use them; the
     command still collects the tests."""
