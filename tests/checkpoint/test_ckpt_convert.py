@@ -279,9 +279,11 @@ def test_interrupted_run_leaves_no_dst(tiny, tmp_path, monkeypatch, exc, raised)
         return real(*a, **kw)
 
     monkeypatch.setattr(convert_mod, "_copy_range", flaky)
-    with pytest.raises(raised):  # an OSError becomes a what / where / fix message
+    with pytest.raises(raised) as err:  # an OSError becomes a what / where / fix message
         convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
+    if raised is ConvertError:  # an OSError without an errno: the general fix, not one for a known errno
+        assert err.value.fix == "check DST and its parent directory" and err.value.found == "OSError [errno None]"
 
 
 @pytest.mark.parametrize("run_doctor", [True, False])
@@ -369,6 +371,7 @@ def test_interrupted_forced_run_keeps_the_old_dst(tiny, tmp_path, monkeypatch):
         (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, None, "vLLM reads it as true"),
         (None, lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}), "input_norm.weight"),
         ({"transformer_layer_config": {"model_type": "qwen3"}}, None, "not a llama layer"),
+        ({"transformer_layer_config": {"model_type": "gemma"}}, None, "not a llama layer"),  # sorts before llama
         (None, lambda t: t.update({"layers.0.self_attn.q_norm.weight": torch.ones(16, dtype=torch.bfloat16)}), "qwen3"),
         (None, lambda t: t.update({"verifier_head.weight": torch.ones(4, dtype=torch.bfloat16)}), "no place"),
         (None, lambda t: t.pop("layers.0.mlp.down_proj.weight"), "midlayer.mlp.down_proj.weight"),
@@ -519,6 +522,8 @@ def test_debris_of_dead_runs_on_this_dst_is_removed_and_the_rest_kept(tiny, tmp_
         (d / "model.safetensors").write_bytes(b"partial")
     other = tmp_path / f".other.eagle3-convert-{os.getpid()}-0-0000000a"
     other.mkdir()
+    later = tmp_path / f".zzz.eagle3-convert-{os.getpid()}-0-0000000d"  # another DST whose name sorts after "out"
+    later.mkdir()
     plain = tmp_path / f".out.eagle3-convert-{os.getpid()}-0-0000000b"
     plain.write_text("a file, not a run's directory")
     vanished = f".out.eagle3-convert-{os.getpid()}-0-0000000c"
@@ -535,7 +540,7 @@ def test_debris_of_dead_runs_on_this_dst_is_removed_and_the_rest_kept(tiny, tmp_
     res = convert(tiny["speculators_draft"], dst, progress=False)
     monkeypatch.undo()
     assert sorted(res.cleaned) == sorted(f"removed {d.name}, left by a killed run (pid {os.getpid()})" for d in dead)
-    assert not any(d.exists() for d in dead) and other.is_dir() and plain.is_file()
+    assert not any(d.exists() for d in dead) and other.is_dir() and later.is_dir() and plain.is_file()
     assert len(list(tmp_path.glob("unrelated-*"))) == 30
 
 
@@ -1140,3 +1145,65 @@ def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_pa
     monkeypatch.setattr("pathlib.Path.read_text", namespace["read_text"])
     res = convert(tiny["speculators_draft"], dst, progress=False, run_doctor=False)
     assert res.cleaned == [f"removed {debris}, left by a killed run (pid {debris.split('-')[2]})"] and not _leftovers(tmp_path)
+
+
+def test_a_layer_config_without_num_hidden_layers_is_one_layer(make_draft, tmp_path):
+    """speculators writes the layer's own llama config; one without ``num_hidden_layers`` is the one layer."""
+    src = make_draft("no-n", speculators=True)
+    cfg = json.loads((src / "config.json").read_text())
+    del cfg["transformer_layer_config"]["num_hidden_layers"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    res = convert(src, tmp_path / "out", progress=False)
+    assert res.config["num_hidden_layers"] == 1 and res.report.ok
+
+
+def test_a_parent_someone_wrote_into_is_kept_when_the_run_fails(tiny, tmp_path, monkeypatch):
+    """A parent directory the run created and another process wrote into meanwhile: the failed run removes
+    what it made and leaves that directory (with the other's file), raising its own error."""
+    parent = tmp_path / "a" / "b"
+    real = convert_mod._copy_range
+
+    def meanwhile(src_fd, offset, length, dst_fd, progress):
+        (parent / "theirs.txt").write_text("not the converter's")
+        real(src_fd, offset, max(length - 1, 1), dst_fd, progress)  # and the shard does not read back
+
+    monkeypatch.setattr(convert_mod, "_copy_range", meanwhile)
+    with pytest.raises(ConvertError, match="the written shard does not read back"):
+        convert(tiny["speculators_draft"], parent / "out", progress=False)
+    assert (parent / "theirs.txt").is_file() and sorted(p.name for p in parent.iterdir()) == ["theirs.txt"]
+
+
+def test_a_live_runs_directory_is_kept_while_its_memory_grows(tiny, tmp_path):
+    """The owner token names a process by its start, not by anything that changes while it runs."""
+    import subprocess
+    import sys
+
+    script = ("import pathlib, sys\nfrom eagle3_patches.checkpoint import convert as c\n"
+              "c._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
+              "grown = bytearray(64 << 20)\nprint('ready', flush=True)\nsys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        (alive,) = _leftovers(tmp_path)
+        res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False, run_doctor=False)
+        assert res.cleaned == [] and (tmp_path / alive).is_dir()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_conversion_leaves_no_file_open(make_draft, tmp_path):
+    """Side files, shards and directories are all closed again (a service converting many drafts keeps its fds)."""
+    src = make_draft("with-tokenizer", speculators=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (src / name).write_text("{}")
+
+    def fds():
+        return sorted(os.listdir("/proc/self/fd"))
+
+    convert(src, tmp_path / "warm", progress=False)  # imports and caches first
+    before = fds()
+    res = convert(src, tmp_path / "out", progress=False)
+    assert (res.dst / "tokenizer_config.json").read_text() == "{}"
+    assert fds() == before
