@@ -1126,8 +1126,7 @@ def read_text(self, *a, **kw):
     if self.name == "boot_id":
         raise FileNotFoundError(2, "No such file or directory", str(self))
     return read(self, *a, **kw)
-pathlib.Path.read_text = read_text
-"""
+"""  # defines read_text, a Path.read_text for a kernel without a boot id
 
 
 def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_path, monkeypatch):
@@ -1137,7 +1136,7 @@ def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_pa
     import sys
 
     dst = tmp_path / "out"
-    script = _NO_BOOT_ID + "from eagle3_patches.checkpoint import convert as c\nc._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
+    script = _NO_BOOT_ID + "pathlib.Path.read_text = read_text\nfrom eagle3_patches.checkpoint import convert as c\nc._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
     subprocess.run([sys.executable, "-c", script, str(dst)], check=True)  # a run that made its directory and died
     (debris,) = _leftovers(tmp_path)
     namespace: dict = {}
