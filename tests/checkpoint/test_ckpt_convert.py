@@ -369,7 +369,7 @@ def test_interrupted_forced_run_keeps_the_old_dst(tiny, tmp_path, monkeypatch):
         ({"norm_output": True}, None, "norm_output=true"),
         ({"norm_before_residual": True}, None, "norm_before_residual=true"),
         (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, None, "vLLM reads it as true"),
-        (None, lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}), "input_norm.weight"),
+        (None, lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}), "norm_before_fc (input_norm.weight present)"),
         ({"transformer_layer_config": {"model_type": "qwen3"}}, None, "not a llama layer"),
         ({"transformer_layer_config": {"model_type": "gemma"}}, None, "not a llama layer"),  # sorts before llama
         (None, lambda t: t.update({"layers.0.self_attn.q_norm.weight": torch.ones(16, dtype=torch.bfloat16)}), "qwen3"),
@@ -535,7 +535,9 @@ def test_debris_of_dead_runs_on_this_dst_is_removed_and_the_rest_kept(tiny, tmp_
         return real_lstat(path, *a, **kw)
 
     real_listdir = convert_mod.os.listdir
-    monkeypatch.setattr(convert_mod.os, "listdir", lambda p: [vanished, *real_listdir(p)] if Path(p) == tmp_path else real_listdir(p))
+    # the vanishing entry and the plain file first: every later entry is still looked at
+    monkeypatch.setattr(convert_mod.os, "listdir", lambda p: [vanished, plain.name, *(n for n in real_listdir(p) if n != plain.name)]
+                        if Path(p) == tmp_path else real_listdir(p))
     monkeypatch.setattr(convert_mod.os, "lstat", lstat)
     res = convert(tiny["speculators_draft"], dst, progress=False)
     monkeypatch.undo()
@@ -795,14 +797,14 @@ def test_refused_side_files_are_reported_together(make_draft, tmp_path, kind):
     (src / "tokenizer.json").symlink_to(outside)
     if kind == "too-large":
         (src / "vocab.txt").touch()
-        os.truncate(src / "vocab.txt", convert_mod.MAX_SIDE_FILE_BYTES + 1)  # sparse: nothing is read
+        os.truncate(src / "vocab.txt", (256 << 20) + 1)  # one byte over docs/security.md's bound; sparse: nothing is read
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
     refused = "tokenizer.json" if kind == "link-out" else "tokenizer.json, vocab.txt"
     assert err.value.what.startswith(f"the source's side file(s) {refused} are refused")
     assert err.value.where == str(src) and err.value.fix.startswith("replace each link with the file it stands for")
     if kind == "too-large":
-        assert f"{convert_mod.MAX_SIDE_FILE_BYTES + 1} bytes (at most {convert_mod.MAX_SIDE_FILE_BYTES})" in err.value.found
+        assert f"{(256 << 20) + 1} bytes (at most {256 << 20})" in err.value.found
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 
 
@@ -1206,3 +1208,40 @@ def test_a_conversion_leaves_no_file_open(make_draft, tmp_path):
     res = convert(src, tmp_path / "out", progress=False)
     assert (res.dst / "tokenizer_config.json").read_text() == "{}"
     assert fds() == before
+
+
+def test_the_configs_dtype_is_kept_over_the_weights(make_draft, tmp_path):
+    """``"dtype": "float16"`` with bfloat16 weights: sglang runs the draft in float16 (it casts at load), so the
+    converted config says float16; a ``dtype`` in the layer's own config does not reach the output."""
+    src = make_draft("f16", speculators=True, config={"dtype": "float16", "transformer_layer_config": {"dtype": "float32"}})
+    res = convert(src, tmp_path / "out", progress=False)
+    cfg = json.loads((res.dst / "config.json").read_text())
+    assert cfg["torch_dtype"] == "float16" and "dtype" not in cfg
+
+
+def test_a_draft_vocab_size_unlike_lm_head_is_refused_not_rewritten(make_draft, tmp_path):
+    src = make_draft("vocab", speculators=True, config={"draft_vocab_size": tm.DRAFT_VOCAB // 2})
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what.startswith("the converted draft fails the doctor's checks") and not (tmp_path / "out").exists()
+
+
+def test_a_source_without_the_final_norm_is_refused_naming_it(make_draft, tmp_path):
+    src = make_draft("no-norm", speculators=True, tensors=lambda t: t.pop("norm.weight"))
+    with pytest.raises(ConvertError) as err:
+        convert(src, tmp_path / "out", progress=False)
+    assert err.value.what == "the source lacks tensors every EAGLE-3 draft needs" and err.value.found == "norm.weight"
+
+
+def test_a_one_byte_side_file_is_copied(make_draft, tmp_path):
+    src = make_draft("tiny-side", speculators=True)
+    (src / "merges.txt").write_bytes(b"#")
+    res = convert(src, tmp_path / "out", progress=False)
+    assert (res.dst / "merges.txt").read_bytes() == b"#"
+
+
+def test_a_shard_is_no_more_readable_than_its_source(make_draft, tmp_path):
+    src = make_draft("private", speculators=True)
+    os.chmod(src / "model.safetensors", 0o600)
+    res = convert(src, tmp_path / "out", progress=False)
+    assert os.stat(res.files[0]).st_mode & 0o777 == 0o600
