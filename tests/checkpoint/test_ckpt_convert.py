@@ -1245,3 +1245,12 @@ def test_a_shard_is_no_more_readable_than_its_source(make_draft, tmp_path):
     os.chmod(src / "model.safetensors", 0o600)
     res = convert(src, tmp_path / "out", progress=False)
     assert os.stat(res.files[0]).st_mode & 0o777 == 0o600
+
+
+def test_no_dtype_anywhere_leaves_torch_dtype_out_not_null(make_draft, tmp_path, DELETE):
+    """No ``dtype`` in the config and an ``fc`` stored in a dtype a config cannot name: the output has no
+    ``torch_dtype`` (sglang's auto rule decides) rather than a null one."""
+    src = make_draft("f64", speculators=True, config={"dtype": DELETE},
+                     tensors=lambda t: t.update({"fc.weight": t["fc.weight"].to(torch.float64)}))
+    res = convert(src, tmp_path / "out", progress=False, run_doctor=False)
+    assert "torch_dtype" not in json.loads((res.dst / "config.json").read_text())
