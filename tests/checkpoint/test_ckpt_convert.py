@@ -1254,3 +1254,44 @@ def test_no_dtype_anywhere_leaves_torch_dtype_out_not_null(make_draft, tmp_path,
                      tensors=lambda t: t.update({"fc.weight": t["fc.weight"].to(torch.float64)}))
     res = convert(src, tmp_path / "out", progress=False, run_doctor=False)
     assert "torch_dtype" not in json.loads((res.dst / "config.json").read_text())
+
+
+def test_a_non_root_run_leaves_roots_debris_alone(tiny):
+    """Run as an ordinary user (uid 65534), the converter never touches a dead run's directory that root owns,
+    and one of its own that it cannot wholly remove does not stop the conversion."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if shutil.which("setpriv") is None or os.getuid() != 0:
+        pytest.skip("needs root and setpriv to run the converter as another user")
+    root = Path(tempfile.mkdtemp(prefix="eagle3-uid-"))
+    try:
+        os.chmod(root, 0o1777)  # like /tmp: anyone may create, only owners remove
+        src = root / "src"
+        shutil.copytree(tiny["speculators_draft"], src)
+        os.chmod(src, 0o755)
+        for f in src.iterdir():
+            os.chmod(f, 0o644)
+        debris = root / f".out.eagle3-convert-{os.getpid()}-0-00000001"  # token 0: its owner is gone
+        debris.mkdir(mode=0o755)
+        (debris / "model.safetensors").write_bytes(b"partial")
+        mine = root / f".out.eagle3-convert-{os.getpid()}-0-00000002"  # the user's, holding something it cannot delete
+        (mine / "stuck").mkdir(parents=True)
+        (mine / "stuck" / "f").write_bytes(b"x")
+        os.chown(mine, 65534, 65534)
+        code = ("import sys\nfrom eagle3_patches.checkpoint.convert import convert\n"
+                "print(convert(sys.argv[1], sys.argv[2], progress=False, run_doctor=False).cleaned)\n")
+        env = {**os.environ, "PYTHONPATH": str(Path(convert_mod.__file__).parents[2])}
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+        probe = subprocess.run([*as_user, "import eagle3_patches.checkpoint.convert as c; print(c.__file__)"], capture_output=True,
+                               text=True, env=env, cwd=root)
+        if probe.returncode != 0 or probe.stdout.strip() != convert_mod.__file__:  # not this checkout's code: nothing to test
+            pytest.skip(f"uid 65534 cannot run this checkout's converter here: {(probe.stdout + probe.stderr)[-200:]}")
+        run = subprocess.run([*as_user, code, str(src), str(root / "out")], capture_output=True, text=True, env=env, cwd=root)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.strip() == str([f"removed {mine.name}, left by a killed run (pid {os.getpid()})"]), run.stdout
+        assert (debris / "model.safetensors").read_bytes() == b"partial"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
