@@ -1121,14 +1121,11 @@ def test_an_old_dst_put_back_is_refused_before_copying_without_force(tiny, tmp_p
     assert not copied and (dst / "mine.txt").read_text() == "old draft" and not _leftovers(tmp_path)
 
 
-_NO_BOOT_ID = """
-import pathlib, sys
-read = pathlib.Path.read_text
-def read_text(self, *a, **kw):
+def _read_text_without_boot_id(self, *a, **kw):
+    """``Path.read_text`` on a kernel without a boot id (the original is ``Path._read_text_with_boot_id``)."""
     if self.name == "boot_id":
         raise FileNotFoundError(2, "No such file or directory", str(self))
-    return read(self, *a, **kw)
-"""  # defines read_text, a Path.read_text for a kernel without a boot id
+    return Path._read_text_with_boot_id(self, *a, **kw)
 
 
 def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_path, monkeypatch):
@@ -1138,12 +1135,15 @@ def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_pa
     import sys
 
     dst = tmp_path / "out"
-    script = _NO_BOOT_ID + "pathlib.Path.read_text = read_text\nfrom eagle3_patches.checkpoint import convert as c\nc._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
+    import inspect
+
+    script = ("import sys\nfrom pathlib import Path\n" + inspect.getsource(_read_text_without_boot_id)
+              + "Path._read_text_with_boot_id = Path.read_text\nPath.read_text = _read_text_without_boot_id\n"
+              "from eagle3_patches.checkpoint import convert as c\nc._temp_name(Path(sys.argv[1]), 'convert').mkdir()\n")
     subprocess.run([sys.executable, "-c", script, str(dst)], check=True)  # a run that made its directory and died
     (debris,) = _leftovers(tmp_path)
-    namespace: dict = {}
-    exec(_NO_BOOT_ID, namespace)  # this process on the same kernel
-    monkeypatch.setattr("pathlib.Path.read_text", namespace["read_text"])
+    monkeypatch.setattr(Path, "_read_text_with_boot_id", Path.read_text, raising=False)  # this process, same kernel
+    monkeypatch.setattr(Path, "read_text", _read_text_without_boot_id)
     res = convert(tiny["speculators_draft"], dst, progress=False, run_doctor=False)
     assert res.cleaned == [f"removed {debris}, left by a killed run (pid {debris.split('-')[2]})"] and not _leftovers(tmp_path)
 
