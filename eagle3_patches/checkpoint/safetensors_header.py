@@ -208,7 +208,8 @@ def _explain(raw: bytes, where: str, data_len: int, library: str) -> HeaderError
     """Why the safetensors library refused this header, as what / found / expected.
 
     Linear in the header: the JSON is parsed with bounded numbers, each dimension is checked
-    to be a u64 and the running product stops as soon as it passes 2^64 bytes.
+    to be a u64 and the running product stops as soon as it passes 2^64 (where the library's
+    checked product overflows: the element count, then the element count x the dtype's bits).
     """
     try:
         obj = _load(raw, where)
@@ -229,11 +230,13 @@ def _explain(raw: bytes, where: str, data_len: int, library: str) -> HeaderError
         if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets) or not 0 <= offsets[0] <= offsets[1] <= _U64:
             return _err(f"tensor {name!r}: data_offsets is not [begin, end] with 0 <= begin <= end", where, found=repr(offsets)[:200])
         bits = DTYPE_BITS[dtype]
-        n = 0 if 0 in shape else 1
-        for d in shape if n else ():
+        n = 1
+        for d in shape:  # the library's checked u64 product, in order: it overflows even where a later dimension is 0
             n *= d
-            if n * bits > 8 * _U64:  # the library's checked u64 product overflows here: stop before it grows
-                return _err(f"tensor {name!r}: dtype x shape overflows 64 bits", where, found=f"{dtype} {repr(shape)[:200]}", expected="a tensor of fewer than 2^64 bytes")
+            if n > _U64:
+                break
+        if n * bits > _U64:  # and then elements x bits, checked too
+            return _err(f"tensor {name!r}: dtype x shape overflows 64 bits", where, found=f"{dtype} {repr(shape)[:200]}", expected="a tensor of fewer than 2^64 bits")
         if (bits * n) % 8:
             return _err(f"tensor {name!r}: {n} elements of {dtype} do not fill whole bytes", where, found=repr(shape)[:200])
         want = bits * n // 8

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,13 +78,40 @@ def _st_dtype(t) -> str:
     return next(n for n, attr in TORCH_DTYPES.items() if getattr(torch, attr, None) == t.dtype)
 
 
+def _header_file(tmp_path, body, data: bytes = b"", name: str = "bad.safetensors") -> Path:
+    raw = json.dumps(body).encode()
+    f = tmp_path / name
+    f.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+    return f
+
+
+def _refusal(f) -> HeaderError:
+    with pytest.raises(HeaderError) as info:
+        read_header(f)
+    return info.value
+
+
+def _library_refusal(f) -> str:
+    """What the safetensors library says of the file ("" when it accepts it)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(f), framework="numpy"):
+            return ""
+    except Exception as exc:  # noqa: BLE001 - any refusal
+        return str(exc)
+
+
+_U64 = (1 << 64) - 1
+
+
 @pytest.mark.parametrize(
     "body, needle",
     [
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}}, r"data_offsets is not \[begin, end\]"),
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [-4, 0]}}, r"data_offsets is not \[begin, end\]"),
-        # the largest tensor a u64 can hold is well-formed (and then far more data than the file has)
-        ({"x": {"dtype": "U8", "shape": [(1 << 64) - 1], "data_offsets": [0, (1 << 64) - 1]}}, "truncated"),
+        # the largest well-formed U8 tensor (2^61 - 1 bytes: its bits fit a u64), far more data than the file has
+        ({"x": {"dtype": "U8", "shape": [(1 << 61) - 1], "data_offsets": [0, (1 << 61) - 1]}}, "truncated"),
         ({"x": {"dtype": "U8", "shape": [2, 1 << 63], "data_offsets": [0, 0]}}, "overflows 64 bits"),
         ({"x": {"dtype": "Q7", "shape": [1], "data_offsets": [0, 1]}}, "unknown dtype"),
         ({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, "non-negative"),
@@ -94,12 +124,185 @@ def _st_dtype(t) -> str:
     ],
 )
 def test_bad_headers(tmp_path, body, needle):
-    raw = json.dumps(body).encode()
-    f = tmp_path / "bad.safetensors"
-    f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0" * 8)
-    with pytest.raises(HeaderError, match=needle) as info:
-        read_header(f)
-    assert info.value.where == str(f) and info.value.fix
+    f = _header_file(tmp_path, body, b"\0" * 8)
+    err = _refusal(f)
+    assert re.search(needle, err.what), err  # the what alone: the test's id is in the path, so in str(err)
+    assert err.where == str(f) and err.fix
+    assert _library_refusal(f)  # never stricter than the loader
+
+
+@pytest.mark.parametrize(
+    "body, data_len, what, found, expected",
+    [
+        # a span longer than dtype x shape, and shorter, and one for a tensor with a zero dimension
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}}, 8,
+         "tensor 'x': data_offsets span does not match dtype and shape", "8 bytes ([0, 8])", "4 bytes for F32 [1]"),
+        ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, 4,
+         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "8 bytes for F32 [2]"),
+        ({"x": {"dtype": "F32", "shape": [0], "data_offsets": [0, 4]}}, 4,
+         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "0 bytes for F32 [0]"),
+        ({"x": {"dtype": "U8", "shape": [_U64, 0], "data_offsets": [0, 4]}}, 4,
+         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", f"0 bytes for U8 [{_U64}, 0]"),
+        # the sub-byte dtypes' widths
+        ({"x": {"dtype": "F4", "shape": [4], "data_offsets": [0, 3]}}, 3,
+         "tensor 'x': data_offsets span does not match dtype and shape", "3 bytes ([0, 3])", "2 bytes for F4 [4]"),
+        ({"x": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [0, 4]}}, 4,
+         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "3 bytes for F6_E2M3 [4]"),
+        ({"x": {"dtype": "F6_E3M2", "shape": [4], "data_offsets": [0, 4]}}, 4,
+         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "3 bytes for F6_E3M2 [4]"),
+        ({"x": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, 2, "tensor 'x': 3 elements of F4 do not fill whole bytes", "[3]", ""),
+        # the tiling of the data region
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, 8, "tensor 'x': data leaves a gap before it", "begins at 4", "begins at 0"),
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}, 6,
+         "tensor 'y': data overlaps the previous tensor", "begins at 2", "begins at 4"),
+        ({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}, 8,
+         "safetensors file is truncated: the header declares more data than the file holds", "8 data bytes", "12 data bytes"),
+        ({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, 2,
+         "safetensors file has trailing bytes after the last tensor", "2 data bytes", "1 data bytes"),
+        # offsets that are no [begin, end]: not a list, missing, three numbers (whose first two would fit), one
+        *[({"x": {"dtype": "F32", "shape": [1], **({} if offsets is None else {"data_offsets": offsets})}}, 4,
+           "tensor 'x': data_offsets is not [begin, end] with 0 <= begin <= end", repr(offsets), "")
+          for offsets in (7, None, [0, 4, 8], [4])],
+        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": [1]}, 4, "tensor 'y': header entry is not an object", "[1]", ""),
+    ],
+)
+def test_a_refused_header_says_what_was_found_and_what_was_expected(tmp_path, body, data_len, what, found, expected):
+    f = _header_file(tmp_path, body, b"\0" * data_len)
+    err = _refusal(f)
+    assert (err.what, err.found, err.expected) == (what, found, expected)
+    assert _library_refusal(f)
+
+
+#: shapes at the library's overflow: elements x bits past 2^64 - 1 or not, and (its product runs in order) a 0
+#: after the element count overflowed or before it could
+_OVERFLOW_CASES = [
+    ("U8", [_U64]), ("U8", [1 << 61]), ("U8", [(1 << 61) - 1]), ("BOOL", [(1 << 61) - 1]),
+    ("F32", [1 << 59]), ("F32", [(1 << 59) - 1]), ("F4", [1 << 62]), ("F4", [(1 << 62) - 2]),
+    ("U8", [1 << 32, 1 << 32, 0]), ("U8", [1 << 32, (1 << 32) - 1, 0]), ("U8", [0, 1 << 32, 1 << 32]), ("U8", [_U64, 0]),
+]
+
+
+@pytest.mark.parametrize("dtype, shape", _OVERFLOW_CASES)
+def test_dtype_x_shape_overflows_exactly_where_the_librarys_checked_product_does(tmp_path, dtype, shape):
+    f = _header_file(tmp_path, {"x": {"dtype": dtype, "shape": shape, "data_offsets": [0, 0]}})
+    library = _library_refusal(f)
+    try:
+        what = read_header(f).names and ""
+    except HeaderError as exc:
+        what = exc.what
+    assert ("overflows 64 bits" in what) == ("overflow" in library), (what, library)
+
+
+def test_the_overflow_cases_hold_both_answers(tmp_path):
+    """The table above is no vacuous agreement: the library overflows on some of its shapes and not on others."""
+    said = {"overflow" in _library_refusal(_header_file(tmp_path, {"x": {"dtype": d, "shape": s, "data_offsets": [0, 0]}}))
+            for d, s in _OVERFLOW_CASES}
+    assert said == {True, False}
+
+
+def test_each_dtypes_bit_width_is_the_librarys(tmp_path):
+    """A tensor of 8 elements of each dtype, sized by DTYPE_BITS, is what the library accepts; one byte more it refuses."""
+    from eagle3_patches.checkpoint.safetensors_header import DTYPE_BITS, tensor_nbytes
+
+    for dtype in DTYPE_BITS:
+        header, offsets = encode_header([("x", dtype, [8])])
+        nbytes = tensor_nbytes(dtype, [8])
+        assert offsets["x"] == (0, nbytes)
+        f = tmp_path / f"{dtype}.safetensors"
+        f.write_bytes(header + b"\0" * nbytes)
+        assert read_header(f).tensors["x"].nbytes == nbytes, dtype
+        body = {"x": {"dtype": dtype, "shape": [8], "data_offsets": [0, nbytes + 1]}}
+        assert "does not match" in _refusal(_header_file(tmp_path, body, b"\0" * (nbytes + 1))).what, dtype
+
+
+def test_the_dtype_classes_are_torchs():
+    """The doctor's float (weights) and integer (d2t) dtype classes, as torch classes the dtypes it can store."""
+    from eagle3_patches.checkpoint.safetensors_header import FLOAT_DTYPES, INT_DTYPES
+
+    dtypes = {name: getattr(torch, attr) for name, attr in TORCH_DTYPES.items() if hasattr(torch, attr)}
+    ints = {n for n, d in dtypes.items() if not d.is_floating_point and not d.is_complex and d != torch.bool}
+    floats = {n for n, d in dtypes.items() if d.is_floating_point and d.itemsize >= 2}  # the fp8 kinds are quantized
+    assert (INT_DTYPES, FLOAT_DTYPES) == (ints, floats)
+
+
+@pytest.mark.parametrize(
+    "entry, cut",
+    [
+        ({"dtype": "Q" * 100, "shape": [1], "data_offsets": [0, 1]}, lambda e: repr(e["dtype"])[:80]),
+        ({"dtype": "F32", "shape": [-1] * 100, "data_offsets": [0, 4]}, lambda e: repr(e["shape"])[:200]),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0] * 100}, lambda e: repr(e["data_offsets"])[:200]),
+        ({"dtype": "F4", "shape": [1] * 100 + [3], "data_offsets": [0, 2]}, lambda e: repr(e["shape"])[:200]),
+        ({"dtype": "U8", "shape": [1 << 32] * 100, "data_offsets": [0, 0]}, lambda e: "U8 " + repr(e["shape"])[:200]),
+        ([0] * 100, lambda e: repr(e)[:200]),
+    ],
+)
+def test_a_long_value_is_shown_cut(tmp_path, entry, cut):
+    err = _refusal(_header_file(tmp_path, {"x": entry}, b"\0" * 4))
+    assert err.found == cut(entry) and len(err.found) < len(repr(entry))
+
+
+def test_long_metadata_and_a_long_library_message_are_shown_cut(tmp_path):
+    from eagle3_patches.checkpoint.safetensors_header import _explain
+
+    meta = {f"k{i}": i for i in range(100)}
+    err = _refusal(_header_file(tmp_path, {"__metadata__": meta}))
+    assert err.found == repr(meta)[:200]
+    # a header the hand-written checks find nothing wrong with: the library's own words, cut at 300 characters
+    raw = json.dumps({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}).encode()
+    assert _explain(raw, "w", 1, "E" * 400).found == "E" * 300
+
+
+def test_a_file_of_a_header_only_is_read(tmp_path):
+    """No data at all (8 + N bytes exactly): a valid file of no tensors, or of empty ones."""
+    f = _header_file(tmp_path, {"__metadata__": {"format": "pt"}, "x": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}})
+    h = read_header(f)
+    assert (h.names, h.metadata, h.data_len, h.tensors["x"].shape) == (["x"], {"format": "pt"}, 0, (0, 3))
+
+
+def test_a_header_cut_by_one_byte_is_truncated_before_it_is_read(tmp_path):
+    f = _header_file(tmp_path, {"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}})
+    raw = f.read_bytes()
+    f.write_bytes(raw[:-1])
+    n = len(raw) - 8
+    reset_bytes_read()
+    err = _refusal(f)
+    assert (err.what, err.found, err.expected) == ("safetensors header is truncated", f"file of {n + 7} bytes", f"at least {n + 8} bytes (header length {n})")
+    assert bytes_read() == 8  # the length only
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_header_length_bound_is_the_librarys(tmp_path, extra):
+    from eagle3_patches.checkpoint.safetensors_header import MAX_HEADER_BYTES
+
+    n = MAX_HEADER_BYTES + extra
+    f = tmp_path / "big.safetensors"
+    with open(f, "wb") as fh:  # sparse: "{}" and zeros
+        fh.write(n.to_bytes(8, "little") + b"{}")
+        fh.truncate(8 + n)
+    err = _refusal(f)
+    assert ("implausible" in err.what) == ("too large" in _library_refusal(f)) == bool(extra), err
+
+
+def test_the_files_permission_bits_are_kept(tmp_path):
+    f = _header_file(tmp_path, {"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, b"\0")
+    f.chmod(0o2751)
+    assert read_header(f).mode == 0o2751
+
+
+def test_encode_header_refuses_a_duplicate_or_reserved_name():
+    for entries in ([("a", "U8", [1]), ("a", "U8", [1])], [("__metadata__", "U8", [1])]):
+        with pytest.raises(ValueError, match="duplicate or reserved tensor name"):
+            encode_header(entries)
+    assert encode_header([("a", "U8", [1]), ("b", "U8", [1])])[1] == {"a": (0, 1), "b": (1, 2)}
+
+
+def test_nothing_is_counted_read_before_anything_is_read():
+    import subprocess
+    import sys
+
+    code = "from eagle3_patches.checkpoint.safetensors_header import bytes_read; print(bytes_read())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    assert out.stdout.strip() == "0"
 
 
 def test_duplicate_keys_and_trailing_bytes(tmp_path):
@@ -420,9 +623,6 @@ def test_d2t_may_be_stored_in_any_integer_dtype(tiny, make_draft, dtype, accepte
 # ------------------------------------------------------------------ formats: typed config reads, bounds, weight files
 import copy  # noqa: E402
 import errno  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from eagle3_patches.checkpoint import formats as F  # noqa: E402
 
