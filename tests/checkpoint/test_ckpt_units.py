@@ -164,6 +164,9 @@ def test_bad_headers(tmp_path, body, needle):
            "tensor 'x': data_offsets is not [begin, end] with 0 <= begin <= end", repr(offsets), "")
           for offsets in (7, None, [0, 4, 8], [4])],
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": [1]}, 4, "tensor 'y': header entry is not an object", "[1]", ""),
+        # the largest end a u64 holds is an end (and then far from what one U8 needs)
+        ({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, _U64]}}, 1,
+         "tensor 'x': data_offsets span does not match dtype and shape", f"{_U64} bytes ([0, {_U64}])", "1 bytes for U8 [1]"),
     ],
 )
 def test_a_refused_header_says_what_was_found_and_what_was_expected(tmp_path, body, data_len, what, found, expected):
@@ -226,19 +229,21 @@ def test_the_dtype_classes_are_torchs():
 
 
 @pytest.mark.parametrize(
-    "entry, cut",
+    "entry, field, cut",
     [
-        ({"dtype": "Q" * 100, "shape": [1], "data_offsets": [0, 1]}, lambda e: repr(e["dtype"])[:80]),
-        ({"dtype": "F32", "shape": [-1] * 100, "data_offsets": [0, 4]}, lambda e: repr(e["shape"])[:200]),
-        ({"dtype": "F32", "shape": [1], "data_offsets": [0] * 100}, lambda e: repr(e["data_offsets"])[:200]),
-        ({"dtype": "F4", "shape": [1] * 100 + [3], "data_offsets": [0, 2]}, lambda e: repr(e["shape"])[:200]),
-        ({"dtype": "U8", "shape": [1 << 32] * 100, "data_offsets": [0, 0]}, lambda e: "U8 " + repr(e["shape"])[:200]),
-        ([0] * 100, lambda e: repr(e)[:200]),
+        ({"dtype": "Q" * 100, "shape": [1], "data_offsets": [0, 1]}, "found", lambda e: repr(e["dtype"])[:80]),
+        ({"dtype": "F32", "shape": [-1] * 100, "data_offsets": [0, 4]}, "found", lambda e: repr(e["shape"])[:200]),
+        ({"dtype": "F32", "shape": [1], "data_offsets": [0] * 100}, "found", lambda e: repr(e["data_offsets"])[:200]),
+        ({"dtype": "F4", "shape": [1] * 100 + [3], "data_offsets": [0, 2]}, "found", lambda e: repr(e["shape"])[:200]),
+        ({"dtype": "U8", "shape": [1 << 32] * 100, "data_offsets": [0, 0]}, "found", lambda e: "U8 " + repr(e["shape"])[:200]),
+        ({"dtype": "F32", "shape": [1] * 100, "data_offsets": [0, 8]}, "expected", lambda e: "4 bytes for F32 " + repr(e["shape"])[:200]),
+        ([0] * 100, "found", lambda e: repr(e)[:200]),
     ],
 )
-def test_a_long_value_is_shown_cut(tmp_path, entry, cut):
-    err = _refusal(_header_file(tmp_path, {"x": entry}, b"\0" * 4))
-    assert err.found == cut(entry) and len(err.found) < len(repr(entry))
+def test_a_long_value_is_shown_cut(tmp_path, entry, field, cut):
+    err = _refusal(_header_file(tmp_path, {"x": entry}, b"\0" * 8))
+    shown = getattr(err, field)
+    assert shown == cut(entry) and len(shown) < len(repr(entry))
 
 
 def test_long_metadata_and_a_long_library_message_are_shown_cut(tmp_path):
