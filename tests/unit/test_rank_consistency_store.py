@@ -126,12 +126,14 @@ def _hook_observations(rank: int, world: int, port: int) -> dict:
     return out
 
 
-def test_the_model_load_hook_checks_the_target_once_per_process_and_nothing_else():
-    out = run_ranks(_hook_observations, 2, cpu_profile=False, timeout=180)
-    assert out[0] == out[1] == {
+@pytest.mark.parametrize("world", [2, 1])
+def test_the_model_load_hook_checks_the_target_once_per_process_and_nothing_else(world):
+    """Two ranks: the target's first load publishes and compares; one rank alone has no one to compare with."""
+    out = run_ranks(_hook_observations, world, cpu_profile=False, timeout=180)
+    assert out == [{
         "before init": "model 1",  # no process group: nothing to compare with
         "draft": ("model 2", False),
         "check off": ("model 3", False),
-        "target": ("model 4", True),
+        "target": ("model 4", world > 1),
         "target again": ("model 5", False),
-    }
+    }] * world
