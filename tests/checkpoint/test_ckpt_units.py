@@ -159,10 +159,11 @@ def test_bad_headers(tmp_path, body, needle):
          "safetensors file is truncated: the header declares more data than the file holds", "8 data bytes", "12 data bytes"),
         ({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, 2,
          "safetensors file has trailing bytes after the last tensor", "2 data bytes", "1 data bytes"),
-        # offsets that are no [begin, end]: not a list, missing, three numbers (whose first two would fit), one
+        # offsets that are no [begin, end]: not a list, missing, three numbers (whose first two would fit), one,
+        # a begin of -1 (whose span would fit)
         *[({"x": {"dtype": "F32", "shape": [1], **({} if offsets is None else {"data_offsets": offsets})}}, 4,
            "tensor 'x': data_offsets is not [begin, end] with 0 <= begin <= end", repr(offsets), "")
-          for offsets in (7, None, [0, 4, 8], [4])],
+          for offsets in (7, None, [0, 4, 8], [4], [-1, 3])],
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": [1]}, 4, "tensor 'y': header entry is not an object", "[1]", ""),
         # the largest end a u64 holds is an end (and then far from what one U8 needs)
         ({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, _U64]}}, 1,
