@@ -139,6 +139,8 @@ def test_bad_headers(tmp_path, body, needle):
          "tensor 'x': data_offsets span does not match dtype and shape", "8 bytes ([0, 8])", "4 bytes for F32 [1]"),
         ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, 4,
          "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "8 bytes for F32 [2]"),
+        ({"__metadata__": {"format": "pt"}, "x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, 4,
+         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "8 bytes for F32 [2]"),
         ({"x": {"dtype": "F32", "shape": [0], "data_offsets": [0, 4]}}, 4,
          "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "0 bytes for F32 [0]"),
         ({"x": {"dtype": "U8", "shape": [_U64, 0], "data_offsets": [0, 4]}}, 4,
@@ -321,6 +323,19 @@ def test_duplicate_keys_and_trailing_bytes(tmp_path):
     f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0\0")
     with pytest.raises(HeaderError, match="trailing"):
         read_header(f)
+
+
+def test_a_duplicate_name_is_refused_where_an_escaped_key_hides_one_entrys_offsets(tmp_path):
+    """Two entries named ``x``, the second spelling ``data_offsets`` with a JSON escape: the library keeps the
+    last and loads the file; the literal ``"data_offsets"`` count matches its one name, so only a parse of the
+    header (which a backslash forces) sees the duplicate."""
+    raw = (b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, '
+           b'"x": {"dtype": "U8", "shape": [1], "data\\u005foffsets": [0, 1]}}')
+    assert json.loads(raw.replace(b'"x"', b'"y"', 1))["x"]["data_offsets"] == [0, 1]  # the escape is the key
+    f = tmp_path / "dup.safetensors"
+    f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0")
+    assert _library_refusal(f) == ""
+    assert _refusal(f).what == "safetensors header has a duplicate name"
 
 
 @pytest.mark.parametrize("size", [0, 7])
