@@ -137,3 +137,12 @@ def test_the_model_load_hook_checks_the_target_once_per_process_and_nothing_else
         "target": ("model 4", world > 1),
         "target again": ("model 5", False),
     }] * world
+
+
+def test_another_version_is_named_whichever_sorts_first():
+    """The versions are compared for equality: a newer one on the other rank (here mine with a local tag, which
+    sorts after it) is named as an older one is."""
+    mine = rc.patch_set()
+    store = torch_dist.HashStore()
+    _publish(store, 1, {**mine, "eagle3_patches": mine["eagle3_patches"] + "+other"})
+    assert _refusal(store, 0, 2).found == f"eagle3-patches {mine['eagle3_patches']} on rank 0, {mine['eagle3_patches']}+other on rank 1"
