@@ -106,6 +106,23 @@ def test_check_lists_every_patch_applicable_and_writes_nothing(tree, capsys):
     assert fork.tree_digest(tree) == before
 
 
+def test_the_json_report_is_the_whole_report_and_nothing_else(tree, capsys):
+    """``--json`` prints one JSON document (no human lines before it): what a script reads back after applying."""
+    import json
+
+    assert _cli(["--sglang-root", str(tree), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got == {
+        "root": str(tree), "series": SERIES.name, "mode": "apply", "sglang": SERIES.sglang_version,
+        "patches": [{"name": n, "filename": p.filename, "state": "applied", "files": [f.path for f in p.files]}
+                    for n, p in zip(FIXES, SERIES.patches)],
+        "changed": sorted(SERIES.touched()), "recovered": [],
+    }
+    assert _cli(["--sglang-root", str(tree), "--check", "--revert", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert (got["mode"], {o["state"] for o in got["patches"]}, got["changed"]) == ("check-revert", {"revertible"}, sorted(SERIES.touched()))
+
+
 def test_apply_is_idempotent_and_revert_restores_every_byte(tree):
     pristine = fork.tree_digest(tree)
     first = fork.apply_series(tree)
