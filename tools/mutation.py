@@ -201,9 +201,11 @@ def _test_files(heavy: bool = False) -> list[Path]:
 #: modules whose tests reach them through the commands built on them rather than by name: those commands' test
 #: files too (formats: every config, index and shard the doctor and the converter read goes through it; its own
 #: unit tests alone left 204 of 254 mutants alive; the registry: what it records of a patch's touches is tested
-#: by the drift report's tests, the selection by the settings by the activation tests)
+#: by the drift report's tests, the selection by the settings by the activation tests, the fork series' members
+#: and the in-source state by the fork tests)
 TESTED_THROUGH = {"eagle3_patches/checkpoint/formats.py": ["test_ckpt_doctor.py", "test_ckpt_convert.py"],
-                  "eagle3_patches/registry.py": ["test_drift_report.py", "test_activation.py", "test_adding_a_patch.py"]}
+                  "eagle3_patches/registry.py": ["test_drift_report.py", "test_activation.py", "test_adding_a_patch.py",
+                                                 "test_fork.py"]}
 
 
 def tests_for(module: Path) -> list[Path]:

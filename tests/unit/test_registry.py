@@ -323,3 +323,111 @@ def test_applied_is_derived_from_the_originals_held(module_name):
     assert all(s.state is State.APPLIED for s in reg.status().values())
     reg._unland("two")  # the saver gone, by whatever path
     assert reg.status()["two"].state is not State.APPLIED and "attr1" not in mod.Target.__dict__
+
+
+# ------------------------------------------------------------------ selection, queries, version ranges, markers
+def _second_module(tmp_path, name: str) -> str:
+    (tmp_path / f"{name}.py").write_text("class Target:\n    def method(self):\n        return 'original'\n")
+    return name
+
+
+def test_a_patch_lands_on_its_own_module_only(module_name, tmp_path):
+    """Two patches on two modules, selected together: importing the one module lands its patch, not the other's
+    (whose module sorts before or after it)."""
+    before, after = _second_module(tmp_path, "aaa_" + module_name), _second_module(tmp_path, "zzz_" + module_name)
+    try:
+        reg = Registry("t", [_patch(before, name="on_before"), _patch(module_name, name="on_mine"), _patch(after, name="on_after")])
+        reg.apply()
+        mod = importlib.import_module(module_name)
+        assert {n: s.state for n, s in reg.status().items()} == {"on_before": State.PENDING, "on_mine": State.APPLIED, "on_after": State.PENDING}
+        assert mod.Target().method() == "patched:original"
+        assert importlib.import_module(after).Target().method() == "patched:original"
+        assert reg.status()["on_after"].state is State.APPLIED and reg.status()["on_before"].state is State.PENDING
+    finally:
+        sys.modules.pop(before, None)
+        sys.modules.pop(after, None)
+
+
+def test_a_disabled_or_already_selected_patch_does_not_stop_the_ones_after_it(module_name, monkeypatch):
+    monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", "a")
+    settings.reload()
+    reg = Registry("t", [_patch(module_name, name="a"), _patch(module_name, name="b"), _patch(module_name, name="c", add=True)])
+    reg.apply(["a", "b"])
+    assert [reg.status()[n].state for n in "abc"] == [State.DISABLED, State.PENDING, State.NOT_SELECTED]
+    reg.apply(["b", "c"])  # b is selected already
+    mod = importlib.import_module(module_name)
+    assert [reg.status()[n].state for n in "abc"] == [State.DISABLED, State.APPLIED, State.APPLIED]
+    assert mod.Target().added() == "new"
+
+
+def test_a_patch_needs_a_name_of_its_own():
+    p = Patch()
+    with pytest.raises(ValueError, match="empty or registered twice"):
+        Registry("t", [p])
+    q = Patch()
+    q.name = "q"
+    with pytest.raises(ValueError, match="'q' empty or registered twice"):
+        Registry("t", [q, q])
+
+
+def test_queries_match_owner_and_attribute_both(module_name):
+    mod = importlib.import_module(module_name)
+    other = type("Other", (), {"method": lambda self: "other"})
+    mod.Target.plain = "kept"
+    reg = Registry("t", [_patch(module_name)])
+    reg.apply()
+    assert reg.is_object_patched(mod.Target, "method")
+    assert not reg.is_object_patched(mod.Target, "plain") and not reg.is_object_patched(other, "method")
+    assert reg.get_original(mod.Target, "plain") == "kept"  # not patched: what the class holds
+    assert reg.get_original(other, "method") is other.__dict__["method"]
+
+
+@pytest.mark.parametrize("version, spec, covered", [
+    ("0.5", "==0.5.0", True),  # a short release is padded with zeros
+    ("1", "==1.0.0", True),
+    ("0.5.9.post1", "<=0.5.9", True),  # a post release is its base release
+    ("0.5.9.1", "<=0.5.9", True),  # a fourth number too
+    ("0.5.10", "<=0.5.9", False),
+])
+def test_a_release_is_compared_as_its_first_three_numbers(version, spec, covered):
+    from packaging.version import Version
+
+    p = Patch()
+    p.applies_to = SpecifierSet(spec)
+    assert p.covers(Version(version)) is covered
+    assert p.covers(None) is True  # no sglang found: nothing to exclude
+
+
+def test_the_fork_marker_is_read_from_the_modules_file_only(tmp_path):
+    from eagle3_patches.registry import SOURCE_MARKER, in_source
+
+    f = tmp_path / "m.py"
+    f.write_text(f"# {SOURCE_MARKER.format(name='p')}\n")
+    assert in_source(str(f), "p") and not in_source(str(f), "q")
+    assert not in_source(None, "p")  # a module without a file (a namespace package, a builtin)
+    assert not in_source(str(tmp_path / "missing.py"), "p") and not in_source(str(tmp_path), "p")  # unreadable
+
+
+def test_a_restored_addition_that_is_gone_already_is_no_error(module_name):
+    from eagle3_patches.registry import Saver
+
+    mod = importlib.import_module(module_name)
+    saver = Saver()
+    saver.set(mod.Target, "added", 1)
+    del mod.Target.added
+    saver.restore()
+    assert "added" not in mod.Target.__dict__ and saver.records == []
+
+
+
+def test_a_patch_is_tried_once_even_when_another_lands_on_its_module_later(module_name):
+    """A patch's state is the outcome of its one attempt: a later apply() landing another patch on the same
+    module does not ask the first again (whose check might pass on the changed module and land it unasked)."""
+    asked = []
+    up = _patch(module_name, name="up")
+    up.upstream = lambda module: asked.append(1) or "fixed upstream"
+    importlib.import_module(module_name)
+    reg = Registry("t", [up, _patch(module_name, name="later")])
+    reg.apply(["up"])
+    reg.apply(["later"])
+    assert (reg.status()["up"].state, reg.status()["later"].state, len(asked)) == (State.UPSTREAM, State.APPLIED, 1)
