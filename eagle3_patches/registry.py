@@ -99,13 +99,8 @@ def _where(owner: Any, attr: str | None = None) -> tuple[str, str]:
     """(module, qualname) of ``owner.attr`` (or of ``owner``) as sglang's source defines it."""
     owner = getattr(owner, "__wrapped__", owner) if isinstance(owner, wrapt.ObjectProxy) else owner
     if isinstance(owner, ModuleType):
-        if attr is None:
-            return owner.__name__, ""
-        value = owner.__dict__.get(attr)
-        home = getattr(value, "__module__", None)
-        if callable(value) and home == owner.__name__ and getattr(value, "__qualname__", "") == attr:
-            return home, attr
-        return owner.__name__, attr  # a module-level name (defined, imported or assigned there)
+        # a module-level name, defined, imported or assigned there: recorded where the patch looks it up
+        return owner.__name__, "" if attr is None else attr
     if inspect.isclass(owner):
         if attr:  # where the attribute is defined: the class itself or the base it inherits it from
             owner = next((k for k in inspect.getmro(owner) if attr in vars(k)), owner)
