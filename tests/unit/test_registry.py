@@ -431,3 +431,51 @@ def test_a_patch_is_tried_once_even_when_another_lands_on_its_module_later(modul
     reg.apply(["up"])
     reg.apply(["later"])
     assert (reg.status()["up"].state, reg.status()["later"].state, len(asked)) == (State.UPSTREAM, State.APPLIED, 1)
+
+
+def test_revert_of_an_unknown_name_is_refused_before_anything_comes_off(module_name):
+    mod = importlib.import_module(module_name)
+    reg = Registry("t", [_patch(module_name)])
+    reg.apply()
+    with pytest.raises(KeyError, match="unknown patch 'nope'; known t patches: p"):
+        reg.revert(["p", "nope"])
+    assert reg.status()["p"].state is State.APPLIED and mod.Target().method() == "patched:original"
+
+
+def test_a_reverted_patch_can_be_applied_again(module_name):
+    mod = importlib.import_module(module_name)
+    reg = Registry("t", [_patch(module_name)])
+    reg.apply()
+    reg.revert(["p"])
+    assert mod.Target().method() == "original"
+    reg.apply(["p"])
+    assert reg.status()["p"].state is State.APPLIED and mod.Target().method() == "patched:original"
+
+
+def test_a_patch_that_finds_sglang_changed_halfway_leaves_nothing_behind(module_name):
+    """``patch()`` changed one attribute, then found the next one missing (``Saver.wrap`` raises NotApplicable):
+    the first change is undone and the patch reports why."""
+    mod = importlib.import_module(module_name)
+    original = mod.Target.__dict__["method"]
+
+    class Halfway(Patch):
+        name, summary, module = "halfway", "test patch", module_name
+
+        def patch(self, module, saver):
+            saver.wrap(module.Target, "method", lambda wrapped, inst, a, k: "patched")
+            saver.wrap(module.Target, "gone", lambda wrapped, inst, a, k: "patched")
+
+    reg = Registry("t", [Halfway()])
+    reg.apply()
+    assert mod.Target.__dict__["method"] is original
+    status = reg.status()["halfway"]
+    assert (status.state, status.reason) == (State.NOT_APPLICABLE, "Target.gone is not defined on that class")
+
+
+def test_each_patch_applied_is_logged_for_debugging(module_name, caplog):
+    import logging
+
+    importlib.import_module(module_name)
+    with caplog.at_level(logging.DEBUG, logger="eagle3_patches"):
+        Registry("t", [_patch(module_name)]).apply()
+    assert "eagle3-patches: applied p" in caplog.messages
