@@ -479,3 +479,20 @@ def test_each_patch_applied_is_logged_for_debugging(module_name, caplog):
     with caplog.at_level(logging.DEBUG, logger="eagle3_patches"):
         Registry("t", [_patch(module_name)]).apply()
     assert "eagle3-patches: applied p" in caplog.messages
+
+
+def test_a_failure_rolls_back_its_own_apply_call_only(module_name):
+    """A patch that failed in a later apply() call takes down the patches selected with it, not those an earlier
+    call applied; once its cause is gone it can be selected again."""
+    mod = importlib.import_module(module_name)
+    bad = _patch(module_name, name="bad", fail=True, add=True)
+    reg = Registry("t", [_patch(module_name, name="good"), bad])
+    reg.apply(["good"])
+    with pytest.raises(PatchError, match="'bad' failed"):
+        reg.apply(["bad"])
+    assert reg.status()["good"].state is State.APPLIED and mod.Target().method() == "patched:original"
+    assert reg.status()["bad"].state is State.FAILED and "added" not in mod.Target.__dict__
+
+    bad.patch = lambda module, saver: saver.set(module.Target, "added", lambda self: "new")  # fixed
+    reg.apply(["bad"])
+    assert reg.status()["bad"].state is State.APPLIED and mod.Target().added() == "new"
