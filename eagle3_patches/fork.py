@@ -225,7 +225,8 @@ def parse_unified_diff(text: str, source: str = "<diff>") -> list[FileDiff]:
                     seen_new += 1
                 i += 1
             if seen_old != old_len or seen_new != new_len:
-                raise ForkError(f"eagle3-patches: {source}: hunk {hunk.header} is truncated")
+                raise ForkError(f"eagle3-patches: {source}: hunk {hunk.header} has {seen_old} old and {seen_new} new "
+                                f"line(s), its header says {old_len} and {new_len} (truncated, or edited by hand)")
             files[-1].hunks.append(hunk)
             continue
         i += 1
@@ -284,9 +285,7 @@ def make_unified_diff(path: str, before: bytes, after: bytes, context: int = 3) 
     b = after.decode("utf-8").splitlines(keepends=True)
     out = []
     for line in difflib.unified_diff(a, b, f"a/{path}", f"b/{path}", n=context):
-        if line.startswith(("---", "+++")):
-            out.append(line.rstrip("\n") + "\n")
-        elif line.endswith("\n"):
+        if line.endswith("\n"):
             out.append(line)
         else:  # last line of a file without a final newline
             out.append(line + "\n\\ No newline at end of file\n")
@@ -430,7 +429,6 @@ def plan(root: Path, series: Series, *, revert: bool = False) -> Plan:
                 continue
             for fd in pending_files:
                 contents[fd.path] = _transform(root, patch, fd, contents[fd.path], reverse=False)
-                levels[fd.path] += 1
             result.outcomes.append(PatchOutcome(patch.name, patch.filename, "applicable", names))
         else:
             if not applied_files:
@@ -438,7 +436,6 @@ def plan(root: Path, series: Series, *, revert: bool = False) -> Plan:
                 continue
             for fd in applied_files:
                 contents[fd.path] = _transform(root, patch, fd, contents[fd.path], reverse=True)
-                levels[fd.path] -= 1
             result.outcomes.append(PatchOutcome(patch.name, patch.filename, "revertible", names))
     if revert:
         result.outcomes.reverse()
@@ -462,28 +459,10 @@ def _transform(root: Path, patch: PatchFile, fd: FileDiff, data: bytes, *, rever
 
 def _refuse_unknown(root: Path, series: Series, path: str, data: bytes, revert: bool) -> None:
     """The file is in none of the states the series knows: name the first hunk that does not fit."""
-    lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
-    detail = ""
-    current = lines
-    for patch in series.patches:
-        for fd in patch.files:
-            if fd.path != path:
-                continue
-            try:  # already applied here?
-                apply_hunks(current, fd.hunks, reverse=True, exact=False)
-                continue  # keep the patched text: later patches of the file build on it
-            except HunkMismatch:
-                pass
-            try:
-                current = apply_hunks(current, fd.hunks, exact=False)
-                continue
-            except HunkMismatch as exc:
-                detail = (f"; {patch.filename} {exc} does not fit it (neither its old nor its new text is there, "
-                          "even at an offset)")
-                break
-        if detail:
-            break
-    if not detail:
+    misfit = _first_misfit(series, path, data.decode("utf-8", errors="replace").splitlines(keepends=True))
+    if misfit:
+        detail = f"; {misfit} does not fit it (neither its old nor its new text is there, even at an offset)"
+    else:
         detail = ("; every hunk of the series fits, so it was changed outside the lines the series touches "
                   "(a local edit, or another sglang build)")
     raise ForkError(
@@ -494,6 +473,22 @@ def _refuse_unknown(root: Path, series: Series, path: str, data: bytes, revert: 
         + f"{series.sglang_version}) or check out the release tag, then run again; to carry local edits, "
         "regenerate the series with tools/regen_patch.py."
     )
+
+
+def _first_misfit(series: Series, path: str, lines: list[str]) -> str | None:
+    """"<patch file> hunk #N (...)" for the first hunk of ``path``'s diffs that fits neither way, at any offset."""
+    current = lines
+    for patch, fd in ((p, fd) for p in series.patches for fd in p.files if fd.path == path):
+        try:  # already applied here?
+            apply_hunks(current, fd.hunks, reverse=True, exact=False)
+            continue  # keep the patched text: later patches of the file build on it
+        except HunkMismatch:
+            pass
+        try:
+            current = apply_hunks(current, fd.hunks, exact=False)
+        except HunkMismatch as exc:
+            return f"{patch.filename} {exc}"
+    return None
 
 
 # --------------------------------------------------------------------------- writing
@@ -611,14 +606,9 @@ class Report:
             out.append(f"recovered from an interrupted run: restored {', '.join(self.recovered)}")
         version = self.version or "unrecorded"
         out.append(f"sglang {version} at {self.root} ({self.version_source if self.version else 'identified by checksums'})")
-        verbs = {
-            ("check", "applicable"): "would apply",
-            ("apply", "applicable"): "applied",
-            ("check-revert", "revertible"): "would revert",
-            ("revert", "revertible"): "reverted",
-        }
+        verbs = {"applicable": "would apply", "revertible": "would revert"}  # a dry run's states; a run's are its own
         for o in self.outcomes:
-            verb = verbs.get((self.mode, o.state), o.state)
+            verb = verbs.get(o.state, o.state)
             out.append(f"  {o.filename:<40} {verb:<16} {', '.join(o.files)}")
         if self.mode in ("check", "check-revert"):
             out.append(f"dry run: {len(self.changed)} file(s) would change" if self.changed else "dry run: nothing to change")
@@ -645,12 +635,11 @@ def apply_series(
     root = check_sglang_root(Path(sglang_root) if sglang_root is not None else default_sglang_root())
     loaded = load_series(series)
     if upto is not None:
-        keep = [i for i, p in enumerate(loaded.patches) if upto in (p.name, p.filename)]
-        if not keep:
+        last = next((i for i, p in enumerate(loaded.patches) if upto in (p.name, p.filename)), None)
+        if last is None:
             raise ForkError(f"eagle3-patches: no patch {upto!r} in the series {loaded.name}: "
                             + ", ".join(p.filename for p in loaded.patches))
-        loaded.patches = loaded.patches[: keep[0] + 1]
-        loaded.pristine = {f: d for f, d in loaded.pristine.items() if f in loaded.touched()}
+        loaded.patches = loaded.patches[: last + 1]
     recovered = recover(root)
     p = plan(root, loaded, revert=revert)
     if not check and p.writes:
