@@ -1118,6 +1118,19 @@ def test_report_summary_line_reads_bytes_in_human_units(tiny):
         assert r.format().endswith(f"note(s). Read {shown} in 0.50 s."), (n, r.format().splitlines()[-1])
 
 
+def test_the_time_taken_is_kept_to_a_tenth_of_a_millisecond(tiny, monkeypatch):
+    """``facts["seconds"]`` (the JSON report's) is the doctor's own wall time, rounded to 0.1 ms."""
+    import types
+
+    from eagle3_patches.checkpoint import doctor as doctor_module
+
+    clock = iter([100.0, 100.123456])
+    monkeypatch.setattr(doctor_module, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
+    r = run(tiny["deepseek_v3"], tiny["draft"])
+    assert r.facts["seconds"] == 0.1235
+    assert r.format().endswith(" in 0.12 s.")
+
+
 @pytest.mark.parametrize("installed", [None, CLEAN])
 def test_the_release_checked_when_none_is_given(tiny, monkeypatch, installed):
     import eagle3_patches.sglang_version as sv

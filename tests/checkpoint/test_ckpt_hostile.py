@@ -958,5 +958,7 @@ def test_the_budgets_are_the_ones_docs_security_md_states():
     assert f"| {safe_io.JSON_PARSE_BUDGET >> 20} MiB, estimated before parsing |" in doc
     assert safe_io.RSS_BUDGET % (1 << 20) == 0 and safe_io.JSON_PARSE_BUDGET % (1 << 20) == 0
     assert f"(no document costs more than {safe_io._PER_BYTE} bytes per byte)" in doc
+    assert (f"({safe_io._COST_OBJECT} bytes per `{{`, {safe_io._COST_MEMBER} per `[` or `:`, {safe_io._COST_ITEM} per "
+            f"`,`, and {safe_io._COST_BYTE} per byte of text)") in doc
     assert (f"| numbers | integers of at most {safe_io.MAX_INT_DIGITS} digits, float literals of at most "
             f"{safe_io.MAX_FLOAT_CHARS} characters |") in doc
