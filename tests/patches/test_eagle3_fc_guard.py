@@ -46,9 +46,10 @@ def test_guard_turns_the_skip_into_an_error_naming_the_flag(check):
 
 def _draft_forward_widths(target: str, draft: str, widths: list):
     """Feed a real draft ModelRunner an EXTEND batch whose spec_info carries each given width (an int: a 4-token
-    prompt; a (width, tokens) pair: a prompt of that many tokens)."""
+    prompt; a (width, tokens) pair: a prompt of that many tokens; a (width, tokens, mode) triple: the batch's
+    forward mode set to that ``ForwardMode`` member's name)."""
     import torch
-    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
     from sglang.srt.speculative.eagle_info import EagleDraftInput
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -61,13 +62,15 @@ def _draft_forward_widths(target: str, draft: str, widths: list):
     fc_inputs = h.record_fc_inputs(SimpleWorker(runner))
     results = []
     for case in widths:
-        width, tokens = case if isinstance(case, tuple) else (case, 4)
+        width, tokens, mode = (*case, None)[:3] if isinstance(case, tuple) else (case, 4, None)
         batch = h.schedule_batch(h.make_reqs([list(range(5, 5 + tokens))]), runner, SpeculativeAlgorithm.EAGLE3)
         batch.prepare_for_extend()
         batch.spec_info = EagleDraftInput(hidden_states=torch.randn(tokens, width))
         batch.capture_hidden_mode = CaptureHiddenMode.LAST
         mwb = h.worker_batch(batch)  # ModelWorkerBatch (<= 0.5.12) or the ScheduleBatch (0.5.13+)
         fb = h.forward_batch(mwb, runner)
+        if mode is not None:
+            fb.forward_mode = ForwardMode[mode]
         try:
             with torch.no_grad():
                 runner.forward(fb)
@@ -112,6 +115,17 @@ def test_kimi_width_draft_fc_receives_21504_and_refuses_7168_and_28672(tiny, kim
     assert wider.startswith("Eagle3CaptureError") and "28672-wide" in wider and "21504 = fc.in_features" in wider
     assert "eagle_aux_hidden_state_layer_ids" in wider
     assert out["results"][3].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][3]
+
+
+@pytest.mark.runtime_only
+def test_a_mixed_chunk_batch_is_checked_like_an_extend_one(tiny, kimi_width_draft):
+    """A MIXED batch (chunked prefill mixed with decode: sglang 0.5.9 turns it off under speculative decoding, later
+    releases keep it for EAGLE3) carries target states too: 3 x hidden reaches fc, a 7168-wide one is refused
+    before fc like an EXTEND batch."""
+    out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft),
+                       [(3 * KIMI_HIDDEN, 4, "MIXED"), (KIMI_HIDDEN, 4, "MIXED")], patches=["eagle3_fc_guard"])
+    assert out["results"][0] is None and out["fc_inputs"] == [(4, 21504)]
+    assert out["results"][1].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][1]
 
 
 @pytest.mark.stock
