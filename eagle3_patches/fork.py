@@ -476,7 +476,7 @@ def _refuse_unknown(root: Path, series: Series, path: str, data: bytes, revert: 
 
 
 def _first_misfit(series: Series, path: str, lines: list[str]) -> str | None:
-    """"<patch file> hunk #N (...)" for the first hunk of ``path``'s diffs that fits neither way, at any offset."""
+    """The first hunk of ``path``'s diffs that fits neither way at any offset ("<file> hunk #N (...)"), or None."""
     current = lines
     for patch, fd in ((p, fd) for p in series.patches for fd in p.files if fd.path == path):
         try:  # already applied here?

@@ -690,22 +690,19 @@ def test_a_partly_applied_tree_is_completed_and_partly_reverted(synth):
     assert [(o.name, o.state) for o in plan.outcomes] == [("one", "revertible"), ("two", "not applied")]
     assert plan.writes == {"srt/a.py": A0} and plan.revert
 
-    (root / "srt/a.py").write_bytes(A2)  # b.py still pristine: 02-two is half applied
-    plan = fork.plan(root, fork.load_series(series))
-    assert [o.state for o in plan.outcomes] == ["already applied", "applicable"]
-    assert plan.writes == {"srt/b.py": B2}
-    plan = fork.plan(root, fork.load_series(series), revert=True)
-    assert [o.state for o in plan.outcomes] == ["revertible", "revertible"]
-    assert plan.writes == {"srt/a.py": A0}
-
-    (root / "srt/a.py").write_bytes(A0)
-    (root / "srt/b.py").write_bytes(B2)  # only the second patch's b.py half
-    plan = fork.plan(root, fork.load_series(series))
-    assert [o.state for o in plan.outcomes] == ["applicable", "applicable"]
-    assert plan.writes == {"srt/a.py": A2}
-    plan = fork.plan(root, fork.load_series(series), revert=True)
-    assert [o.state for o in plan.outcomes] == ["not applied", "revertible"]
-    assert plan.writes == {"srt/b.py": B0}
+    # (a.py, b.py) on disk -> (states, writes) applying, then reverting
+    half_applied = {
+        (A2, B0): (["already applied", "applicable"], {"srt/b.py": B2},  # 02-two's a.py half only
+                   ["revertible", "revertible"], {"srt/a.py": A0}),
+        (A0, B2): (["applicable", "applicable"], {"srt/a.py": A2},  # 02-two's b.py half only
+                   ["not applied", "revertible"], {"srt/b.py": B0}),
+    }
+    for (a, b), (states, writes, revert_states, revert_writes) in half_applied.items():
+        (root / "srt/a.py").write_bytes(a)
+        (root / "srt/b.py").write_bytes(b)
+        for revert, want in ((False, (states, writes)), (True, (revert_states, revert_writes))):
+            plan = fork.plan(root, fork.load_series(series), revert=revert)
+            assert ([o.state for o in plan.outcomes], plan.writes) == want, (a is A2, revert)
 
 
 def test_a_plan_with_nothing_to_do_has_no_changes(synth):
