@@ -101,3 +101,30 @@ def test_qwen3_vl_without_ids_captures_the_upstream_defaults(tiny, tiny_root):
     out = run_isolated(_default_capture, str(build(tiny_root)), str(tiny["draft"]), patches=[patch])
     n = out["num_layers"]
     assert n == tm.NUM_LAYERS and out["layers_to_capture"] == [2, n // 2, n - 3]
+
+
+def _qwen3_vl_check_without_the_language_models_own_forward() -> dict:
+    import importlib
+
+    from eagle3_patches.patches.qwen3_vl_eagle3_capture import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    module = importlib.import_module(PATCH.module)
+    PATCH.check(module)  # the release as installed: the patch fits
+    # a release whose Qwen3LLMModel inherits Qwen3Model's forward instead of defining its own (the one that hands
+    # the aux states on)
+    del module.Qwen3LLMModel.forward
+    try:
+        PATCH.check(module)
+    except NotApplicable as exc:
+        return {"refused": str(exc)}
+    return {"refused": None}
+
+
+def test_qwen3_vl_patch_needs_the_language_models_own_forward():
+    """The patch's check refuses a tree whose ``Qwen3LLMModel`` has no ``forward`` of its own, naming it: the
+    patch is then not applicable (sglang left untouched) instead of wrapping a forward it was not written for."""
+    if not patch_applies("qwen3_vl_eagle3_capture"):
+        pytest.skip("qwen3_vl_eagle3_capture does not apply to this sglang release (docs/targets.md)")
+    out = run_isolated(_qwen3_vl_check_without_the_language_models_own_forward)
+    assert out["refused"] == "Qwen3LLMModel.forward does not exist"
