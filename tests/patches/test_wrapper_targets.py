@@ -103,7 +103,7 @@ def test_qwen3_vl_without_ids_captures_the_upstream_defaults(tiny, tiny_root):
     assert n == tm.NUM_LAYERS and out["layers_to_capture"] == [2, n // 2, n - 3]
 
 
-def _qwen3_vl_check_without_the_language_models_own_forward() -> dict:
+def _qwen3_vl_check_on_an_edited_release(edit: str) -> dict:
     import importlib
 
     from eagle3_patches.patches.qwen3_vl_eagle3_capture import PATCH
@@ -111,9 +111,14 @@ def _qwen3_vl_check_without_the_language_models_own_forward() -> dict:
 
     module = importlib.import_module(PATCH.module)
     PATCH.check(module)  # the release as installed: the patch fits
-    # a release whose Qwen3LLMModel inherits Qwen3Model's forward instead of defining its own (the one that hands
-    # the aux states on)
-    del module.Qwen3LLMModel.forward
+    if edit == "inherited":  # Qwen3LLMModel inherits Qwen3Model's forward instead of defining its own
+        del module.Qwen3LLMModel.forward
+    else:  # the wrapper's forward rewritten: no multimodal embedding routine, the logits computed elsewhere
+
+        def forward(self, input_ids, positions, forward_batch, **kwargs):
+            return self.model(input_ids, positions, forward_batch)
+
+        module.Qwen3VLForConditionalGeneration.forward = forward
     try:
         PATCH.check(module)
     except NotApplicable as exc:
@@ -121,10 +126,15 @@ def _qwen3_vl_check_without_the_language_models_own_forward() -> dict:
     return {"refused": None}
 
 
-def test_qwen3_vl_patch_needs_the_language_models_own_forward():
-    """The patch's check refuses a tree whose ``Qwen3LLMModel`` has no ``forward`` of its own, naming it: the
-    patch is then not applicable (sglang left untouched) instead of wrapping a forward it was not written for."""
+@pytest.mark.parametrize("edit, refusal", [
+    ("inherited", "Qwen3LLMModel.forward does not exist"),
+    ("rewritten", "no longer contains 'general_mm_embed_routine'"),
+])
+def test_qwen3_vl_patch_refuses_a_release_whose_forwards_it_was_not_written_for(edit, refusal):
+    """The patch's check refuses a tree whose ``Qwen3LLMModel`` has no ``forward`` of its own, or whose wrapper
+    ``forward`` no longer runs the multimodal embedding and the logits processor, naming what is missing: the patch
+    is then not applicable (sglang left untouched) instead of wrapping a forward it was not written for."""
     if not patch_applies("qwen3_vl_eagle3_capture"):
         pytest.skip("qwen3_vl_eagle3_capture does not apply to this sglang release (docs/targets.md)")
-    out = run_isolated(_qwen3_vl_check_without_the_language_models_own_forward)
-    assert out["refused"] == "Qwen3LLMModel.forward does not exist"
+    out = run_isolated(_qwen3_vl_check_on_an_edited_release, edit)
+    assert out["refused"] is not None and out["refused"].endswith(refusal), out
