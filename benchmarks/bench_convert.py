@@ -137,7 +137,7 @@ def run_child(cmd: list[str]) -> tuple[float, str]:
 
 CONVERT = (
     "import json,sys,time;t=time.perf_counter();"
-    "from eagle3_patches.checkpoint.convert import convert;"
+    "from eagle3_patches.convert import convert;"
     "r=convert(sys.argv[1],sys.argv[2],progress=False,sglang_version='0.5.9');"
     "hwm=[int(l.split()[1])*1024 for l in open('/proc/self/status') if l.startswith('VmHWM:')][0];"
     "print(json.dumps({'seconds':time.perf_counter()-t,'bytes':r.bytes_copied,'ok':r.report.ok,'files':len(r.files),'peak':hwm}))"

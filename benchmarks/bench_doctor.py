@@ -235,7 +235,7 @@ def rchar() -> int:
 
 
 def measure(target: Path, draft: Path, launch: list[str]):
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     best = None
     for _ in range(3):
@@ -307,7 +307,7 @@ def main() -> int:
 
         cold = (
             "import sys,time,json;t=time.perf_counter();"
-            "from eagle3_patches.checkpoint.doctor import doctor;"
+            "from eagle3_patches.doctor import doctor;"
             f"r=doctor({str(target)!r},{str(draft)!r},sglang_version='0.5.9',launch={launch!r});"
             "print(json.dumps([time.perf_counter()-t, r.facts['bytes_read'], r.exit_code]))"
         )

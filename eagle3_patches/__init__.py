@@ -19,32 +19,22 @@ from __future__ import annotations
 import logging
 from typing import Iterable
 
-from . import settings
+from . import instruments, patches, settings
 from .errors import Eagle3CaptureError, Eagle3ConfigError, Eagle3Error, Eagle3TargetError, PatchError
 from .registry import PatchStatus, Registry, State
-
-__version__ = "0.1.0"
+from .version import __version__
 
 logger = logging.getLogger("eagle3_patches")
-_registries: dict[str, Registry] = {}
 
 
 def get_registry() -> Registry:
     """The production EAGLE-3 patch set (built on first use)."""
-    if "patches" not in _registries:
-        from .patches import build_registry
-
-        _registries["patches"] = build_registry()
-    return _registries["patches"]
+    return patches.get_registry()
 
 
 def get_instruments() -> Registry:
-    """The opt-in instruments (probe, hidden-state dump)."""
-    if "instruments" not in _registries:
-        from .instruments import build_registry
-
-        _registries["instruments"] = build_registry()
-    return _registries["instruments"]
+    """The instruments: the accept-length watchdog (on by default), the probe and the hidden-state dump (opt-in)."""
+    return instruments.get_registry()
 
 
 def registries() -> tuple[Registry, Registry]:

@@ -5,57 +5,59 @@ The doctor (``eagle3-patches doctor``) builds a :class:`Setup` from the target's
 every patch's :meth:`~eagle3_patches.registry.Patch.preflight` rule on it next to its own checks of
 the checkpoints (the checks that belong to no sglang bug).  Nothing here imports sglang or torch.
 
-:func:`run_rules` applies the one policy for a problem a patch covers: where the server runs under
-eagle3-patches and the patch applies to the release, a problem the patch *fixes* becomes a note, and
-one it *refuses* stays an error that says the launch will stop at start with this library's message.
+:func:`run_rules` applies the one policy for a problem a patch covers (:meth:`~eagle3_patches.registry.Patch.when_patched`):
+where the server runs under eagle3-patches and the patch applies to the release, a problem the patch *fixes*
+becomes a note, and one it *refuses* stays an error that says the launch will stop at start with this library's
+message.  The patch set is the setup's (:attr:`Setup.patches`, handed in by the doctor), so this layer never
+reaches up for the registry.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable
 
-from .diagnostic import INFO, Diagnostic
-
-if TYPE_CHECKING:
-    from .checkpoint.formats import DraftView, TargetView
-    from .checkpoint.launch_args import LaunchArgs
-    from .checkpoint.releases import ReleaseFacts
-    from .checkpoint.safetensors_header import TensorInfo
-    from .registry import Patch
+from . import settings
+from .checkpoint import layer_ids as L
+from .checkpoint.draft_kind import evidence
+from .checkpoint.formats import SGLANG_EAGLE3, DraftView, TargetView
+from .checkpoint.launch_args import LaunchArgs
+from .checkpoint.releases import ReleaseFacts
+from .checkpoint.safetensors_header import TensorInfo
+from .diagnostic import Diagnostic
+from .registry import Patch
 
 
 @dataclass
 class Setup:
     version: Any  # the sglang release (packaging Version)
-    rf: "ReleaseFacts"
+    rf: ReleaseFacts
     algorithm: str | None
-    launch: "LaunchArgs"
+    launch: LaunchArgs
     with_patches: bool  # the server runs under eagle3-patches
     tp: int
     pp: int
     checkpoint_only: bool = False  # only the checkpoints are judged (the converter's check of its output)
     target_dir: Path | None = None
-    target: "TargetView | None" = None
-    target_tensors: dict[str, "TensorInfo"] = field(default_factory=dict)  # embed_tokens / lm_head only
+    target: TargetView | None = None
+    target_tensors: dict[str, TensorInfo] = field(default_factory=dict)  # embed_tokens / lm_head only
     draft_dir: Path | None = None
-    draft: "DraftView | None" = None
-    draft_tensors: dict[str, "TensorInfo"] = field(default_factory=dict)  # canonical name -> info
+    draft: DraftView | None = None
+    draft_tensors: dict[str, TensorInfo] = field(default_factory=dict)  # canonical name -> info
     draft_raw_names: dict[str, str] = field(default_factory=dict)  # canonical -> raw name
     draft_weights_read: bool = False
     draft_naming: dict[str, list[str]] = field(default_factory=dict)  # naming kind -> raw names
     facts: dict[str, Any] = field(default_factory=dict)  # what the report shows besides findings
+    #: the patch set whose preflight rules run on this setup, by name (the doctor hands in the registry's)
+    patches: dict[str, Patch] = field(default_factory=dict)
     _capture: Any = field(default=None, repr=False)
 
     def patched(self, name: str) -> bool:
         """The server runs under eagle3-patches, patch ``name`` applies to this release and is not switched off
         (``EAGLE3_PATCHES_DISABLE`` in the doctor's environment, as the launch would inherit it)."""
-        import eagle3_patches
-        from . import settings
-
         disabled = settings.current().disable
-        return (self.with_patches and eagle3_patches.get_registry()[name].covers(self.version)
+        return (self.with_patches and self.patches[name].covers(self.version)
                 and name not in disabled and settings.ALL not in disabled)
 
     @property
@@ -71,8 +73,6 @@ class Setup:
 
     def draft_is_eagle3(self) -> tuple[bool, str]:
         """(the draft is an EAGLE-3 draft, the evidence)."""
-        from .checkpoint.draft_kind import evidence
-
         dv = self.draft
         if dv is None:
             return False, ""
@@ -89,9 +89,6 @@ class Setup:
     def capture(self):
         """What this release captures for the draft's configured ids (:class:`~eagle3_patches.checkpoint.layer_ids.Capture`),
         or None when the draft states no ids in sglang's format."""
-        from .checkpoint import layer_ids as L
-        from .checkpoint.formats import SGLANG_EAGLE3
-
         dv = self.draft
         if dv is None or not dv.is_eagle3 or dv.format != SGLANG_EAGLE3 or not dv.aux_ids:
             return None
@@ -115,22 +112,11 @@ class Setup:
         return f"{self.draft_dir / t.file}: {self.draft_raw_names[name]}"
 
 
-def as_patched(patch: "Patch", d: Diagnostic) -> Diagnostic:
-    """The policy for a problem ``patch`` covers, on a server that runs it (see the module docstring)."""
-    if d.severity == INFO:
-        return d
-    if patch.remedy == "fixed":
-        return d.replace(severity=INFO, what=f"{d.what} - fixed by eagle3-patches' {patch.name} (the launch runs under it)",
-                         fix="")
-    return d.replace(what=f"{d.what} - eagle3-patches ({patch.name}) refuses this at start")
-
-
-def run_rules(setup: Setup, patches: Iterable["Patch"], add: Callable[[Diagnostic], Any],
-              guard: Callable[[str, Callable[[], None]], None]) -> None:
-    """Every patch's preflight rule on ``setup``; ``add`` records a diagnostic, ``guard(label, fn)`` runs
-    ``fn`` turning an unexpected exception into a finding (a rule never breaks the doctor)."""
-    for patch in patches:
-        def one(patch: "Patch" = patch) -> None:
+def run_rules(setup: Setup, add: Callable[[Diagnostic], Any], guard: Callable[[str, Callable[[], None]], None]) -> None:
+    """The preflight rule of every patch of ``setup.patches`` on ``setup``; ``add`` records a diagnostic,
+    ``guard(label, fn)`` runs ``fn`` turning an unexpected exception into a finding (a rule never breaks the doctor)."""
+    for patch in setup.patches.values():
+        def one(patch: Patch = patch) -> None:
             for d in patch.preflight(setup):
                 add(patch.when_patched(d, setup) if setup.patched(patch.name) else d)
 

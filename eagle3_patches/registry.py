@@ -39,7 +39,7 @@ import wrapt
 from packaging.specifiers import SpecifierSet
 
 from . import settings
-from .diagnostic import Diagnostic
+from .diagnostic import INFO, Diagnostic
 from .errors import PatchError
 from .sglang_version import installed_sglang_version
 
@@ -228,10 +228,14 @@ class Patch:
         return ()
 
     def when_patched(self, d: Diagnostic, setup: Any) -> Diagnostic:
-        """What a preflight diagnostic becomes on a server that runs this patch (default: the :attr:`remedy` policy)."""
-        from .preflight import as_patched
-
-        return as_patched(self, d)
+        """What a preflight diagnostic becomes on a server that runs this patch: the :attr:`remedy` policy (a note
+        where the patch fixes it, an error that says so where it refuses it at start); an info stays as it is."""
+        if d.severity == INFO:
+            return d
+        if self.remedy == "fixed":
+            return d.replace(severity=INFO, fix="",
+                             what=f"{d.what} - fixed by eagle3-patches' {self.name} (the launch runs under it)")
+        return d.replace(what=f"{d.what} - eagle3-patches ({self.name}) refuses this at start")
 
     def enabled_by(self, s: "settings.Settings") -> bool:
         """Selected by a plain ``apply()`` under settings ``s`` (on by default, or listed in ``EAGLE3_PATCHES_ENABLE``)."""

@@ -64,8 +64,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_PY = ROOT / ".venv" / "bin" / "python"
 STATE = ROOT / ".mutation"
 DOC = ROOT / "docs" / "testing.md"
-SCOPE_GLOBS = ("eagle3_patches/patches/*.py", "eagle3_patches/checkpoint/*.py", "eagle3_patches/registry.py",
-               "eagle3_patches/fork.py", "eagle3_patches/cli/apply_cmd.py")
+SCOPE_GLOBS = ("eagle3_patches/patches/*.py", "eagle3_patches/checkpoint/*.py", "eagle3_patches/doctor/*.py",
+               "eagle3_patches/convert.py", "eagle3_patches/registry.py", "eagle3_patches/fork.py",
+               "eagle3_patches/cli/apply_cmd.py")
 TEST_ROOT = ROOT / "tests"
 #: test directories too slow for per-mutant runs (real servers, TP 2, the wheel in fresh venvs, the whole selftest)
 HEAVY_TEST_DIRS = ("e2e", "distributed", "packaging", "selftest")
@@ -204,8 +205,15 @@ def _test_files(heavy: bool = False) -> list[Path]:
 #: by the drift report's tests, the selection by the settings by the activation tests, the fork series' members
 #: and the in-source state by the fork tests)
 TESTED_THROUGH = {"eagle3_patches/checkpoint/formats.py": ["test_ckpt_doctor.py", "test_ckpt_convert.py"],
+                  "eagle3_patches/checkpoint/conversion_plan.py": ["test_ckpt_convert.py", "test_ckpt_doctor.py",
+                                                                   "test_speculators_draft_config.py"],
                   "eagle3_patches/registry.py": ["test_drift_report.py", "test_activation.py", "test_adding_a_patch.py",
                                                  "test_fork.py"]}
+
+
+#: packages whose modules share the package's tests (the doctor: its checks, its report and its entry point are
+#: tested through ``doctor()``, by tests/checkpoint/test_ckpt_doctor.py)
+SPLIT_PACKAGES = ("doctor",)
 
 
 def tests_for(module: Path) -> list[Path]:
@@ -217,6 +225,9 @@ def tests_for(module: Path) -> list[Path]:
     files = _test_files()
     # a file named after the module is its test even in a slow directory (rank_consistency: tests/distributed)
     named = [p for p in _test_files(heavy=True) if re.fullmatch(rf"test_(ckpt_)?{re.escape(stem)}(_\w+)?\.py", p.name)]
+    if not named and module.parent.name in SPLIT_PACKAGES:  # a module of a package its tests are named after
+        named = [p for p in _test_files(heavy=True)
+                 if re.fullmatch(rf"test_(ckpt_)?{re.escape(module.parent.name)}(_\w+)?\.py", p.name)]
     source = module.read_text()
     if not named:
         patch_name = re.search(r'^\s*(?:name|NAME) = "(\w+)"', source, re.M)

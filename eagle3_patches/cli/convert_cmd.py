@@ -35,7 +35,7 @@ def _ids(text: str) -> list[int]:
 
 
 def _size(text: str) -> int:
-    from ..checkpoint.convert import parse_size
+    from ..convert import parse_size
 
     try:
         return parse_size(text)
@@ -68,7 +68,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from ..checkpoint.convert import convert
+    from ..convert import convert
     from ..checkpoint.releases import parse_version
     from ..terminal import error_text, escape_terminal as esc
     from ..errors import Eagle3Error

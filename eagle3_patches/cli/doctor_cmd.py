@@ -75,7 +75,7 @@ def _usage(message: str) -> int:
 
 
 def run(args) -> int:
-    from ..checkpoint.doctor import doctor
+    from ..doctor import doctor
     from ..checkpoint.launch_args import LaunchArgsError, parse_launch_args
     from ..checkpoint.releases import parse_version
 

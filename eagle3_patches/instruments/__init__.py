@@ -6,12 +6,21 @@ accepted and runs the probe once to say why), ``eagle3_probe`` (opt-in: what flo
 ``EAGLE3_PATCHES_DUMP_DIR``).  They have a registry of their own, with the patches' mechanics (lazy
 landing, originals kept, exact revert), and are not in the fork series; each one is switched on or off by
 its own setting (:meth:`~eagle3_patches.registry.Patch.enabled_by`).
+
+:func:`get_registry` is the process's one registry of them (``eagle3_patches.get_instruments()``).  Instruments
+sit above the patches: they may read the patch set's state (:mod:`eagle3_patches.patches`), never the reverse.
 """
 
 from __future__ import annotations
 
 from ..registry import Registry, discover
 
+_registry: Registry | None = None
 
-def build_registry() -> Registry:
-    return Registry("instrument", discover(__name__))
+
+def get_registry() -> Registry:
+    """The instruments' registry (built on first use)."""
+    global _registry
+    if _registry is None:
+        _registry = Registry("instrument", discover(__name__))
+    return _registry

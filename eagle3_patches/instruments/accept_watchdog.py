@@ -8,7 +8,7 @@ length over a window of verify steps (default 200 below 1.05; ``EAGLE3_PATCHES_W
 that drafts are essentially never accepted, it logs one WARNING naming the symptom, the window and
 the likely causes, arms the diagnostic probe (``eagle3_probe``) for one record per hop, and after
 the next decode batch names the first wrong hop as ``eagle3-patches probe-report`` would
-(:func:`eagle3_patches.probe_report.analyse`).  At most one report per interval (default 600 s).
+(:func:`.probe_diagnosis.analyse`).  At most one report per interval (default 600 s).
 With ``--enable-metrics`` it exports its verdict and every patch's state through sglang's own
 Prometheus set-up (multiprocess gauges next to ``sglang:*``).
 Releases: any (0.5.8 +).  Upstream probe: none (a diagnostic, nothing to fix upstream).
@@ -59,6 +59,10 @@ from packaging.specifiers import SpecifierSet
 from .. import settings
 from ..diagnostic import WARNING, Diagnostic
 from ..registry import NotApplicable, Patch, Saver, expect_source
+from ..sglang_runtime import server_arg
+from .. import patches
+from . import eagle3_probe, get_registry
+from .probe_diagnosis import analyse
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -116,11 +120,7 @@ class ProbeHooks:
 
     def arm(self) -> str | None:
         """None when armed, else why not."""
-        import eagle3_patches
-
-        from . import eagle3_probe
-
-        instruments = eagle3_patches.get_instruments()
+        instruments = get_registry()
         name = eagle3_probe.PROBE_NAME
         self._applied_here = False
         if not instruments.is_applied(name):
@@ -135,17 +135,11 @@ class ProbeHooks:
         return None
 
     def records(self) -> list[dict]:
-        from . import eagle3_probe
-
         return list(eagle3_probe.RECORDS)
 
     def disarm(self) -> None:
         if self._applied_here:
-            import eagle3_patches
-
-            from . import eagle3_probe
-
-            eagle3_patches.get_instruments().revert([eagle3_probe.PROBE_NAME])
+            get_registry().revert([eagle3_probe.PROBE_NAME])
             self._applied_here = False
 
 
@@ -242,8 +236,6 @@ class Watchdog:
             self.gauges.export(self)
 
     def _diagnose(self, records: list[dict]) -> None:
-        from ..probe_report import analyse
-
         if not records:
             self.diagnosis = None
             logger.warning("eagle3-patches watchdog: the probe recorded nothing in %d decode batches; run it yourself "
@@ -317,9 +309,7 @@ class Gauges:
                 self._verdict = key
 
     def export_patch_states(self) -> None:
-        import eagle3_patches
-
-        for kind, reg in zip(("patch", "instrument"), eagle3_patches.registries()):
+        for kind, reg in (("patch", patches.get_registry()), ("instrument", get_registry())):
             for name, st in reg.status().items():
                 key = (name, kind, st.state.value)
                 old = self._states.get(name)
@@ -401,8 +391,6 @@ def _collector_init(wrapped, instance, args, kwargs):
 
 def _algorithm() -> str | None:
     try:
-        from ..sglang_runtime import server_arg
-
         algo = server_arg("speculative_algorithm")
         return str(getattr(algo, "name", algo)) if algo is not None else None
     except Exception:  # noqa: BLE001

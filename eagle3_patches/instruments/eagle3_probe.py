@@ -32,13 +32,13 @@ from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..registry import Patch, Saver, expect_attr, expect_source
+from .. import patches
+from . import get_registry
+from .probe_diagnosis import DRAFT, SCHEMA, TARGET, judge, summarize
 
 logger = logging.getLogger("eagle3_patches")
 
 PROBE_NAME = "eagle3_probe"
-TARGET = "target_output"
-DRAFT = "draft_input"
-SCHEMA = 1
 
 #: how often the wrapper ran, and how many records (each with one statistics sync) it made;
 #: tests read these to prove the probe does nothing when it is off and once per mode when on
@@ -361,16 +361,13 @@ def _sglang_version() -> str | None:
 
 def _applied_patches() -> list[str]:
     try:
-        import eagle3_patches
-
-        return [n for n, s in eagle3_patches.status().items() if s.state.value == "applied"]
+        return [n for reg in (patches.get_registry(), get_registry()) for n, s in reg.status().items()
+                if s.state.value == "applied"]
     except Exception:  # noqa: BLE001
         return []
 
 
 def _emit(rec: dict) -> None:
-    from ..probe_report import judge, summarize
-
     COUNTERS["records"] += 1
     RECORDS.append(rec)
     problems = judge(rec)

@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
+from . import get_registry
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -88,14 +89,13 @@ def _log_rank_evidence(model, layer_ids) -> None:
     """One line per rank and configuration: which layers it captures, which patches are live here."""
     import os
 
-    import eagle3_patches
     from sglang.srt.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 
     key = (os.getpid(), id(model), tuple(model.model.layers_to_capture))
     if key in _logged:
         return
     _logged.add(key)
-    states = ", ".join(f"{n}={s.state.value}" for n, s in eagle3_patches.status().items())
+    states = ", ".join(f"{n}={s.state.value}" for n, s in get_registry().status().items())
     logger.info(
         "eagle3-patches: tp rank %d/%d pid %d: aux layer ids %s -> layers_to_capture %s; %s",
         get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size(), os.getpid(),

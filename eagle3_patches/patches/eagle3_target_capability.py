@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 from ..errors import Eagle3TargetError
 from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import server_args_resolution_method
+from . import get_registry
 
 #: what sglang's EAGLE-3 path calls on the target (model_runner.py, eagle_worker.py)
 REQUIRED = ("set_eagle3_layers_to_capture", "get_embed_and_head")
@@ -48,9 +49,7 @@ def check_target_supports_eagle3(server_args) -> None:
         return
     missing = [m for m in REQUIRED if not callable(getattr(cls, m, None))]
     if missing:
-        import eagle3_patches
-
-        helper = next((p for p in eagle3_patches.get_registry().patches() if arch in p.targets), None)
+        helper = next((p for p in get_registry().patches() if arch in p.targets), None)
         if helper is not None and helper.applies_to:
             first_fixed = next((s.version for s in helper.applies_to if s.operator == "<"), None)
             fix = (f"enable eagle3-patches' {helper.name} for {arch} (remove it from EAGLE3_PATCHES_DISABLE; it applies to "

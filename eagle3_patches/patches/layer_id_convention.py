@@ -84,7 +84,7 @@ def _read_draft_config(path: str | None) -> dict | None:
     if detect_format(config) == SPECULATORS:
         # served directly (speculators_draft_config): sglang got the converter's config, whose ids and
         # recorded convention are the ones to read
-        from ..checkpoint.convert import served_sglang_config
+        from ..checkpoint.conversion_plan import served_sglang_config
         from ..sglang_version import installed_sglang_version
 
         return served_sglang_config(os.path.dirname(candidate), str(installed_sglang_version()))

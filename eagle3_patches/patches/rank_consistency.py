@@ -31,6 +31,8 @@ from .. import settings
 from ..diagnostic import first_few
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr
+from ..version import __version__
+from . import get_registry
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -41,10 +43,8 @@ _checked: set[int] = set()
 
 def patch_set() -> dict:
     """This rank's patch set: what every rank of one server must agree on."""
-    import eagle3_patches
-
-    return {"eagle3_patches": eagle3_patches.__version__,
-            "patches": {n: s.state.value for n, s in eagle3_patches.get_registry().status().items()}}
+    return {"eagle3_patches": __version__,
+            "patches": {n: s.state.value for n, s in get_registry().status().items()}}
 
 
 def _differences(mine: dict, rank: int, theirs: dict, other: int) -> list[str]:

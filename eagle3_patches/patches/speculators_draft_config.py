@@ -20,7 +20,7 @@ whatever ``trust_remote_code`` says) is in speculators format, returns the conve
 memory: ``LlamaForCausalLMEagle3``, the llama fields of ``transformer_layer_config``, ``rope_theta`` /
 ``rope_scaling`` from ``rope_parameters``, ``dtype``, ``draft_vocab_size``, ``target_hidden_size``
 (from ``fc.weight`` when null) and ``eagle_config`` with the aux ids in the running release's own
-convention (``eagle3_patches.checkpoint.convert.build_config``: the converter's code, not a copy).
+convention (``eagle3_patches.checkpoint.conversion_plan.build_config``: the converter's code, not a copy).
 Everything sglang does after reading a config (its own post-processing, ``--json-model-override-args``,
 its cache) runs unchanged on it; every other model goes to transformers untouched.  A draft the
 converter refuses (``norm_before_fc``, ``norm_output``, ``norm_before_residual``, ``fc_norm``, a
@@ -46,6 +46,7 @@ from ..checkpoint.layer_ids import CONVENTION_KEY
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..registry import NotApplicable, Patch, Saver, State, expect_source, in_source, source_of
+from . import get_registry
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -76,9 +77,7 @@ def _needs_strict_loading(version) -> str | None:
         return None
     import importlib.util
 
-    import eagle3_patches
-
-    registry = eagle3_patches.get_registry()
+    registry = get_registry()
     state = registry.status()[STRICT_LOADING].state
     if state in (State.APPLIED, State.PENDING, State.IN_SOURCE):
         return None
@@ -93,7 +92,7 @@ def sglang_config_for(path, kwargs: dict) -> dict | None:
     (not a local speculators draft: transformers reads it as always).  Raises :class:`Eagle3ConfigError`."""
     if not isinstance(path, (str, os.PathLike)) or any(k in kwargs for k in _NOT_CONFIG_JSON):
         return None
-    from ..checkpoint.convert import served_sglang_config
+    from ..checkpoint.conversion_plan import served_sglang_config
     from ..sglang_version import installed_sglang_version
 
     version = installed_sglang_version()
@@ -149,7 +148,7 @@ class SpeculatorsDraftConfig(Patch):
     summary = "a speculators-format draft (speculators_model_type: eagle3) is served as it is, as vLLM serves it: no conversion"
     module = "sglang.srt.utils.hf_transformers_utils"
     applies_to = SpecifierSet(">=0.5.8")
-    #: the change reuses the converter (eagle3_patches.checkpoint.convert), which a forked sglang without
+    #: the change reuses the converter (eagle3_patches.checkpoint.conversion_plan), which a forked sglang without
     #: this library does not have: a fork build serves converted drafts (docs/checkpoints.md)
     in_fork_series = False
     remedy = "fixed"

@@ -94,7 +94,7 @@ def _qwen3_vl(path: Path, moe: bool) -> Path:
 
 def _converted_speculators(path: Path) -> Path:
     """The speculators fixture after ``eagle3-patches convert`` (the SGLang format)."""
-    from ..checkpoint.convert import convert
+    from ..convert import convert
 
     if not (path / "config.json").exists():
         convert(tm.build_speculators_fixture(path.parent / "speculators"), path, progress=False)

@@ -12,9 +12,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from eagle3_patches.checkpoint import convert as convert_mod
-from eagle3_patches.checkpoint.convert import ConvertError, convert
-from eagle3_patches.checkpoint.doctor import doctor
+from eagle3_patches import convert as convert_mod
+from eagle3_patches.checkpoint import conversion_plan
+from eagle3_patches.convert import ConvertError, convert
+from eagle3_patches.doctor import doctor
 from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY
 from eagle3_patches.checkpoint.safetensors_header import read_header
 from eagle3_patches.testing import tiny_models as tm
@@ -102,7 +103,7 @@ def test_converts_what_the_real_speculators_library_wrote(tiny, tmp_path):
     ("0.5.23", [2, 3, 4], "input-of-layer"),
 ])
 def test_build_config_writes_ids_in_the_releases_convention(release, ids, convention):
-    cfg = convert_mod.build_config(tm.speculators_config(), {}, release=release)
+    cfg = conversion_plan.build_config(tm.speculators_config(), {}, release=release)
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == ids
     assert cfg["eagle_config"][CONVENTION_KEY] == convention
 
@@ -110,7 +111,7 @@ def test_build_config_writes_ids_in_the_releases_convention(release, ids, conven
 def test_served_sglang_config_reads_only_local_speculators_drafts(tiny, make_draft, tmp_path):
     """What speculators_draft_config hands sglang: None (transformers reads it as always) unless a local
     speculators draft; the converter's refusal for one it cannot serve."""
-    served = convert_mod.served_sglang_config
+    served = conversion_plan.served_sglang_config
     assert served(tiny["draft"], "0.5.9") is None  # SGLang format
     assert served(tiny["deepseek_v3"], "0.5.9") is None  # a target
     assert served("org/some-draft", "0.5.9") is None  # a hub id: left to sglang
@@ -447,7 +448,7 @@ def test_the_default_shard_size_is_the_hubs():
 def test_shards_are_filled_up_to_the_limit_and_never_past_it(tiny, tmp_path):
     """For limits one byte under what two tensors take together: no shard of several tensors exceeds
     the limit, and no shard could have taken the next shard's first tensor (shards are filled in order)."""
-    from eagle3_patches.checkpoint.convert import plan_conversion
+    from eagle3_patches.checkpoint.conversion_plan import plan_conversion
 
     nbytes = {i.out: i.src.nbytes for i in plan_conversion(tiny["speculators_draft"]).items}
     seen = []
@@ -916,7 +917,7 @@ def test_the_default_progress_bar_starts_at_256_mib_on_a_terminal(tiny, tmp_path
 
 def test_renamed_tensors_are_reported_exactly(cli, tiny, tmp_path):
     """The result (and ``convert --json``) lists every renamed tensor, layers.0.* -> midlayer.*, and nothing else."""
-    want = {f"layers.0.{p}": f"midlayer.{p}" for p in convert_mod._MIDLAYER_PARAMS}
+    want = {f"layers.0.{p}": f"midlayer.{p}" for p in conversion_plan._MIDLAYER_PARAMS}
     res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
     assert res.renamed == want
     rc, out, err = cli("convert", tiny["speculators_draft"], tmp_path / "out2", "--json")
@@ -930,7 +931,7 @@ def test_a_source_config_without_dtype_takes_it_from_fc(make_draft, tmp_path, DE
 
 
 def test_plan_conversion_keeps_embed_tokens_unless_asked(tmp_path):
-    from eagle3_patches.checkpoint.convert import plan_conversion
+    from eagle3_patches.checkpoint.conversion_plan import plan_conversion
 
     src = tm.build_speculators_fixture(tmp_path)
     plan = plan_conversion(src)
@@ -949,7 +950,7 @@ def test_rope_parameters_become_rope_theta_and_rope_scaling(rope, want):
     """Only the default rope with no parameters becomes ``rope_scaling: null``; any other type is kept, even without parameters."""
     cfg = tm.speculators_config()
     cfg["transformer_layer_config"]["rope_parameters"] = rope
-    out = convert_mod.build_config(cfg, {})
+    out = conversion_plan.build_config(cfg, {})
     assert out["rope_theta"] == 5e5 and out["rope_scaling"] == want and "rope_parameters" not in out
 
 
@@ -966,7 +967,7 @@ def test_progress_without_tqdm_converts_without_a_bar(tiny, tmp_path, monkeypatc
 def test_of_several_doctor_errors_on_the_output_the_first_is_raised(make_draft, tmp_path):
     """A source the converter plans but whose output the doctor refuses (wrong norm shapes, absolute d2t): the
     ConvertError carries the doctor's first error, and names DST, not the temporary directory."""
-    from eagle3_patches.checkpoint.doctor import check_draft
+    from eagle3_patches.doctor import check_draft
 
     def bad(t):
         t["norm.weight"] = torch.ones(32, dtype=torch.bfloat16)
@@ -1139,7 +1140,7 @@ def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_pa
 
     script = ("import sys\nfrom pathlib import Path\n" + inspect.getsource(_read_text_without_boot_id)
               + "Path._read_text_with_boot_id = Path.read_text\nPath.read_text = _read_text_without_boot_id\n"
-              "from eagle3_patches.checkpoint import convert as c\nc._temp_name(Path(sys.argv[1]), 'convert').mkdir()\n")
+              "from eagle3_patches import convert as c\nc._temp_name(Path(sys.argv[1]), 'convert').mkdir()\n")
     subprocess.run([sys.executable, "-c", script, str(dst)], check=True)  # a run that made its directory and died
     (debris,) = _leftovers(tmp_path)
     monkeypatch.setattr(Path, "_read_text_with_boot_id", Path.read_text, raising=False)  # this process, same kernel
@@ -1179,7 +1180,7 @@ def test_a_live_runs_directory_is_kept_while_its_memory_grows(tiny, tmp_path):
     import subprocess
     import sys
 
-    script = ("import pathlib, sys\nfrom eagle3_patches.checkpoint import convert as c\n"
+    script = ("import pathlib, sys\nfrom eagle3_patches import convert as c\n"
               "c._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
               "grown = bytearray(64 << 20)\nprint('ready', flush=True)\nsys.stdin.read()\n")
     child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out")], stdin=subprocess.PIPE,
@@ -1281,11 +1282,11 @@ def test_a_non_root_run_leaves_roots_debris_alone(tiny):
         (mine / "stuck").mkdir(parents=True)
         (mine / "stuck" / "f").write_bytes(b"x")
         os.chown(mine, 65534, 65534)
-        code = ("import sys\nfrom eagle3_patches.checkpoint.convert import convert\n"
+        code = ("import sys\nfrom eagle3_patches.convert import convert\n"
                 "print(convert(sys.argv[1], sys.argv[2], progress=False, run_doctor=False).cleaned)\n")
         env = {**os.environ, "PYTHONPATH": str(Path(convert_mod.__file__).parents[2])}
         as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
-        probe = subprocess.run([*as_user, "import eagle3_patches.checkpoint.convert as c; print(c.__file__)"], capture_output=True,
+        probe = subprocess.run([*as_user, "import eagle3_patches.convert as c; print(c.__file__)"], capture_output=True,
                                text=True, env=env, cwd=root)
         if probe.returncode != 0 or probe.stdout.strip() != convert_mod.__file__:  # not this checkout's code: nothing to test
             pytest.skip(f"uid 65534 cannot run this checkout's converter here: {(probe.stdout + probe.stderr)[-200:]}")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_patches.checkpoint import convert as convert_mod
-from eagle3_patches.checkpoint.convert import convert
+from eagle3_patches import convert as convert_mod
+from eagle3_patches.convert import convert
 
 
 def _tree_digest(path: Path) -> dict[str, str]:

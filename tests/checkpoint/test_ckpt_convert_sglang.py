@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from eagle3_patches.checkpoint.convert import convert
+from eagle3_patches.convert import convert
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
 

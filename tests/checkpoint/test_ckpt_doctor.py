@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from eagle3_patches.checkpoint import releases
-from eagle3_patches.checkpoint.doctor import ERROR, INFO, MAX_FINDINGS_PER_CODE, WARNING, doctor
+from eagle3_patches.diagnostic import ERROR, INFO, WARNING
+from eagle3_patches.doctor import MAX_FINDINGS_PER_CODE, doctor
 from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY
 from eagle3_patches.testing import tiny_models as tm
 
@@ -436,7 +437,7 @@ def test_speculators_format_given_to_doctor(make_draft, tiny):
 
 
 def test_speculators_unsupported_norms(make_draft, tiny, tmp_path):
-    from eagle3_patches.checkpoint.convert import ConvertError, convert
+    from eagle3_patches.convert import ConvertError, convert
 
     d = make_draft(speculators=True, config={"norm_before_fc": True})
     for with_patches in (False, True):  # no sglang runs it: refused at start under the patches too
@@ -1122,7 +1123,7 @@ def test_the_time_taken_is_kept_to_a_tenth_of_a_millisecond(tiny, monkeypatch):
     """``facts["seconds"]`` (the JSON report's) is the doctor's own wall time, rounded to 0.1 ms."""
     import types
 
-    from eagle3_patches.checkpoint import doctor as doctor_module
+    from eagle3_patches.doctor import run as doctor_module
 
     clock = iter([100.0, 100.123456])
     monkeypatch.setattr(doctor_module, "time", types.SimpleNamespace(perf_counter=lambda: next(clock)))
@@ -1133,9 +1134,9 @@ def test_the_time_taken_is_kept_to_a_tenth_of_a_millisecond(tiny, monkeypatch):
 
 @pytest.mark.parametrize("installed", [None, CLEAN])
 def test_the_release_checked_when_none_is_given(tiny, monkeypatch, installed):
-    import eagle3_patches.sglang_version as sv
+    import eagle3_patches.doctor.run as doctor_run
 
-    monkeypatch.setattr(sv, "installed_sglang_version", lambda: None if installed is None else releases.parse_version(installed))
+    monkeypatch.setattr(doctor_run, "installed_sglang_version", lambda: None if installed is None else releases.parse_version(installed))
     r = doctor(tiny["deepseek_v3"], tiny["draft"])
     assert r.facts["sglang_version"] == str(releases.PINNED if installed is None else installed)
     notes = [f.what for f in r.findings if f.code == "sglang-version-assumed"]
@@ -1187,7 +1188,7 @@ def test_weight_files_the_doctor_cannot_use(make_draft, tiny, tmp_path):
 
 
 def test_an_implausibly_large_d2t_is_not_read(setup):
-    from eagle3_patches.checkpoint.doctor import MAX_MAP_BYTES
+    from eagle3_patches.doctor.draft_checks import MAX_MAP_BYTES
 
     n = MAX_MAP_BYTES // 8 + 1  # int64 entries: one past the limit
     f = _one(setup("d", tensors=lambda t: t.update(d2t=torch.zeros(n, dtype=torch.int64))), "d2t-invalid")
@@ -1365,7 +1366,7 @@ def test_kimi_k25_on_058_for_every_algorithm_that_loads_the_target_as_eagle_does
 
 
 def test_check_draft_leaves_the_server_setup_out(tiny):
-    from eagle3_patches.checkpoint.doctor import check_draft
+    from eagle3_patches.doctor import check_draft
 
     # on 0.5.9 doctor() also reports the CUDA-graph capture order and the Kimi delegation: the launch, not the checkpoints
     assert {"cuda-graph-capture-order", "kimi-k25-delegation"} <= set(run(tiny["kimi_k25"], tiny["draft"], "0.5.9").codes(ERROR))
@@ -1532,12 +1533,12 @@ def test_cli_json_is_indented(cli, tiny):
 
 
 def test_a_check_that_crashes_is_an_internal_error_finding_not_a_traceback(tiny, monkeypatch):
-    import eagle3_patches.checkpoint.doctor as doctor_module
+    import eagle3_patches.doctor.run as doctor_module
 
     def crash(ctx):
         raise KeyError("hidden_size")
 
-    monkeypatch.setattr(doctor_module, "_check_sizes", crash)
+    monkeypatch.setattr(doctor_module, "check_sizes", crash)
     r = run(tiny["deepseek_v3"], tiny["draft"])
     f = _one(r, "internal-error")
     assert (f.severity, f.what) == (ERROR, "the doctor's sizes check could not finish: KeyError: 'hidden_size'")
@@ -1621,7 +1622,7 @@ def test_d2t_of_64_mib_is_read_and_one_entry_more_is_not(tmp_path, tiny, extra, 
 
 
 def test_a_report_closed_again_does_not_repeat_its_summary():
-    from eagle3_patches.checkpoint.doctor import Report
+    from eagle3_patches.doctor import Report
 
     r = Report()
     for i in range(MAX_FINDINGS_PER_CODE + 2):

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3_patches.checkpoint.doctor import doctor
+from eagle3_patches.doctor import doctor
 from eagle3_patches.checkpoint.draft_kind import eagle3_draft_evidence
 from eagle3_patches.testing import tiny_models as tm
 

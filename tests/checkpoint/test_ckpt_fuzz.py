@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eagle3_patches.checkpoint.convert import convert
-from eagle3_patches.checkpoint.doctor import doctor
+from eagle3_patches.convert import convert
+from eagle3_patches.doctor import doctor
 from eagle3_patches.errors import Eagle3Error
 from eagle3_patches.testing import tiny_models as tm
 

@@ -31,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eagle3_patches.checkpoint.doctor import doctor
+from eagle3_patches.doctor import doctor
 from eagle3_patches.checkpoint.safe_io import RSS_BUDGET, CheckpointError, open_checkpoint_file
 from eagle3_patches.checkpoint.safetensors_header import read_header
 from eagle3_patches.terminal import escape_terminal
@@ -502,7 +502,7 @@ def test_refused_conversion_removes_the_parents_it_created(src, tmp_path, secret
 # ====================================================================== 4. signals and debris
 SLOW = """
 import sys, time
-import eagle3_patches.checkpoint.convert as c
+import eagle3_patches.convert as c
 real = c._copy_range
 def slow(*a, **k):
     time.sleep(0.3)
@@ -543,7 +543,7 @@ def test_sigkill_debris_is_removed_by_the_next_run(src, tmp_path):
     stale = [p.name for p in tmp_path.iterdir() if ".eagle3-convert-" in p.name]
     assert len(stale) == 1 and not dst.exists()
     # a temp dir whose owner is alive (this test process, with its real token) is left alone
-    from eagle3_patches.checkpoint import convert as convert_mod
+    from eagle3_patches import convert as convert_mod
 
     alive = convert_mod._temp_name(dst, "convert")
     alive.mkdir()

@@ -465,7 +465,7 @@ def test_the_release_table_spans_the_releases_the_matrix_checks(tiny):
     release the matrix has been checked against (tools/matrix_releases.json)."""
     from pathlib import Path
 
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     newest = json.loads((Path(__file__).parents[2] / "tools" / "matrix_releases.json").read_text())["newest_known"]
     major, minor, patch = map(int, newest.split("."))
@@ -541,7 +541,7 @@ def test_no_flags_mean_sglangs_defaults():
 
 
 def test_without_a_launch_command_the_doctor_judges_stock_sglang(tiny):
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     assert "stock sglang (no eagle3-patches)" in doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9").format()
     wrapped = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9", launch="eagle3-patches run -- --tp 1")
@@ -633,7 +633,7 @@ def test_read_config_errors(tmp_path):
                                              (torch.uint8, True), (torch.float32, False)])
 def test_d2t_may_be_stored_in_any_integer_dtype(tiny, make_draft, dtype, accepted):
     """sglang adds d2t to an arange of any integer dtype; a float d2t is no table of offsets."""
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     def d2t(t):
         t["d2t"] = torch.zeros(t["d2t"].shape, dtype=dtype)  # offsets 0: draft id i is target id i
@@ -909,7 +909,7 @@ def test_reading_a_config_counts_its_bytes(tiny):
 
 def test_each_speculators_option_sglang_lacks_is_refused():
     """The options docs/doctor.md lists for ``draft-unsupported-architecture``."""
-    from eagle3_patches.checkpoint.convert import unsupported
+    from eagle3_patches.checkpoint.conversion_plan import unsupported
 
     row = next(line for line in (DOCS / "doctor.md").read_text().splitlines() if line.startswith("| `draft-unsupported-architecture`"))
     options = re.findall(r"`(\w+)`", row.split("speculators' ")[1].split(", or")[0])

@@ -73,7 +73,7 @@ def test_guard_lets_an_eagle1_draft_run_with_eagle_and_refuses_an_eagle3_one(tin
 
 @pytest.mark.parametrize("algorithm", ["EAGLE", "NEXTN"])
 def test_doctor_names_eagle_and_nextn_with_an_eagle3_draft(tiny, algorithm):
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["kimi_k25"]), "--speculative-algorithm",
               algorithm, "--speculative-draft-model-path", str(tiny["draft"])]
@@ -88,7 +88,7 @@ def test_doctor_for_a_patched_server_says_refused_or_upgraded(tiny, monkeypatch,
     """Where the server runs the patches, the doctor says what the guard will do: refuse at start, or (opted in)
     upgrade to EAGLE3 with a warning."""
     from eagle3_patches import settings
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     monkeypatch.setenv(settings.UPGRADE_ALGORITHM, upgrade)
     settings.reload()
@@ -157,7 +157,7 @@ def test_guard_refuses_eagle3_without_a_draft_naming_the_flag(tiny):
 
 
 def test_doctor_names_eagle3_without_a_draft_and_stays_silent_with_one(tiny):
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["deepseek_v3"]), "--speculative-algorithm", "EAGLE3"]
     assert "algorithm-eagle3-without-draft" in doctor(launch=launch, sglang_version="0.5.9").codes("error")

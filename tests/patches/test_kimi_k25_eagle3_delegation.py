@@ -107,7 +107,7 @@ def test_delegation_raises_clearly_when_language_model_cannot_capture():
 def test_doctor_names_the_missing_hooks_for_every_speculative_launch_on_0_5_9(tiny, algorithm):
     """Each algorithm whose worker calls the hooks fails at start on stock 0.5.9, which the doctor says, pointing at
     the target's top-level architectures; serving without speculative decoding, or on 0.5.10, needs no delegation."""
-    from eagle3_patches.checkpoint.doctor import doctor
+    from eagle3_patches.doctor import doctor
 
     launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["kimi_k25"])]
     if algorithm:

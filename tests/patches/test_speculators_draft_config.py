@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eagle3_patches.checkpoint import layer_ids as L
-from eagle3_patches.checkpoint.convert import ConvertError, convert
+from eagle3_patches.convert import ConvertError, convert
 from eagle3_patches.registry import NotApplicable
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_patches.probe_report import hop_of
+from eagle3_patches.instruments.probe_diagnosis import hop_of
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 
@@ -279,7 +279,7 @@ def test_probe_report_names_lost_captures_and_ranks_that_disagree(tmp_path):
 
 def test_probe_report_with_the_fc_guard_on_still_names_the_algorithm():
     """The guard stops the draft forward; the probe's draft record carries the error, the cause stays the flag."""
-    from eagle3_patches.probe_report import analyse
+    from eagle3_patches.instruments.probe_diagnosis import analyse
 
     base = {"probe": 1, "pid": 9, "tp_rank": 0, "algorithm": "EAGLE"}
     recs = [

@@ -2,7 +2,7 @@
 
 The clock is injected (no test waits), the probe is a stand-in that hands back the records the real probe wrote
 in a misconfigured run (``--speculative-algorithm EAGLE`` with the EAGLE-3 draft, guards off); the analysis is
-the real ``probe_report.analyse``.  The real sglang scheduler, the real probe and sglang's Prometheus collector
+the real ``probe_diagnosis.analyse``.  The real sglang scheduler, the real probe and sglang's Prometheus collector
 are exercised in tests/probe/test_watchdog_on_sglang.py and tests/e2e/test_watchdog.py.
 """
 
@@ -16,7 +16,7 @@ from eagle3_patches import settings
 from eagle3_patches.instruments.accept_watchdog import PROBE_WAIT_BATCHES, Watchdog, Window, accept_counts
 
 H = 64
-#: what the probe records in the misconfigured server's decode step (fields probe_report reads)
+#: what the probe records in the misconfigured server's decode step (fields probe_diagnosis reads)
 EAGLE_RECORDS = [
     {"probe": 1, "hop": "draft_input", "mode": "decode", "pid": 7, "tp_rank": 0, "algorithm": "EAGLE", "width": H,
      "hidden_size": H, "fc_in_features": 3 * H, "fc_out_features": H, "embed_width": H, "fc_applied": False,

@@ -52,7 +52,7 @@ PATCH = ThrowawayFix()
 CHILD = '''
 import json, sys
 import eagle3_patches
-from eagle3_patches.checkpoint.doctor import doctor
+from eagle3_patches.doctor import doctor
 from eagle3_patches.cli import status_cmd
 from eagle3_patches.patch_docs import patch_table
 names = eagle3_patches.get_registry().names()

@@ -1,21 +1,10 @@
 """Convert a speculators-format EAGLE-3 draft to SGLang format, streaming, atomically.
 
-    from eagle3_patches.checkpoint.convert import convert
+    from eagle3_patches.convert import convert
     result = convert("/models/draft-speculators", "/models/draft-sglang")
 
-What changes (docs/checkpoints.md has the full mapping):
-
-* ``config.json``: ``transformer_layer_config`` becomes the top level, with
-  ``architectures: ["LlamaForCausalLMEagle3"]``, ``model_type: llama``, ``torch_dtype``,
-  ``rope_theta`` / ``rope_scaling`` from ``rope_parameters``, ``draft_vocab_size``,
-  ``target_hidden_size`` (from ``fc.weight`` when speculators left it null) and
-  ``eagle_config``.  The aux layer ids are translated from speculators' meaning (HF
-  ``hidden_states[N]`` = the input of layer N) to this library's ``output-of-layer``
-  convention (``N - 1``) and the convention is recorded under
-  ``eagle_config.eagle3_patches_layer_id_convention``.  speculators' ``auto_map`` and its
-  ``config.py`` are neither executed nor copied.
-* tensors: ``layers.0.*`` -> ``midlayer.*``; everything else keeps its name, dtype and
-  bytes (``d2t`` stays int64 offsets, ``t2d`` stays bool).
+What changes is planned by :mod:`eagle3_patches.checkpoint.conversion_plan` (docs/checkpoints.md has
+the full mapping); this module writes it durably.
 
 How: headers are planned first, then every tensor's bytes are copied from the source
 file's data region into the new file (``os.copy_file_range`` where the kernel has it),
@@ -27,13 +16,9 @@ directory and no parent directory it created; one left by a SIGKILLed run is rem
 next run on the same DST once its owner process is gone.  SRC is never written.  An
 existing DST is refused unless ``force``.
 
-Every source file is read through :mod:`.safe_io` (no link out of SRC, regular files only);
+Every source file is read through :mod:`.checkpoint.safe_io` (no link out of SRC, regular files only);
 side files (tokenizer, generation config, chat template) are an allow-list; no DST file is
 given wider permissions than its source file.
-
-Drafts speculators trained with ``norm_before_fc``, ``norm_before_residual``,
-``norm_output`` or ``fc_norm`` (or a non-llama decoder layer) are refused: sglang's
-``LlamaForCausalLMEagle3`` cannot run them faithfully.
 """
 
 from __future__ import annotations
@@ -54,28 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..diagnostic import first_few
-from ..errors import Eagle3ConfigError
-from . import layer_ids as L
-from .formats import (
-    SGLANG_EAGLE3,
-    SPECULATORS,
-    SPECULATORS_UNSUPPORTED,
-    checkpoint_dir,
-    detect_format,
-    draft_view,
-    list_weight_files,
-    read_config,
-    scan_shards,
-    unknown_tensor_hints,
-)
-from .safe_io import CheckpointError, list_checkpoint_dir, open_checkpoint_file, resolve_checkpoint_file
-from .safetensors_header import (
-    TensorInfo,
-    alignment_order,
-    encode_header,
-    read_header,
-)
+from .checkpoint.conversion_plan import ConvertError, PlannedTensor, conversion_error, plan_conversion, shards
+from .checkpoint.formats import checkpoint_dir
+from .checkpoint.safe_io import CheckpointError, list_checkpoint_dir, open_checkpoint_file, resolve_checkpoint_file
+from .checkpoint.safetensors_header import encode_header, read_header
+from .doctor import check_draft
+from .errors import Eagle3ConfigError
 
 #: default largest output shard (as transformers' save_pretrained)
 DEFAULT_MAX_SHARD_SIZE = 5 * 1000**3
@@ -89,28 +58,6 @@ COPY_FILES = re.compile(
     r"^(tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|added_tokens\.json|vocab\.(json|txt)|merges\.txt"
     r"|generation_config\.json|[\w.-]*\.tiktoken|tiktoken\.model|chat_template\.(json|jinja))$"
 )
-SAFETENSORS_DTYPE_TO_CONFIG = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
-
-_MIDLAYER_PARAMS = (
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-    "hidden_norm.weight",
-)
-KNOWN_OUTPUT_NAMES = frozenset(
-    {"fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d"}
-    | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
-)
-
-
-class ConvertError(Eagle3ConfigError):
-    """The source cannot be converted (or the destination cannot be written) safely."""
 
 
 class ConvertInterrupted(KeyboardInterrupt):
@@ -137,14 +84,6 @@ class ConvertResult:
     cleaned: list[str] = field(default_factory=list)  # debris of killed earlier runs removed (or an old DST restored)
 
 
-@dataclass(frozen=True)
-class _Item:
-    out: str
-    src: TensorInfo
-    src_data_start: int
-    src_mode: int  # permission bits of the source shard
-
-
 # ====================================================================== helpers
 def parse_size(text: str | int) -> int:
     """``5GB`` / ``500MB`` / ``1GiB`` / ``123`` -> bytes."""
@@ -162,10 +101,6 @@ def parse_size(text: str | int) -> int:
     return size
 
 
-def _err(what: str, **kw: str) -> ConvertError:
-    return ConvertError(what, **kw)
-
-
 def _inside(a: Path, b: Path) -> bool:
     """a == b or a is inside b."""
     try:
@@ -180,7 +115,7 @@ def _check_paths(src: Path, dst: Path, force: bool) -> Path:
     rs, rd = Path(os.path.realpath(src)), Path(os.path.abspath(dst))
     cwd = Path(os.getcwd())
     if rd == Path(rd.anchor) or _inside(cwd, rd):
-        raise _err(
+        raise conversion_error(
             "DST must name a new directory, not the current directory, one of its parents or the root",
             where=str(dst),
             found=str(rd),
@@ -188,14 +123,14 @@ def _check_paths(src: Path, dst: Path, force: bool) -> Path:
         )
     rd_real = Path(os.path.realpath(rd))  # realpath, not Path.resolve: a symlink loop is no RuntimeError
     if _inside(rd_real, rs) or _inside(rs, rd_real):
-        raise _err(
+        raise conversion_error(
             "the destination overlaps the source; the converter never writes into SRC",
             where=str(dst),
             found=f"SRC {rs}, DST {rd}",
             fix="choose a DST outside SRC (e.g. a sibling directory)",
         )
     if os.path.lexists(rd) and not force:
-        raise _err(
+        raise conversion_error(
             "the destination already exists",
             where=str(dst),
             fix="choose a new DST, or pass --force to replace it",
@@ -209,7 +144,7 @@ def _dst_error(exc: OSError, path: Path, action: str) -> ConvertError:
     if exc.errno in (errno.ENOTDIR, errno.EEXIST):
         for parent in [path, *path.parents]:  # name the component that is not a directory
             if os.path.lexists(parent) and not parent.is_dir():
-                return _err(f"cannot {action}: {parent} is not a directory", where=str(path), found=f"a file at {parent}", expected="a directory (or nothing) at each component of DST", fix="choose another DST, or move that file away")
+                return conversion_error(f"cannot {action}: {parent} is not a directory", where=str(path), found=f"a file at {parent}", expected="a directory (or nothing) at each component of DST", fix="choose another DST, or move that file away")
     fix = {
         errno.EACCES: "choose a DST in a directory you can write, or fix its permissions",
         errno.EPERM: "choose a DST in a directory you can write, or fix its permissions",
@@ -218,7 +153,7 @@ def _dst_error(exc: OSError, path: Path, action: str) -> ConvertError:
         errno.EDQUOT: "free space or choose a DST on another filesystem",
         errno.ENAMETOOLONG: "choose a shorter DST",
     }.get(exc.errno or 0, "check DST and its parent directory")
-    return _err(f"cannot {action}: {exc.strerror or exc}", where=str(where), found=f"{type(exc).__name__} [errno {exc.errno}]", fix=fix)
+    return conversion_error(f"cannot {action}: {exc.strerror or exc}", where=str(where), found=f"{type(exc).__name__} [errno {exc.errno}]", fix=fix)
 
 
 def _make_parents(parent: Path) -> list[Path]:
@@ -333,299 +268,6 @@ def _signals_interrupt() -> Iterator[None]:
 
 
 # ====================================================================== planning
-def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], list[str]]:
-    """name -> (tensor, data start of its shard, its shard's permission bits); and the shard names."""
-    wf = list_weight_files(src)
-    if not wf.files:
-        if wf.pickles:
-            raise _err(
-                "the source has only pickle weights; the converter never loads pickles",
-                where=str(src),
-                found=", ".join(p.name for p in wf.pickles[:3]),
-                fix="re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
-            )
-        raise _err("the source directory holds no *.safetensors weights", where=str(src), fix="pass the speculators draft's directory")
-    scan = scan_shards(wf, "source draft")
-    if scan.errors:
-        raise scan.errors[0]
-    if scan.duplicates:
-        name, first, second = scan.duplicates[0]
-        raise _err(f"tensor {name} is stored in two shards", where=str(src), found=f"{first}, {second}", fix="re-export the draft")
-    if scan.absent:
-        raise _err("tensors in the source's index are not in the shard it names", where=str(wf.index), found=", ".join(scan.absent[:5]), fix="re-export the draft")
-    out = {}
-    for name, t in scan.tensors.items():
-        h = scan.headers[t.file]
-        out[name] = (t, h.data_start, h.mode)
-    return out, list(scan.headers)
-
-
-def _output_name(name: str) -> str:
-    m = re.match(r"^(model\.)?layers\.0\.", name)
-    if m:
-        return "midlayer." + name[m.end():]
-    if name.startswith("model.") and name != "model.lm_head.weight":
-        return name[len("model."):]
-    return name
-
-
-def unsupported(config: dict, tensor_names=(), *, config_path: str = "config.json") -> ConvertError | None:
-    """Why sglang's ``LlamaForCausalLMEagle3`` cannot run this speculators draft faithfully, or None.
-
-    The one place for that message: the converter raises it, ``speculators_draft_config`` raises it at
-    start (before any rank loads weights) and the doctor reports it (``draft-unsupported-architecture``).
-    """
-    bad = [k for k in SPECULATORS_UNSUPPORTED if config.get(k)]
-    if "input_norm.weight" in tensor_names and "norm_before_fc" not in bad:
-        bad.append("norm_before_fc (input_norm.weight present)")
-    if "norm_before_residual" not in config:  # vLLM's speculators adapter reads a missing one as true
-        bad.append("norm_before_residual (missing: vLLM reads it as true)")
-    if bad:
-        return _err(
-            "this draft was trained with options sglang's LlamaForCausalLMEagle3 does not implement; served by sglang "
-            "(converted or directly) it would load but predict wrong",
-            where=f"{config_path}: {bad[0].split(' ')[0]}",
-            found=", ".join(b if "(" in b else f"{b}=true" for b in bad),
-            expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
-            fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM"
-                + ('; if it was trained with norm_before_residual=false, write "norm_before_residual": false into its '
-                   "config.json" if "norm_before_residual" not in config else ""),
-        )
-    layer = config.get("transformer_layer_config")
-    if not isinstance(layer, dict):
-        return _err("the source config has no transformer_layer_config", where=f"{config_path}: transformer_layer_config",
-                    fix="this is not a speculators EAGLE-3 draft")
-    if layer.get("model_type", "llama") != "llama":
-        return _err(
-            "the draft's decoder layer is not a llama layer; sglang's LlamaForCausalLMEagle3 runs only llama",
-            where=f"{config_path}: transformer_layer_config.model_type",
-            found=repr(layer.get("model_type")),
-            expected="'llama'",
-            fix="train the draft with a llama transformer_layer_config",
-        )
-    if layer.get("num_hidden_layers", 1) != 1:
-        return _err("sglang's EAGLE-3 draft has exactly one decoder layer", where=f"{config_path}: transformer_layer_config.num_hidden_layers",
-                    found=str(layer.get("num_hidden_layers")), expected="1")
-    return None
-
-
-def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids: list[int] | None = None,
-                 num_target_layers: int | None = None, release: str | None = None, config_path: str = "config.json") -> dict:
-    """The SGLang-format config.json for a speculators config (raises :class:`ConvertError`).
-
-    ``release``: None (the converter) writes the aux ids in this library's ``output-of-layer`` convention;
-    an sglang version writes them in the convention that release's own rule reads
-    (:func:`~.layer_ids.release_convention`: ``speculators_draft_config`` serving the draft directly).
-    Either way the convention is recorded under ``eagle_config.eagle3_patches_layer_id_convention``.
-    """
-    dv = draft_view(config)
-    if dv.problems:
-        p = dv.problems[0]
-        raise _err(f"the source config field {p.where} is unusable", where=f"{config_path}: {p.where}", found=p.found, expected=p.expected, fix="repair the source config.json")
-    refusal = unsupported(config, tensors, config_path=config_path)
-    if refusal is not None:
-        raise refusal
-    layer = config["transformer_layer_config"]
-    ids = aux_layer_ids if aux_layer_ids is not None else dv.aux_ids
-    if not ids:
-        raise _err(
-            "the source config names no aux layer ids",
-            where=f"{config_path}: eagle_aux_hidden_state_layer_ids",
-            fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for Kimi-K2.5)",
-        )
-    ids_where = "--aux-layer-ids" if aux_layer_ids is not None else f"{config_path}: eagle_aux_hidden_state_layer_ids"
-    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
-        raise _err("the aux layer ids are not distinct and increasing", where=ids_where, found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
-    if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
-        raise _err(
-            "the aux layer ids are not layer numbers",
-            where=ids_where,
-            found=repr(list(ids))[:200],
-            expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
-            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the target)",
-        )
-    out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
-    convention = L.OUTPUT_OF_LAYER if release is None else L.release_convention(release)
-    if out_ids[0] < 0:
-        raise _err(
-            "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
-            where=ids_where,
-            found=str(ids),
-            fix="only the outputs of decoder layers can be captured",
-        )
-    if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
-        raise _err(
-            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a {num_target_layers}-layer target",
-            where=ids_where,
-            found=str(ids),
-            expected=f"ids in 1..{num_target_layers - 1}",
-            fix="the final hidden state (id num_layers) cannot be captured by sglang",
-        )
-    fc = tensors.get("fc.weight")
-    k = len(ids)
-    target_hidden = dv.target_hidden
-    if target_hidden is None and fc is not None and len(fc.shape) == 2 and fc.shape[1] % k == 0:
-        target_hidden = fc.shape[1] // k
-    dtype = dv.dtype
-    if dtype is None and fc is not None:
-        dtype = SAFETENSORS_DTYPE_TO_CONFIG.get(fc.dtype)
-    draft_vocab = dv.draft_vocab
-    lm_head = tensors.get("lm_head.weight")
-    if draft_vocab is None and lm_head is not None and len(lm_head.shape) == 2:
-        draft_vocab = lm_head.shape[0]
-
-    out = {k2: v for k2, v in layer.items() if k2 not in ("rope_parameters", "dtype", "torch_dtype", "architectures", "auto_map")}
-    rp = layer.get("rope_parameters")
-    if isinstance(rp, dict):
-        if "rope_theta" in rp:
-            out["rope_theta"] = rp["rope_theta"]
-        rope_type = rp.get("rope_type", rp.get("type", "default"))
-        extra = {k2: v for k2, v in rp.items() if k2 not in ("rope_theta", "rope_type", "type")}
-        out["rope_scaling"] = None if rope_type == "default" and not extra else {**extra, "rope_type": rope_type, "type": rope_type}
-    out.update(
-        {
-            "architectures": ["LlamaForCausalLMEagle3"],
-            "model_type": "llama",
-            "num_hidden_layers": 1,
-            "torch_dtype": dtype,
-            "tie_word_embeddings": bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
-            "draft_vocab_size": draft_vocab,
-            "target_hidden_size": target_hidden,
-            "eagle_config": {
-                "eagle_aux_hidden_state_layer_ids": L.from_output_of_layer(out_ids, convention),
-                "use_aux_hidden_state": True,
-                L.CONVENTION_KEY: convention,
-            },
-            "eagle3_patches_converted_from": {
-                "format": "speculators",
-                "speculators_version": config.get("speculators_version"),
-                "architectures": config.get("architectures"),
-                "eagle_aux_hidden_state_layer_ids": list(ids),
-                "layer_id_convention": L.INPUT_OF_LAYER,
-                "verifier": (config.get("speculators_config") or {}).get("verifier") if isinstance(config.get("speculators_config"), dict) else None,
-            },
-        }
-    )
-    if out.get("torch_dtype") is None:
-        out.pop("torch_dtype")
-    return out
-
-
-def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int]], drop_embed_tokens: bool) -> tuple[list[_Item], dict[str, str], list[str]]:
-    items: list[_Item] = []
-    renamed: dict[str, str] = {}
-    dropped: list[str] = []
-    unknown: list[str] = []
-    seen: dict[str, str] = {}
-    for name, (t, data_start, mode) in tensors.items():
-        out = _output_name(name)
-        if out not in KNOWN_OUTPUT_NAMES:
-            unknown.append(name)
-            continue
-        if out == "embed_tokens.weight" and drop_embed_tokens:
-            dropped.append(name)
-            continue
-        if out in seen:
-            raise _err(f"tensors {seen[out]} and {name} map to the same output name {out}", where=str(src), fix="keep one of them")
-        seen[out] = name
-        if out != name:
-            renamed[name] = out
-        items.append(_Item(out, t, data_start, mode))
-    if unknown:
-        hints = unknown_tensor_hints(unknown)
-        raise _err(
-            f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop them silently)",
-            where=str(src),
-            found=first_few(sorted(unknown), 8),
-            expected="fc, layers.0.* (self_attn q/k/v/o, mlp gate/up/down, input_layernorm, post_attention_layernorm, hidden_norm), norm, lm_head, embed_tokens, d2t, t2d",
-            fix="; ".join(hints) or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
-        )
-    names = {i.out for i in items}
-    required = {"fc.weight", "norm.weight"} | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
-    if not config.get("tie_word_embeddings"):
-        required.add("lm_head.weight")
-    missing = sorted(required - names)
-    if missing:
-        raise _err("the source lacks tensors every EAGLE-3 draft needs", where=str(src), found=", ".join(missing), fix="re-export the draft")
-    return items, renamed, dropped
-
-
-def _shards(items: list[_Item], max_shard_size: int) -> list[list[_Item]]:
-    ordered = {e[0]: None for e in alignment_order((i.out, i.src.dtype, i.src.shape) for i in items)}
-    by_name = {i.out: i for i in items}
-    shards: list[list[_Item]] = [[]]
-    size = 0
-    for name in ordered:
-        it = by_name[name]
-        if shards[-1] and size + it.src.nbytes > max_shard_size:
-            shards.append([])
-            size = 0
-        shards[-1].append(it)
-        size += it.src.nbytes
-    return shards
-
-
-@dataclass
-class Plan:
-    """A speculators draft read and judged as the converter judges it (config and headers only, no tensor data)."""
-
-    src: Path
-    config: dict  # the source config.json
-    sglang_config: dict  # the equivalent SGLang-format config (build_config)
-    items: list[_Item]
-    renamed: dict[str, str]
-    dropped: list[str]
-    src_files: list[str]
-
-
-def plan_conversion(src: os.PathLike | str, *, aux_layer_ids: list[int] | None = None, drop_embed_tokens: bool = False,
-                    target: os.PathLike | str | None = None, release: str | None = None) -> Plan:
-    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe
-    open) and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses.
-
-    ``release``: see :func:`build_config` (None: this library's convention, as ``convert`` writes it).
-    """
-    src_dir = checkpoint_dir(src, "source draft")
-    config = read_config(src_dir, "source draft")
-    fmt = detect_format(config)
-    if fmt != SPECULATORS:
-        if fmt == SGLANG_EAGLE3:
-            raise _err("the source is already in SGLang format; nothing to convert", where=str(src_dir / "config.json"), fix=f"check it with `eagle3-patches doctor --draft {src_dir}`")
-        raise _err(
-            "the source is not a speculators EAGLE-3 draft",
-            where=str(src_dir / "config.json"),
-            found=f"architectures {config.get('architectures')}",
-            expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
-        )
-    tensors, src_files = _source_tensors(src_dir)
-    n_target = None
-    if target is not None:
-        from .formats import target_view
-
-        n_target = target_view(read_config(target, "target")).num_layers
-    out_config = build_config(config, {n: t for n, (t, _, _) in tensors.items()}, aux_layer_ids=aux_layer_ids,
-                              num_target_layers=n_target, release=release, config_path=str(src_dir / "config.json"))
-    items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens)
-    return Plan(src_dir, config, out_config, items, renamed, dropped, src_files)
-
-
-def served_sglang_config(path: os.PathLike | str, release: str) -> dict | None:
-    """The SGLang-format config sglang ``release`` is handed for the speculators draft in the local directory
-    ``path`` (``speculators_draft_config``): the converter's config with the aux ids in that release's own
-    convention.  None when ``path`` is not a local directory whose ``config.json`` (read through the safe
-    open) is in speculators format; :class:`ConvertError` for a speculators draft the converter refuses."""
-    try:
-        if not os.path.isdir(path):
-            return None
-        config = read_config(path, "draft")
-    except (CheckpointError, OSError, TypeError, ValueError):
-        return None  # not a checkpoint eagle3-patches reads: sglang's own reader decides
-    if detect_format(config) != SPECULATORS:
-        return None
-    return plan_conversion(path, release=release).sglang_config
-
-
-# ====================================================================== copying
 class _Progress:
     def __init__(self, total: int, progress: Any):
         self.total, self.done, self.bar, self.cb = total, 0, None, None
@@ -666,14 +308,14 @@ def _copy_range(src_fd: int, offset: int, length: int, dst_fd: int, progress: _P
         if not use_cfr:
             buf = os.pread(src_fd, n, offset)
             if not buf:
-                raise _err("the source file ended early while copying", found=f"offset {offset}")
+                raise conversion_error("the source file ended early while copying", found=f"offset {offset}")
             view = memoryview(buf)
             while view:
                 w = os.write(dst_fd, view)
                 view = view[w:]
             done = len(buf)
         if done <= 0:
-            raise _err("the source file ended early while copying", found=f"offset {offset}")
+            raise conversion_error("the source file ended early while copying", found=f"offset {offset}")
         offset += done
         remaining -= done
         progress.update(done)
@@ -684,7 +326,7 @@ def _narrowed(mode: int) -> int:
     return mode & MAX_MODE
 
 
-def _write_shard(src: Path, path: Path, items: list[_Item], progress: _Progress) -> dict[str, tuple[int, int]]:
+def _write_shard(src: Path, path: Path, items: list[PlannedTensor], progress: _Progress) -> dict[str, tuple[int, int]]:
     header, offsets = encode_header(((i.out, i.src.dtype, i.src.shape) for i in items), {"format": "pt"})
     mode = MAX_MODE
     for it in items:
@@ -715,11 +357,11 @@ def _side_files(src: Path) -> list[str]:
         try:
             _, _, st = resolve_checkpoint_file(src, name, what="side file")
             if st.st_size > MAX_SIDE_FILE_BYTES:
-                raise _err(f"side file {name} is implausibly large", where=str(src / name), found=f"{st.st_size} bytes (at most {MAX_SIDE_FILE_BYTES})")
+                raise conversion_error(f"side file {name} is implausibly large", where=str(src / name), found=f"{st.st_size} bytes (at most {MAX_SIDE_FILE_BYTES})")
         except Eagle3ConfigError as exc:
             refused.append(exc)
     if refused:
-        raise _err(
+        raise conversion_error(
             f"the source's side file(s) {', '.join(Path(e.where).name for e in refused)} are refused: the converter copies "
             "nothing through a link out of SRC, nothing that is not a regular file, nothing implausibly large",
             where=str(src),
@@ -741,27 +383,27 @@ def _copy_side_files(src: Path, tmp: Path, names: list[str]) -> None:
                 os.close(out)
 
 
-def _verify(path: Path, items: list[_Item], offsets: dict[str, tuple[int, int]]) -> None:
+def _verify(path: Path, items: list[PlannedTensor], offsets: dict[str, tuple[int, int]]) -> None:
     """Re-read the written shard (the safetensors library validates it) and compare it with the plan."""
     try:
         h = read_header(path)
         tensors = h.tensors
     except CheckpointError as exc:
-        raise _err("the written shard does not read back", where=str(path), found=exc.what) from None
+        raise conversion_error("the written shard does not read back", where=str(path), found=exc.what) from None
     # ``tensors`` holds exactly the names the library read (``read_header`` refuses duplicates), so
     # comparing it with the plan also compares the names
     want = {i.out: (i.src.dtype, i.src.shape, offsets[i.out]) for i in items}
     got = {n: (t.dtype, t.shape, (t.start, t.end)) for n, t in tensors.items()}
     if want != got:
         bad = sorted(n for n in want.keys() | got.keys() if want.get(n) != got.get(n))
-        raise _err(
+        raise conversion_error(
             "the written shard's header does not match the plan",
             where=str(path),
             found=f"{len(bad)} tensor(s) differ; " + "; ".join(f"{n}: planned {want.get(n)}, written {got.get(n)}" for n in bad[:3]),
             expected="(dtype, shape, data offsets) as planned for every tensor",
         )
     if h.metadata.get("format") != "pt":  # what a PyTorch safetensors file declares (transformers reads it)
-        raise _err("the written shard's metadata does not say format pt", where=str(path), found=str(h.metadata), expected="{'format': 'pt'}")
+        raise conversion_error("the written shard's metadata does not say format pt", where=str(path), found=str(h.metadata), expected="{'format': 'pt'}")
 
 
 # ====================================================================== entry point
@@ -800,7 +442,7 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
     # refused at once, not after the whole copy
     cleaned = _remove_stale(dst)
     if not force and os.path.lexists(dst):
-        raise _err(
+        raise conversion_error(
             "the destination already exists: a killed `--force` run had moved it aside, and it was put back",
             where=str(shown),
             found="; ".join(cleaned),
@@ -809,7 +451,7 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
     plan = plan_conversion(src_dir, aux_layer_ids=aux_layer_ids, drop_embed_tokens=drop_embed_tokens, target=target)
     out_config, items, renamed, dropped, src_files = plan.sglang_config, plan.items, plan.renamed, plan.dropped, plan.src_files
     limit = parse_size(max_shard_size)
-    shards = _shards(items, limit)
+    planned = shards(items, limit)
     total = sum(i.src.nbytes for i in items)
     side = _side_files(src_dir)
     config_mode = _narrowed(resolve_checkpoint_file(src_dir, "config.json", what="config")[2].st_mode)
@@ -824,11 +466,11 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
             except OSError as exc:
                 raise _dst_error(exc, dst, "create the destination") from None
             _write_json(tmp / "config.json", out_config, config_mode, sort_keys=True)
-            n = len(shards)
+            n = len(planned)
             names = ["model.safetensors"] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
             weight_map: dict[str, str] = {}
             written: list[Path] = []
-            for name, shard in zip(names, shards):
+            for name, shard in zip(names, planned):
                 path = tmp / name
                 offsets = _write_shard(src_dir, path, shard, bar)
                 _verify(path, shard, offsets)
@@ -840,8 +482,6 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
             _copy_side_files(src_dir, tmp, side)
         report = None
         if run_doctor:
-            from .doctor import check_draft
-
             report = check_draft(tmp, target=target, sglang_version=sglang_version)
             # the doctor checked the temporary directory: its report names DST (in every text field)
             report.findings[:] = [fnd.replace(**{k: v.replace(str(tmp), str(dst)) for k, v in vars(fnd).items() if isinstance(v, str)})
@@ -851,7 +491,7 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
                     report.facts[key] = value.replace(str(tmp), str(dst))
             if report.errors:
                 first = report.errors[0]
-                raise _err(
+                raise conversion_error(
                     f"the converted draft fails the doctor's checks: {first.what}",
                     where=first.where,
                     found=first.found,
@@ -911,7 +551,7 @@ def _replace(tmp: Path, dst: Path, force: bool) -> None:
     old = None
     if os.path.lexists(dst):
         if not force:  # appeared while we were writing
-            raise _err("the destination appeared while converting", where=str(dst), fix="pass --force to replace it")
+            raise conversion_error("the destination appeared while converting", where=str(dst), fix="pass --force to replace it")
         old = _temp_name(dst, "old")
         os.rename(dst, old)
     try:

@@ -1,0 +1,379 @@
+"""The SGLang form of a speculators-format EAGLE-3 draft: refusals, the config, the tensor plan.
+
+What the converter writes and what ``speculators_draft_config`` hands sglang when it serves such a draft
+as it is, decided from the draft's ``config.json`` and safetensors headers alone (no tensor data):
+
+* ``config.json``: ``transformer_layer_config`` becomes the top level, with
+  ``architectures: ["LlamaForCausalLMEagle3"]``, ``model_type: llama``, ``torch_dtype``,
+  ``rope_theta`` / ``rope_scaling`` from ``rope_parameters``, ``draft_vocab_size``,
+  ``target_hidden_size`` (from ``fc.weight`` when speculators left it null) and
+  ``eagle_config``.  The aux layer ids are translated from speculators' meaning (HF
+  ``hidden_states[N]`` = the input of layer N) to this library's ``output-of-layer``
+  convention (``N - 1``) and the convention is recorded under
+  ``eagle_config.eagle3_patches_layer_id_convention``.  speculators' ``auto_map`` and its
+  ``config.py`` are neither executed nor copied.
+* tensors: ``layers.0.*`` -> ``midlayer.*``; everything else keeps its name, dtype and
+  bytes (``d2t`` stays int64 offsets, ``t2d`` stays bool).
+
+Drafts speculators trained with ``norm_before_fc``, ``norm_before_residual``,
+``norm_output`` or ``fc_norm`` (or a non-llama decoder layer) are refused (:func:`unsupported`):
+sglang's ``LlamaForCausalLMEagle3`` cannot run them faithfully.  Writing the planned draft is
+:mod:`eagle3_patches.convert`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..diagnostic import first_few
+from ..errors import Eagle3ConfigError
+from . import layer_ids as L
+from .formats import (
+    SGLANG_EAGLE3,
+    SPECULATORS,
+    SPECULATORS_UNSUPPORTED,
+    checkpoint_dir,
+    detect_format,
+    draft_view,
+    list_weight_files,
+    read_config,
+    scan_shards,
+    target_view,
+    unknown_tensor_hints,
+)
+from .safe_io import CheckpointError
+from .safetensors_header import TensorInfo, alignment_order
+
+SAFETENSORS_DTYPE_TO_CONFIG = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+_MIDLAYER_PARAMS = (
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+    "hidden_norm.weight",
+)
+KNOWN_OUTPUT_NAMES = frozenset(
+    {"fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight", "d2t", "t2d"}
+    | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
+)
+
+
+class ConvertError(Eagle3ConfigError):
+    """The source cannot be converted (or the destination cannot be written) safely."""
+
+
+def conversion_error(what: str, **kw: str) -> ConvertError:
+    return ConvertError(what, **kw)
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One output tensor: its name in the SGLang draft and where its bytes are in the source."""
+
+    out: str
+    src: TensorInfo
+    src_data_start: int
+    src_mode: int  # permission bits of the source shard
+
+
+def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], list[str]]:
+    """name -> (tensor, data start of its shard, its shard's permission bits); and the shard names."""
+    wf = list_weight_files(src)
+    if not wf.files:
+        if wf.pickles:
+            raise conversion_error(
+                "the source has only pickle weights; the converter never loads pickles",
+                where=str(src),
+                found=", ".join(p.name for p in wf.pickles[:3]),
+                fix="re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
+            )
+        raise conversion_error("the source directory holds no *.safetensors weights", where=str(src), fix="pass the speculators draft's directory")
+    scan = scan_shards(wf, "source draft")
+    if scan.errors:
+        raise scan.errors[0]
+    if scan.duplicates:
+        name, first, second = scan.duplicates[0]
+        raise conversion_error(f"tensor {name} is stored in two shards", where=str(src), found=f"{first}, {second}", fix="re-export the draft")
+    if scan.absent:
+        raise conversion_error("tensors in the source's index are not in the shard it names", where=str(wf.index), found=", ".join(scan.absent[:5]), fix="re-export the draft")
+    out = {}
+    for name, t in scan.tensors.items():
+        h = scan.headers[t.file]
+        out[name] = (t, h.data_start, h.mode)
+    return out, list(scan.headers)
+
+
+def _output_name(name: str) -> str:
+    m = re.match(r"^(model\.)?layers\.0\.", name)
+    if m:
+        return "midlayer." + name[m.end():]
+    if name.startswith("model.") and name != "model.lm_head.weight":
+        return name[len("model."):]
+    return name
+
+
+def unsupported(config: dict, tensor_names=(), *, config_path: str = "config.json") -> ConvertError | None:
+    """Why sglang's ``LlamaForCausalLMEagle3`` cannot run this speculators draft faithfully, or None.
+
+    The one place for that message: the converter raises it, ``speculators_draft_config`` raises it at
+    start (before any rank loads weights) and the doctor reports it (``draft-unsupported-architecture``).
+    """
+    bad = [k for k in SPECULATORS_UNSUPPORTED if config.get(k)]
+    if "input_norm.weight" in tensor_names and "norm_before_fc" not in bad:
+        bad.append("norm_before_fc (input_norm.weight present)")
+    if "norm_before_residual" not in config:  # vLLM's speculators adapter reads a missing one as true
+        bad.append("norm_before_residual (missing: vLLM reads it as true)")
+    if bad:
+        return conversion_error(
+            "this draft was trained with options sglang's LlamaForCausalLMEagle3 does not implement; served by sglang "
+            "(converted or directly) it would load but predict wrong",
+            where=f"{config_path}: {bad[0].split(' ')[0]}",
+            found=", ".join(b if "(" in b else f"{b}=true" for b in bad),
+            expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
+            fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM"
+                + ('; if it was trained with norm_before_residual=false, write "norm_before_residual": false into its '
+                   "config.json" if "norm_before_residual" not in config else ""),
+        )
+    layer = config.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        return conversion_error("the source config has no transformer_layer_config", where=f"{config_path}: transformer_layer_config",
+                    fix="this is not a speculators EAGLE-3 draft")
+    if layer.get("model_type", "llama") != "llama":
+        return conversion_error(
+            "the draft's decoder layer is not a llama layer; sglang's LlamaForCausalLMEagle3 runs only llama",
+            where=f"{config_path}: transformer_layer_config.model_type",
+            found=repr(layer.get("model_type")),
+            expected="'llama'",
+            fix="train the draft with a llama transformer_layer_config",
+        )
+    if layer.get("num_hidden_layers", 1) != 1:
+        return conversion_error("sglang's EAGLE-3 draft has exactly one decoder layer", where=f"{config_path}: transformer_layer_config.num_hidden_layers",
+                    found=str(layer.get("num_hidden_layers")), expected="1")
+    return None
+
+
+def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids: list[int] | None = None,
+                 num_target_layers: int | None = None, release: str | None = None, config_path: str = "config.json") -> dict:
+    """The SGLang-format config.json for a speculators config (raises :class:`ConvertError`).
+
+    ``release``: None (the converter) writes the aux ids in this library's ``output-of-layer`` convention;
+    an sglang version writes them in the convention that release's own rule reads
+    (:func:`~.layer_ids.release_convention`: ``speculators_draft_config`` serving the draft directly).
+    Either way the convention is recorded under ``eagle_config.eagle3_patches_layer_id_convention``.
+    """
+    dv = draft_view(config)
+    if dv.problems:
+        p = dv.problems[0]
+        raise conversion_error(f"the source config field {p.where} is unusable", where=f"{config_path}: {p.where}", found=p.found, expected=p.expected, fix="repair the source config.json")
+    refusal = unsupported(config, tensors, config_path=config_path)
+    if refusal is not None:
+        raise refusal
+    layer = config["transformer_layer_config"]
+    ids = aux_layer_ids if aux_layer_ids is not None else dv.aux_ids
+    if not ids:
+        raise conversion_error(
+            "the source config names no aux layer ids",
+            where=f"{config_path}: eagle_aux_hidden_state_layer_ids",
+            fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for Kimi-K2.5)",
+        )
+    ids_where = "--aux-layer-ids" if aux_layer_ids is not None else f"{config_path}: eagle_aux_hidden_state_layer_ids"
+    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
+        raise conversion_error("the aux layer ids are not distinct and increasing", where=ids_where, found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
+    if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
+        raise conversion_error(
+            "the aux layer ids are not layer numbers",
+            where=ids_where,
+            found=repr(list(ids))[:200],
+            expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
+            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the target)",
+        )
+    out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
+    convention = L.OUTPUT_OF_LAYER if release is None else L.release_convention(release)
+    if out_ids[0] < 0:
+        raise conversion_error(
+            "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
+            where=ids_where,
+            found=str(ids),
+            fix="only the outputs of decoder layers can be captured",
+        )
+    if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
+        raise conversion_error(
+            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a {num_target_layers}-layer target",
+            where=ids_where,
+            found=str(ids),
+            expected=f"ids in 1..{num_target_layers - 1}",
+            fix="the final hidden state (id num_layers) cannot be captured by sglang",
+        )
+    fc = tensors.get("fc.weight")
+    k = len(ids)
+    target_hidden = dv.target_hidden
+    if target_hidden is None and fc is not None and len(fc.shape) == 2 and fc.shape[1] % k == 0:
+        target_hidden = fc.shape[1] // k
+    dtype = dv.dtype
+    if dtype is None and fc is not None:
+        dtype = SAFETENSORS_DTYPE_TO_CONFIG.get(fc.dtype)
+    draft_vocab = dv.draft_vocab
+    lm_head = tensors.get("lm_head.weight")
+    if draft_vocab is None and lm_head is not None and len(lm_head.shape) == 2:
+        draft_vocab = lm_head.shape[0]
+
+    out = {k2: v for k2, v in layer.items() if k2 not in ("rope_parameters", "dtype", "torch_dtype", "architectures", "auto_map")}
+    rp = layer.get("rope_parameters")
+    if isinstance(rp, dict):
+        if "rope_theta" in rp:
+            out["rope_theta"] = rp["rope_theta"]
+        rope_type = rp.get("rope_type", rp.get("type", "default"))
+        extra = {k2: v for k2, v in rp.items() if k2 not in ("rope_theta", "rope_type", "type")}
+        out["rope_scaling"] = None if rope_type == "default" and not extra else {**extra, "rope_type": rope_type, "type": rope_type}
+    out.update(
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "model_type": "llama",
+            "num_hidden_layers": 1,
+            "torch_dtype": dtype,
+            "tie_word_embeddings": bool(config.get("tie_word_embeddings", layer.get("tie_word_embeddings", False))),
+            "draft_vocab_size": draft_vocab,
+            "target_hidden_size": target_hidden,
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": L.from_output_of_layer(out_ids, convention),
+                "use_aux_hidden_state": True,
+                L.CONVENTION_KEY: convention,
+            },
+            "eagle3_patches_converted_from": {
+                "format": "speculators",
+                "speculators_version": config.get("speculators_version"),
+                "architectures": config.get("architectures"),
+                "eagle_aux_hidden_state_layer_ids": list(ids),
+                "layer_id_convention": L.INPUT_OF_LAYER,
+                "verifier": (config.get("speculators_config") or {}).get("verifier") if isinstance(config.get("speculators_config"), dict) else None,
+            },
+        }
+    )
+    if out.get("torch_dtype") is None:
+        out.pop("torch_dtype")
+    return out
+
+
+def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int]], drop_embed_tokens: bool) -> tuple[list[PlannedTensor], dict[str, str], list[str]]:
+    items: list[PlannedTensor] = []
+    renamed: dict[str, str] = {}
+    dropped: list[str] = []
+    unknown: list[str] = []
+    seen: dict[str, str] = {}
+    for name, (t, data_start, mode) in tensors.items():
+        out = _output_name(name)
+        if out not in KNOWN_OUTPUT_NAMES:
+            unknown.append(name)
+            continue
+        if out == "embed_tokens.weight" and drop_embed_tokens:
+            dropped.append(name)
+            continue
+        if out in seen:
+            raise conversion_error(f"tensors {seen[out]} and {name} map to the same output name {out}", where=str(src), fix="keep one of them")
+        seen[out] = name
+        if out != name:
+            renamed[name] = out
+        items.append(PlannedTensor(out, t, data_start, mode))
+    if unknown:
+        hints = unknown_tensor_hints(unknown)
+        raise conversion_error(
+            f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop them silently)",
+            where=str(src),
+            found=first_few(sorted(unknown), 8),
+            expected="fc, layers.0.* (self_attn q/k/v/o, mlp gate/up/down, input_layernorm, post_attention_layernorm, hidden_norm), norm, lm_head, embed_tokens, d2t, t2d",
+            fix="; ".join(hints) or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
+        )
+    names = {i.out for i in items}
+    required = {"fc.weight", "norm.weight"} | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
+    if not config.get("tie_word_embeddings"):
+        required.add("lm_head.weight")
+    missing = sorted(required - names)
+    if missing:
+        raise conversion_error("the source lacks tensors every EAGLE-3 draft needs", where=str(src), found=", ".join(missing), fix="re-export the draft")
+    return items, renamed, dropped
+
+
+def shards(items: list[PlannedTensor], max_shard_size: int) -> list[list[PlannedTensor]]:
+    """The planned tensors cut into output shards of at most ``max_shard_size`` bytes (one tensor may exceed it), in
+    the order that aligns every tensor's data."""
+    ordered = {e[0]: None for e in alignment_order((i.out, i.src.dtype, i.src.shape) for i in items)}
+    by_name = {i.out: i for i in items}
+    shards: list[list[PlannedTensor]] = [[]]
+    size = 0
+    for name in ordered:
+        it = by_name[name]
+        if shards[-1] and size + it.src.nbytes > max_shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(it)
+        size += it.src.nbytes
+    return shards
+
+
+@dataclass
+class Plan:
+    """A speculators draft read and judged as the converter judges it (config and headers only, no tensor data)."""
+
+    src: Path
+    config: dict  # the source config.json
+    sglang_config: dict  # the equivalent SGLang-format config (build_config)
+    items: list[PlannedTensor]
+    renamed: dict[str, str]
+    dropped: list[str]
+    src_files: list[str]
+
+
+def plan_conversion(src: os.PathLike | str, *, aux_layer_ids: list[int] | None = None, drop_embed_tokens: bool = False,
+                    target: os.PathLike | str | None = None, release: str | None = None) -> Plan:
+    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe
+    open) and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses.
+
+    ``release``: see :func:`build_config` (None: this library's convention, as ``convert`` writes it).
+    """
+    src_dir = checkpoint_dir(src, "source draft")
+    config = read_config(src_dir, "source draft")
+    fmt = detect_format(config)
+    if fmt != SPECULATORS:
+        if fmt == SGLANG_EAGLE3:
+            raise conversion_error("the source is already in SGLang format; nothing to convert", where=str(src_dir / "config.json"), fix=f"check it with `eagle3-patches doctor --draft {src_dir}`")
+        raise conversion_error(
+            "the source is not a speculators EAGLE-3 draft",
+            where=str(src_dir / "config.json"),
+            found=f"architectures {config.get('architectures')}",
+            expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
+        )
+    tensors, src_files = _source_tensors(src_dir)
+    n_target = None
+    if target is not None:
+        n_target = target_view(read_config(target, "target")).num_layers
+    out_config = build_config(config, {n: t for n, (t, _, _) in tensors.items()}, aux_layer_ids=aux_layer_ids,
+                              num_target_layers=n_target, release=release, config_path=str(src_dir / "config.json"))
+    items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens)
+    return Plan(src_dir, config, out_config, items, renamed, dropped, src_files)
+
+
+def served_sglang_config(path: os.PathLike | str, release: str) -> dict | None:
+    """The SGLang-format config sglang ``release`` is handed for the speculators draft in the local directory
+    ``path`` (``speculators_draft_config``): the converter's config with the aux ids in that release's own
+    convention.  None when ``path`` is not a local directory whose ``config.json`` (read through the safe
+    open) is in speculators format; :class:`ConvertError` for a speculators draft the converter refuses."""
+    try:
+        if not os.path.isdir(path):
+            return None
+        config = read_config(path, "draft")
+    except (CheckpointError, OSError, TypeError, ValueError):
+        return None  # not a checkpoint eagle3-patches reads: sglang's own reader decides
+    if detect_format(config) != SPECULATORS:
+        return None
+    return plan_conversion(path, release=release).sglang_config
+
+

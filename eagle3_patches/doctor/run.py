@@ -1,0 +1,189 @@
+"""The doctor's entry points: the setup read from the arguments and the launch flags, then every check in order
+(the checkpoints', then every patch's preflight rule), each one guarded so that none can stop the others."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Sequence
+
+from ..checkpoint.launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
+from ..checkpoint.releases import NEWEST_KNOWN, OLDEST_KNOWN, PINNED, facts, parse_version
+from ..checkpoint.safetensors_header import bytes_read
+from ..diagnostic import ERROR, INFO, WARNING
+from ..patches import get_registry
+from ..preflight import run_rules
+from ..sglang_version import installed_sglang_version
+from .context import Context, guard
+from .draft_checks import (
+    check_d2t,
+    check_draft_format,
+    check_draft_tensors,
+    check_draft_weights,
+    check_dtypes,
+    load_draft,
+)
+from .pairing_checks import check_algorithm, check_fc_shape, check_layer_ids, check_sizes
+from .report import Report
+from .target_checks import check_target_release, check_target_weights, load_target
+
+def doctor(
+    target: os.PathLike | str | None = None,
+    draft: os.PathLike | str | None = None,
+    *,
+    speculative_algorithm: str | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
+    sglang_version: str | None = None,
+    launch: LaunchArgs | Sequence[str] | str | None = None,
+    with_patches: bool | None = None,
+    deep: bool = False,
+    checkpoint_only: bool = False,
+) -> Report:
+    """Check a target + draft + launch configuration; never raises for a bad checkpoint.
+
+    ``launch``: sglang launch flags or a whole launch command (list or string), or a
+    :class:`LaunchArgs`; explicit arguments win over what it says.  ``with_patches``:
+    whether the server runs under eagle3-patches (default: only when the launch command
+    is wrapped in ``eagle3-patches run``).  ``deep``: accepted for compatibility and ignored:
+    the target's whole index and every shard header are always read (docs/doctor.md, Cost).
+    ``checkpoint_only``: only the checks of the checkpoints themselves (no algorithm, release
+    support or launch-flag findings), as the converter runs them on its output.
+    Raises ``ValueError`` only for unusable arguments (bad version string, unknown algorithm).
+    """
+    t0 = time.perf_counter()
+    read0 = bytes_read()
+    report = Report()
+    if launch is None:
+        la, launch_given = LaunchArgs(), False
+    elif isinstance(launch, LaunchArgs):
+        la, launch_given = launch, True
+    else:
+        la, launch_given = parse_launch_args(launch), True
+
+    # sglang version
+    if sglang_version is not None:
+        version, vsrc = parse_version(sglang_version), "--sglang-version"
+    else:
+        version = installed_sglang_version()
+        vsrc = "installed"
+        if version is None:
+            version, vsrc = PINNED, "assumed: sglang is not installed here"
+    rf = facts(version)
+
+    # algorithm
+    if speculative_algorithm is not None:
+        algo = speculative_algorithm.strip().upper()
+        if algo not in ALGORITHMS:
+            raise ValueError(f"unknown speculative algorithm {speculative_algorithm!r} (sglang knows {', '.join(ALGORITHMS)})")
+        asrc = "--speculative-algorithm"
+    elif la.algorithm:
+        algo, asrc = la.algorithm, "launch flags"
+    elif launch_given:
+        algo, asrc = None, "launch flags (none given)"
+    else:
+        algo, asrc = "EAGLE3", "assumed"
+
+    ctx = Context(
+        report=report,
+        version=version,
+        rf=rf,
+        algorithm=algo,
+        launch=la,
+        with_patches=bool(la.with_patches if with_patches is None else with_patches),
+        tp=tp if tp is not None else la.tp,
+        pp=pp if pp is not None else la.pp,
+        checkpoint_only=checkpoint_only,
+        facts=report.facts,
+        patches={p.name: p for p in get_registry().patches()},
+    )
+    report.facts.update(
+        sglang_version=str(version),
+        sglang_version_source=vsrc,
+        algorithm=algo,
+        algorithm_source=asrc,
+        with_patches=ctx.with_patches,
+        tp=ctx.tp,
+        pp=ctx.pp,
+        launch=la.as_dict() if launch_given else None,
+    )
+    if not rf.in_table:
+        report.add(
+            INFO,
+            "sglang-version-unknown",
+            f"sglang {version} is outside the releases the doctor's table was read from "
+            f"({'.'.join(map(str, OLDEST_KNOWN))}-{'.'.join(map(str, NEWEST_KNOWN))}); "
+            "its rules are extrapolated from the nearest release",
+            where=vsrc,
+        )
+    if vsrc.startswith("assumed"):
+        report.add(INFO, "sglang-version-assumed", f"sglang is not installed here; checking against {version}", fix="pass --sglang-version V for the server's release")
+
+    # paths: explicit arguments win over the launch command
+    target = _pick_path(ctx, "target", target, la.model_path, "--model-path")
+    draft = _pick_path(ctx, "draft", draft, la.draft_path, "--speculative-draft-model-path")
+
+    if target is not None:
+        guard(ctx, "target config", lambda c: load_target(c, target))
+        if ctx.target is not None:
+            guard(ctx, "target weights", check_target_weights)
+    if draft is not None:
+        guard(ctx, "draft config", lambda c: load_draft(c, draft))
+        if ctx.draft is not None:
+            guard(ctx, "draft weights", check_draft_weights)
+            guard(ctx, "draft format", check_draft_format)
+            guard(ctx, "draft tensors", check_draft_tensors)
+            guard(ctx, "d2t", check_d2t)
+            guard(ctx, "dtypes", check_dtypes)
+    if ctx.draft is not None and ctx.target is not None:
+        guard(ctx, "sizes", check_sizes)
+    if ctx.draft is not None:
+        guard(ctx, "fc shape", check_fc_shape)
+        guard(ctx, "aux layer ids", check_layer_ids)
+    if not checkpoint_only:
+        guard(ctx, "algorithm", check_algorithm)
+        if ctx.target is not None:
+            guard(ctx, "target release support", check_target_release)
+    # the preflight rule of every sglang bug this library knows (each in its patch module)
+    run_rules(ctx, ctx.report.add_diagnostic, lambda label, fn: guard(ctx, label, lambda c: fn()))
+    if target is None and draft is None:
+        report.add(ERROR, "nothing-to-check", "neither a target nor a draft was given", fix="pass --target PATH and --draft PATH (or a launch command naming them)")
+
+    report.close()
+    report.facts["bytes_read"] = bytes_read() - read0
+    report.facts["seconds"] = round(time.perf_counter() - t0, 4)
+    return report
+
+
+def check_draft(
+    draft: os.PathLike | str,
+    *,
+    target: os.PathLike | str | None = None,
+    sglang_version: str | None = None,
+    with_patches: bool | None = None,
+) -> Report:
+    """The doctor's checks of a draft checkpoint (plus the cross-checks with ``target`` when given), for EAGLE3.
+
+    Server-setup findings (release support, launch flags) are left out: see :func:`doctor`.
+    """
+    return doctor(
+        target, draft, speculative_algorithm="EAGLE3", sglang_version=sglang_version, with_patches=with_patches, checkpoint_only=True
+    )
+
+
+def _pick_path(ctx: Context, role: str, explicit, from_launch, flag: str):
+    if explicit is not None and from_launch is not None and os.path.abspath(str(explicit)) != os.path.abspath(str(from_launch)):
+        ctx.add(
+            WARNING,
+            "path-differs-from-launch",
+            f"the {role} checked is not the one the launch command names",
+            where=flag,
+            found=str(from_launch),
+            expected=str(explicit),
+            fix=f"check the {role} the server will load",
+        )
+    path = explicit if explicit is not None else from_launch
+    if path is not None:
+        ctx.report.facts[f"{role}_path"] = str(path)
+    return path
+
