@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Regenerate the generated parts of docs/ from the code: the patch table of docs/patches.md.
+"""Regenerate the generated parts of docs/ from the code: the patch table and the per-patch sections of docs/patches.md.
 
-    python tools/gen_docs.py           # rewrite docs/patches.md's table from the registries
+    python tools/gen_docs.py           # rewrite docs/patches.md's table (registries) and sections (module docstrings)
     python tools/gen_docs.py --check   # exit 1 when the committed page differs (what the tests check)
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from eagle3_patches.patch_docs import with_table  # noqa: E402
+from eagle3_patches.patch_docs import generated  # noqa: E402
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "patches.md"
 
@@ -24,7 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 when the page is stale")
     args = ap.parse_args(argv)
     page = PAGE.read_text(encoding="utf-8")
-    new = with_table(page)
+    try:
+        new = generated(page)
+    except ValueError as exc:  # a patch module that does not document itself, or a page without the markers
+        print(f"gen_docs: {exc}", file=sys.stderr)
+        return 1
     if args.check:
         if new != page:
             print(f"{PAGE} is stale: run python tools/gen_docs.py", file=sys.stderr)

@@ -1,47 +1,59 @@
 """accept_watchdog
 
-Not a fix: the accept-length watchdog, on by default in every sglang scheduler process
-(``EAGLE3_PATCHES_WATCHDOG=0`` switches it off).  Every failure this library exists for shows one
-symptom at run time: an accept length near 1.0, with no error.  The watchdog follows the
-speculative accept statistics sglang already keeps and, after a warm-up, when the mean accept
-length over a window of verify steps (default 200 below 1.05; ``EAGLE3_PATCHES_WATCHDOG_*``) says
-that drafts are essentially never accepted, it logs one WARNING naming the symptom, the window and
-the likely causes, arms the diagnostic probe (``eagle3_probe``) for one record per hop, and after
-the next decode batch names the first wrong hop as ``eagle3-patches probe-report`` would
-(:func:`.probe_diagnosis.analyse`).  At most one report per interval (default 600 s).
-With ``--enable-metrics`` it exports its verdict and every patch's state through sglang's own
-Prometheus set-up (multiprocess gauges next to ``sglang:*``).
-Releases: any (0.5.8 +).  Upstream probe: none (a diagnostic, nothing to fix upstream).
+What it does: not a fix: the accept-length watchdog, on by default in every sglang scheduler process
+(``EAGLE3_PATCHES_WATCHDOG=0`` switches it off).  Every failure this library exists for shows one symptom at run
+time: an accept length near 1.0, with no error.  The watchdog follows the speculative accept statistics sglang
+already keeps, in tumbling windows of verify steps, and, after a warm-up (default 100 verify steps), when the mean
+accept length over a window (default 200 verify steps) falls below the threshold (default 1.05; all three are
+``EAGLE3_PATCHES_WATCHDOG_*`` settings), i.e. drafts are essentially never accepted, it logs one WARNING naming the
+symptom, the window and the likely causes, then applies the diagnostic probe (``eagle3_probe``, if it is not on) for
+one record per hop, analyses the records after the next decode batch with
+:func:`.probe_diagnosis.analyse` (the first wrong hop, logged as ``eagle3-patches probe-report`` prints
+it) and reverts the probe.  At most one report per interval (default 600 s).  With ``--enable-metrics`` it also
+wraps ``SchedulerMetricsCollector.__init__`` to create its gauges (the verdict, every patch's state) next to
+sglang's ``sglang:*`` ones, with sglang's labels, in sglang's multiprocess directory: sglang's own Prometheus
+set-up.  Settings, the message, the measured false-alarm margin and the metrics: docs/troubleshooting.md.
 
-Why an instrument and not a patch: it fixes no sglang bug and changes no result; like the probe it
-rides on sglang's path and reports.  It lives in the instruments registry, selected by its own
-setting (:meth:`AcceptWatchdog.enabled_by`: on unless ``EAGLE3_PATCHES_WATCHDOG`` is off, so it is on
-in every process ``eagle3-patches run`` or the sglang plugin starts), it shows in ``status``,
-``EAGLE3_PATCHES_DISABLE=accept_watchdog`` also switches it off, and it has no place in the fork
-series (which holds one diff per fix of the patch registry; a source diff would fix nothing).
+Why an instrument and not a patch: it fixes no sglang bug and changes no result; like the probe it rides on
+sglang's path and reports.  It lives in the instruments registry, selected by its own setting
+(:meth:`AcceptWatchdog.enabled_by`: on unless ``EAGLE3_PATCHES_WATCHDOG`` is off, so it is on in every process
+``eagle3-patches run`` or the sglang plugin starts), it shows in ``status``,
+``EAGLE3_PATCHES_DISABLE=accept_watchdog`` also switches it off, and it has no place in the fork series (which
+holds one diff per fix of the patch registry; a source diff would fix nothing).
 
-Where the statistics come from: sglang calls ``update_spec_metrics(bs, accepted_drafts, ...)`` once
-per speculative decode batch, with the batch size (one verify step per request) and the number of
-draft tokens accepted in it (Python ints already on the host), to feed its own ``accept len`` log
-line and ``sglang:spec_accept_length`` gauge.  The watchdog wraps that method and adds the same two
-numbers to its window; accept length = (accepted drafts + verify steps) / verify steps, sglang's
-definition (from 0.5.23 sglang passes ``num_accept_tokens`` itself, used as given).  The method's
-home by release (read in the wheels of 0.5.9, 0.5.10.post1, 0.5.11, 0.5.12, 0.5.13, 0.5.15, 0.5.23):
-0.5.9 ``SchedulerMetricsMixin`` in ``managers/scheduler_metrics_mixin.py`` (second argument
-``num_accepted_tokens``); 0.5.10-0.5.12 the same mixin in ``observability/scheduler_metrics_mixin.py``
-(``num_accepted_tokens``, ``num_accepted_drafts`` in 0.5.11, ``num_correct_drafts`` in 0.5.12); 0.5.13 +
-``SchedulerMetricsReporter`` in ``managers/scheduler_components/metrics_reporter.py`` (``num_correct_drafts``;
-0.5.23 adds ``num_accept_tokens``).  sglang passes them positionally.  All of them are imported by
-``managers/scheduler.py``, the module this instrument hooks, and found from it: ``Scheduler``'s bases, or
-the ``SchedulerMetricsReporter`` it imports.  The Prometheus collector is ``SchedulerMetricsCollector``
-(``metrics/collector.py`` in 0.5.9, ``observability/metrics_collector.py`` from 0.5.10), imported by the
-module that defines ``update_spec_metrics`` (or by ``scheduler.py``).
+Where the statistics come from: sglang calls ``update_spec_metrics(bs, accepted_drafts, ...)`` once per
+speculative decode batch, with the batch size (one verify step per request) and the number of draft tokens
+accepted in it (Python ints already on the host), to feed its own ``accept len`` log line and
+``sglang:spec_accept_length`` gauge.  The watchdog wraps that method and adds the same two numbers to its window;
+accept length = (accepted drafts + verify steps) / verify steps, sglang's definition (from 0.5.23 sglang passes
+``num_accept_tokens`` itself, used as given).  The method's home by release (read in the wheels of 0.5.9,
+0.5.10.post1, 0.5.11, 0.5.12, 0.5.13, 0.5.15, 0.5.23): 0.5.9 ``SchedulerMetricsMixin`` in
+``managers/scheduler_metrics_mixin.py`` (second argument ``num_accepted_tokens``); 0.5.10-0.5.12 the same mixin in
+``observability/scheduler_metrics_mixin.py`` (``num_accepted_tokens``, ``num_accepted_drafts`` in 0.5.11,
+``num_correct_drafts`` in 0.5.12); 0.5.13 and later ``SchedulerMetricsReporter`` in
+``managers/scheduler_components/metrics_reporter.py`` (``num_correct_drafts``; 0.5.23 adds ``num_accept_tokens``).
+sglang passes them positionally.  All of them are imported by ``managers/scheduler.py``, the module this instrument
+hooks, and found from it: ``Scheduler``'s bases, or the ``SchedulerMetricsReporter`` it imports.  The Prometheus
+collector is ``SchedulerMetricsCollector`` (``metrics/collector.py`` in 0.5.9, ``observability/metrics_collector.py``
+from 0.5.10), imported by the module that defines ``update_spec_metrics`` (or by ``scheduler.py``).
 
-Cost: nothing per token.  Per decode batch, on the rank that logs sglang's decode statistics
-(attention-TP rank 0; the other ranks return at once): two integer additions and a comparison;
-per window, a division and, with metrics on, a few gauge writes.  No tensor is touched and nothing
-is synchronised.  Only when it fires does the probe run (one host synchronisation per hop, about
-five), and it is reverted after its report.
+Cost: nothing per token, which is why it can be on by default.  Per decode batch, on the rank that logs sglang's
+decode statistics (attention-TP rank 0; the other ranks return at once): two integer additions and a comparison;
+per window, a division and, with metrics on, a few gauge writes.  No tensor is touched and nothing is synchronised.
+Only when it fires does the probe run (one host synchronisation per hop, about five), and it is reverted after its
+report.
+
+Releases: any (0.5.8 and later; the method's home by release is above).
+
+Upstream probe: none (a diagnostic, nothing to fix upstream).
+
+Tests: ``tests/unit/test_accept_watchdog.py`` (windows, warm-up, firing, silence at 1.06 and above, the interval
+with an injected clock, the probe hand-off with the real ``analyse``, the settings),
+``tests/probe/test_watchdog_on_sglang.py`` (the installed sglang's real scheduler classes and collector in an
+isolated process: it lands, sglang's counters still count, it fires, the real probe is applied and reverted, the
+gauges read back through ``MultiProcessCollector`` as sglang's ``/metrics`` reads them; off, nothing of sglang is
+touched; passed on 0.5.9, 0.5.13, 0.5.15 and 0.5.23, and in the release matrix's selection),
+``tests/e2e/test_watchdog.py`` (three real servers: see docs/troubleshooting.md).
 """
 
 from __future__ import annotations

@@ -1,21 +1,34 @@
 """eagle3_probe
 
-Not a fix: the opt-in diagnostic probe (``EAGLE3_PATCHES_PROBE``, ``eagle3-patches run --probe``),
-off by default.  Once per process, hop and forward mode (extend, decode, target verify, draft
-extend) it records what flows through the EAGLE-3 path: at the target's output the algorithm,
-the configured aux ids, the effective ``layers_to_capture``, the number of captured states and
-the stored width; at the draft's input the width, dtype, mean / std / absmax / NaN / Inf of the
-hidden states and whether ``fc`` ran on them; the TP rank and pid.  One log line per record on
-the ``eagle3_patches`` logger (sglang's format; a warning when the record shows a problem) and,
-with a path, one JSON line (``eagle3-patches probe-report`` reads them).
-Releases: any (0.5.8 +).  Upstream probe: none (a diagnostic, nothing to fix upstream).
+What it does: not a fix: the diagnostic probe, off by default (``EAGLE3_PATCHES_PROBE=1|DIR|FILE.jsonl``, or
+``eagle3-patches run --probe [PATH]``).  Once per process, hop and forward mode (extend, decode, target verify,
+draft extend) it records what flows through the EAGLE-3 path: at the target's output the algorithm, the configured
+aux ids, the effective ``layers_to_capture``, the number of captured states and the stored width; at the draft's
+input the width, dtype, mean / std / absmax / NaN / Inf of the hidden states and whether ``fc`` ran on them; the TP
+rank and pid.  One log line per record on the ``eagle3_patches`` logger (sglang's format; a warning when the record
+shows a problem) and, with a path, one JSON line; ``eagle3-patches probe-report`` reads them and names the first
+wrong hop and its likely cause.  See docs/troubleshooting.md.
 
-It wraps ``ModelRunner.forward`` only, which sees both models (``is_draft_worker`` tells them
-apart), the configured ids, the rank, and the output of graph-replayed steps; it is never
-called inside CUDA graph capture (where a host synchronisation would be illegal), and no other
-patch wraps it.  Statistics cost one host synchronisation per record, so at most one per
-(process, hop, mode); once a (hop, mode) is recorded the wrapper only does a set lookup.
-Not applied (the default), it costs nothing: ``ModelRunner.forward`` is sglang's own function.
+It wraps ``ModelRunner.forward`` only, which sees both models (``is_draft_worker`` tells them apart), the configured
+ids, the rank, and the output of graph-replayed steps; it is never called inside CUDA graph capture (where a host
+synchronisation would be illegal), and no other patch wraps it.
+
+Cost: statistics cost one host synchronisation per record, so at most one per (process, hop, mode); once a (hop,
+mode) is recorded the wrapper only does a set lookup.  Not applied (the default), it costs nothing:
+``ModelRunner.forward`` is sglang's own function.
+
+Releases: any (0.5.8 and later).
+
+Upstream probe: none (a diagnostic, nothing to fix upstream).
+
+Tests: ``tests/probe/test_probe.py``: the real ``TpModelWorker`` + ``EAGLEWorker`` on the tiny Kimi-K2.5 (hidden
+64, aux ids ``[1, 2, 3]``), one isolated process per run: with the patches the probe sees 3 x 64 at the target's
+output and at the draft's input with ``fc`` applied, once per mode, and ``probe-report`` passes the setup; with
+``--speculative-algorithm EAGLE`` and both guards off it sees 64 at both, ``fc`` skipped, and the report names the
+target output as the first wrong hop with the flag as the cause; with the probe off no probe code runs.  Without
+sglang: the probe's output settings and ``run --probe`` (which reaches the command without importing sglang),
+``probe-report`` naming lost captures and ranks that disagree, and its usage errors (exit 2, no traceback).  The
+watchdog's tests apply and revert it on the real scheduler.
 """
 
 from __future__ import annotations

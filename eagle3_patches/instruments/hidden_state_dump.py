@@ -1,44 +1,57 @@
-"""hidden_state_dump (off by default)
+"""hidden_state_dump
 
-Not a bug fix: the way to produce EAGLE-3 training data so that training and serving capture
-the same layers.  With ``EAGLE3_PATCHES_ENABLE=hidden_state_dump`` and
-``EAGLE3_PATCHES_DUMP_DIR=DIR``, every target forward of a served request writes, from sglang's
-own capture path (``DeepseekV2Model.forward`` appending ``hidden_states + residual`` before each
-captured layer, the list the draft's ``fc`` receives concatenated), the aux hidden states and the
-token ids to safetensors shards in DIR.  Each shard's metadata records the capture convention:
-the configured ids, sglang's internal ``layers_to_capture``, which layer outputs those are, and
-the sglang version.
+What it does: not a bug fix: the way to produce EAGLE-3 training data so that training and serving capture the
+same layers.  Off by default: with ``EAGLE3_PATCHES_ENABLE=hidden_state_dump`` and ``EAGLE3_PATCHES_DUMP_DIR=DIR``,
+every target forward of a served request writes, from sglang's own capture path (``DeepseekV2Model.forward``
+appending ``hidden_states + residual`` before each captured layer, the list the draft's ``fc`` receives
+concatenated), the aux hidden states and the token ids to safetensors shards in DIR.  Each shard's metadata records
+the capture convention: the configured ids, sglang's internal ``layers_to_capture``, which layer outputs those are,
+and the sglang version: training data captured exactly as serving captures it.  Used by
+``tools/train_tiny_draft.py``; see docs/e2e.md.
 
 Which layers: the ids sglang already configured (``--speculative-algorithm EAGLE3``: the draft's
-``eagle_aux_hidden_state_layer_ids``), else ``EAGLE3_PATCHES_DUMP_LAYER_IDS`` (comma list, in the
-installed sglang's convention), else the ids of the draft named by
-``--speculative-draft-model-path``.  Without speculation the patch switches the capture on itself
-through the model's real ``set_eagle3_layers_to_capture`` (validated by ``aux_capture_validation``).
+``eagle_aux_hidden_state_layer_ids``), else ``EAGLE3_PATCHES_DUMP_LAYER_IDS`` (comma list, in the installed
+sglang's convention), else the ids of the draft named by ``--speculative-draft-model-path``.  Without speculation
+the patch switches the capture on itself through the model's real ``set_eagle3_layers_to_capture`` (validated by
+``aux_capture_validation``).
 
-What is dumped: prefill (extend) and plain decode forwards.  Speculative verify forwards are
-skipped (they hold rejected draft tokens), so for training data serve the target without
-speculation.  Rows are tokens; ``seq_ids`` groups the rows of one request (a new sequence starts
-at an extend with no cached prefix), ``positions`` orders them.  With the radix cache on, a
-request whose prefix was cached starts at its first uncached position: serve with
-``--disable-radix-cache`` to dump whole sequences.  Only tensor-parallel rank 0 (last pipeline
-stage) writes.
+What is dumped: prefill (extend) and plain decode forwards of served requests.  Speculative verify forwards are
+skipped (they hold rejected draft tokens), so for training data serve the target without speculation.  Rows are
+tokens; ``seq_ids`` groups the rows of one request (a new sequence starts at an extend with no cached prefix),
+``positions`` orders them.  With the radix cache on, a request whose prefix was cached starts at its first uncached
+position: serve with ``--disable-radix-cache`` to dump whole sequences.  Only tensor-parallel rank 0 (last pipeline
+stage) writes.  sglang's own server warm-up request (``--skip-server-warmup`` turns it off) and health checks are
+served requests and are recorded like any other.
 
-Never recorded: forwards run while sglang captures CUDA graphs (its capture-mode flag, or torch's
-stream-capturing check; the capture's warm-up runs included) and sglang's dummy runs
-(``ModelRunner._dummy_run``): their rows belong to no request, and a device-to-host copy inside a
-graph capture is an error that would stop rank 0 and hang the others.  CUDA-graph replays never
-reach Python, so on a GPU the decode steps of a server with CUDA graphs on (sglang's default) are
-not recorded; the first skipped capture says so with a warning: serve with
-``--disable-cuda-graph`` to dump decode rows too.
+Never recorded, and nothing copied to the host: forwards run while sglang captures CUDA graphs (its capture-mode
+flag, or torch's stream-capturing check; the capture's warm-up runs included) and sglang's dummy runs
+(``ModelRunner._dummy_run``, the MoE autotune warm-up): their rows belong to no request, and a device-to-host copy
+inside a graph capture fails on rank 0 ("operation not permitted when stream is capturing") and hangs the other
+ranks.  CUDA-graph replays never reach Python, so on a GPU with CUDA graphs on (sglang's default) decode steps are
+not recorded; the first skipped capture logs a warning saying so.  To dump decode rows, serve with
+``--disable-cuda-graph`` (prefill rows are dumped either way).
 
-Cost: each recorded forward copies its ``[tokens, k*H]`` aux states to the host synchronously (one
-device synchronisation per forward, see docs/patches.md).
+Shard tensors: ``input_ids`` int64 [N], ``positions`` int64 [N], ``seq_ids`` int64 [N], ``hidden_states``
+[N, k x H] (the model dtype).  Shards are written atomically (temp file renamed) when
+``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` rows are buffered (default 4096), after one idle second, and at exit.
 
-Shard tensors: ``input_ids`` int64 [N], ``positions`` int64 [N], ``seq_ids`` int64 [N],
-``hidden_states`` [N, k*H] (the model dtype).  Shards are written atomically (temp file renamed)
-when ``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` rows are buffered (default 4096), after one idle second,
-and at exit.
-Releases: the capture path it reads is the 0.5.8-0.5.12 one (``val + 1`` convention).
+Cost: each recorded forward copies its ``[tokens, k x H]`` aux states (and the token ids and positions) to the host
+synchronously, one device synchronisation per forward.  At Kimi-K2.5's width that is 21504 x 2 bytes = 42 KiB a
+token in bf16: about 170 MiB for a 4096-token prefill, a few milliseconds over an H200's PCIe Gen5 host link, and
+for decode (``--disable-cuda-graph``) the synchronisation, tens of microseconds a step, dominates.  These are
+estimates from the sizes, not measurements (no GPU has run this library).  Serve dumping runs apart from
+latency-sensitive traffic.
+
+Releases: 0.5.8 - 0.5.12: the capture path it reads is that one (the ``val + 1`` convention).
+
+Upstream probe: none (an instrument, nothing to fix upstream).
+
+Tests: ``tests/probe/test_hidden_state_dump.py``: sglang's real ``CudaGraphRunner`` (init,
+``capture_one_batch_size`` with its warm-up runs) for the tiny DeepSeek-V3 target, with the graph capture itself
+run eagerly under a mode in which any device-to-host copy made by this library raises, as a real capture would:
+nothing recorded and nothing copied during capture or ``_dummy_run``, the warning logged, then an eager prefill of
+two prompts and a decode step give exactly their 9 rows at 3 x H.  The same test with the previous version of the
+patch failed with sglang's "Capture cuda graph failed: operation not permitted when stream is capturing".
 """
 
 from __future__ import annotations

@@ -1,11 +1,31 @@
 """aux_capture_validation
 
-Bug: the aux layer ids are never validated and the capture is never checked: id n-1 becomes
-n and is never reached (2 states, fc shape crash), -1 becomes 0 (TypeError on a None
-residual), duplicates and unsorted ids are silently merged and reordered, and two-batch
-overlap or pipeline parallelism capture nothing or too little (garbage or a crash far away).
-Releases: 0.5.8-0.5.12 (the +1 rule it validates against changed in 0.5.13).
+Bug: the aux layer ids are never validated and the capture is never checked.  On 0.5.9 an id ``i`` captures before
+layer ``i + 1``: id ``n - 1`` becomes ``n`` and is never reached (two states instead of three), ``-1`` becomes layer
+0 with no residual, duplicates are merged and ids are captured in layer order, not config order.  Two-batch overlap
+captures nothing past ``first_k_dense_replace``; pipeline parallelism captures only the last stage's layers.
+
+What users see: a shape error deep in the draft's ``fc``, a ``TypeError`` on a ``None`` residual, a crash far away,
+or, worst, nothing: a narrower or reordered concatenation (garbage) and a low accept length.
+
+What the patch changes: ``DeepseekV2ForCausalLM.set_eagle3_layers_to_capture`` validates the ids against the
+target's layer count (``0 <= id <= n - 2``, integers, distinct, ascending) and raises ``Eagle3ConfigError`` naming
+``eagle_config.eagle_aux_hidden_state_layer_ids`` in the draft config; it refuses two-batch overlap and pipeline
+parallel with capture on, and logs once per rank and configuration which layers it captures and which patches are
+live there.  After every capturing forward, ``DeepseekV2Model.forward`` checks that exactly
+``len(layers_to_capture)`` states of the hidden width came back and ``DeepseekV2ForCausalLM.forward`` that the
+stored ``logits_output.hidden_states`` is ``len(ids) x hidden`` wide (``Eagle3CaptureError`` otherwise).  The checks
+read shapes only (no device synchronisation).
+
+Releases: 0.5.8 - 0.5.12 (the +1 rule it validates against changed in 0.5.13).  Its check requires that
+``set_eagle3_layers_to_capture`` still contains the ``val + 1`` rule, else ``not-applicable``.
+
 Upstream probe: none (0.5.23 raises for too few states, still nothing for TBO).
+
+Tests: ``tests/patches/test_aux_capture_validation.py``: stock 0.5.9 accepts ``[1, 2, 5]`` and ``[1, 1, 3]`` and
+stores a 128-wide tensor where the draft's fc expects 192 (asserted); patched refuses both at set time; a capture
+lost in the forward is named with the counts; two-batch overlap and pipeline parallel are refused (the flags are
+set on the real objects: neither can be built on CPU), stock starts with both; a correct setup stays silent.
 """
 
 from __future__ import annotations

@@ -1,26 +1,64 @@
 """cuda_graph_capture_order
 
-Bug: CUDA graphs are captured with the no-argument ``set_eagle3_layers_to_capture()`` defaults
-``[2, n//2, n-3]`` before the draft's configured aux layer ids are applied, and bake those in.
-Releases: sglang >=0.5.8,<0.5.11 (0.5.11 sets the ids before ``init_device_graphs()`` and
-drops the no-argument call from ``CudaGraphRunner``).
-Upstream probe: in ``ModelRunner.initialize``'s source the configured call
-(``set_eagle3_layers_to_capture(`` or ``init_aux_hidden_state_capture(``) comes before
-``init_device_graphs()``, and ``CudaGraphRunner.__init__`` no longer calls
-``set_eagle3_layers_to_capture()`` without arguments.
+Bug: ``ModelRunner.initialize`` calls ``init_device_graphs()`` first.  That builds a ``CudaGraphRunner``, whose
+``__init__`` calls ``model.set_eagle3_layers_to_capture()`` with no arguments, which sets the defaults
+``[2, n//2, n-3]`` (no +1), and then captures the decode / target-verify graphs.  Only after that does
+``initialize`` call ``set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)`` with the draft's configured
+ids.  So the graphs bake in the default layers, while eager runs (prefill, draft extend) capture the configured
+ids + 1.  The same happens when graphs are captured again after ``update_weights_from_disk``, and that case is
+worse: nothing re-applies the configured ids afterwards, so eager runs capture the defaults as well.
 
-Symptom: decode / target-verify graphs capture the default layers while eager prefill captures
-the configured ids + 1; for Kimi-K2.5's [2, 30, 58] the two disagree by one layer and the
-accept length drops with no error.  Re-capturing graphs after a weight update
-(``update_weights_from_disk``) also leaves the defaults in force for eager runs.
+What users see: nothing at start and no error.  For Kimi-K2.5 with the draft ids ``[2, 30, 58]``, the graphs
+capture before layers ``[2, 30, 58]`` and prefill captures before ``[3, 31, 59]``: one layer apart.  Every step
+replayed from a graph gives the draft states from the wrong layers, so the accept length drops.  With
+``--disable-cuda-graph`` the problem goes away, which is a clue.
 
-The patch wraps ``ModelRunner.init_device_graphs``: when the runner uses aux hidden states
-and the draft configured layer ids, it calls the model's ``set_eagle3_layers_to_capture(ids)``
-first and, for the duration of the graph capture only, shadows that method on the model
-instance so that a no-argument call means "the configured ids".  The shadow is removed
-afterwards.  It only ever goes through the model's own ``set_eagle3_layers_to_capture``, so it
-works for any target (``DeepseekV3ForCausalLM``, Kimi-K2.5's wrapper delegating to its
-``language_model``, Llama, Qwen ...).
+What the patch changes: it wraps ``ModelRunner.init_device_graphs``.  This applies only when the runner uses aux
+hidden states and the draft set ``eagle_aux_hidden_state_layer_ids``.  The wrapper first calls the model's own
+``set_eagle3_layers_to_capture(ids)``.  While the graphs are being captured, it also places a method of the same
+name on the model instance that turns a call with no arguments into a call with the configured ids.  When capture
+ends, even if it fails, that temporary method is removed (or the previous instance attribute is put back).
+Everything still goes through the model's own setter, so the patch works for any target: ``DeepseekV3ForCausalLM``,
+Kimi-K2.5's wrapper (which delegates to ``language_model``, see ``kimi_k25_eagle3_delegation``), Llama, Qwen and
+others.  If the draft set no ids (defaults), or the run has no aux capture, the call passes through unchanged.
+Graph capture after a weight update is covered too.
+
+Releases: sglang >=0.5.8,<0.5.11.  0.5.11 fixed it by call order: ``init_aux_hidden_state_capture()`` runs before
+``init_device_graphs()``, and ``CudaGraphRunner`` no longer makes the call with no arguments.
+
+Upstream probe: the patch parses the source of ``ModelRunner.initialize`` (with ``ast``, so comments do not count).
+If the configured call (``set_eagle3_layers_to_capture(`` or ``init_aux_hidden_state_capture(``) comes before
+``init_device_graphs()`` and ``CudaGraphRunner.__init__`` has no ``set_eagle3_layers_to_capture()`` call without
+arguments, it reports ``upstream``.  Checked against the real 0.5.9 (not fixed) and 0.5.11 (fixed) sources.
+
+Tests: ``tests/patches/test_cuda_graph_capture_order.py``.  The real ``ModelRunner`` for the tiny 6-layer
+DeepSeek-V3 target with EAGLE3 and the tiny draft (ids ``[1, 2, 3]``, so the configured capture is ``[2, 3, 4]``
+and the defaults are ``[2, 3, 3]``) is built in an isolated process.  Its real ``initialize`` ->
+``init_device_graphs`` -> real ``CudaGraphRunner.__init__`` sequence runs.  Stand-ins are used only where CPU
+cannot follow the GPU path:
+
+1. ``init_device_graphs`` skips graphs on device ``cpu`` unless torch.compile is on.  The test sets
+   ``enable_torch_compile`` on the ``ServerArgs`` after it is built and puts a subclass of the real
+   ``CudaGraphRunner`` in the ``cpu`` slot.
+2. ``CudaGraphRunner.capture`` records the target's ``layers_to_capture`` instead of doing the CUDA capture.
+
+Results:
+
+- Stock 0.5.9: capture sees ``[2, 3, 3]`` while eager uses ``[2, 3, 4]`` (the bug), and after a second graph
+  capture eager also uses ``[2, 3, 3]``.
+- Patched: capture and eager both see ``[2, 3, 4]``, also after the second capture, and no instance attribute is
+  left on the model.
+- ``revert()`` puts sglang's own function object back (identity).
+- The same check passes for the tiny Kimi-K2.5 target, with ``kimi_k25_eagle3_delegation`` applied.
+- Tests with no sglang involved cover: the wrapper on a stand-in Kimi-like model (redirect only during capture,
+  pass-through without ids, restoring an existing instance attribute, cleanup after an exception), the upstream
+  probe on 0.5.9-like and 0.5.11-like sources, and the version gate.
+
+Not verified on CPU: a GPU is needed for a real CUDA graph capture and replay with the patch, i.e. that the replayed
+decode / target-verify graphs produce aux states of the configured layers and the accept length recovers.  Also the
+CUDA-only code around the capture: ``kernel_warmup`` / flashinfer autotune ``_dummy_run`` (it also calls the setter
+with no arguments, before graph capture; the patch sets the configured ids again after it), ``torch.compile``'d
+capture, and NPU graph runners.
 """
 
 from __future__ import annotations

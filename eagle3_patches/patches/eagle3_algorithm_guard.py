@@ -1,14 +1,38 @@
 """eagle3_algorithm_guard
 
-Bug: ``--speculative-algorithm EAGLE`` with an EAGLE-3 draft starts fine, captures no aux
-layers, feeds the draft the final H-wide state and skips its fc: accept length ~1.0, no error.
-This was the field's real root cause.  Nothing validates the draft against the algorithm in
-any release through 0.5.23 (an upstream PR proposing a guard was closed unmerged).  The other
-half of the same mistake: ``--speculative-algorithm EAGLE3`` without
-``--speculative-draft-model-path`` makes sglang take the target itself as the draft (its MTP
-default for DeepSeek-V3-family architectures), load it twice and crash, or serve without an
-EAGLE-3 draft (sglang issue 36528, open on the newest release).
-Upstream probe: none; it hooks where ServerArgs resolves the flags (``__post_init__``; ``resolve_once`` from 0.5.23).
+Bug: ``--speculative-algorithm EAGLE`` (or ``NEXTN``) with an EAGLE-3 draft starts fine: the target captures no aux
+layers, the draft gets the final normed H-wide state, ``fc`` is skipped.  This was the field's real root cause.
+Nothing validates the draft against the algorithm in any release through 0.5.23 (an upstream PR proposing a guard
+was closed unmerged).  The other half of the same mistake: ``--speculative-algorithm EAGLE3`` without
+``--speculative-draft-model-path`` makes sglang take the target itself as the draft (its MTP default for
+DeepSeek-V3-family architectures), load it twice and crash, or serve without an EAGLE-3 draft (sglang issue 36528,
+open on the newest release).
+
+What users see: accept length about 1.0 after a 20-minute load; no error.  Without a draft: a target loaded twice
+and a crash, or a server that speculates without an EAGLE-3 draft.
+
+What the patch changes: where ``ServerArgs`` resolves the flags (``__post_init__``; ``resolve_once`` from sglang
+0.5.23, whose constructor resolves nothing), before sglang fills in its defaults, it refuses EAGLE3 without a draft
+with ``Eagle3ConfigError`` naming ``--speculative-draft-model-path`` (and NEXTN, to speculate with a target's own
+MTP layers).
+With EAGLE or NEXTN and a draft it reads the draft's ``config.json`` and safetensors header (no tensor data): an
+architecture naming Eagle3, ``eagle_config.use_aux_hidden_state``, speculators' ``speculators_model_type: eagle3``,
+or an ``fc`` whose in-width is 3 or more times hidden (an EAGLE-1/2 draft's ``fc`` takes 2 x hidden, the token's
+embedding and one state) marks an EAGLE-3 draft (the doctor judges the draft by the same rule,
+``checkpoint/draft_kind.evidence``), and EAGLE/NEXTN with one is refused with ``Eagle3ConfigError`` giving the exact
+flag.  ``EAGLE3_PATCHES_UPGRADE_ALGORITHM=1`` upgrades to EAGLE3 with a warning instead.  Under ``eagle3-patches
+run`` the launcher prints the message without a traceback.
+
+Releases: 0.5.8 and later.
+
+Upstream probe: none.
+
+Tests: ``tests/patches/test_eagle3_algorithm_guard.py``: real ``ServerArgs`` for the tiny Kimi target: stock
+accepts EAGLE with the EAGLE-3 draft (asserted), patched refuses it (and NEXTN) with the flag in the message and
+stays silent for EAGLE3, the opt-in upgrade gives EAGLE3, an EAGLE-1 draft still runs with EAGLE; the draft
+detection is tested on each kind of evidence and on a target (not a draft).  EAGLE3 without a draft: stock takes the
+target itself as the draft, the guard refuses naming ``--speculative-draft-model-path``, NEXTN and the sglang issue,
+and the doctor names it only for a launch without a draft.
 """
 
 from __future__ import annotations

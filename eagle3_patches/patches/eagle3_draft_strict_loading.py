@@ -1,28 +1,54 @@
 """eagle3_draft_strict_loading
 
-Bug: ``LlamaForCausalLMEagle3.load_weights`` drops every name it does not recognise without a
-word: a speculators-format draft (``layers.0.*``) loads with its whole midlayer left at random
-init, a stray key or a missing tensor goes unnoticed, and a corrupted ``d2t`` is used as is.
-Releases: 0.5.8-0.5.11 drop ``layers.0.*``; 0.5.12+ load it natively but still drop unknown keys.
+Bug: ``LlamaForCausalLMEagle3.load_weights`` drops every name it does not recognise without a word.
+
+What users see: a draft saved by ``speculators`` (``layers.0.*``) "loads" with its whole midlayer at random init; a
+stray or missing tensor goes unnoticed; a corrupted ``d2t`` is used as is and maps draft tokens to the wrong target
+tokens.  All of it shows only as a low accept length.
+
+What the patch changes: the loader renames ``layers.0.*`` to ``midlayer.*``, then raises ``Eagle3ConfigError``
+listing every tensor sglang would have dropped, every parameter left unloaded, every fused parameter (``qkv_proj`` /
+``gate_up_proj``) missing one of its shards (``qkv_proj.weight (shard 'v')``), and a bad ``d2t``: wrong length for
+``draft_vocab_size``, target ids ``i + d2t[i]`` out of range or repeated, with a specific message when ``d2t`` holds
+absolute ids or offsets with an arange subtracted twice (``eagle3_patches/checkpoint/d2t.py``, shared with the
+doctor).  ``input_norm.weight`` (speculators' ``norm_before_fc=True``, which sglang's draft does not implement) is
+named as such.  Full-vocabulary drafts without ``d2t`` still load.
+
+How it knows what sglang did: it does not predict sglang's name mapping, it *observes* it.  While sglang's own
+``load_weights`` runs, every parameter's weight loader is wrapped by a recorder (and put back afterwards), so
+"dropped" means no parameter received the tensor and "unloaded" means no tensor reached the parameter (it keeps its
+initial value), whatever the quantization method made of the layer.  Quantized drafts therefore load exactly as
+stock loads them, with whatever parameters the method adds loaded, or not, by sglang itself: ``--quantization fp8``
+(or ``--speculative-draft-model-quantization``) inherited by the draft (its attention gains ``k_scale`` /
+``v_scale``), an fp8 checkpoint (``weight_scale``, ``input_scale``), compressed-tensors W8A8-FP8 and W4A16
+(``weight_packed``, ``weight_scale``, ``weight_shape``: Kimi-K2.5's own format).
+
+Optional, because sglang gives them a value itself (decided from sglang's own objects): the embedding (shared from
+the target), an lm_head taken from the target (``load_lm_head_from_target``), and the kv-cache scales of an
+attention layer whose quant method is sglang's ``BaseKVCacheMethod`` (created at -1 and set to 1.0 after loading
+when absent).  Kv-cache scales under their checkpoint spellings (``k_proj.k_scale``, ``kv_scale``, ...) are mapped
+with sglang's own ``maybe_remap_kv_scale_name`` and loaded, as sglang's Llama loader does for targets (stock's draft
+loader dropped them, leaving 1.0); scales the draft has no parameter for, and the ``lm_head.weight`` of a draft
+whose head is tied to its embedding, are ignored as sglang's Llama loader ignores them, with an INFO line.
+
+Releases: 0.5.8 and later: 0.5.8 - 0.5.11 drop ``layers.0.*``; 0.5.12 loads it natively but still drops unknown
+keys.
+
 Upstream probe: none for unknown keys (the loader has no else branch in any release through 0.5.23).
 
-How it knows what sglang did: it does not predict sglang's name mapping, it *observes* it.  While
-sglang's own ``load_weights`` runs, every parameter's weight loader is wrapped by a recorder (and
-put back afterwards), so a checkpoint tensor that reached no parameter is one sglang dropped, and a
-parameter no tensor reached (or a fused ``qkv_proj`` / ``gate_up_proj`` missing one of its shards)
-is one left at its initial value.  That holds for every quantization method sglang builds the
-draft with (``--quantization fp8`` or ``--speculative-draft-model-quantization``: fp8 weight
-scales, ``input_scale``; compressed-tensors' ``weight_packed`` / ``weight_scale`` /
-``weight_shape``): whatever parameters the method adds are loaded, or not, by sglang itself.
-
-What sglang gives a value without the checkpoint is optional, decided from sglang's own objects:
-the embedding (shared from the target), an lm_head taken from the target
-(``load_lm_head_from_target``) and the kv-cache scales of an attention layer whose quant method is
-sglang's ``BaseKVCacheMethod`` (created at -1 and set to 1.0 after loading when absent).
-Checkpoint spellings of the kv-cache scales (``k_proj.k_scale``, ``kv_scale``, ...) are mapped
-with sglang's own ``maybe_remap_kv_scale_name``, as sglang's Llama loader maps them for targets;
-scales the draft has no parameter for, and an ``lm_head.weight`` of a draft whose head is tied to
-the embedding, are ignored exactly as sglang's Llama loader ignores them (logged).
+Tests: ``tests/patches/test_eagle3_draft_strict_loading.py``: real draft ``ModelRunner`` objects load seven tiny
+drafts.  Stock: the ``layers.0.*`` draft's midlayer differs from the file and the broken ones load silently
+(asserted).  Patched: the ``layers.0.*`` draft loads bit-exactly into ``midlayer`` (q/k/v and gate/up compared after
+sglang's fusion), a correct draft loads silently with the right ``hot_token_id``, the full-vocab draft loads, and
+unknown key / missing tensor / absolute ``d2t`` / arange-twice ``d2t`` are each refused with the key and the
+checkpoint path in the message.  Quantized drafts (``eagle3_patches/testing/quantized_drafts.py``), loaded in bf16
+by stock and by the patch set: online fp8, fp8 checkpoint, compressed-tensors W8A8-FP8 and W4A16, a tied draft
+carrying ``lm_head.weight``, kv scales without kv quantization: the parameters ``load_weights`` leaves are the same
+bit for bit, and no case is refused (compressed-tensors asks for the GPU generation: an sm90 is reported; fp8 /
+W4A16 then stop in ``process_weights_after_loading``, which needs CUDA kernels, for stock and patched alike).  Kv
+scales in ``k_proj.k_scale`` / ``kv_scale`` spelling: stock leaves them at -1 (not loaded), the patch loads them.
+An unknown key is still refused under fp8; a draft missing ``v_proj.weight`` loads silently on stock and is
+refused naming the shard.
 """
 
 from __future__ import annotations

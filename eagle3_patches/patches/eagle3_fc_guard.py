@@ -1,11 +1,39 @@
 """eagle3_fc_guard
 
-Bug: the EAGLE-3 draft applies ``fc`` only ``if hidden_states.shape[-1] != embeds.shape[-1]``;
-when the target hands it H-wide states instead of k x H (``--speculative-algorithm EAGLE``,
-or a target that does not capture) and draft hidden == target hidden (Kimi-K2.5 and its
-drafters), ``fc`` is skipped in silence and the accept length falls to ~1.0.
-Releases: every release through 0.5.23 (0.5.12 sizes fc by len(ids) but still skips).
-Upstream probe: none known; the check below tells whether the skip condition is still there.
+Bug: the EAGLE-3 draft applies ``fc`` only ``if hidden_states.shape[-1] != embeds.shape[-1]``.  When the target
+hands it H-wide states instead of k x H (``--speculative-algorithm EAGLE``, or a target that does not capture) and
+the draft's hidden size equals the target's (Kimi-K2.5 and its drafters), ``fc`` is skipped in silence.
+
+What users see: accept length about 1.0, no error: the field's symptom.
+
+What the patch changes: ``LlamaModel.forward`` of the draft checks, in the forward modes that carry the target's
+states (the draft's prefill ``EXTEND``, ``MIXED``, v1's ``DRAFT_EXTEND`` and the v2 worker's ``DRAFT_EXTEND_V2``,
+named explicitly: ``ForwardMode.is_extend()`` leaves ``DRAFT_EXTEND_V2`` out, and 0.5.23's leaves ``DRAFT_EXTEND``
+out too), that the incoming width equals ``fc.in_features``; otherwise it raises ``Eagle3CaptureError`` naming the
+likely cause (``--speculative-algorithm EAGLE`` instead of ``EAGLE3``, ``eagle_config.use_aux_hidden_state:
+false``, or a target that does not capture; for another wrong width, aux ids or a target that do not match the
+draft's ``fc.weight``).  Draft decode steps, which carry the draft's own H-wide states, are left alone: the skip is
+by design there.  One shape read per draft forward.  ``Eagle3CaptureError`` is not a ``RuntimeError``, so when the
+mistake surfaces while sglang captures the draft-extend CUDA graph, the user reads this message, not sglang's
+"Capture cuda graph failed" advice about graph memory.
+
+Releases: 0.5.8 and later (every release through 0.5.23 has the silent skip; 0.5.12 sizes ``fc`` by ``len(ids)``
+but still skips).
+
+Upstream probe: none known; the patch's check requires the skip condition (``self.fc(hidden_states)`` in the
+draft's ``LlamaModel.forward``) to be still there, else ``not-applicable``.
+
+Tests: ``tests/patches/test_eagle3_fc_guard.py``: through the real EAGLEWorker with ``--speculative-algorithm
+EAGLE`` and the algorithm guard disabled, stock skips fc silently (hook never called, asserted) and the guard raises
+naming the flag.  At Kimi-K2.5's real widths, sglang's ``LlamaForCausalLMEagle3`` built with the SpecForge
+Kimi-K2.5 draft dimensions (hidden 7168, head_dim 128, aux ids ``[2, 30, 58]``; heads, intermediate size and
+vocabulary shrunk, dummy weights) receives ``[4, 21504]`` at ``fc``, and a 7168-wide input is refused; stock skips
+it silently.  The draft-extend CUDA graph: sglang's real ``EAGLEDraftExtendCudaGraphRunner`` (static buffers,
+``ForwardBatch``, the draft forward of ``capture_one_batch_size``, inside the runner's own ``__init__`` and its
+error handling) for the v1 worker (``DRAFT_EXTEND``) and ``EAGLEWorkerV2`` (``DRAFT_EXTEND_V2``), with only the CUDA
+graph calls run eagerly: ``fc`` receives the 3 x H buffer and the guard passes; with ``use_aux_hidden_state: false``
+(an H-wide buffer) stock captures a graph that skips ``fc`` silently, and the patch set refuses it with its own
+message.
 """
 
 from __future__ import annotations

@@ -1,11 +1,25 @@
 """eagle3_target_capability
 
-Bug: nothing checks at start that the target model class can capture EAGLE-3 aux states; a
-target without ``set_eagle3_layers_to_capture`` / ``get_embed_and_head`` (sglang 0.5.9's
-Kimi-K2.5 wrapper without the delegation) fails inside every TP rank's scheduler after the
-launcher has already started them, with a bare AttributeError per rank.
-Releases: every release (vLLM's ``SupportsEagle3`` check has no sglang counterpart through 0.5.23).
+Bug: nothing checks at start that the target model class can capture EAGLE-3 aux states.  A target without
+``set_eagle3_layers_to_capture`` / ``get_embed_and_head`` (sglang 0.5.9's Kimi-K2.5 wrapper without the
+delegation, or any wrapper model that never got the hooks) fails only later, inside every TP rank's scheduler.
+
+What users see: one bare ``AttributeError`` per rank, raised in the schedulers after the launcher has already
+started them.
+
+What the patch changes: after ``ServerArgs`` resolved the flags (``__post_init__``; ``resolve_once`` from 0.5.23),
+with ``--speculative-algorithm EAGLE3``, it resolves the target's architecture through sglang's own
+``ModelRegistry`` and raises ``Eagle3TargetError`` in the launcher when the class lacks either method: one message,
+before any rank exists (vLLM's ``SupportsEagle3`` check), naming the class, the missing method and the fix (the
+patch of this library that makes the class capture, when one exists).  It costs one registry lookup at start.
+
+Releases: 0.5.8 and later (vLLM's ``SupportsEagle3`` check has no sglang counterpart through 0.5.23).
+
 Upstream probe: none; the check runs in the launcher, before any rank is spawned.
+
+Tests: ``tests/patches/test_eagle3_target_capability.py``, ``tests/distributed/test_tp2_server.py``: with the Kimi
+delegation disabled the launcher refuses with the class, the missing method and the fix named; with it (and for
+DeepSeek-V3) it is silent; stock lets ``ServerArgs`` through and the real TP 2 server then dies in every rank.
 """
 
 from __future__ import annotations

@@ -1,11 +1,28 @@
 """kimi_k25_eagle3_delegation
 
-Bug: sglang 0.5.9's ``KimiK25ForConditionalGeneration`` wraps a DeepSeek-V3 language
-model but does not delegate ``set_eagle3_layers_to_capture``, ``get_embed_and_head``
-or ``set_embed_and_head`` to it, so EAGLE-3 on Kimi-K2.5 dies at start with an
-AttributeError (and a hand-rolled fix that forgets one silently captures nothing).
-Releases: 0.5.9 (``kimi_k25.py`` first appeared there); 0.5.10 added the delegation.
+Bug: sglang 0.5.9's ``KimiK25ForConditionalGeneration`` wraps a DeepSeek-V3 language model but does not delegate
+``set_eagle3_layers_to_capture``, ``get_embed_and_head`` or ``set_embed_and_head`` to it (and a hand-rolled fix
+that forgets one silently captures nothing).
+
+What users see: ``--speculative-algorithm EAGLE3`` on Kimi-K2.5 dies at start with
+``AttributeError: 'KimiK25ForConditionalGeneration' object has no attribute 'set_eagle3_layers_to_capture'``
+(and ``EAGLEWorker.__init__`` needs ``get_embed_and_head`` right after).
+
+What the patch changes: adds the three methods to the class, each delegating to ``self.language_model``; if the
+language model lacks the method it raises ``Eagle3TargetError`` naming the language model's class (the
+``SupportsEagle3`` idea: fail at start, say why).  Methods the class already has are never replaced.  The
+mechanism, ``DelegatingWrapperPatch``, is defined here and shared by ``kimi_vl_eagle3_delegation``.
+
+Releases: 0.5.9 only (``kimi_k25.py`` first appeared in 0.5.9; 0.5.10 added the delegation).
+
 Upstream probe: the class defines ``set_eagle3_layers_to_capture`` itself.
+
+Tests: ``tests/patches/test_kimi_k25_eagle3_delegation.py``, ``tests/sglang/test_stock_0_5_9.py``: the real
+``TpModelWorker`` + ``EAGLEWorker.forward_batch_generation`` on the tiny Kimi-K2.5 target: patched, the target
+captures the outputs of layers 1, 2, 3 and a forward hook on the draft's ``fc`` sees ``[8, 192]`` = 3 x hidden;
+with the patches applied then reverted, the same run fails at start with the stock AttributeError; stock 0.5.9
+fails the same way (pinned: it tells us the day a release fixes it); a language model that cannot capture gives
+the clear error.
 """
 
 from __future__ import annotations

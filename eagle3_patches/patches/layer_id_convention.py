@@ -1,28 +1,34 @@
 """layer_id_convention
 
-Bug: from sglang 0.5.13 the meaning of ``eagle_config.eagle_aux_hidden_state_layer_ids`` depends on
-the first id: ``DeepseekV2ForCausalLM.set_eagle3_layers_to_capture`` adds 1 only when the first id
-is 1, otherwise it uses the ids as they are.  Before 0.5.13 it always added 1.  So one draft config,
-e.g. ``[2, 30, 58]`` (Kimi-K2.5's SpecForge drafters), captures the outputs of layers 2, 30, 58 on
-0.5.12 and of layers 1, 29, 57 on 0.5.13: the draft silently gets the wrong layers (only a lower
-accept length shows it).
-Releases: 0.5.13 and later (the rule is unchanged through 0.5.23).
-Upstream probe: none (the check below requires the first-id rule; another body is not-applicable).
+Bug: from sglang 0.5.13 the meaning of ``eagle_config.eagle_aux_hidden_state_layer_ids`` depends on the first id:
+``DeepseekV2ForCausalLM.set_eagle3_layers_to_capture`` adds 1 only when the first id is 1, otherwise it uses the
+ids as they are.  Before 0.5.13 it always added 1.  So one draft config, e.g. ``[2, 30, 58]`` (Kimi-K2.5's
+SpecForge drafters), captures the outputs of layers 2, 30, 58 on 0.5.12 and of layers 1, 29, 57 on 0.5.13.
 
-This library has one convention (``eagle3_patches.checkpoint.layer_ids``): id ``i`` is the
-**output of target layer i** (``output-of-layer``, sglang <= 0.5.12's meaning).  ``eagle3-patches
-convert`` records it in the draft config it writes, under
-``eagle_config.eagle3_patches_layer_id_convention``.  The patch wraps
-``set_eagle3_layers_to_capture``: after sglang's own code ran, when the draft config records a
-convention it sets ``layers_to_capture`` to what that convention means, whatever the first id:
+What users see: nothing: the draft silently gets the wrong layers, and only a lower accept length shows it.
+
+What the patch changes: this library has one convention (``eagle3_patches.checkpoint.layer_ids``): id ``i`` is the
+**output of target layer i** (``output-of-layer``, sglang <= 0.5.12's meaning).  ``eagle3-patches convert``
+records it in the draft config it writes, under ``eagle_config.eagle3_patches_layer_id_convention``.  The patch
+wraps ``set_eagle3_layers_to_capture``: after sglang's own code ran, when the draft config records a convention
+(or ``EAGLE3_PATCHES_LAYER_ID_CONVENTION`` names one) it sets ``layers_to_capture`` to what that convention means,
+whatever the first id:
 
 * ``output-of-layer``: ``[i + 1 for i in ids]`` (capture before layer i + 1 = the output of layer i);
 * ``input-of-layer`` (speculators / vLLM): ``ids`` as they are.
 
-A draft config that records no convention is left to sglang's rule (a draft made for this release
-may rely on it), unless ``EAGLE3_PATCHES_LAYER_ID_CONVENTION`` names one; then a warning is logged
-once when the ids mean different layers on sglang <= 0.5.12 and on this release.  The default
-no-argument call (sglang's ``[2, n // 2, n - 3]``) is never changed.
+A draft config that records no convention keeps sglang's rule (a draft made for 0.5.13 or later may rely on it)
+and gets one warning when the ids mean different layers on sglang <= 0.5.12 and on this release.  The default
+no-argument call (sglang's ``[2, n // 2, n - 3]``) is never changed.  ``eagle3-patches doctor`` says which layers
+a config captures on a given release.
+
+Releases: 0.5.13 and later (the rule is unchanged through 0.5.23).
+
+Upstream probe: none (the patch's check requires the first-id rule; another body is not-applicable).
+
+Tests: ``tests/patches/test_layer_id_convention.py``, in the release matrix: on 0.5.13 the same config
+``[2, 3, 4]`` on the tiny 6-layer target captures the outputs of layers 2, 3, 4 patched (as on 0.5.12) and 1, 2,
+3 reverted, compared against forward hooks on the real decoder layers.
 """
 
 from __future__ import annotations

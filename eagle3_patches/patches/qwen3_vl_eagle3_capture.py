@@ -1,20 +1,38 @@
 """qwen3_vl_eagle3_capture
 
 Bug: sglang's Qwen3-VL wrapper (``Qwen3VLForConditionalGeneration``; ``Qwen3VLMoeForConditionalGeneration``
-subclasses it) has no ``set_eagle3_layers_to_capture`` / ``get_embed_and_head``, and its ``forward``
-hands the language model's ``(hidden, aux)`` output to the logits processor as if it were one tensor:
-EAGLE-3 on Qwen3-VL dies at start with an AttributeError (sglang issue 17935), and with the hooks
-added by hand it dies at the first forward.  Delegation is not enough here: the wrapper's language
-model is a bare ``Qwen3LLMModel`` (no hooks of its own) and the forward must carry the aux states.
-Releases: sglang >=0.5.8,<0.5.11 (0.5.11 added the hooks and the forward change upstream).
+subclasses it) has no ``set_eagle3_layers_to_capture`` / ``get_embed_and_head``, and its ``forward`` hands the
+language model's ``(hidden, aux)`` output to the logits processor as if it were one tensor.  Delegation is not
+enough here: the wrapper's language model is a bare ``Qwen3LLMModel`` (no hooks of its own) and the forward must
+carry the aux states.
+
+What users see: ``--speculative-algorithm EAGLE3`` on Qwen3-VL dies at start with an AttributeError (sglang issue
+17935); with the hooks added by hand, it dies at the first forward.
+
+What the patch changes: adds the two hooks as sglang 0.5.11 has them (ids + 1 captured on ``self.model``, the
+defaults ``[2, n // 2, n - 3]`` without ids; the embedding of ``self.model`` and ``self.lm_head``) and wraps
+``forward``: while the capture is on, the logits processor receives the ``(hidden, aux)`` pair unpacked, the aux
+states as its ``aux_hidden_states``, for that one call (sglang's ``LogitsProcessor`` class is not changed).  Its
+``targets`` lists both classes, which the launcher's capability guard and docs/targets.md read.  Its check refuses
+(not-applicable, sglang left untouched) a release whose ``Qwen3LLMModel`` has no ``forward`` of its own or whose
+wrapper ``forward`` no longer runs ``general_mm_embed_routine`` and the logits processor.  Runtime only: no
+fork-path diff.
+
+Releases: sglang >=0.5.8,<0.5.11 (0.5.8 - 0.5.10.post1); 0.5.11 added the hooks and the forward change upstream.
+
 Upstream probe: the class defines ``set_eagle3_layers_to_capture`` itself.
 
-The patch adds the two hooks as 0.5.11 has them (ids + 1 captured on ``self.model``, the defaults
-``[2, n // 2, n - 3]`` without ids; the embedding of ``self.model`` and ``self.lm_head``) and wraps
-``forward``: while the capture is on, the logits processor receives ``(hidden, aux)`` unpacked, the
-aux states as its ``aux_hidden_states``, for the duration of that one call.  Text prompts only are
-proven here (the tiny Qwen3-VL target, real EAGLE worker); image inputs go through the same
-``general_mm_embed_routine`` output.
+Tests: ``tests/patches/test_wrapper_targets.py``, ``tests/e2e/test_qwen3_vl_server.py``: tiny Qwen3-VL targets,
+dense and MoE (transformers' own classes, random weights, text prompts), through the real ``TpModelWorker`` + EAGLE
+worker: stock fails at start naming ``set_eagle3_layers_to_capture``; patched, the draft's ``fc`` receives
+``[5, 3 x 64]`` and the target captures the configured layers ``[2, 3, 4]`` (without ids, the defaults
+``[2, n // 2, n - 3]``); with the patch disabled the launcher refuses naming it; the check refuses the two edited
+forwards above.  The real server (text only: ``eagle3_patches/testing/text_only_launch.py``, because transformers'
+Qwen3-VL video processor needs a real torchvision, a CUDA-only package on this machine): the EAGLE3 server's greedy
+outputs equal the server without speculation and the probe shows 3 x 64 at ``fc``.  The draft is random (no
+Qwen3-VL draft was trained here), so the accept length stays near 1.0 (1.09 measured): the wiring is proven, not a
+Qwen3-VL drafter's quality.  Image inputs go through the same code path (the same ``general_mm_embed_routine``
+output) but are not tested (no real processor here).
 """
 
 from __future__ import annotations

@@ -1,20 +1,34 @@
 """rank_consistency
 
-Bug: nothing checks that every rank of one server runs the same patch set.  Kimi-K2.5 often spans
-two nodes (TP 16 on 80 GB GPUs), each with its own launcher: a node started without
-``eagle3-patches run`` (or without the plugin, with another ``EAGLE3_PATCHES_DISABLE`` or another
-library version) serves with some ranks patched and some not, and capture widths or layer ids then
-differ between ranks, silently.
+Bug: nothing checks that every rank of one server runs the same patch set.  Kimi-K2.5 often spans two nodes
+(TP 16 on 80 GB GPUs), each with its own launcher: a node started without ``eagle3-patches run`` (or without the
+plugin, with another ``EAGLE3_PATCHES_DISABLE`` or another library version) serves with some ranks patched and
+some not.
+
+What users see: nothing at start and no error: the server starts and serves while capture widths or layer ids
+differ between its ranks, silently.
+
+What the patch changes: at the target model's load (``ModelRunner.load_model`` of the target runner, in every TP
+rank; a draft runner's load is not checked, and each process checks once) each rank writes its patch set (library
+version and every patch's state) to torch.distributed's default store, the TCPStore all ranks of the server
+already share across nodes, then waits up to ``EAGLE3_PATCHES_RANK_CHECK_TIMEOUT`` seconds (default 120; 0
+switches the check off) for every other rank's.  No collective is used: a rank without eagle3-patches never
+writes, and the patched ranks name it after the timeout instead of hanging in a collective it never joins.  Any
+difference: every rank that sees it refuses to start (``Eagle3ConfigError``), naming the ranks and the patches
+that differ.  A server of one rank has nothing to compare.  Not in the fork series: it compares eagle3-patches'
+own patch sets, and a forked sglang runs without the library.
+
 Releases: every release (a deployment guard: sglang has no notion of it).
+
 Upstream probe: none.
 
-At the target model's load (``ModelRunner.load_model`` of the target runner, in every TP rank) each
-rank writes its patch set (library version and every patch's state) to torch.distributed's default
-store, the TCPStore all ranks of the server already share across nodes, then waits up to
-``EAGLE3_PATCHES_RANK_CHECK_TIMEOUT`` seconds (default 120; 0 switches the check off) for every other
-rank's.  No collective is used: a rank without eagle3-patches never writes, and the patched ranks name
-it after the timeout instead of hanging in a collective it never joins.  Any difference: every rank
-that sees it refuses to start, naming the ranks and the patches that differ.
+Tests: ``tests/unit/test_rank_consistency_store.py`` (the comparison on torch's own stores, without sglang: each
+rank publishes its own set, each difference is named with both ranks, eight at most are shown, another library
+version is named, a rank that never reports is named after the timeout; the model-load hook checks the target
+once per process and nothing else, with two gloo ranks and with one), ``tests/distributed/test_rank_consistency.py``
+(two sglang ranks loading the tiny target, TP 2 over gloo on CPU: the same patch set starts; rank 1 started with
+``EAGLE3_PATCHES_DISABLE=eagle3_fc_guard`` starts silently on stock, and with the check both ranks refuse, naming
+the patch; a rank without eagle3-patches is named by rank 0 instead of a hang).
 """
 
 from __future__ import annotations

@@ -1,35 +1,61 @@
 """speculators_draft_config
 
-Bug: sglang cannot read the config of an EAGLE-3 draft saved by ``speculators`` (vllm-project): its
-``config.json`` has no ``model_type`` (only ``speculators_model_type: "eagle3"``, architectures
-``Eagle3DraftModel``, the llama fields inside ``transformer_layer_config``, the aux ids in
-speculators' meaning), so transformers' ``AutoConfig`` raises "Unrecognized model" and
-``--speculative-draft-model-path`` cannot point at one: a user must run ``eagle3-patches convert``
-and keep a second copy of the draft.  vLLM reads these drafts as they are
-(``vllm/transformers_utils/configs/speculators/``: a config adapter).
-Releases: every release through 0.5.23 (0.5.12 loads ``layers.0.*`` natively; the config still cannot
-be read; from 0.5.12 the launcher itself reads the draft's config, in ``ServerArgs``).
-Upstream probe: sglang's config reader names ``speculators_model_type``.
+Bug: many public EAGLE-3 drafts are saved by ``speculators`` (vllm-project): ``config.json`` has no ``model_type``,
+only ``speculators_model_type: "eagle3"`` (architectures ``Eagle3DraftModel``), the llama fields inside
+``transformer_layer_config``, the aux ids in speculators' meaning (HF ``hidden_states[N]``), ``layers.0.*``
+tensors.  sglang reads a draft's config with transformers' ``AutoConfig``, which cannot read this one, so
+``--speculative-draft-model-path`` cannot point at such a draft.  vLLM reads these drafts as they are (a config
+adapter, ``vllm/transformers_utils/configs/speculators/``); with sglang, a user had to run ``eagle3-patches
+convert`` and keep a second copy of the draft.
 
-The seam is the one call every release makes to read a model's config: ``AutoConfig.from_pretrained``
-in sglang's config reader (``get_config`` in ``utils/hf_transformers_utils.py`` up to 0.5.11; the HF
-parser of ``utils/hf_transformers/config.py`` from 0.5.12, behind the ``hf_transformers_utils``
-shim).  The patch gives that module an ``AutoConfig`` whose ``from_pretrained``, for a local directory
-whose ``config.json`` (read through the safe open; ``config.py`` and ``auto_map`` are never executed,
-whatever ``trust_remote_code`` says) is in speculators format, returns the converter's config in
-memory: ``LlamaForCausalLMEagle3``, the llama fields of ``transformer_layer_config``, ``rope_theta`` /
-``rope_scaling`` from ``rope_parameters``, ``dtype``, ``draft_vocab_size``, ``target_hidden_size``
-(from ``fc.weight`` when null) and ``eagle_config`` with the aux ids in the running release's own
-convention (``eagle3_patches.checkpoint.conversion_plan.build_config``: the converter's code, not a copy).
-Everything sglang does after reading a config (its own post-processing, ``--json-model-override-args``,
-its cache) runs unchanged on it; every other model goes to transformers untouched.  A draft the
-converter refuses (``norm_before_fc``, ``norm_output``, ``norm_before_residual``, ``fc_norm``, a
-non-llama layer, unknown tensors) is refused with the converter's message where the config is read:
-from 0.5.12 in the launcher, before 0.5.12 in every rank's ``ModelRunner.__init__``, before any rank
-loads weights.  Weights need nothing more: ``layers.0.*`` reaches ``midlayer`` through
-``eagle3_draft_strict_loading`` (0.5.8 - 0.5.11, so the patch refuses to serve a speculators draft
-there when that patch is not active) or natively (0.5.12+); ``d2t`` / ``t2d`` / ``embed_tokens.weight``
-keep their names and bytes, as the converter keeps them.
+What users see: ``ValueError: Unrecognized model in DRAFT. Should have a model_type key in its config.json`` when
+the draft's config is read (from 0.5.12 already in the launcher), or, when the directory's name happens to contain a
+model type (``.../Llama-3.1-8B-eagle3``), transformers guesses that model type and sglang fails later on an
+architecture it does not know (``Eagle3DraftModel``).
+
+What the patch changes: the seam is the one call every release makes to read a model's config:
+``AutoConfig.from_pretrained`` in sglang's config reader (``get_config`` in ``utils/hf_transformers_utils.py`` up
+to 0.5.11; the HF parser of ``utils/hf_transformers/config.py`` from 0.5.12, behind the ``hf_transformers_utils``
+shim).  The reader module gets an ``AutoConfig`` subclass whose ``from_pretrained``, for a local directory whose
+``config.json`` is in speculators format, returns in memory the config ``eagle3-patches convert`` would write
+(``LlamaForCausalLMEagle3``, the llama fields of ``transformer_layer_config``, ``rope_theta`` / ``rope_scaling``
+from ``rope_parameters``, ``dtype``, ``draft_vocab_size``, ``target_hidden_size`` from ``fc.weight`` when null),
+built by the converter's own code, not a copy (``eagle3_patches/checkpoint/conversion_plan.py``: ``plan_conversion``,
+``build_config``), with the aux ids (``eagle_config``) in the running release's convention (sglang <= 0.5.12:
+output of layer, ``N - 1``; from 0.5.13: speculators' ids as they are), the convention recorded as the converter
+records it.
+``config.json`` is read through the safe open; the draft's ``config.py`` (named by ``auto_map``) is never executed,
+whatever ``--trust-remote-code`` says.  Every other model, and every draft in SGLang format, goes to transformers
+untouched; everything sglang does after reading a config (its own post-processing, ``--json-model-override-args``,
+its cache) runs unchanged on it.
+
+The tensors need nothing more: ``layers.0.*`` reaches ``midlayer`` through ``eagle3_draft_strict_loading``
+(0.5.8 - 0.5.11; without it the patch refuses to serve a speculators draft there rather than serve it with a random
+midlayer) or natively (0.5.12+); ``d2t``, ``t2d`` and ``embed_tokens.weight`` keep their names and bytes, as in a
+converted draft.  A draft the converter refuses (``norm_before_fc``, ``norm_output``, ``norm_before_residual`` true
+or missing, ``fc_norm``, a non-llama decoder layer, unknown or missing tensors) is refused with the converter's
+message where the config is read: in every rank's target ``ModelRunner.__init__`` before it loads any weight, and
+from 0.5.12 already in the launcher (``ServerArgs``).
+
+Releases: 0.5.8 and later (no release through 0.5.23 reads the format; 0.5.12 loads ``layers.0.*`` natively, but
+the config still cannot be read).  Not in the fork series: it reuses the converter, which a forked sglang without
+this library does not have; a fork build serves converted drafts (docs/checkpoints.md).  Local directories only: a
+hub id is left to sglang (0.5.12+ resolves it to a local snapshot before reading the config; on 0.5.9 download the
+draft first).
+
+Upstream probe: sglang's config reader module names ``speculators_model_type``.
+
+Tests: ``tests/patches/test_speculators_draft_config.py``, ``tests/e2e/test_server.py``, on the trained tiny draft
+as the real ``speculators`` 0.9.0 wrote it (``tools/make_speculators_fixture.py``, next to a tripwire
+``config.py``, ``trust_remote_code`` on): stock sglang's ``ModelConfig`` cannot read it (asserted); patched, the
+config sglang builds equals the converted draft's field for field (the ids in the release's convention), the
+tripwire never fires, SGLang-format drafts read exactly as stock reads them, the four refusals carry the
+converter's very message and stop the target's ``ModelRunner`` in ``__init__`` without ``load_model`` (and, from
+0.5.12, ``ServerArgs`` in the launcher), and on 0.5.9 without the strict loader the draft is refused.  The real
+draft ``ModelRunner`` loads the direct and the converted draft into the same parameters bit for bit (equal to the
+file's tensors), and the real target captures the outputs of layers 1, 2, 3 for both.  Through the real server: the
+direct and the converted draft give the same greedy outputs (equal to the server without speculation) and the same
+accept length, request by request.
 """
 
 from __future__ import annotations

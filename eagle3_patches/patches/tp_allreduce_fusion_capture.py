@@ -1,25 +1,57 @@
 """tp_allreduce_fusion_capture
 
-Bug: with TP > 1 and EAGLE-3 aux capture, flashinfer all-reduce fusion defers each layer's
-MLP/MoE all-reduce into the next layer, so the captured ``hidden_states + residual`` are per-rank partial sums.
-Releases: sglang >=0.5.8,<0.5.14 (0.5.14 captures inside the decoder layer, after the all-reduce).
-Upstream probe: ``models/deepseek_v2.py`` (read as text, not imported) passes
-``captured_last_layer_outputs`` to its decoder layers, as 0.5.14 does.
+Bug: with flashinfer all-reduce fusion, a decoder layer skips the all-reduce of its MLP/MoE output, and the next
+layer does it fused with residual-add + RMSNorm (``hidden_states._sglang_needs_allreduce_fusion``).  sglang up to
+0.5.13 captures EAGLE-3 aux states in ``DeepseekV2Model.forward`` as ``hidden_states + residual`` *before* layer
+``i`` runs, which is before that fused all-reduce.  With TP > 1 each rank therefore captures its own partial sum,
+not the layer output.  ``ServerArgs._handle_model_specific_adjustments`` turns the fusion on automatically for
+``DeepseekV3ForCausalLM``, ``KimiK25ForConditionalGeneration`` (and GptOss, Glm4Moe, Qwen3Moe; each release adds
+some: Qwen3.5 in 0.5.10, DeepSeek-V3.2, GLM-MoE-DSA and Qwen3-Next in 0.5.11, InternS2 in 0.5.12, Mistral-Large-3 in
+0.5.13, which the doctor's rule follows: ``auto_fusion_archs``, checked against each release's source by the
+matrix) on sm90/sm100 when the run is single-node, without dp-attention, not on H20 and with
+``moe_a2a_backend == "none"``.  0.5.9 has no flag to turn it off.
 
-Symptom: sglang auto-enables ``enable_flashinfer_allreduce_fusion`` for DeepSeek-V3 and
-Kimi-K2.5 (and GptOss, Glm4Moe, Qwen3Moe) on sm90/sm100, single node, no dp-attention
-(``ServerArgs._handle_model_specific_adjustments``; 0.5.9 has no flag to turn it off).
-With ``--tp-size`` > 1 the draft then gets aux states that differ per rank and from the
-real layer outputs: lower accept length, no error.
+What users see: with TP > 1 on H100/H200/B200, no error.  The draft gets aux states that are wrong (and differ from
+rank to rank, and from the real layer outputs), so the accept length is lower than the drafter's published
+figures.  With TP = 1, or on GPUs where the fusion is not auto-enabled, the same draft works.
 
-The patch wraps ``ServerArgs._handle_model_specific_adjustments``: after sglang's own
-adjustment, when the speculative algorithm is EAGLE3, ``tp_size`` > 1 and the fusion is on,
-it turns the fusion off and logs a warning (logger ``eagle3_patches``) saying why.  An
-explicit ``--enable-flashinfer-allreduce-fusion`` is overridden too (correct aux states
-matter more than the fused kernel's latency), and the warning says the flag was overridden;
-``EAGLE3_PATCHES_DISABLE=tp_allreduce_fusion_capture`` keeps the fusion.  EAGLE (EAGLE-2),
-NEXTN, no speculation and TP = 1 are left alone: nothing is captured mid-model there, or
-there is no all-reduce to defer.
+What the patch changes: it wraps ``ServerArgs._handle_model_specific_adjustments``.  After sglang's own adjustment,
+if ``speculative_algorithm`` is ``EAGLE3``, ``tp_size > 1`` and ``enable_flashinfer_allreduce_fusion`` is on, the
+patch sets the flag to ``False`` and logs a warning (logger ``eagle3_patches``) that explains why.  An explicit
+``--enable-flashinfer-allreduce-fusion`` is also overridden, and the warning says so: correct aux states matter
+more than the fused kernel's latency.  Set ``EAGLE3_PATCHES_DISABLE=tp_allreduce_fusion_capture`` to keep the
+fusion.  These cases are left alone, with no log, as nothing is captured mid-model there or there is no all-reduce
+to defer: EAGLE (EAGLE-2, and NEXTN, which becomes EAGLE), which uses only the final, fully reduced state; no
+speculation; TP = 1.  The decision does not depend on the model: for any target that captures aux states before the
+fused all-reduce, turning the fusion off only costs a little latency.  The flag is set on the ``ServerArgs`` that
+is pickled to the scheduler processes, so every rank sees it.
+
+Releases: sglang >=0.5.8,<0.5.14.  0.5.14 moved the capture into the decoder layer, after the all-reduce
+(``prepare_attn_and_capture_last_layer_outputs``).
+
+Upstream probe: the patch reads ``models/deepseek_v2.py`` as text, without importing it, and reports ``upstream``
+when it contains ``captured_last_layer_outputs`` (0.5.14 passes it to its decoder layers).  The string is present
+in 0.5.14 and absent in 0.5.9 and 0.5.13; both were checked.
+
+Tests: ``tests/patches/test_tp_allreduce_fusion_capture.py``.  Real sglang 0.5.9 ``ServerArgs`` objects are built
+for the tiny Kimi-K2.5 and DeepSeek-V3 targets with ``tp_size=2``, in one isolated process.  The only stand-ins are
+the hardware facts that ``sglang.srt.server_args`` reads: ``is_sm90_supported`` / ``is_sm100_supported`` /
+``get_device_name`` report an H200 (or a B200).  Results:
+
+- Without the stand-ins (this CPU machine), the fusion stays off.
+- Stock on sm90: fusion on with EAGLE3 and TP 2, for both targets (the bug condition).
+- Patched: fusion off and exactly one warning that explains why, for Kimi and DeepSeek on sm90 and for Kimi on
+  sm100; an explicit flag is overridden, and the warning says so.
+- Patched, fusion left on and nothing logged: TP 1, no speculation, EAGLE (with and without the explicit flag).
+- After ``revert()``, the original method is back (identity) and stock behaviour returns.
+- Tests with no sglang involved cover the upstream probe (on a stand-in package directory), the decision table and
+  the version gate.
+
+Not verified on CPU: a GPU is needed for the fused kernel itself: that with fusion on, TP > 1 and EAGLE-3 the
+captured states really are per-rank partial sums, that with this patch they match TP = 1, that the accept length
+recovers, and how much decode latency turning the fusion off costs.  Without fusion, CPU TP-2 (gloo) runs have shown
+the aux states identical across ranks and equal to TP = 1 (``set_eagle3_layers_to_capture([1, 2, 3])`` on each
+rank).
 """
 
 from __future__ import annotations
