@@ -90,7 +90,3 @@ def load_records(paths: Iterable[str | Path]) -> tuple[list[dict], list[str], li
 def report(paths: Iterable[str | Path]) -> ProbeReport:
     records, files, notes = load_records(paths)
     return analyse(records, files, notes)
-
-def _y():
-    from ..fork import load_series
-    return load_series
