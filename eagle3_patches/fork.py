@@ -1,8 +1,8 @@
 """The fork path: apply the patch set to sglang's source as unified diffs.
 
-``patches/<series>/`` holds one unified diff per registry patch (same names, same order,
-paths relative to the ``sglang/`` package root), a ``series`` file listing them in order
-and ``checksums.json`` (the sha256 of every touched file before and after each patch).
+``patches/<series>/`` holds one unified diff per registry patch (``<patch name>.patch``, paths relative
+to the ``sglang/`` package root), a ``series`` file listing them in order (the registry's: each patch's
+``order``) and ``checksums.json`` (the sha256 of every touched file before and after each patch).
 The diffs are standard (GNU ``patch -p1`` and ``git apply`` give the same tree; ``series`` is quilt's
 format), so any of those tools can apply them.  This module applies them itself because none of
 them gives what a production image needs in one step (kept on purpose, not for speed):
@@ -295,7 +295,7 @@ def make_unified_diff(path: str, before: bytes, after: bytes, context: int = 3) 
 # --------------------------------------------------------------------------- the series
 @dataclass
 class PatchFile:
-    filename: str  # NN-<name>.patch
+    filename: str  # <name>.patch
     name: str  # the registry patch name
     files: list[FileDiff]
     checksums: dict[str, dict[str, str]]  # path -> {"before": sha, "after": sha}
@@ -336,7 +336,15 @@ def read_series_names(directory: Path) -> list[str]:
 
 
 def patch_name(filename: str) -> str:
+    """The patch a diff file is named after: ``<name>.patch`` (:func:`patch_filename`).  A leading ``NN-`` is
+    dropped too, so a series written when the files were numbered still reads (a registry name never starts
+    with a digit)."""
     return re.sub(r"^\d+-", "", filename).removesuffix(".patch")
+
+
+def patch_filename(name: str) -> str:
+    """The file of patch ``name``'s diff in a series directory."""
+    return f"{name}.patch"
 
 
 def load_series(name_or_dir: str | Path = DEFAULT_SERIES) -> Series:
@@ -358,6 +366,52 @@ def load_series(name_or_dir: str | Path = DEFAULT_SERIES) -> Series:
                             "(regenerate it with tools/regen_patch.py --checksums-only)")
         patches.append(PatchFile(filename, entry.get("name") or patch_name(filename), files, entry["files"]))
     return Series(directory.name, directory, sums["sglang_version"], patches, dict(sums["pristine"]))
+
+
+# --------------------------------------------------------------------------- the series and the registry
+def fork_series_names(patches: Iterable, version: str) -> list[str]:
+    """The patches a series for sglang ``version`` carries, in order: those of ``patches`` (a registry's, in its
+    order) that are in the fork series (``in_fork_series``) and whose range covers ``version``."""
+    from packaging.version import Version
+
+    return [p.name for p in patches if p.in_fork_series and p.covers(Version(version))]
+
+
+def mirror_problems(series: Series, patches: Iterable) -> list[str]:
+    """How ``series`` fails to mirror the registry ``patches`` (empty when it mirrors it): ``series`` lists exactly
+    :func:`fork_series_names` for its release, in that order, each diff named :func:`patch_filename`, and its
+    directory holds no other diff; each diff touches its patch's own sglang module only, leaves the patch's
+    marker comment there and does not use eagle3_patches (a patched sglang runs without the library)."""
+    from .registry import SOURCE_MARKER
+
+    patches = list(patches)
+    wanted = fork_series_names(patches, series.sglang_version)
+    listed = [p.name for p in series.patches]
+    problems = []
+    if listed != wanted:
+        problems.append(f"{series.directory / SERIES_FILE} lists {listed}; the registry's fork-series fixes for "
+                        f"sglang {series.sglang_version}, in registry order, are {wanted}")
+    listed_files = {p.filename for p in series.patches}
+    stray = sorted(f.name for f in series.directory.glob("*.patch") if f.name not in listed_files)
+    if stray:
+        problems.append(f"{series.directory} holds diffs its {SERIES_FILE} does not list: {', '.join(stray)}")
+    modules = {p.name: p.module for p in patches}
+    for patch in series.patches:
+        if patch.filename != patch_filename(patch.name):
+            problems.append(f"{patch.filename}: the diff of {patch.name} is named {patch_filename(patch.name)}")
+        if patch.name not in modules:
+            continue  # not a registry patch: named above
+        rel = modules[patch.name].removeprefix("sglang.").replace(".", "/") + ".py"
+        touched = [f.path for f in patch.files]
+        if touched != [rel]:
+            problems.append(f"{patch.filename} touches {', '.join(touched)}; {patch.name} patches {rel} only")
+        added = "".join(t for f in patch.files for h in f.hunks for tag, t in h.lines if tag == "+")
+        marker = f"# {SOURCE_MARKER.format(name=patch.name)}"
+        if marker not in added:
+            problems.append(f"{patch.filename} does not add the marker comment `{marker}`")
+        if "eagle3_patches" in added.replace("eagle3-patches", ""):
+            problems.append(f"{patch.filename} uses eagle3_patches: a patched sglang must run without the library")
+    return problems
 
 
 # --------------------------------------------------------------------------- planning

@@ -35,7 +35,7 @@ def tiny(tiny_root) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def run_check(tiny_root):
-    """``run_check(name)``: the selftest check ``name`` (eagle3_patches/selftest/checks.py) run on CPU against the
+    """``run_check(name)``: the selftest check ``name`` (eagle3_patches/selftest/checks/) run on CPU against the
     installed sglang, once per session; its :class:`~eagle3_patches.selftest.Result`.  The behavioural tests assert
     on it, so what ``eagle3-patches selftest`` checks is what CI proves.  A check that cannot run here skips the
     test with the check's own reason."""

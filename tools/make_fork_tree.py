@@ -7,7 +7,8 @@
 With PYTHONPATH=DEST the patched copy shadows the installed sglang (package metadata still
 comes from the installed dist-info, so the version is the same); eagle3_patches.apply() then
 finds the marker of every patch in the source and reports each one `in-source`, changing
-nothing at run time.  --upto stops after one patch (a starting point for tools/regen_patch.py).
+nothing at run time.  --upto NAME stops after one patch, named as in the registry (or by its diff's
+file name, NAME.patch): a starting point for tools/regen_patch.py.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--source", type=Path, help="the sglang package dir to copy (default: the installed one)")
     parser.add_argument("--series", default=fork.DEFAULT_SERIES)
-    parser.add_argument("--upto", help="apply the series only up to and including this patch")
+    parser.add_argument("--upto", metavar="NAME",
+                        help="apply the series only up to and including this patch (its name, or its file NAME.patch)")
     args = parser.parse_args(argv)
     try:
         target = make_fork_tree(args.dest, args.source, args.series, args.upto)

@@ -2,7 +2,7 @@
 """Regenerate one fork-path diff from an edited sglang tree, and checksums.json (maintainers).
 
     # 1. a tree at the state *after* the patch: the release + the series up to and including it
-    python tools/make_fork_tree.py /tmp/edit --upto 05-eagle3_draft_strict_loading.patch
+    python tools/make_fork_tree.py /tmp/edit --upto eagle3_draft_strict_loading
     # 2. edit /tmp/edit/sglang/srt/models/llama_eagle3.py (keep the `# eagle3-patches: <name>` marker)
     # 3. rewrite the diff from (release + earlier patches) -> edited file, and every checksum
     python tools/regen_patch.py eagle3_draft_strict_loading --edited /tmp/edit/sglang --pristine /tmp/sglang-0.5.9/sglang
@@ -11,9 +11,11 @@
 
 The "before" side of a diff is never taken from the edited tree: it is the release's file
 (--pristine, default the installed sglang when it is the unmodified release) with the
-series' earlier patches applied, so a diff only ever contains its own change.  A new patch
-(not yet in the series) needs --file for every file it touches; it is appended to `series`.
-Later patches of the same file must still fit; the tool says which to regenerate if not.
+series' earlier patches applied, so a diff only ever contains its own change.  Each diff is
+`<patch name>.patch`; `series` alone orders them.  A new patch (not yet in the series) needs
+--file for every file it touches; its line goes into `series` where its registry `order` puts it
+(before the first listed patch the registry orders after it).  Later patches of the same file
+must still fit; the tool says which to regenerate if not.
 Review the new diff (git diff patches/) before committing it.
 """
 
@@ -54,11 +56,14 @@ def regen(name: str, edited: Path, pristine: Path, series_dir: Path, extra_files
     names = fork.read_series_names(series_dir)
     by_name = {fork.patch_name(n): n for n in names}
     filename = by_name.get(name)
-    if filename is None:
+    new_patch = filename is None
+    if new_patch:
         if not extra_files:
             raise fork.ForkError(f"eagle3-patches: {name} is not in {series_dir / fork.SERIES_FILE}; a new patch needs --file")
-        filename = f"{len(names) + 1:02d}-{name}.patch"
-        names.append(filename)
+        filename = fork.patch_filename(name)
+        successor = next_in_series(name, list(by_name))
+        above = by_name[successor] if successor else None  # the file its line goes above (None: the end)
+        names.insert(names.index(above) if above else len(names), filename)
     index = names.index(filename)
     current: dict[str, bytes] = {}
     own_files: list[str] = []
@@ -93,11 +98,38 @@ def regen(name: str, edited: Path, pristine: Path, series_dir: Path, extra_files
         raise fork.ForkError(f"eagle3-patches: the edited tree does not change anything for {name}")
     out = series_dir / filename
     out.write_text("".join(chunks), encoding="utf-8")
-    series_text = (series_dir / fork.SERIES_FILE).read_text(encoding="utf-8")
-    if filename not in fork.read_series_names(series_dir):
-        (series_dir / fork.SERIES_FILE).write_text(series_text.rstrip("\n") + "\n" + filename + "\n", encoding="utf-8")
+    if new_patch:
+        insert_in_series(series_dir, filename, above)
     fork.write_checksums(series_dir, fork.compute_checksums(series_dir, pristine, version))
     return out
+
+
+def next_in_series(name: str, listed: list[str]) -> str | None:
+    """The first of the series' patches ``listed`` that the registry orders after patch ``name`` (None: it goes last).
+    ``name`` must be a patch of the registry (its ``order`` places it)."""
+    import eagle3_patches
+
+    registry = eagle3_patches.get_registry()
+    if name not in registry:
+        raise fork.ForkError(f"eagle3-patches: {name} is not a patch of the registry ({', '.join(registry.names())}); "
+                             "add its module under eagle3_patches/patches/ first: its `order` places it in the series")
+    order = registry.names()
+    after = [n for n in listed if n in order and order.index(n) > order.index(name)]
+    return min(after, key=order.index) if after else None
+
+
+def insert_in_series(series_dir: Path, filename: str, before: str | None) -> None:
+    """Put ``filename`` on its own line of ``series``, just above the line of ``before`` (None: at the end)."""
+    path = series_dir / fork.SERIES_FILE
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    at = next((i for i, raw in enumerate(lines) if before and raw.split("#", 1)[0].strip() == before), None)
+    if at is None:
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines.append(filename + "\n")
+    else:
+        lines.insert(at, filename + "\n")
+    path.write_text("".join(lines), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,15 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 SERIES = fork.load_series(fork.DEFAULT_SERIES)
 
 
-def _fixes_for(version: str) -> list[str]:
-    """The registry's fixes for ``version``, in registry order (instruments have no diff, nor fixes for other
-    releases such as layer_id_convention, 0.5.13+)."""
-    from packaging.version import Version
-
-    return [p.name for p in eagle3_patches.get_registry().patches() if p.in_fork_series and p.covers(Version(version))]
-
-
-FIXES = _fixes_for(SERIES.sglang_version)
+#: the registry's fixes for the series' release, in registry order (instruments have no diff, nor runtime-only
+#: patches, nor fixes for other releases such as layer_id_convention, 0.5.13+)
+FIXES = fork.fork_series_names(eagle3_patches.get_registry().patches(), SERIES.sglang_version)
 
 
 def _installed_root() -> Path:
@@ -71,9 +65,13 @@ def _cli(argv: list[str]) -> int:
 
 # --------------------------------------------------------------------------- the series itself
 def test_series_mirrors_the_registry_and_carries_the_markers():
-    assert len(FIXES) == 8
+    """``series`` alone orders the diffs: the registry's fork-series fixes, in registry order, each file named after
+    its patch (the same check tests/unit/test_adding_a_patch.py makes on a copy with a patch added)."""
+    assert FIXES  # the registry has fixes for the series' release
+    assert fork.mirror_problems(SERIES, eagle3_patches.get_registry().patches()) == []
     assert [p.name for p in SERIES.patches] == FIXES
-    assert [p.filename for p in SERIES.patches] == [f"{i:02d}-{n}.patch" for i, n in enumerate(FIXES, 1)]
+    assert [p.filename for p in SERIES.patches] == [f"{n}.patch" for n in FIXES]
+    assert sorted(p.name for p in SERIES.directory.glob("*.patch")) == sorted(p.filename for p in SERIES.patches)
     import importlib
 
     for patch in SERIES.patches:
@@ -84,6 +82,40 @@ def test_series_mirrors_the_registry_and_carries_the_markers():
         assert f"# {SOURCE_MARKER.format(name=patch.name)}" in added
         assert "eagle3_patches" not in added.replace("eagle3-patches", "")  # no run-time dependency on the library
         assert "import eagle3_patches" not in added and "from eagle3_patches" not in added
+
+
+@pytest.mark.parametrize("damage, needle", [
+    ("reordered", "the registry's fork-series fixes"), ("missing", "the registry's fork-series fixes"),
+    ("numbered", "is named kimi_k25_eagle3_delegation.patch"), ("stray", "does not list: leftover.patch"),
+    ("another file", "touches srt/elsewhere.py"), ("no marker", "does not add the marker comment"),
+    ("imports", "uses eagle3_patches"),
+])
+def test_mirror_problems_name_what_is_off(tmp_path, damage, needle):
+    import copy
+
+    series = copy.deepcopy(SERIES)
+    series.directory = tmp_path / SERIES.name
+    shutil.copytree(SERIES.directory, series.directory)
+    first = series.patches[0]
+    marker = SOURCE_MARKER.format(name=first.name)
+    if damage == "reordered":
+        series.patches[:2] = series.patches[1::-1]
+    elif damage == "missing":
+        series.patches.pop()
+    elif damage == "numbered":
+        first.filename = f"01-{first.filename}"
+    elif damage == "stray":
+        (series.directory / "leftover.patch").write_text("")
+    elif damage == "another file":
+        first.files[0].path = "srt/elsewhere.py"
+    elif damage == "no marker":
+        for hunk in first.files[0].hunks:
+            hunk.lines = [(tag, text.replace(marker, "a plain comment")) for tag, text in hunk.lines]
+    elif damage == "imports":
+        first.files[0].hunks[0].lines.append(("+", "from eagle3_patches.errors import Eagle3ConfigError\n"))
+    problems = fork.mirror_problems(series, eagle3_patches.get_registry().patches())
+    assert problems and all(isinstance(p, str) for p in problems)
+    assert any(needle in p for p in problems), problems
 
 
 def test_diffs_are_standard_unified_diffs_relative_to_the_package_root():
@@ -100,7 +132,7 @@ def test_check_lists_every_patch_applicable_and_writes_nothing(tree, capsys):
     out = capsys.readouterr().out
     for patch in SERIES.patches:
         assert f"{patch.filename}" in out and "would apply" in out
-    assert "dry run: 5 file(s) would change" in out
+    assert f"dry run: {len(SERIES.touched())} file(s) would change" in out
     report = fork.apply_series(tree, check=True)
     assert [o.state for o in report.outcomes] == ["applicable"] * len(FIXES)
     assert fork.tree_digest(tree) == before
@@ -154,7 +186,8 @@ def test_partial_series_is_completed_and_reverted(tree):
     pristine = fork.tree_digest(tree)
     fork.apply_series(tree, upto="tp_allreduce_fusion_capture")
     states = [o.state for o in fork.apply_series(tree, check=True).outcomes]
-    assert states == ["already applied"] * 4 + ["applicable"] * (len(FIXES) - 4)
+    done = FIXES.index("tp_allreduce_fusion_capture") + 1
+    assert states == ["already applied"] * done + ["applicable"] * (len(FIXES) - done)
     fork.apply_series(tree)
     fork.apply_series(tree, revert=True)
     assert fork.tree_digest(tree) == pristine
@@ -202,7 +235,7 @@ def test_a_touched_file_is_refused_naming_file_and_hunk(tree, capsys):
     assert _cli(["--sglang-root", str(tree)]) == 1
     err = capsys.readouterr().err
     assert str(target) in err
-    assert "02-aux_capture_validation.patch hunk #4" in err and "Nothing was written" in err
+    assert "; aux_capture_validation.patch hunk #4" in err and "Nothing was written" in err
     assert "Traceback" not in err
     assert fork.tree_digest(tree) == before  # not even the other, untouched files were patched
     with pytest.raises(fork.ForkError):
@@ -328,11 +361,13 @@ def test_regen_patch_reproduces_the_series(tree, tmp_path, installed):
                 "        ids = list(ids)  # the configured ids, copied\n")
     assert regen_patch.main(["cuda_graph_capture_order", "--edited", str(tree), "--pristine", str(installed),
                              "--series", str(series_copy)]) == 0
-    assert "+        ids = list(ids)  # the configured ids, copied" in (series_copy / "03-cuda_graph_capture_order.patch").read_text()
+    regenerated = (series_copy / "cuda_graph_capture_order.patch").read_text()
+    assert "+        ids = list(ids)  # the configured ids, copied" in regenerated
     sums = json.loads((series_copy / fork.CHECKSUMS_FILE).read_text())
-    assert sums["patches"]["03-cuda_graph_capture_order.patch"]["files"]["srt/model_executor/model_runner.py"]["after"] == \
+    assert sums["patches"]["cuda_graph_capture_order.patch"]["files"]["srt/model_executor/model_runner.py"]["after"] == \
         fork.sha256((tree / "srt/model_executor/model_runner.py").read_bytes())
-    assert fork.apply_series(tree, series_copy, check=True).outcomes[3].state == "applicable"
+    outcomes = fork.apply_series(tree, series_copy, check=True).outcomes
+    assert outcomes[FIXES.index("cuda_graph_capture_order") + 1].state == "applicable"  # the next one
 
 
 # --------------------------------------------------------------------------- the registry on a patched copy

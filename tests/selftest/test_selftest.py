@@ -35,6 +35,29 @@ def test_every_patch_is_observed_by_a_check_or_says_why():
     assert len({c.name for c in CHECKS}) == len(CHECKS)
 
 
+def test_a_patchs_checks_are_the_module_named_after_it_found_by_listing_the_package():
+    """``checks/<patch>.py`` holds that patch's checks and only those; the package lists every module's, in registry
+    order, each module's in its own order (so a new patch's check is one new module)."""
+    import importlib
+    import pkgutil
+
+    import eagle3_patches
+    from eagle3_patches.selftest import checks
+
+    names = sorted(m.name for m in pkgutil.iter_modules(checks.__path__) if not m.name.startswith("_"))
+    own = {name: importlib.import_module(f"{checks.__name__}.{name}").CHECKS for name in names}
+    assert all(own.values())  # no module without a check
+    assert {name: {c.patch for c in found} for name, found in own.items()} == {name: {name} for name in names}
+    known = eagle3_patches.known_names()
+    assert set(names) <= set(known)
+    rank = {name: i for i, name in enumerate(known)}
+    assert [c.patch for c in CHECKS] == sorted((c.patch for c in CHECKS), key=lambda p: rank.get(p, len(rank)))
+    assert sorted(c.name for c in CHECKS) == sorted(c.name for found in own.values() for c in found)
+    for name, found in own.items():
+        assert [c for c in CHECKS if c.patch == name] == list(found)
+    assert all(checks.BY_NAME[c.name] is c for c in CHECKS) and len(checks.BY_NAME) == len(CHECKS)
+
+
 # --------------------------------------------------------------------------- verdicts
 def _check(**kw) -> Check:
     return Check(kw.pop("name", "c"), "a check", kw.pop("run", lambda ctx: None), **kw)

@@ -165,17 +165,24 @@ def test_in_source_marker_reports_in_source(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
+#: THE snapshot of the production patch set, in registry order: the one list of patch names to update when a patch
+#: is added, renamed or removed (docs/patches.md, "Adding a patch", its checklist).  Every other count or list of
+#: the patches in the tests is derived from the registries (the fork series, the selftest's checks, the docs table).
+PATCHES = [
+    "rank_consistency", "kimi_k25_eagle3_delegation", "kimi_vl_eagle3_delegation", "qwen3_vl_eagle3_capture",
+    "aux_capture_validation", "cuda_graph_capture_order", "tp_allreduce_fusion_capture", "speculators_draft_config",
+    "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
+    "eagle3_target_capability", "layer_id_convention",
+]
+INSTRUMENTS = ["accept_watchdog", "eagle3_probe", "hidden_state_dump"]
+
+
 def test_production_registries_declare_every_patch_and_instrument():
     import eagle3_patches
 
     reg, instruments = eagle3_patches.registries()
-    assert reg.names() == [
-        "rank_consistency", "kimi_k25_eagle3_delegation", "kimi_vl_eagle3_delegation", "qwen3_vl_eagle3_capture",
-        "aux_capture_validation", "cuda_graph_capture_order", "tp_allreduce_fusion_capture", "speculators_draft_config",
-        "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
-        "eagle3_target_capability", "layer_id_convention",
-    ]
-    assert instruments.names() == ["accept_watchdog", "eagle3_probe", "hidden_state_dump"]
+    assert reg.names() == PATCHES
+    assert instruments.names() == INSTRUMENTS
     for p in [*reg.patches(), *instruments.patches()]:
         assert p.summary and p.module.startswith("sglang.") and p.applies_to
         assert sys.modules[type(p).__module__].__doc__.lstrip().startswith(p.name)
