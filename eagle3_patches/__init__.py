@@ -20,7 +20,13 @@ import logging
 from typing import Iterable
 
 from . import instruments, patches, settings
-from .errors import Eagle3CaptureError, Eagle3ConfigError, Eagle3Error, Eagle3TargetError, PatchError
+from .errors import (
+    Eagle3CaptureError,
+    Eagle3ConfigError,
+    Eagle3Error,
+    Eagle3TargetError,
+    PatchError,
+)
 from .registry import PatchStatus, Registry, State
 from .version import __version__
 

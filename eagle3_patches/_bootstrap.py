@@ -7,7 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from . import settings
+import eagle3_patches
+
+from . import cpu, settings
+from .errors import Eagle3Error
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
@@ -18,12 +21,8 @@ def activate_from_env() -> None:
     """Activate the CPU profile and/or the patch set as the settings ask (what a user would call by hand)."""
     s = settings.current()
     if s.cpu_profile:
-        from . import cpu
-
         cpu.activate()
     if s.apply:
-        import eagle3_patches
-
         eagle3_patches.apply(s.apply_names)
         _install_excepthook()
         logger.debug("eagle3-patches active in pid %d", os.getpid())
@@ -31,8 +30,6 @@ def activate_from_env() -> None:
 
 def _install_excepthook() -> None:
     """A user mistake caught by a guard prints its message, not a traceback."""
-    from .errors import Eagle3Error
-
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):

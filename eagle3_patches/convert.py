@@ -39,9 +39,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .checkpoint.conversion_plan import ConvertError, PlannedTensor, conversion_error, plan_conversion, shards
+from .checkpoint.conversion_plan import (
+    ConvertError,
+    PlannedTensor,
+    conversion_error,
+    plan_conversion,
+    shards,
+)
 from .checkpoint.formats import checkpoint_dir
-from .checkpoint.safe_io import CheckpointError, list_checkpoint_dir, open_checkpoint_file, resolve_checkpoint_file
+from .checkpoint.safe_io import (
+    CheckpointError,
+    list_checkpoint_dir,
+    open_checkpoint_file,
+    resolve_checkpoint_file,
+)
 from .checkpoint.safetensors_header import encode_header, read_header
 from .doctor import check_draft
 from .errors import Eagle3ConfigError

@@ -40,6 +40,7 @@ from typing import Callable, Iterable
 from . import settings
 from ._shipped import SERIES_PACKAGE, doc_pointer, shipped_dir
 from .errors import Eagle3Error
+from .registry import SOURCE_MARKER
 
 DEFAULT_SERIES = "sglang-0.5.9"
 SERIES_FILE = "series"
@@ -382,8 +383,6 @@ def mirror_problems(series: Series, patches: Iterable) -> list[str]:
     :func:`fork_series_names` for its release, in that order, each diff named :func:`patch_filename`, and its
     directory holds no other diff; each diff touches its patch's own sglang module only, leaves the patch's
     marker comment there and does not use eagle3_patches (a patched sglang runs without the library)."""
-    from .registry import SOURCE_MARKER
-
     patches = list(patches)
     wanted = fork_series_names(patches, series.sglang_version)
     listed = [p.name for p in series.patches]

@@ -25,7 +25,10 @@ import logging
 import os
 import sys
 
+import eagle3_patches
+
 from . import settings
+from .errors import PatchError
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -51,8 +54,6 @@ def activate() -> None:
     if not s.plugin:
         _say(logging.INFO, f"eagle3-patches: sglang plugin switched off ({settings.PLUGIN}=0) in pid {os.getpid()}")
         return
-    import eagle3_patches
-    from .errors import PatchError
 
     try:
         states = eagle3_patches.apply(s.apply_names if s.apply else None)

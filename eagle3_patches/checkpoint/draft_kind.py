@@ -6,7 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import Eagle3ConfigError
-from .formats import SGLANG_EAGLE3, SPECULATORS, detect_format, list_weight_files, read_config
+from .formats import (
+    SGLANG_EAGLE3,
+    SPECULATORS,
+    detect_format,
+    list_weight_files,
+    read_config,
+)
 from .safetensors_header import read_header
 
 _FC = ("fc.weight", "model.fc.weight")

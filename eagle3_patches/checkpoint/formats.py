@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from .layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
-from .safe_io import CheckpointError, checked_root, list_checkpoint_dir, load_json, read_checkpoint_bytes
+from .safe_io import (
+    CheckpointError,
+    checked_root,
+    list_checkpoint_dir,
+    load_json,
+    read_checkpoint_bytes,
+)
 from .safe_io import checkpoint_error as _err
 from .safetensors_header import Header, TensorInfo, count_read, read_header
 

@@ -35,7 +35,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .safe_io import CheckpointError, CheckpointFile, check_parse_budget, load_json, open_checkpoint_file
+from .safe_io import (
+    CheckpointError,
+    CheckpointFile,
+    check_parse_budget,
+    load_json,
+    open_checkpoint_file,
+)
 
 #: safetensors' own limit on the JSON header (``N``)
 MAX_HEADER_BYTES = 100_000_000

@@ -16,7 +16,16 @@ from ..errors import Eagle3Error
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import apply_cmd, convert_cmd, docs_cmd, doctor_cmd, probe_report_cmd, run_cmd, selftest_cmd, status_cmd
+    from . import (
+        apply_cmd,
+        convert_cmd,
+        docs_cmd,
+        doctor_cmd,
+        probe_report_cmd,
+        run_cmd,
+        selftest_cmd,
+        status_cmd,
+    )
 
     parser = argparse.ArgumentParser(
         prog="eagle3-patches",

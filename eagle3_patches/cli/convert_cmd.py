@@ -68,10 +68,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from ..convert import convert
     from ..checkpoint.releases import parse_version
-    from ..terminal import error_text, escape_terminal as esc
+    from ..convert import convert
     from ..errors import Eagle3Error
+    from ..terminal import error_text
+    from ..terminal import escape_terminal as esc
 
     if args.sglang_version is not None:
         try:

@@ -75,9 +75,9 @@ def _usage(message: str) -> int:
 
 
 def run(args) -> int:
-    from ..doctor import doctor
     from ..checkpoint.launch_args import LaunchArgsError, parse_launch_args
     from ..checkpoint.releases import parse_version
+    from ..doctor import doctor
 
     launch_argv = list(args.launch or [])
     if launch_argv and launch_argv[0] == "--":

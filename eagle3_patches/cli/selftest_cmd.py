@@ -63,11 +63,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from ..terminal import escape_terminal
     from ..selftest import CHECKS
     from ..selftest.checks import uncovered
     from ..selftest.report import as_json, render
     from ..selftest.runner import run_selftest, select
+    from ..terminal import escape_terminal
 
     if args.list:
         for c in CHECKS:

@@ -15,6 +15,8 @@ import logging
 import os
 
 from .. import settings
+from .stubs import install_stubs
+from .workarounds import build_registry
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -31,8 +33,6 @@ _registry = None
 def get_registry():
     global _registry
     if _registry is None:
-        from .workarounds import build_registry
-
         _registry = build_registry()
     return _registry
 
@@ -54,7 +54,6 @@ def activate(force: bool = False) -> None:
     for key, value in CPU_ENV.items():
         os.environ.setdefault(key, value)
     os.environ[settings.CPU_PROFILE] = "force" if force else "1"  # for the children (spawn) this process starts
-    from .stubs import install_stubs
 
     install_stubs()
     get_registry().apply()

@@ -37,7 +37,15 @@ from typing import Callable
 import torch
 from packaging.specifiers import SpecifierSet
 
-from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, source_of
+from ..registry import (
+    NotApplicable,
+    Patch,
+    Saver,
+    expect_attr,
+    expect_source,
+    source_of,
+)
+from .stubs import is_stub
 
 
 def _segments(start_offset: torch.Tensor, end_offset: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -127,8 +135,6 @@ class CpuCacheLocOps(Patch):
         self.summary = f"pure-torch {names} (sgl_kernel CPU-build ops of the EAGLE decode loop, sglang 0.5.16+)"
 
     def plan(self, module: ModuleType) -> list[tuple[str, Callable]]:
-        from .stubs import is_stub
-
         held = [(caller, op, replacement) for caller, op, replacement in _OPS[module.__name__] if hasattr(module, op)]
         if not held:  # not imported by this release's CPU branch (0.5.16 - 0.5.22: no draft-slot op in cache_locs)
             raise NotApplicable(f"{module.__name__} imports none of {', '.join(op for _, op, _ in _OPS[module.__name__])}")

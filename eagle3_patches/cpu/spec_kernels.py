@@ -47,7 +47,15 @@ from types import ModuleType
 import torch
 from packaging.specifiers import SpecifierSet
 
-from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, source_of
+from ..registry import (
+    NotApplicable,
+    Patch,
+    Saver,
+    expect_attr,
+    expect_source,
+    source_of,
+)
+from .stubs import is_stub
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -386,8 +394,6 @@ class CpuSpecKernels(Patch):
     @staticmethod
     def _plan_cpu_branch(owner: ModuleType, build_caller: str) -> list[Replacement]:
         """The module whose ``build_caller`` and ``verify_tree_greedy_func`` call sgl_kernel's CPU-build ops."""
-        from .stubs import is_stub
-
         expect_source(expect_attr(owner, build_caller), "elif _is_cpu:", "sgl_build_tree_kernel_efficient_cpu(")
         expect_source(expect_attr(owner, "verify_tree_greedy_func"), "elif _is_cpu:", "sgl_verify_tree_greedy_cpu(")
         if not getattr(owner, "_is_cpu", False):

@@ -14,6 +14,7 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from ..registry import NotApplicable, Patch, Registry, Saver, expect_attr, expect_source
+from ..sglang_runtime import server_arg
 
 
 class TorchNativeMlaDispatch(Patch):
@@ -31,7 +32,9 @@ class TorchNativeMlaDispatch(Patch):
         expect_attr(module.AttentionBackendRegistry, "_handlers")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
-        from sglang.srt.models.deepseek_common.attention_forward_methods.forward_methods import AttnForwardMethod
+        from sglang.srt.models.deepseek_common.attention_forward_methods.forward_methods import (
+            AttnForwardMethod,
+        )
 
         handlers = dict(module.AttentionBackendRegistry._handlers)
         handlers["torch_native"] = lambda attn, forward_batch: AttnForwardMethod.MLA
@@ -119,8 +122,6 @@ class TpThreadBinding(Patch):
 def _attention_backends() -> set[str] | None:
     """The attention backends the server was configured with (for both phases, prefill, decode); None
     where this process has no server arguments to read (a worker built outside a server)."""
-    from ..sglang_runtime import server_arg
-
     try:
         names = {server_arg(a) for a in ("attention_backend", "prefill_attention_backend", "decode_attention_backend")}
     except (AttributeError, LookupError, RuntimeError, ValueError):  # nothing published in this process

@@ -11,6 +11,7 @@ from ..errors import Eagle3ConfigError
 from ..preflight import Setup
 from .report import Report
 
+
 @dataclass
 class Context(Setup):
     """The setup the preflight rules read, plus the report the doctor writes."""

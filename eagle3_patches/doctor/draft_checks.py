@@ -22,7 +22,13 @@ from ..checkpoint.formats import (
     scan_shards,
 )
 from ..checkpoint.safe_io import open_checkpoint_file
-from ..checkpoint.safetensors_header import CONFIG_DTYPES, FLOAT_DTYPES, INT_DTYPES, TensorInfo, count_read
+from ..checkpoint.safetensors_header import (
+    CONFIG_DTYPES,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    TensorInfo,
+    count_read,
+)
 from ..diagnostic import ERROR, INFO, WARNING
 from ..patches.eagle3_draft_strict_loading import expected_draft_tensors
 from .context import Context

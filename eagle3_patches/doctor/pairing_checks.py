@@ -8,6 +8,7 @@ from ..checkpoint.formats import MODEL, SGLANG_EAGLE3, SPECULATORS
 from ..diagnostic import ERROR, INFO, WARNING
 from .context import Context
 
+
 # ---------------------------------------------------------------- sizes
 def check_sizes(ctx: Context) -> None:
     dv, tv = ctx.draft, ctx.target

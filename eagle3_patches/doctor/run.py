@@ -8,7 +8,13 @@ import time
 from typing import Sequence
 
 from ..checkpoint.launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
-from ..checkpoint.releases import NEWEST_KNOWN, OLDEST_KNOWN, PINNED, facts, parse_version
+from ..checkpoint.releases import (
+    NEWEST_KNOWN,
+    OLDEST_KNOWN,
+    PINNED,
+    facts,
+    parse_version,
+)
 from ..checkpoint.safetensors_header import bytes_read
 from ..diagnostic import ERROR, INFO, WARNING
 from ..patches import get_registry
@@ -23,9 +29,15 @@ from .draft_checks import (
     check_dtypes,
     load_draft,
 )
-from .pairing_checks import check_algorithm, check_fc_shape, check_layer_ids, check_sizes
+from .pairing_checks import (
+    check_algorithm,
+    check_fc_shape,
+    check_layer_ids,
+    check_sizes,
+)
 from .report import Report
 from .target_checks import check_target_release, check_target_weights, load_target
+
 
 def doctor(
     target: os.PathLike | str | None = None,

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import os
 
-from ..checkpoint.formats import checkpoint_dir, list_weight_files, read_config, target_view
+from ..checkpoint.formats import (
+    checkpoint_dir,
+    list_weight_files,
+    read_config,
+    target_view,
+)
 from ..checkpoint.safe_io import CheckpointError
 from ..checkpoint.safetensors_header import read_header
 from ..diagnostic import ERROR, INFO, WARNING
 from .context import Context
+
 
 def load_target(ctx: Context, path) -> None:
     d = checkpoint_dir(path, "target")

@@ -68,11 +68,10 @@ from typing import Any, Callable
 
 from packaging.specifiers import SpecifierSet
 
-from .. import settings
+from .. import patches, settings
 from ..diagnostic import WARNING, Diagnostic
 from ..registry import NotApplicable, Patch, Saver, expect_source
 from ..sglang_runtime import server_arg
-from .. import patches
 from . import eagle3_probe, get_registry
 from .probe_diagnosis import analyse
 
@@ -275,7 +274,9 @@ class Gauges:
     sglang's ``/metrics`` serves them)."""
 
     def __init__(self, labels: dict) -> None:
-        from prometheus_client import Gauge  # after sglang set PROMETHEUS_MULTIPROC_DIR, as sglang does
+        from prometheus_client import (
+            Gauge,  # after sglang set PROMETHEUS_MULTIPROC_DIR, as sglang does
+        )
 
         self.labels = {str(k): str(v) for k, v in labels.items()}
         names = list(self.labels)

@@ -43,9 +43,10 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from .. import settings
+from .. import patches, settings
 from ..registry import Patch, Saver, expect_attr, expect_source
-from .. import patches
+from ..sglang_runtime import server_arg
+from ..sglang_version import installed_sglang_version
 from . import get_registry
 from .probe_diagnosis import DRAFT, SCHEMA, TARGET, judge, summarize
 
@@ -153,7 +154,6 @@ def _record_target(runner, forward_batch, out, mode: str) -> None:
     hidden = _hidden_size(runner)
     capture = bool(getattr(causal, "capture_aux_hidden_states", False))
     layers = list(getattr(inner, "layers_to_capture", None) or []) if inner is not None else []
-    from ..sglang_runtime import server_arg
 
     draft_cfg = _draft_config(server_arg("speculative_draft_model_path", server_args=runner.server_args))
     draft_ids = draft_cfg.get("aux_ids")
@@ -364,8 +364,6 @@ def _plain(v: Any) -> Any:
 
 def _sglang_version() -> str | None:
     try:
-        from ..sglang_version import installed_sglang_version
-
         v = installed_sglang_version()
         return str(v) if v is not None else None
     except Exception:  # noqa: BLE001

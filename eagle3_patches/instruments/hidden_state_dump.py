@@ -71,6 +71,7 @@ from packaging.specifiers import SpecifierSet
 from .. import settings
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
+from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
 
 logger = logging.getLogger("eagle3_patches")
@@ -93,8 +94,6 @@ def _dump_layer_ids():
                 expected="a comma list of integers, e.g. 1,2,3", fix=f"fix {settings.DUMP_LAYER_IDS}",
             ) from None
     try:
-        from ..sglang_runtime import server_arg
-
         draft = server_arg("speculative_draft_model_path")
     except Exception:  # noqa: BLE001 - no server args in this process
         draft = None

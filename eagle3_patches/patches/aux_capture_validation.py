@@ -38,6 +38,7 @@ from packaging.specifiers import SpecifierSet
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
+from ..sglang_runtime import server_arg
 from . import get_registry
 
 logger = logging.getLogger("eagle3_patches")
@@ -75,8 +76,6 @@ def validate_layer_ids(layer_ids, num_layers: int) -> None:
 
 
 def _refuse_unsupported_parallelism(model) -> None:
-    from ..sglang_runtime import server_arg
-
     if server_arg("enable_two_batch_overlap"):
         raise Eagle3ConfigError(
             "EAGLE-3 aux capture does not work with two-batch overlap: the overlapped layers capture nothing",
@@ -109,7 +108,10 @@ def _log_rank_evidence(model, layer_ids) -> None:
     """One line per rank and configuration: which layers it captures, which patches are live here."""
     import os
 
-    from sglang.srt.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+    from sglang.srt.distributed import (
+        get_tensor_model_parallel_rank,
+        get_tensor_model_parallel_world_size,
+    )
 
     key = (os.getpid(), id(model), tuple(model.model.layers_to_capture))
     if key in _logged:

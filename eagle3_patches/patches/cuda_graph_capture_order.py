@@ -71,6 +71,8 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..checkpoint import layer_ids as L
+from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..registry import Patch, Saver, expect_attr, expect_source, source_of
 
@@ -163,9 +165,6 @@ class CudaGraphCaptureOrder(Patch):
     applies_to = SpecifierSet(">=0.5.8,<0.5.11")
 
     def preflight(self, setup) -> Diagnostics:
-        from ..checkpoint import layer_ids as L
-        from ..checkpoint.formats import SGLANG_EAGLE3
-
         out = Diagnostics()
         tv, dv = setup.target, setup.draft
         if (setup.checkpoint_only or not setup.eagle3 or not self.covers(setup.version) or setup.launch.disable_cuda_graph

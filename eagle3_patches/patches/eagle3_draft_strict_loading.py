@@ -60,10 +60,11 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from ..checkpoint.d2t import check_d2t
-from ..checkpoint.formats import unknown_tensor_hints
+from ..checkpoint.formats import SGLANG_EAGLE3, unknown_tensor_hints
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics, first_few
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
+from ..sglang_runtime import server_arg
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -247,8 +248,6 @@ def _kv_scale_name(name: str, params: dict) -> str | None:
 
 def _draft_path() -> str:
     try:
-        from ..sglang_runtime import server_arg
-
         return str(server_arg("speculative_draft_model_path"))
     except Exception:  # noqa: BLE001 - only used to word the message
         return "the draft checkpoint"
@@ -337,8 +336,6 @@ class Eagle3DraftStrictLoading(Patch):
 
     def preflight(self, setup) -> Diagnostics:
         """The checkpoint's tensors against the draft's parameters: what sglang would drop or leave unloaded."""
-        from ..checkpoint.formats import SGLANG_EAGLE3
-
         out = Diagnostics()
         dv = setup.draft
         if dv is None or not (setup.draft_weights_read or setup.draft_tensors):

@@ -42,10 +42,10 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError
 from ..registry import Patch, Saver, expect_attr, expect_source
-
 
 #: the draft's forward modes whose ``spec_info.hidden_states`` come from the target (k x H when captured):
 #: the draft's prefill, and its extends after verify (v1 ``DRAFT_EXTEND``; the v2 worker's
@@ -103,8 +103,6 @@ class Eagle3FcGuard(Patch):
     def preflight(self, setup) -> Diagnostics:
         """What would reach fc at the wrong width: a draft config that turns the capture off, an fc.weight whose width
         is not len(aux ids) x the target's hidden size, or (before 0.5.12, where fc is always 3 x hidden) not 3 ids."""
-        from ..checkpoint.formats import SGLANG_EAGLE3
-
         out = Diagnostics()
         dv = setup.draft
         if dv is None or not dv.is_eagle3:

@@ -40,12 +40,21 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
-from ..checkpoint.formats import SPECULATORS, detect_format, read_json
-from ..checkpoint.layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
 from .. import settings
+from ..checkpoint import layer_ids as L
+from ..checkpoint.conversion_plan import served_sglang_config
+from ..checkpoint.formats import SPECULATORS, detect_format, read_json
+from ..checkpoint.layer_ids import (
+    CONVENTION_KEY,
+    CONVENTIONS,
+    INPUT_OF_LAYER,
+    OUTPUT_OF_LAYER,
+)
 from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
+from ..sglang_runtime import server_arg
+from ..sglang_version import installed_sglang_version
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -90,8 +99,6 @@ def _read_draft_config(path: str | None) -> dict | None:
     if detect_format(config) == SPECULATORS:
         # served directly (speculators_draft_config): sglang got the converter's config, whose ids and
         # recorded convention are the ones to read
-        from ..checkpoint.conversion_plan import served_sglang_config
-        from ..sglang_version import installed_sglang_version
 
         return served_sglang_config(os.path.dirname(candidate), str(installed_sglang_version()))
     return config
@@ -100,8 +107,6 @@ def _read_draft_config(path: str | None) -> dict | None:
 def draft_convention() -> tuple[str | None, str]:
     """(convention, where it came from) for the draft being served; (None, why) when none is recorded."""
     try:
-        from ..sglang_runtime import server_arg
-
         draft = server_arg("speculative_draft_model_path")
     except Exception:  # noqa: BLE001 - no global server args (a bare model): nothing recorded
         draft = None
@@ -171,8 +176,6 @@ class LayerIdConvention(Patch):
         """The ids capture other layers than the draft config's convention means (any release: before 0.5.13 a draft
         stating input-of-layer ids, from 0.5.13 the first-id rule); the patch fixes it from 0.5.13 when the draft
         config records its convention."""
-        from ..checkpoint import layer_ids as L
-
         out = Diagnostics()
         cap, dv = setup.capture(), setup.draft
         if cap is None or cap.broken:

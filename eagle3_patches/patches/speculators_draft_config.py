@@ -68,10 +68,23 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..checkpoint import layer_ids as L
+from ..checkpoint.conversion_plan import served_sglang_config
+from ..checkpoint.formats import SPECULATORS
 from ..checkpoint.layer_ids import CONVENTION_KEY
+from ..checkpoint.releases import facts
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..registry import NotApplicable, Patch, Saver, State, expect_source, in_source, source_of
+from ..registry import (
+    NotApplicable,
+    Patch,
+    Saver,
+    State,
+    expect_source,
+    in_source,
+    source_of,
+)
+from ..sglang_version import installed_sglang_version
 from . import get_registry
 
 logger = logging.getLogger("eagle3_patches")
@@ -97,8 +110,6 @@ def reader_module(module: ModuleType) -> ModuleType:
 
 def _needs_strict_loading(version) -> str | None:
     """Why this release cannot load the draft's ``layers.0.*`` tensors in this process, or None."""
-    from ..checkpoint.releases import facts
-
     if version is None or facts(version).loads_layers0_keys:
         return None
     import importlib.util
@@ -118,8 +129,6 @@ def sglang_config_for(path, kwargs: dict) -> dict | None:
     (not a local speculators draft: transformers reads it as always).  Raises :class:`Eagle3ConfigError`."""
     if not isinstance(path, (str, os.PathLike)) or any(k in kwargs for k in _NOT_CONFIG_JSON):
         return None
-    from ..checkpoint.conversion_plan import served_sglang_config
-    from ..sglang_version import installed_sglang_version
 
     version = installed_sglang_version()
     config = served_sglang_config(path, str(version) if version is not None else None)
@@ -202,8 +211,6 @@ class SpeculatorsDraftConfig(Patch):
     def preflight(self, setup) -> Diagnostics:
         """A speculators-format draft: stock sglang cannot read its config (and, before 0.5.12, drops its
         ``layers.0.*`` tensors)."""
-        from ..checkpoint.formats import SPECULATORS
-
         out = Diagnostics()
         dv = setup.draft
         if dv is None or dv.format != SPECULATORS:
@@ -230,8 +237,6 @@ class SpeculatorsDraftConfig(Patch):
         dv = setup.draft
         ids = ""
         if dv.aux_ids:
-            from ..checkpoint import layer_ids as L
-
             outputs = L.to_output_of_layer(dv.aux_ids, L.INPUT_OF_LAYER)
             ids = (f"; aux ids {dv.aux_ids} (speculators' meaning) are handed to sglang {setup.version} as "
                    f"{L.from_output_of_layer(outputs, L.release_convention(setup.version))} (the outputs of layers {outputs})")

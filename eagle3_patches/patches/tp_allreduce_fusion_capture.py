@@ -64,7 +64,14 @@ from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..diagnostic import ERROR, Diagnostics
-from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, read_source_file
+from ..registry import (
+    NotApplicable,
+    Patch,
+    Saver,
+    expect_attr,
+    expect_source,
+    read_source_file,
+)
 
 logger = logging.getLogger("eagle3_patches")
 

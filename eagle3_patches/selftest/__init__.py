@@ -14,7 +14,18 @@ attention backend and dtype, real quantization kernels, TP 2 over NCCL).
 Procedure and output: docs/upgrading.md (``eagle3-patches docs upgrading``).
 """
 
-from .base import FAILED, PASSED, SKIPPED, Check, Context, Device, Finding, Result, Skip, execute
+from .base import (
+           FAILED,
+           PASSED,
+           SKIPPED,
+           Check,
+           Context,
+           Device,
+           Finding,
+           Result,
+           Skip,
+           execute,
+)
 from .checks import BY_NAME, CHECKS
 from .runner import run_selftest
 

@@ -16,7 +16,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .base import CHILD_ENV, FAILED, PASSED, SKIPPED, Context, Result, detect_device, execute
+from .base import (
+    CHILD_ENV,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    Context,
+    Result,
+    detect_device,
+    execute,
+)
 from .checks import CHECKS, uncovered
 
 SCHEMA = 1

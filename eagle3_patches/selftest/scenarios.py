@@ -191,10 +191,9 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
 
     import eagle3_patches
     from eagle3_patches import settings
+    from eagle3_patches.checkpoint.layer_ids import INPUT_OF_LAYER
     from eagle3_patches.sglang_runtime import current_server_args
     from eagle3_patches.testing import sglang_harness as h
-
-    from eagle3_patches.checkpoint.layer_ids import INPUT_OF_LAYER
 
     from .checkpoints import LAYER_CHECK_IDS
 

@@ -389,7 +389,12 @@ class PublishedRuntime(ResolveOnce):
         the ``scheduler`` role with the process placement, set the process-global GEMM / MoE configs and
         start the parallel runtime (process groups)."""
         from sglang.srt.distributed import bootstrap
-        from sglang.srt.runtime_context import SpawnRanks, get_device, publish, spawn_world_rank
+        from sglang.srt.runtime_context import (
+            SpawnRanks,
+            get_device,
+            publish,
+            spawn_world_rank,
+        )
 
         self.resolve_server_args(sa)
         publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=tp_rank, pp_rank=0), gpu_id=0))

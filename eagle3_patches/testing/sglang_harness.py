@@ -271,7 +271,9 @@ def capture_draft_extend_graphs_eagerly(eagle_worker):
     ``capture_one_batch_size`` (its static buffers, ``ForwardBatch`` and the draft's forward) eagerly,
     inside the runner's own ``__init__`` (``model_capture_mode`` and its error handling included).
     The v1 worker captures ``DRAFT_EXTEND``; ``EAGLEWorkerV2``'s draft worker ``DRAFT_EXTEND_V2``."""
-    from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import EAGLEDraftExtendCudaGraphRunner
+    from sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner import (
+        EAGLEDraftExtendCudaGraphRunner,
+    )
 
     seams = ("_create_graph", "_capture_init", "_capture_graph", "capture_one_batch_size")
     if not all(hasattr(EAGLEDraftExtendCudaGraphRunner, name) for name in seams):
@@ -412,7 +414,9 @@ def _resolve_spec_v2_tokens(eagle_worker, result, batch) -> list[list[int]]:
     (``advance_grammar_fsm``, grammar helpers) are the real ones, bound to that stand-in."""
     import types
 
-    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+    from sglang.srt.managers.scheduler_components.batch_result_processor import (
+        SchedulerBatchResultProcessor,
+    )
 
     class _Processor:
         model_worker = eagle_worker
