@@ -38,7 +38,9 @@ from eagle3_patches.checkpoint.safetensors_header import alignment_order, encode
 BLOCK = 64 << 20
 
 
-def build_source(root: Path, *, hidden: int, heads: int, head_dim: int, inter: int, vocab: int, draft_vocab: int, embed: bool) -> int:
+def build_source(
+    root: Path, *, hidden: int, heads: int, head_dim: int, inter: int, vocab: int, draft_vocab: int, embed: bool
+) -> int:
     import torch
 
     from eagle3_patches.testing.tiny_models import hot_token_ids
@@ -75,7 +77,10 @@ def build_source(root: Path, *, hidden: int, heads: int, head_dim: int, inter: i
         "embed_requires_grad": False,
         "tie_word_embeddings": False,
         "transformer_layer_config": layer,
-        "speculators_config": {"algorithm": "eagle3", "verifier": {"name_or_path": "moonshotai/Kimi-K2.5", "architectures": ["KimiK25ForConditionalGeneration"]}},
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "verifier": {"name_or_path": "moonshotai/Kimi-K2.5", "architectures": ["KimiK25ForConditionalGeneration"]},
+        },
     }
     (root / "config.json").write_text(json.dumps(cfg, indent=2))
     (root / "config.py").write_text("raise SystemExit('speculators config class: never executed')\n")
@@ -148,7 +153,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-embed", action="store_true", help="leave embed_tokens.weight out of the source (2.4 GB instead of 4.7 GB)")
+    ap.add_argument(
+        "--no-embed", action="store_true", help="leave embed_tokens.weight out of the source (2.4 GB instead of 4.7 GB)"
+    )
     ap.add_argument("--hidden", type=int, default=7168)
     ap.add_argument("--heads", type=int, default=64)
     ap.add_argument("--head-dim", type=int, default=128)
@@ -160,10 +167,20 @@ def main() -> int:
     try:
         t0 = time.perf_counter()
         src = work / "draft-speculators"
-        size = build_source(src, hidden=args.hidden, heads=args.heads, head_dim=args.head_dim, inter=args.intermediate,
-                            vocab=args.vocab, draft_vocab=args.draft_vocab, embed=not args.no_embed)
-        print(f"source: {size / 1e9:.2f} GB speculators draft (hidden {args.hidden}, vocab {args.vocab}, draft vocab {args.draft_vocab}), "
-              f"written in {time.perf_counter() - t0:.1f} s")
+        size = build_source(
+            src,
+            hidden=args.hidden,
+            heads=args.heads,
+            head_dim=args.head_dim,
+            inter=args.intermediate,
+            vocab=args.vocab,
+            draft_vocab=args.draft_vocab,
+            embed=not args.no_embed,
+        )
+        print(
+            f"source: {size / 1e9:.2f} GB speculators draft (hidden {args.hidden}, vocab {args.vocab}, draft vocab {args.draft_vocab}), "
+            f"written in {time.perf_counter() - t0:.1f} s"
+        )
         cps, convs, rss = [], [], []
 
         def run_cp() -> float:
@@ -197,17 +214,23 @@ def main() -> int:
                     wall, inner, peak = run_convert()
                     convs.append((wall, inner))
                     rss.append(peak)
-            print(f"round {r + 1}: cp+sync {cps[-1]:.2f} s ({size / cps[-1] / 1e9:.2f} GB/s); convert {convs[-1][1]:.2f} s in process, "
-                  f"{convs[-1][0]:.2f} s wall with interpreter start ({size / convs[-1][0] / 1e9:.2f} GB/s), ratio {cps[-1] / convs[-1][0]:.2f}x, "
-                  f"peak RSS {rss[-1] / 1e6:.0f} MB")
+            print(
+                f"round {r + 1}: cp+sync {cps[-1]:.2f} s ({size / cps[-1] / 1e9:.2f} GB/s); convert {convs[-1][1]:.2f} s in process, "
+                f"{convs[-1][0]:.2f} s wall with interpreter start ({size / convs[-1][0] / 1e9:.2f} GB/s), ratio {cps[-1] / convs[-1][0]:.2f}x, "
+                f"peak RSS {rss[-1] / 1e6:.0f} MB"
+            )
         ratios = sorted(c / v[0] for c, v in zip(cps, convs))
         median = ratios[len(ratios) // 2]
         best = min(cps) / min(v[0] for v in convs)
         peak = max(rss)
         print()
-        print(f"throughput vs cp (wall, including interpreter start and the doctor's checks): median of rounds {median:.2f}x, "
-              f"best-of {best:.2f}x [goal >= 0.5x: {'met' if median >= 0.5 else 'NOT met'}]")
-        print(f"peak RSS of the convert process: {peak / 1e6:.0f} MB [goal < 1500 MB: {'met' if peak < 1.5e9 else 'NOT met'}]")
+        print(
+            f"throughput vs cp (wall, including interpreter start and the doctor's checks): median of rounds {median:.2f}x, "
+            f"best-of {best:.2f}x [goal >= 0.5x: {'met' if median >= 0.5 else 'NOT met'}]"
+        )
+        print(
+            f"peak RSS of the convert process: {peak / 1e6:.0f} MB [goal < 1500 MB: {'met' if peak < 1.5e9 else 'NOT met'}]"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

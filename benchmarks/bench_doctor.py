@@ -71,21 +71,46 @@ def kimi_config() -> dict:
         "max_position_embeddings": 262144,
         "rms_norm_eps": 1e-5,
         "rope_theta": 50000.0,
-        "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+        "rope_scaling": {
+            "type": "yarn",
+            "factor": 64.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+        },
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
         "quantization_config": {
             "quant_method": "compressed-tensors",
             "format": "pack-quantized",
-            "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "group_size": 32, "symmetric": True, "type": "int", "strategy": "group"}}},
-            "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
+            "config_groups": {
+                "group_0": {
+                    "targets": ["Linear"],
+                    "weights": {"num_bits": 4, "group_size": 32, "symmetric": True, "type": "int", "strategy": "group"},
+                }
+            },
+            "ignore": [
+                "lm_head",
+                "re:.*self_attn.*",
+                "re:.*shared_experts.*",
+                "re:.*mlp\\.(gate|up|gate_up|down)_proj.*",
+            ],
         },
     }
     return {
         "architectures": ["KimiK25ForConditionalGeneration"],
         "model_type": "kimi_k25",
         "text_config": text,
-        "vision_config": {"patch_size": 14, "hidden_size": 1152, "vt_hidden_size": 1152, "num_hidden_layers": 27, "mm_hidden_size": 1152, "text_hidden_size": H},
+        "vision_config": {
+            "patch_size": 14,
+            "hidden_size": 1152,
+            "vt_hidden_size": 1152,
+            "num_hidden_layers": 27,
+            "mm_hidden_size": 1152,
+            "text_hidden_size": H,
+        },
         "media_placeholder_token_id": 163605,
         "torch_dtype": "bfloat16",
         "tie_word_embeddings": False,
@@ -111,7 +136,11 @@ def kimi_tensors() -> list[tuple[str, str, list[int]]]:
         ]
         m = lp + "mlp."
         if i == 0:
-            t += [(m + "gate_proj.weight", "BF16", [DENSE_I, H]), (m + "up_proj.weight", "BF16", [DENSE_I, H]), (m + "down_proj.weight", "BF16", [H, DENSE_I])]
+            t += [
+                (m + "gate_proj.weight", "BF16", [DENSE_I, H]),
+                (m + "up_proj.weight", "BF16", [DENSE_I, H]),
+                (m + "down_proj.weight", "BF16", [H, DENSE_I]),
+            ]
             continue
         t += [(m + "gate.weight", "BF16", [EXPERTS, H]), (m + "gate.e_score_correction_bias", "F32", [EXPERTS])]
         for j in range(EXPERTS):
@@ -123,19 +152,29 @@ def kimi_tensors() -> list[tuple[str, str, list[int]]]:
                     (e + proj + ".weight_shape", "I32", [2]),
                 ]
         s = m + "shared_experts."
-        t += [(s + "gate_proj.weight", "BF16", [MOE_I, H]), (s + "up_proj.weight", "BF16", [MOE_I, H]), (s + "down_proj.weight", "BF16", [H, MOE_I])]
+        t += [
+            (s + "gate_proj.weight", "BF16", [MOE_I, H]),
+            (s + "up_proj.weight", "BF16", [MOE_I, H]),
+            (s + "down_proj.weight", "BF16", [H, MOE_I]),
+        ]
     t += [(p + "norm.weight", "BF16", [H]), ("language_model.lm_head.weight", "BF16", [VOCAB, H])]
     v = "vision_tower."
     t += [(v + "patch_embed.proj.weight", "BF16", [1152, 3, 14, 14]), (v + "patch_embed.proj.bias", "BF16", [1152])]
     for b in range(27):
         bp = f"{v}encoder.blocks.{b}."
         t += [
-            (bp + "wqkv.weight", "BF16", [3 * 1152, 1152]), (bp + "wqkv.bias", "BF16", [3 * 1152]),
-            (bp + "wo.weight", "BF16", [1152, 1152]), (bp + "wo.bias", "BF16", [1152]),
-            (bp + "mlp.fc0.weight", "BF16", [4304, 1152]), (bp + "mlp.fc0.bias", "BF16", [4304]),
-            (bp + "mlp.fc1.weight", "BF16", [1152, 4304]), (bp + "mlp.fc1.bias", "BF16", [1152]),
-            (bp + "norm0.weight", "BF16", [1152]), (bp + "norm0.bias", "BF16", [1152]),
-            (bp + "norm1.weight", "BF16", [1152]), (bp + "norm1.bias", "BF16", [1152]),
+            (bp + "wqkv.weight", "BF16", [3 * 1152, 1152]),
+            (bp + "wqkv.bias", "BF16", [3 * 1152]),
+            (bp + "wo.weight", "BF16", [1152, 1152]),
+            (bp + "wo.bias", "BF16", [1152]),
+            (bp + "mlp.fc0.weight", "BF16", [4304, 1152]),
+            (bp + "mlp.fc0.bias", "BF16", [4304]),
+            (bp + "mlp.fc1.weight", "BF16", [1152, 4304]),
+            (bp + "mlp.fc1.bias", "BF16", [1152]),
+            (bp + "norm0.weight", "BF16", [1152]),
+            (bp + "norm0.bias", "BF16", [1152]),
+            (bp + "norm1.weight", "BF16", [1152]),
+            (bp + "norm1.bias", "BF16", [1152]),
         ]
     t += [("mm_projector.proj.0.weight", "BF16", [4608, 4608]), ("mm_projector.proj.2.weight", "BF16", [H, 4608])]
     return t
@@ -167,7 +206,9 @@ def build_target(root: Path) -> tuple[int, int]:
         name = f"model-{s + 1:05d}-of-{SHARDS:06d}.safetensors"
         declared += write_sparse(root / name, part)
         weight_map.update({n: name for n, _, _ in part})
-    (root / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": declared}, "weight_map": weight_map}, indent=2))
+    (root / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": declared}, "weight_map": weight_map}, indent=2)
+    )
     return len(tensors), declared
 
 
@@ -195,7 +236,11 @@ def build_draft(root: Path) -> int:
         "max_position_embeddings": 262144,
         "tie_word_embeddings": False,
         "torch_dtype": "bfloat16",
-        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True, "eagle3_patches_layer_id_convention": "output-of-layer"},
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": [2, 30, 58],
+            "use_aux_hidden_state": True,
+            "eagle3_patches_layer_id_convention": "output-of-layer",
+        },
     }
     (root / "config.json").write_text(json.dumps(cfg, indent=2))
     hot = hot_token_ids(VOCAB, DRAFT_VOCAB)
@@ -284,26 +329,48 @@ def main() -> int:
         build_s = time.perf_counter() - t0
         disk = sum(os.stat(p).st_blocks * 512 for p in work.rglob("*") if p.is_file())
         index_mb = (work / "Kimi-K2.5" / "model.safetensors.index.json").stat().st_size / 1e6
-        print(f"built in {build_s:.1f} s: target {n_tensors} tensors in {SHARDS} shards, {declared / 1e12:.3f} TB declared "
-              f"(index {index_mb:.1f} MB); draft {draft_declared / 1e9:.2f} GB declared; {disk / 1e6:.1f} MB on disk")
+        print(
+            f"built in {build_s:.1f} s: target {n_tensors} tensors in {SHARDS} shards, {declared / 1e12:.3f} TB declared "
+            f"(index {index_mb:.1f} MB); draft {draft_declared / 1e9:.2f} GB declared; {disk / 1e6:.1f} MB on disk"
+        )
 
         # warm the imports (the patch registry) as a long-lived process would have them
         import eagle3_patches
 
         eagle3_patches.get_registry()
-        launch = ["eagle3-patches", "run", "--", "python", "-m", "sglang.launch_server", "--tp", "8", "--speculative-algorithm", "EAGLE3",
-                  "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+        launch = [
+            "eagle3-patches",
+            "run",
+            "--",
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--tp",
+            "8",
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "4",
+        ]
         target, draft = work / "Kimi-K2.5", work / "Kimi-K2.5-eagle3"
         report, dt, io = measure(target, draft, launch)
         print()
         print(report.format(show_info=False))
         print()
         lib, read = floors(target)
-        print(f"doctor, complete check (every header + whole index; in process, imports warm, best of 3): {dt:.3f} s, "
-              f"{report.facts['target_headers_read']}, doctor-counted read {report.facts['bytes_read'] / 1e6:.1f} MB, rchar {io / 1e6:.1f} MB"
-              f"   [goal < 1 s: {'met' if dt < 1 else 'NOT met'}]")
-        print(f"  baselines in this run: safetensors.safe_open on every shard + json.loads of the index {lib:.3f} s "
-              f"(doctor / library floor = {dt / lib:.2f}x); reading those bytes {read:.3f} s (doctor / read = {dt / read:.1f}x)")
+        print(
+            f"doctor, complete check (every header + whole index; in process, imports warm, best of 3): {dt:.3f} s, "
+            f"{report.facts['target_headers_read']}, doctor-counted read {report.facts['bytes_read'] / 1e6:.1f} MB, rchar {io / 1e6:.1f} MB"
+            f"   [goal < 1 s: {'met' if dt < 1 else 'NOT met'}]"
+        )
+        print(
+            f"  baselines in this run: safetensors.safe_open on every shard + json.loads of the index {lib:.3f} s "
+            f"(doctor / library floor = {dt / lib:.2f}x); reading those bytes {read:.3f} s (doctor / read = {dt / read:.1f}x)"
+        )
 
         cold = (
             "import sys,time,json;t=time.perf_counter();"
@@ -312,10 +379,22 @@ def main() -> int:
             "print(json.dumps([time.perf_counter()-t, r.facts['bytes_read'], r.exit_code]))"
         )
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-P", "-c", cold], capture_output=True, text=True, cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}).stdout
+        out = subprocess.run(
+            [sys.executable, "-P", "-c", cold],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])),
+            },
+        ).stdout
         wall = time.perf_counter() - t0
         inner, read_b, rc = json.loads(out.strip().splitlines()[-1])
-        print(f"doctor, complete check in a cold process (interpreter + imports + doctor, no torch): {wall:.2f} s wall, {inner:.2f} s after interpreter start, exit {rc}")
+        print(
+            f"doctor, complete check in a cold process (interpreter + imports + doctor, no torch): {wall:.2f} s wall, {inner:.2f} s after interpreter start, exit {rc}"
+        )
     finally:
         if args.keep:
             print(f"kept {work}")

@@ -69,8 +69,10 @@ def main() -> None:
         s = [r[i] for r in res["stock"]]
         p = [r[i] for r in res["patched"]]
         ratios = [b / a for a, b in zip(s, p)]
-        print(f"{phase:<8} {statistics.median(s) * 1e3:>9.3f} {statistics.median(p) * 1e3:>11.3f} "
-              f"{statistics.median(p) / statistics.median(s):>7.3f}   {min(ratios):.3f} .. {max(ratios):.3f}")
+        print(
+            f"{phase:<8} {statistics.median(s) * 1e3:>9.3f} {statistics.median(p) * 1e3:>11.3f} "
+            f"{statistics.median(p) / statistics.median(s):>7.3f}   {min(ratios):.3f} .. {max(ratios):.3f}"
+        )
     print(f"goal: ratio <= 1.02 (medians over {args.rounds} alternating rounds x {args.steps} steps, one process)")
 
 

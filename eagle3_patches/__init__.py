@@ -17,7 +17,7 @@ its own setting).  The functions below act on both.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from . import instruments, patches, settings
 from .errors import (
@@ -76,8 +76,12 @@ def apply(names: Iterable[str] | None = None) -> dict[str, PatchStatus]:
     honours ``EAGLE3_PATCHES_DISABLE``.  Names no registry knows in the ``EAGLE3_PATCHES_*`` lists are
     logged as a warning."""
     for var, unknown in settings.unknown_names(known_names()).items():
-        logger.warning("eagle3-patches: %s names unknown patch(es) %s (ignored); known: %s",
-                       var, ", ".join(unknown), ", ".join(known_names()))
+        logger.warning(
+            "eagle3-patches: %s names unknown patch(es) %s (ignored); known: %s",
+            var,
+            ", ".join(unknown),
+            ", ".join(known_names()),
+        )
     patch_names, instrument_names = _split(names)
     patches, instruments = registries()
     if patch_names is None or patch_names:

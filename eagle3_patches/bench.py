@@ -24,9 +24,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 from .errors import Eagle3Error
 
@@ -92,23 +92,47 @@ def _post(url: str, body: dict, timeout: float) -> dict:
         return json.loads(r.read())
 
 
-def send(base_url: str, prompt: Prompt, *, api: str = "generate", max_new_tokens: int = 32, temperature: float = 0.0,
-         ignore_eos: bool = True, model: str = "default", timeout: float = 600.0) -> Result:
+def send(
+    base_url: str,
+    prompt: Prompt,
+    *,
+    api: str = "generate",
+    max_new_tokens: int = 32,
+    temperature: float = 0.0,
+    ignore_eos: bool = True,
+    model: str = "default",
+    timeout: float = 600.0,
+) -> Result:
     t0 = time.perf_counter()
     try:
         if api == "generate":
-            body: dict = {"sampling_params": {"temperature": temperature, "max_new_tokens": max_new_tokens,
-                                              "ignore_eos": ignore_eos}}
+            body: dict = {
+                "sampling_params": {
+                    "temperature": temperature,
+                    "max_new_tokens": max_new_tokens,
+                    "ignore_eos": ignore_eos,
+                }
+            }
             if prompt.input_ids is not None:
                 body["input_ids"] = list(prompt.input_ids)
             else:
                 body["text"] = prompt.text
             out = _post(base_url.rstrip("/") + "/generate", body, timeout)
             meta = out.get("meta_info", {})
-            return Result(time.perf_counter() - t0, int(meta.get("completion_tokens", 0)), meta.get("spec_verify_ct"),
-                          meta.get("spec_accept_length"), out.get("output_ids", out.get("text")))
-        body = {"model": model, "max_tokens": max_new_tokens, "temperature": temperature, "ignore_eos": ignore_eos,
-                "prompt": list(prompt.input_ids) if prompt.input_ids is not None else prompt.text}
+            return Result(
+                time.perf_counter() - t0,
+                int(meta.get("completion_tokens", 0)),
+                meta.get("spec_verify_ct"),
+                meta.get("spec_accept_length"),
+                out.get("output_ids", out.get("text")),
+            )
+        body = {
+            "model": model,
+            "max_tokens": max_new_tokens,
+            "temperature": temperature,
+            "ignore_eos": ignore_eos,
+            "prompt": list(prompt.input_ids) if prompt.input_ids is not None else prompt.text,
+        }
         out = _post(base_url.rstrip("/") + "/v1/completions", body, timeout)
         usage = out.get("usage") or {}
         text = (out.get("choices") or [{}])[0].get("text")
@@ -150,8 +174,9 @@ class Progress:
         self.stream.flush()
 
 
-def run_phase(base_url: str, prompts: Sequence[Prompt], concurrency: int, *, label: str = "", progress: bool = True,
-              **send_kw) -> tuple[Phase, list[Result]]:
+def run_phase(
+    base_url: str, prompts: Sequence[Prompt], concurrency: int, *, label: str = "", progress: bool = True, **send_kw
+) -> tuple[Phase, list[Result]]:
     bar = Progress(f"{label} c={concurrency}", len(prompts)) if progress else None
     results: list[Result | None] = [None] * len(prompts)
 
@@ -173,10 +198,17 @@ def run_phase(base_url: str, prompts: Sequence[Prompt], concurrency: int, *, lab
     pooled = (sum(r.completion_tokens for r in ok if r.verify_ct) / sum(verify)) if verify else None
     errors = [r.error for r in done if r.error]
     phase = Phase(
-        concurrency=concurrency, requests=len(prompts), errors=len(errors), wall_s=wall, output_tokens=tokens,
-        output_tokens_per_s=tokens / wall if wall > 0 else 0.0, latency_p50=percentile(lat, 50),
-        latency_p90=percentile(lat, 90), latency_p99=percentile(lat, 99),
-        accept_length=sum(accepts) / len(accepts) if accepts else None, accept_length_pooled=pooled,
+        concurrency=concurrency,
+        requests=len(prompts),
+        errors=len(errors),
+        wall_s=wall,
+        output_tokens=tokens,
+        output_tokens_per_s=tokens / wall if wall > 0 else 0.0,
+        latency_p50=percentile(lat, 50),
+        latency_p90=percentile(lat, 90),
+        latency_p99=percentile(lat, 99),
+        accept_length=sum(accepts) / len(accepts) if accepts else None,
+        accept_length_pooled=pooled,
         first_error=errors[0] if errors else None,
     )
     return phase, done
@@ -197,8 +229,16 @@ def wait_ready(base_url: str, timeout: float = 60.0) -> None:
     raise Eagle3Error(f"eagle3-patches bench: no SGLang server answers at {base_url} ({last})")
 
 
-def bench_server(base_url: str, prompts: Sequence[Prompt], *, label: str, concurrency: int, single_requests: int | None = None,
-                 progress: bool = True, **send_kw) -> ServerReport:
+def bench_server(
+    base_url: str,
+    prompts: Sequence[Prompt],
+    *,
+    label: str,
+    concurrency: int,
+    single_requests: int | None = None,
+    progress: bool = True,
+    **send_kw,
+) -> ServerReport:
     report = ServerReport(url=base_url, label=label)
     single = list(prompts[: single_requests or len(prompts)])
     report.single, results = run_phase(base_url, single, 1, label=label, progress=progress, **send_kw)
@@ -227,17 +267,39 @@ def compare(server: ServerReport, baseline: ServerReport) -> dict:
     return out
 
 
-def run(urls: Sequence[str], prompts: Sequence[Prompt], *, concurrency: int = 4, single_requests: int | None = None,
-        labels: Sequence[str] | None = None, progress: bool = True, ready_timeout: float = 60.0, **send_kw) -> dict:
+def run(
+    urls: Sequence[str],
+    prompts: Sequence[Prompt],
+    *,
+    concurrency: int = 4,
+    single_requests: int | None = None,
+    labels: Sequence[str] | None = None,
+    progress: bool = True,
+    ready_timeout: float = 60.0,
+    **send_kw,
+) -> dict:
     """Benchmark the first URL and, if given, the second (the baseline).  A JSON-able report."""
     labels = list(labels or (["server", "baseline"][: len(urls)]))
     reports = []
     for url, label in zip(urls, labels):
         wait_ready(url, ready_timeout)
-        reports.append(bench_server(url, prompts, label=label, concurrency=concurrency, single_requests=single_requests,
-                                    progress=progress, **send_kw))
+        reports.append(
+            bench_server(
+                url,
+                prompts,
+                label=label,
+                concurrency=concurrency,
+                single_requests=single_requests,
+                progress=progress,
+                **send_kw,
+            )
+        )
     result = {
-        "settings": {"concurrency": concurrency, "prompts": len(prompts), **{k: v for k, v in send_kw.items() if k != "timeout"}},
+        "settings": {
+            "concurrency": concurrency,
+            "prompts": len(prompts),
+            **{k: v for k, v in send_kw.items() if k != "timeout"},
+        },
         "servers": [asdict(r) for r in reports],
     }
     if len(reports) == 2:
@@ -257,10 +319,21 @@ def format_table(report: dict) -> str:
             p = s.get(phase)
             if not p:
                 continue
-            rows.append([s["label"], "single" if phase == "single" else f"c={p['concurrency']}", str(p["requests"]),
-                         str(p["errors"]), str(p["output_tokens"]), _fmt(p["wall_s"], ".1f"),
-                         _fmt(p["output_tokens_per_s"]), _fmt(p["latency_p50"]), _fmt(p["latency_p90"]),
-                         _fmt(p["latency_p99"]), _fmt(p["accept_length"])])
+            rows.append(
+                [
+                    s["label"],
+                    "single" if phase == "single" else f"c={p['concurrency']}",
+                    str(p["requests"]),
+                    str(p["errors"]),
+                    str(p["output_tokens"]),
+                    _fmt(p["wall_s"], ".1f"),
+                    _fmt(p["output_tokens_per_s"]),
+                    _fmt(p["latency_p50"]),
+                    _fmt(p["latency_p90"]),
+                    _fmt(p["latency_p99"]),
+                    _fmt(p["accept_length"]),
+                ]
+            )
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
@@ -271,8 +344,10 @@ def format_table(report: dict) -> str:
         for phase in ("single", "concurrent"):
             if phase in ratios:
                 r = ratios[phase]
-                lines.append(f"{a} / {b} ({phase}): output tok/s x{_fmt(r['output_tokens_per_s'])}, "
-                             f"p50 latency x{_fmt(r['latency_p50'])}, p90 latency x{_fmt(r['latency_p90'])}")
+                lines.append(
+                    f"{a} / {b} ({phase}): output tok/s x{_fmt(r['output_tokens_per_s'])}, "
+                    f"p50 latency x{_fmt(r['latency_p50'])}, p90 latency x{_fmt(r['latency_p90'])}"
+                )
         lines.append(f"same outputs (single stream): {'yes' if ratios['same_outputs'] else 'NO'}")
     for s in report["servers"]:
         for phase in ("single", "concurrent"):

@@ -35,9 +35,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .checkpoint.conversion_plan import (
     ConvertError,
@@ -155,7 +156,13 @@ def _dst_error(exc: OSError, path: Path, action: str) -> ConvertError:
     if exc.errno in (errno.ENOTDIR, errno.EEXIST):
         for parent in [path, *path.parents]:  # name the component that is not a directory
             if os.path.lexists(parent) and not parent.is_dir():
-                return conversion_error(f"cannot {action}: {parent} is not a directory", where=str(path), found=f"a file at {parent}", expected="a directory (or nothing) at each component of DST", fix="choose another DST, or move that file away")
+                return conversion_error(
+                    f"cannot {action}: {parent} is not a directory",
+                    where=str(path),
+                    found=f"a file at {parent}",
+                    expected="a directory (or nothing) at each component of DST",
+                    fix="choose another DST, or move that file away",
+                )
     fix = {
         errno.EACCES: "choose a DST in a directory you can write, or fix its permissions",
         errno.EPERM: "choose a DST in a directory you can write, or fix its permissions",
@@ -164,7 +171,12 @@ def _dst_error(exc: OSError, path: Path, action: str) -> ConvertError:
         errno.EDQUOT: "free space or choose a DST on another filesystem",
         errno.ENAMETOOLONG: "choose a shorter DST",
     }.get(exc.errno or 0, "check DST and its parent directory")
-    return conversion_error(f"cannot {action}: {exc.strerror or exc}", where=str(where), found=f"{type(exc).__name__} [errno {exc.errno}]", fix=fix)
+    return conversion_error(
+        f"cannot {action}: {exc.strerror or exc}",
+        where=str(where),
+        found=f"{type(exc).__name__} [errno {exc.errno}]",
+        fix=fix,
+    )
 
 
 def _make_parents(parent: Path) -> list[Path]:
@@ -288,7 +300,9 @@ class _Progress:
             try:
                 from tqdm import tqdm
 
-                self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="convert", file=sys.stderr)
+                self.bar = tqdm(
+                    total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="convert", file=sys.stderr
+                )
             except ImportError:  # pragma: no cover - tqdm is in the test env, optional otherwise
                 self.bar = None
 
@@ -350,7 +364,9 @@ def _write_shard(src: Path, path: Path, items: list[PlannedTensor], progress: _P
         for it in items:
             f = files.get(it.src.file)
             if f is None:
-                f = files[it.src.file] = stack.enter_context(open_checkpoint_file(src, it.src.file, what="source shard"))
+                f = files[it.src.file] = stack.enter_context(
+                    open_checkpoint_file(src, it.src.file, what="source shard")
+                )
             _copy_range(f.fd, it.src_data_start + it.src.start, it.src.nbytes, fd, progress)
         os.fsync(fd)
     return offsets
@@ -368,7 +384,11 @@ def _side_files(src: Path) -> list[str]:
         try:
             _, _, st = resolve_checkpoint_file(src, name, what="side file")
             if st.st_size > MAX_SIDE_FILE_BYTES:
-                raise conversion_error(f"side file {name} is implausibly large", where=str(src / name), found=f"{st.st_size} bytes (at most {MAX_SIDE_FILE_BYTES})")
+                raise conversion_error(
+                    f"side file {name} is implausibly large",
+                    where=str(src / name),
+                    found=f"{st.st_size} bytes (at most {MAX_SIDE_FILE_BYTES})",
+                )
         except Eagle3ConfigError as exc:
             refused.append(exc)
     if refused:
@@ -387,7 +407,11 @@ def _copy_side_files(src: Path, tmp: Path, names: list[str]) -> None:
     """Copy the checked side files through the safe open, each with no wider permissions than its source."""
     for name in names:
         with open_checkpoint_file(src, name, what="side file") as f:
-            out = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _narrowed(f.stat.st_mode))
+            out = os.open(
+                tmp / name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                _narrowed(f.stat.st_mode),
+            )
             try:
                 _copy_range(f.fd, 0, min(f.size, MAX_SIDE_FILE_BYTES), out, _Progress(0, False))
             finally:
@@ -410,11 +434,17 @@ def _verify(path: Path, items: list[PlannedTensor], offsets: dict[str, tuple[int
         raise conversion_error(
             "the written shard's header does not match the plan",
             where=str(path),
-            found=f"{len(bad)} tensor(s) differ; " + "; ".join(f"{n}: planned {want.get(n)}, written {got.get(n)}" for n in bad[:3]),
+            found=f"{len(bad)} tensor(s) differ; "
+            + "; ".join(f"{n}: planned {want.get(n)}, written {got.get(n)}" for n in bad[:3]),
             expected="(dtype, shape, data offsets) as planned for every tensor",
         )
     if h.metadata.get("format") != "pt":  # what a PyTorch safetensors file declares (transformers reads it)
-        raise conversion_error("the written shard's metadata does not say format pt", where=str(path), found=str(h.metadata), expected="{'format': 'pt'}")
+        raise conversion_error(
+            "the written shard's metadata does not say format pt",
+            where=str(path),
+            found=str(h.metadata),
+            expected="{'format': 'pt'}",
+        )
 
 
 # ====================================================================== entry point
@@ -441,10 +471,23 @@ def convert(
     :class:`Eagle3ConfigError` with what / where / fix; on any failure DST is left untouched.
     """
     with _signals_interrupt():
-        return _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, target, sglang_version, progress, run_doctor)
+        return _convert(
+            src,
+            dst,
+            force,
+            max_shard_size,
+            aux_layer_ids,
+            drop_embed_tokens,
+            target,
+            sglang_version,
+            progress,
+            run_doctor,
+        )
 
 
-def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, target, sglang_version, progress, run_doctor) -> ConvertResult:
+def _convert(
+    src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, target, sglang_version, progress, run_doctor
+) -> ConvertResult:
     t0 = time.perf_counter()
     src_dir = checkpoint_dir(src, "source draft")
     shown = Path(dst)
@@ -460,7 +503,13 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
             fix="choose a new DST, or pass --force to replace it",
         )
     plan = plan_conversion(src_dir, aux_layer_ids=aux_layer_ids, drop_embed_tokens=drop_embed_tokens, target=target)
-    out_config, items, renamed, dropped, src_files = plan.sglang_config, plan.items, plan.renamed, plan.dropped, plan.src_files
+    out_config, items, renamed, dropped, src_files = (
+        plan.sglang_config,
+        plan.items,
+        plan.renamed,
+        plan.dropped,
+        plan.src_files,
+    )
     limit = parse_size(max_shard_size)
     planned = shards(items, limit)
     total = sum(i.src.nbytes for i in items)
@@ -495,8 +544,10 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
         if run_doctor:
             report = check_draft(tmp, target=target, sglang_version=sglang_version)
             # the doctor checked the temporary directory: its report names DST (in every text field)
-            report.findings[:] = [fnd.replace(**{k: v.replace(str(tmp), str(dst)) for k, v in vars(fnd).items() if isinstance(v, str)})
-                                  for fnd in report.findings]
+            report.findings[:] = [
+                fnd.replace(**{k: v.replace(str(tmp), str(dst)) for k, v in vars(fnd).items() if isinstance(v, str)})
+                for fnd in report.findings
+            ]
             for key, value in list(report.facts.items()):
                 if isinstance(value, str):
                     report.facts[key] = value.replace(str(tmp), str(dst))
@@ -529,7 +580,10 @@ def _convert(src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, 
         dropped=dropped,
         report=report,
         cleaned=cleaned,
-        notes=[f"read {len(src_files)} source shard(s)", f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from speculators' {out_config['eagle3_patches_converted_from']['eagle_aux_hidden_state_layer_ids']}"],
+        notes=[
+            f"read {len(src_files)} source shard(s)",
+            f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from speculators' {out_config['eagle3_patches_converted_from']['eagle_aux_hidden_state_layer_ids']}",
+        ],
     )
 
 
@@ -539,7 +593,7 @@ def _write_json(path: Path, obj: Any, mode: int, *, sort_keys: bool = False) -> 
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
@@ -562,7 +616,9 @@ def _replace(tmp: Path, dst: Path, force: bool) -> None:
     old = None
     if os.path.lexists(dst):
         if not force:  # appeared while we were writing
-            raise conversion_error("the destination appeared while converting", where=str(dst), fix="pass --force to replace it")
+            raise conversion_error(
+                "the destination appeared while converting", where=str(dst), fix="pass --force to replace it"
+            )
         old = _temp_name(dst, "old")
         os.rename(dst, old)
     try:

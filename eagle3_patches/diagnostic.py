@@ -14,8 +14,9 @@ from checkpoints are untrusted), :meth:`Diagnostic.as_dict` the one JSON form.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .terminal import escape_terminal
 
@@ -52,7 +53,7 @@ class Diagnostic:
             raise ValueError(f"severity {self.severity!r} is not one of {SEVERITIES}")
 
     @classmethod
-    def make(cls, severity: str, code: str, what: str, **fields: Any) -> "Diagnostic":
+    def make(cls, severity: str, code: str, what: str, **fields: Any) -> Diagnostic:
         """A diagnostic from loosely typed fields: ``None`` and ``""`` dropped, the rest as text."""
         kept = {k: v for k, v in fields.items() if v not in (None, "")}
         for key in FIELDS:
@@ -62,7 +63,7 @@ class Diagnostic:
             kept["related"] = tuple(kept["related"])
         return cls(severity, code, str(what), **kept)
 
-    def replace(self, **changes: Any) -> "Diagnostic":
+    def replace(self, **changes: Any) -> Diagnostic:
         return dataclasses.replace(self, **changes)
 
     # -- the one JSON form
@@ -75,9 +76,14 @@ class Diagnostic:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Diagnostic":
-        return cls.make(d["severity"], d["code"], d["what"], **{k: d.get(k) for k in (*FIELDS, "related")},
-                        context=dict(d.get("context") or {}))
+    def from_dict(cls, d: Mapping[str, Any]) -> Diagnostic:
+        return cls.make(
+            d["severity"],
+            d["code"],
+            d["what"],
+            **{k: d.get(k) for k in (*FIELDS, "related")},
+            context=dict(d.get("context") or {}),
+        )
 
     # -- the one human form
     def render(self, head: str = "", *, indent: int = 2) -> str:

@@ -22,11 +22,29 @@ class Eagle3ConfigError(Eagle3Error, ValueError):
 
     default_code = "config"
 
-    def __init__(self, what: str = "", *, where: str = "", found: str = "", expected: str = "", fix: str = "",
-                 cause: str = "", code: str | None = None, diagnostic: Diagnostic | None = None):
+    def __init__(
+        self,
+        what: str = "",
+        *,
+        where: str = "",
+        found: str = "",
+        expected: str = "",
+        fix: str = "",
+        cause: str = "",
+        code: str | None = None,
+        diagnostic: Diagnostic | None = None,
+    ):
         if diagnostic is None:
-            diagnostic = Diagnostic.make(ERROR, code or type(self).default_code, what, where=where, found=found,
-                                         expected=expected, cause=cause, fix=fix)
+            diagnostic = Diagnostic.make(
+                ERROR,
+                code or type(self).default_code,
+                what,
+                where=where,
+                found=found,
+                expected=expected,
+                cause=cause,
+                fix=fix,
+            )
         self.diagnostic = diagnostic
         super().__init__(diagnostic.render("eagle3-patches: "))
 

@@ -33,9 +33,9 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from . import settings
 from ._shipped import SERIES_PACKAGE, doc_pointer, shipped_dir
@@ -119,7 +119,9 @@ def check_sglang_root(root: Path) -> Path:
         return root
     for hint in (root / "python" / "sglang", root / "sglang"):
         if (hint / "srt").is_dir():
-            raise ForkError(f"eagle3-patches: {root} is not the sglang package directory; did you mean --sglang-root {hint}?")
+            raise ForkError(
+                f"eagle3-patches: {root} is not the sglang package directory; did you mean --sglang-root {hint}?"
+            )
     raise ForkError(
         f"eagle3-patches: {root} is not an sglang package directory (expected srt/ and version.py in it: "
         "site-packages/sglang, or python/sglang in a git checkout)"
@@ -226,8 +228,10 @@ def parse_unified_diff(text: str, source: str = "<diff>") -> list[FileDiff]:
                     seen_new += 1
                 i += 1
             if seen_old != old_len or seen_new != new_len:
-                raise ForkError(f"eagle3-patches: {source}: hunk {hunk.header} has {seen_old} old and {seen_new} new "
-                                f"line(s), its header says {old_len} and {new_len} (truncated, or edited by hand)")
+                raise ForkError(
+                    f"eagle3-patches: {source}: hunk {hunk.header} has {seen_old} old and {seen_new} new "
+                    f"line(s), its header says {old_len} and {new_len} (truncated, or edited by hand)"
+                )
             files[-1].hunks.append(hunk)
             continue
         i += 1
@@ -353,8 +357,10 @@ def load_series(name_or_dir: str | Path = DEFAULT_SERIES) -> Series:
     try:
         sums = json.loads((directory / CHECKSUMS_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ForkError(f"eagle3-patches: {directory / CHECKSUMS_FILE} is missing or unreadable ({exc}); "
-                        "regenerate it with tools/regen_patch.py --checksums-only") from None
+        raise ForkError(
+            f"eagle3-patches: {directory / CHECKSUMS_FILE} is missing or unreadable ({exc}); "
+            "regenerate it with tools/regen_patch.py --checksums-only"
+        ) from None
     patches = []
     for filename in read_series_names(directory):
         path = directory / filename
@@ -363,8 +369,10 @@ def load_series(name_or_dir: str | Path = DEFAULT_SERIES) -> Series:
         files = parse_unified_diff(path.read_text(encoding="utf-8"), str(path))
         entry = sums.get("patches", {}).get(filename)
         if entry is None or set(entry.get("files", {})) != {f.path for f in files}:
-            raise ForkError(f"eagle3-patches: {directory / CHECKSUMS_FILE} does not describe {filename} "
-                            "(regenerate it with tools/regen_patch.py --checksums-only)")
+            raise ForkError(
+                f"eagle3-patches: {directory / CHECKSUMS_FILE} does not describe {filename} "
+                "(regenerate it with tools/regen_patch.py --checksums-only)"
+            )
         patches.append(PatchFile(filename, entry.get("name") or patch_name(filename), files, entry["files"]))
     return Series(directory.name, directory, sums["sglang_version"], patches, dict(sums["pristine"]))
 
@@ -388,8 +396,10 @@ def mirror_problems(series: Series, patches: Iterable) -> list[str]:
     listed = [p.name for p in series.patches]
     problems = []
     if listed != wanted:
-        problems.append(f"{series.directory / SERIES_FILE} lists {listed}; the registry's fork-series fixes for "
-                        f"sglang {series.sglang_version}, in registry order, are {wanted}")
+        problems.append(
+            f"{series.directory / SERIES_FILE} lists {listed}; the registry's fork-series fixes for "
+            f"sglang {series.sglang_version}, in registry order, are {wanted}"
+        )
     listed_files = {p.filename for p in series.patches}
     stray = sorted(f.name for f in series.directory.glob("*.patch") if f.name not in listed_files)
     if stray:
@@ -458,8 +468,10 @@ def plan(root: Path, series: Series, *, revert: bool = False) -> Plan:
     for path in series.touched():
         file = root / path
         if not file.is_file():
-            raise ForkError(f"eagle3-patches: {_describe(root, path)} does not exist; {root} is not a complete sglang "
-                            f"{series.sglang_version} tree; nothing was changed")
+            raise ForkError(
+                f"eagle3-patches: {_describe(root, path)} does not exist; {root} is not a complete sglang "
+                f"{series.sglang_version} tree; nothing was changed"
+            )
         data = file.read_bytes()
         result.originals[path] = data
         contents[path] = data
@@ -501,12 +513,16 @@ def _transform(root: Path, patch: PatchFile, fd: FileDiff, data: bytes, *, rever
     try:
         new = "".join(apply_hunks(lines, fd.hunks, reverse=reverse)).encode("utf-8")
     except HunkMismatch as exc:  # the checksum matched, so the series itself is inconsistent
-        raise ForkError(f"eagle3-patches: {patch.filename} {exc} does not fit {_describe(root, fd.path)} although its "
-                        "checksum matches: the series is inconsistent (regenerate it with tools/regen_patch.py)") from None
+        raise ForkError(
+            f"eagle3-patches: {patch.filename} {exc} does not fit {_describe(root, fd.path)} although its "
+            "checksum matches: the series is inconsistent (regenerate it with tools/regen_patch.py)"
+        ) from None
     want = patch.checksums[fd.path]["before" if reverse else "after"]
     if sha256(new) != want:
-        raise ForkError(f"eagle3-patches: {patch.filename} applied to {_describe(root, fd.path)} does not give the "
-                        "recorded checksum: the series is inconsistent (regenerate it with tools/regen_patch.py)")
+        raise ForkError(
+            f"eagle3-patches: {patch.filename} applied to {_describe(root, fd.path)} does not give the "
+            "recorded checksum: the series is inconsistent (regenerate it with tools/regen_patch.py)"
+        )
     return new
 
 
@@ -516,8 +532,10 @@ def _refuse_unknown(root: Path, series: Series, path: str, data: bytes, revert: 
     if misfit:
         detail = f"; {misfit} does not fit it (neither its old nor its new text is there, even at an offset)"
     else:
-        detail = ("; every hunk of the series fits, so it was changed outside the lines the series touches "
-                  "(a local edit, or another sglang build)")
+        detail = (
+            "; every hunk of the series fits, so it was changed outside the lines the series touches "
+            "(a local edit, or another sglang build)"
+        )
     raise ForkError(
         f"eagle3-patches: {_describe(root, path)} differs from sglang {series.sglang_version} as released and from "
         f"every state the series {series.name} produces (sha256 {sha256(data)[:16]}...){detail}. Nothing was "
@@ -558,8 +576,10 @@ def recover(root: Path) -> list[str]:
     try:
         entries = json.loads(journal.read_text(encoding="utf-8"))["files"]
     except (OSError, ValueError, KeyError) as exc:
-        raise ForkError(f"eagle3-patches: {journal} is left from an interrupted run but unreadable ({exc}); restore "
-                        f"the *{_BAK_SUFFIX} files next to the sglang sources by hand, then delete it") from None
+        raise ForkError(
+            f"eagle3-patches: {journal} is left from an interrupted run but unreadable ({exc}); restore "
+            f"the *{_BAK_SUFFIX} files next to the sglang sources by hand, then delete it"
+        ) from None
     restored = []
     for path in entries:
         target = root / path
@@ -658,13 +678,17 @@ class Report:
         if self.recovered:
             out.append(f"recovered from an interrupted run: restored {', '.join(self.recovered)}")
         version = self.version or "unrecorded"
-        out.append(f"sglang {version} at {self.root} ({self.version_source if self.version else 'identified by checksums'})")
+        out.append(
+            f"sglang {version} at {self.root} ({self.version_source if self.version else 'identified by checksums'})"
+        )
         verbs = {"applicable": "would apply", "revertible": "would revert"}  # a dry run's states; a run's are its own
         for o in self.outcomes:
             verb = verbs.get(o.state, o.state)
             out.append(f"  {o.filename:<40} {verb:<16} {', '.join(o.files)}")
         if self.mode in ("check", "check-revert"):
-            out.append(f"dry run: {len(self.changed)} file(s) would change" if self.changed else "dry run: nothing to change")
+            out.append(
+                f"dry run: {len(self.changed)} file(s) would change" if self.changed else "dry run: nothing to change"
+            )
         else:
             out.append(f"{len(self.changed)} file(s) changed" if self.changed else "nothing changed")
         return out
@@ -690,8 +714,10 @@ def apply_series(
     if upto is not None:
         last = next((i for i, p in enumerate(loaded.patches) if upto in (p.name, p.filename)), None)
         if last is None:
-            raise ForkError(f"eagle3-patches: no patch {upto!r} in the series {loaded.name}: "
-                            + ", ".join(p.filename for p in loaded.patches))
+            raise ForkError(
+                f"eagle3-patches: no patch {upto!r} in the series {loaded.name}: "
+                + ", ".join(p.filename for p in loaded.patches)
+            )
         loaded.patches = loaded.patches[: last + 1]
     recovered = recover(root)
     p = plan(root, loaded, revert=revert)
@@ -699,8 +725,10 @@ def apply_series(
         try:
             write_atomically(root, p.writes)
         except PermissionError as exc:
-            raise ForkError(f"eagle3-patches: cannot write in {root} ({exc}); nothing was changed. Run as the owner "
-                            f"of the sglang installation (or apply to a copy, see {doc_pointer('fork')})") from None
+            raise ForkError(
+                f"eagle3-patches: cannot write in {root} ({exc}); nothing was changed. Run as the owner "
+                f"of the sglang installation (or apply to a copy, see {doc_pointer('fork')})"
+            ) from None
     mode = ("check-revert" if revert else "check") if check else ("revert" if revert else "apply")
     if not check and not revert:
         for o in p.outcomes:
@@ -728,8 +756,10 @@ def tree_states(series: Series, pristine: dict[str, bytes]) -> list[dict[str, by
             try:
                 current[fd.path] = "".join(apply_hunks(lines, fd.hunks)).encode("utf-8")
             except HunkMismatch as exc:
-                raise ForkError(f"eagle3-patches: {patch.filename} {exc} does not fit {fd.path} after the patches "
-                                "before it; regenerate it") from None
+                raise ForkError(
+                    f"eagle3-patches: {patch.filename} {exc} does not fit {fd.path} after the patches "
+                    "before it; regenerate it"
+                ) from None
         states.append(dict(current))
     return states
 
@@ -752,8 +782,10 @@ def compute_checksums(directory: Path, pristine_root: Path, sglang_version: str)
             try:
                 after = "".join(apply_hunks(before.decode("utf-8").splitlines(keepends=True), fd.hunks)).encode("utf-8")
             except HunkMismatch as exc:
-                raise ForkError(f"eagle3-patches: {filename} {exc} does not fit {fd.path} after the patches before "
-                                "it; regenerate that patch first") from None
+                raise ForkError(
+                    f"eagle3-patches: {filename} {exc} does not fit {fd.path} after the patches before "
+                    "it; regenerate that patch first"
+                ) from None
             current[fd.path] = after
             entry["files"][fd.path] = {"before": sha256(before), "after": sha256(after)}
         entries[filename] = entry

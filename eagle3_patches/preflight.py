@@ -14,9 +14,10 @@ reaches up for the registry.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import settings
 from .checkpoint import layer_ids as L
@@ -57,8 +58,12 @@ class Setup:
         """The server runs under eagle3-patches, patch ``name`` applies to this release and is not switched off
         (``EAGLE3_PATCHES_DISABLE`` in the doctor's environment, as the launch would inherit it)."""
         disabled = settings.current().disable
-        return (self.with_patches and self.patches[name].covers(self.version)
-                and name not in disabled and settings.ALL not in disabled)
+        return (
+            self.with_patches
+            and self.patches[name].covers(self.version)
+            and name not in disabled
+            and settings.ALL not in disabled
+        )
 
     @property
     def eagle3(self) -> bool:
@@ -77,7 +82,9 @@ class Setup:
         if dv is None:
             return False, ""
         fc = self.draft_tensors.get("fc.weight")
-        why = evidence(dv.format, dv.architectures, dv.hidden, fc.shape[1] if fc is not None and len(fc.shape) == 2 else None)
+        why = evidence(
+            dv.format, dv.architectures, dv.hidden, fc.shape[1] if fc is not None and len(fc.shape) == 2 else None
+        )
         return (True, why) if why else (False, f"{dv.format} ({', '.join(dv.architectures) or '?'})")
 
     def fc_input(self) -> tuple[int | None, int]:
@@ -116,6 +123,7 @@ def run_rules(setup: Setup, add: Callable[[Diagnostic], Any], guard: Callable[[s
     """The preflight rule of every patch of ``setup.patches`` on ``setup``; ``add`` records a diagnostic,
     ``guard(label, fn)`` runs ``fn`` turning an unexpected exception into a finding (a rule never breaks the doctor)."""
     for patch in setup.patches.values():
+
         def one(patch: Patch = patch) -> None:
             for d in patch.preflight(setup):
                 add(patch.when_patched(d, setup) if setup.patched(patch.name) else d)

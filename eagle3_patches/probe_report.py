@@ -14,8 +14,8 @@ Never imports sglang or torch.  Unreadable input raises :class:`ProbeReportError
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from .instruments.probe_diagnosis import SCHEMA, ProbeReport, analyse
 
@@ -24,7 +24,6 @@ __all__ = ["ProbeReport", "ProbeReportError", "analyse", "load_records", "probe_
 
 class ProbeReportError(Exception):
     """The probe files cannot be read (usage error: exit code 2)."""
-
 
 
 # ---------------------------------------------------------------------- reading the files

@@ -31,9 +31,10 @@ import inspect
 import logging
 import sys
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import wrapt
 from packaging.specifiers import SpecifierSet
@@ -233,11 +234,14 @@ class Patch:
         if d.severity == INFO:
             return d
         if self.remedy == "fixed":
-            return d.replace(severity=INFO, fix="",
-                             what=f"{d.what} - fixed by eagle3-patches' {self.name} (the launch runs under it)")
+            return d.replace(
+                severity=INFO,
+                fix="",
+                what=f"{d.what} - fixed by eagle3-patches' {self.name} (the launch runs under it)",
+            )
         return d.replace(what=f"{d.what} - eagle3-patches ({self.name}) refuses this at start")
 
-    def enabled_by(self, s: "settings.Settings") -> bool:
+    def enabled_by(self, s: settings.Settings) -> bool:
         """Selected by a plain ``apply()`` under settings ``s`` (on by default, or listed in ``EAGLE3_PATCHES_ENABLE``)."""
         return self.default_enabled or self.name in s.enable
 
@@ -446,14 +450,19 @@ class Registry:
         patch's whole selection, then raise :class:`PatchError` or log it."""
         with self._lock:
             for name, patch in self._patches.items():
-                if (patch.module != module.__name__ or name not in self._selection
-                        or self._status(name).state is not State.PENDING):
+                if (
+                    patch.module != module.__name__
+                    or name not in self._selection
+                    or self._status(name).state is not State.PENDING
+                ):
                     continue
                 if self._land(patch, module) is State.FAILED:
                     reason = self._outcome[name].reason
                     rolled = self._roll_back(self._selection[name], failed=name)
-                    message = (f"eagle3-patches: patch {name!r} failed: {reason}; every patch selected with it was "
-                               f"rolled back ({', '.join(rolled) or 'none had landed'})")
+                    message = (
+                        f"eagle3-patches: patch {name!r} failed: {reason}; every patch selected with it was "
+                        f"rolled back ({', '.join(rolled) or 'none had landed'})"
+                    )
                     if raise_errors:
                         raise PatchError(message)
                     logger.error("%s; sglang runs WITHOUT these patches", message)

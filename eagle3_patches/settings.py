@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -63,9 +63,28 @@ WATCHDOG_WINDOW = "EAGLE3_PATCHES_WATCHDOG_WINDOW"
 WATCHDOG_THRESHOLD = "EAGLE3_PATCHES_WATCHDOG_THRESHOLD"
 WATCHDOG_WARMUP = "EAGLE3_PATCHES_WATCHDOG_WARMUP"
 WATCHDOG_INTERVAL = "EAGLE3_PATCHES_WATCHDOG_INTERVAL"
-KNOWN = (APPLY, DISABLE, ENABLE, ON_ERROR, CPU_PROFILE, UPGRADE_ALGORITHM, LAYER_ID_CONVENTION, PROBE, DUMP_DIR,
-         DUMP_LAYER_IDS, DUMP_SHARD_TOKENS, SERIES_DIR, DEBUG, PLUGIN, RANK_CHECK_TIMEOUT, WATCHDOG, WATCHDOG_WINDOW,
-         WATCHDOG_THRESHOLD, WATCHDOG_WARMUP, WATCHDOG_INTERVAL)
+KNOWN = (
+    APPLY,
+    DISABLE,
+    ENABLE,
+    ON_ERROR,
+    CPU_PROFILE,
+    UPGRADE_ALGORITHM,
+    LAYER_ID_CONVENTION,
+    PROBE,
+    DUMP_DIR,
+    DUMP_LAYER_IDS,
+    DUMP_SHARD_TOKENS,
+    SERIES_DIR,
+    DEBUG,
+    PLUGIN,
+    RANK_CHECK_TIMEOUT,
+    WATCHDOG,
+    WATCHDOG_WINDOW,
+    WATCHDOG_THRESHOLD,
+    WATCHDOG_WARMUP,
+    WATCHDOG_INTERVAL,
+)
 #: in EAGLE3_PATCHES_DISABLE: every patch and instrument
 ALL = "all"
 
@@ -79,7 +98,9 @@ class Settings:
     disable: frozenset[str] = frozenset()
     enable: frozenset[str] = frozenset()
     on_error: str = "warn"  # "warn" | "raise"
-    on_error_explicit: bool = False  # EAGLE3_PATCHES_ON_ERROR was set (a failed bootstrap keeps sglang out unless "warn" is)
+    on_error_explicit: bool = (
+        False  # EAGLE3_PATCHES_ON_ERROR was set (a failed bootstrap keeps sglang out unless "warn" is)
+    )
     cpu_profile: str = ""  # "" | "on" | "force"
     upgrade_algorithm: bool = False
     layer_id_convention: str = ""
@@ -139,8 +160,10 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
             return raw.strip().lower()
         value = parse_flag(raw)
         if value is None:
-            problems.append(f"{var}={raw!r} is neither on ({'/'.join(sorted(ON))}) nor off ({'/'.join(sorted(OFF - {''}))}); "
-                            "treated as off")
+            problems.append(
+                f"{var}={raw!r} is neither on ({'/'.join(sorted(ON))}) nor off ({'/'.join(sorted(OFF - {''}))}); "
+                "treated as off"
+            )
             return False
         return value
 
@@ -149,8 +172,9 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         problems.append(f"{ON_ERROR}={on_error!r} is neither 'warn' nor 'raise'; treated as 'warn'")
         on_error = "warn"
 
-    def number(var: str, default: float, lo: float, hi: float, what: str, *, whole: bool = False,
-               lo_open: bool = False) -> float:
+    def number(
+        var: str, default: float, lo: float, hi: float, what: str, *, whole: bool = False, lo_open: bool = False
+    ) -> float:
         """``var`` as a number in lo..hi (``lo_open``: above lo); ``default`` when unset or not understood (a problem)."""
         raw = env.get(var, "").strip()
         if not raw:
@@ -189,10 +213,12 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         plugin=bool(flag(PLUGIN, default=True)),
         rank_check_timeout=rank_timeout,
         watchdog=bool(flag(WATCHDOG, default=True)),
-        watchdog_window=int(number(WATCHDOG_WINDOW, 200, 1, 1 << 30, "a positive whole number of verify steps",
-                                   whole=True)),
-        watchdog_threshold=number(WATCHDOG_THRESHOLD, 1.05, 1.0, 64.0, "an accept length above 1 and at most 64",
-                                  lo_open=True),
+        watchdog_window=int(
+            number(WATCHDOG_WINDOW, 200, 1, 1 << 30, "a positive whole number of verify steps", whole=True)
+        ),
+        watchdog_threshold=number(
+            WATCHDOG_THRESHOLD, 1.05, 1.0, 64.0, "an accept length above 1 and at most 64", lo_open=True
+        ),
         watchdog_warmup=int(number(WATCHDOG_WARMUP, 100, 0, 1 << 30, "a whole number of verify steps", whole=True)),
         watchdog_interval=number(WATCHDOG_INTERVAL, 600.0, 0, 1e9, "a number of seconds (0 or more)"),
         problems=tuple(problems),

@@ -16,13 +16,13 @@ decoding on a tiny Kimi-K2.5, with the accept length measured.  Every step is a 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 import json
 import random
 import re
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,10 @@ H = tiny_models.HIDDEN
 
 def prompts(n: int, seed: int = 4321) -> list[bench.Prompt]:
     rng = random.Random(seed)  # held out: the draft was trained on prompts from seed 1234
-    return [bench.Prompt(input_ids=[rng.randrange(4, tiny_models.VOCAB) for _ in range(rng.randrange(4, 13))]) for _ in range(n)]
+    return [
+        bench.Prompt(input_ids=[rng.randrange(4, tiny_models.VOCAB) for _ in range(rng.randrange(4, 13))])
+        for _ in range(n)
+    ]
 
 
 def status_line(log: str) -> str:
@@ -60,9 +63,13 @@ def main(argv=None) -> int:
     target = str(tiny_models.build_kimi_k25(WORK / "tiny-kimi-k25"))
     draft = str(tiny_models.build_trained_eagle3_draft(WORK))
     cfg = json.loads((Path(draft) / "config.json").read_text())
-    print(f"tiny Kimi-K2.5 target: {target}\n  hidden {H}, {tiny_models.NUM_LAYERS} layers, vocab {tiny_models.VOCAB}, random weights")
-    print(f"trained EAGLE-3 draft: {draft}\n  aux ids {cfg['eagle_config']['eagle_aux_hidden_state_layer_ids']}, "
-          f"fc {3 * H} -> {H}, draft vocab {cfg['draft_vocab_size']} (tools/train_tiny_draft.py, from hidden_state_dump shards)")
+    print(
+        f"tiny Kimi-K2.5 target: {target}\n  hidden {H}, {tiny_models.NUM_LAYERS} layers, vocab {tiny_models.VOCAB}, random weights"
+    )
+    print(
+        f"trained EAGLE-3 draft: {draft}\n  aux ids {cfg['eagle_config']['eagle_aux_hidden_state_layer_ids']}, "
+        f"fc {3 * H} -> {H}, draft vocab {cfg['draft_vocab_size']} (tools/train_tiny_draft.py, from hidden_state_dump shards)"
+    )
     ps = prompts(args.prompts)
     kw = dict(api="generate", max_new_tokens=args.max_new_tokens, timeout=600)
     spec = speculative_flags(draft, "EAGLE3", steps=3, topk=1, draft_tokens=4)
@@ -106,16 +113,27 @@ def main(argv=None) -> int:
     for p, a, b in zip(ps, rep.outputs, ref.outputs):
         print(f"  prompt {p.input_ids}\n    EAGLE3  {a}\n    no spec {b}  {'identical' if a == b else 'DIFFERENT'}")
     print(f"  mean accept length (completion tokens / verify steps, prefill counted): {rep.single.accept_length:.2f}")
-    records = [json.loads(line) for f in sorted(probe_dir.glob("*.jsonl")) for line in f.read_text().splitlines() if line.strip()]
+    records = [
+        json.loads(line)
+        for f in sorted(probe_dir.glob("*.jsonl"))
+        for line in f.read_text().splitlines()
+        if line.strip()
+    ]
     for r in records:
         if r.get("hop") == "draft_input" and r.get("mode") == "decode":
-            print(f"  probe (in the server): draft input in decode: width {r.get('width')} (the draft's own state "
-                  "between its steps: fc skipped there by design)")
+            print(
+                f"  probe (in the server): draft input in decode: width {r.get('width')} (the draft's own state "
+                "between its steps: fc skipped there by design)"
+            )
         elif r.get("hop") == "draft_input" and r.get("fc_applied") is not None:
-            print(f"  probe (in the server): draft input in {r.get('mode')}: width {r.get('width')}, "
-                  f"fc {'applied' if r.get('fc_applied') else 'SKIPPED'}, fc input {r.get('fc_input_shape')} (3 x {H} = {3 * H})")
+            print(
+                f"  probe (in the server): draft input in {r.get('mode')}: width {r.get('width')}, "
+                f"fc {'applied' if r.get('fc_applied') else 'SKIPPED'}, fc input {r.get('fc_input_shape')} (3 x {H} = {3 * H})"
+            )
         elif r.get("hop") == "target_output" and r.get("width"):
-            print(f"  probe (in the server): target output in {r.get('mode')}: layers_to_capture {r.get('layers_to_capture')}, width {r.get('width')}")
+            print(
+                f"  probe (in the server): target output in {r.get('mode')}: layers_to_capture {r.get('layers_to_capture')}, width {r.get('width')}"
+            )
     print("  patch status in the server's processes:")
     for item in status_line(eagle3.log()).split(", "):
         print(f"    {item.replace('=', ': ')}")
@@ -123,19 +141,29 @@ def main(argv=None) -> int:
     print("\n[4] --speculative-algorithm EAGLE with the EAGLE-3 draft (the field's mistake):")
     refused = Server(target, speculative_flags(draft, "EAGLE"), log_path=logs / "eagle-refused.log")
     rc = refused.wait_exit(timeout=240)
-    msg = [line for line in refused.log().splitlines() if "EAGLE-3 draft" in line or line.lstrip().startswith(("where", "found", "expected", "fix"))]
+    msg = [
+        line
+        for line in refused.log().splitlines()
+        if "EAGLE-3 draft" in line or line.lstrip().startswith(("where", "found", "expected", "fix"))
+    ]
     print(f"  refused at start (exit status {rc}):")
     for line in msg[:6]:
         print(f"    {line.strip()}")
     if not args.skip_symptom:
         print("  the same with the algorithm and fc guards disabled (what stock sglang does silently):")
-        sym = Server(target, speculative_flags(draft, "EAGLE"), log_path=logs / "eagle-unguarded.log",
-                     disable=["eagle3_algorithm_guard", "eagle3_fc_guard"])
+        sym = Server(
+            target,
+            speculative_flags(draft, "EAGLE"),
+            log_path=logs / "eagle-unguarded.log",
+            disable=["eagle3_algorithm_guard", "eagle3_fc_guard"],
+        )
         try:
             sym.start()
             srep = bench.bench_server(sym.url, ps[:2], label="EAGLE", concurrency=1, progress=False, **kw)
-            print(f"    accept length {srep.single.accept_length:.2f} (EAGLE3 above: {rep.single.accept_length:.2f}); "
-                  f"outputs still identical to no speculation: {srep.outputs == ref.outputs[:2]}")
+            print(
+                f"    accept length {srep.single.accept_length:.2f} (EAGLE3 above: {rep.single.accept_length:.2f}); "
+                f"outputs still identical to no speculation: {srep.outputs == ref.outputs[:2]}"
+            )
         finally:
             sym.stop()
     print(f"\ndemo finished in {time.time() - t0:.0f} s; server logs in {logs}")

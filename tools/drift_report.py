@@ -60,8 +60,11 @@ def record_touches() -> dict:
     from eagle3_patches.sglang_version import installed_sglang_version
 
     out: dict = {"sglang": str(installed_sglang_version()), "patches": []}
-    registries = [("patch", eagle3_patches.get_registry()), ("instrument", eagle3_patches.get_instruments()),
-                  ("cpu", cpu.get_registry())]
+    registries = [
+        ("patch", eagle3_patches.get_registry()),
+        ("instrument", eagle3_patches.get_instruments()),
+        ("cpu", cpu.get_registry()),
+    ]
     for kind, reg in registries:
         for patch in reg.patches():
             entry = {"name": patch.name, "kind": kind, "module": patch.module, "notes": [], "touches": []}
@@ -103,8 +106,14 @@ def touches_in(version: str, data: dict, installer: str) -> dict:
         return {"sglang": version, "error": f"set-up failed: {setup.get('error')}", "patches": []}
     env = matrix._env(version)
     env["EAGLE3_PATCHES_PLUGIN"] = "0"  # nothing may apply the patch set behind the recorder's back
-    r = subprocess.run([str(matrix.venv_python(version)), str(Path(__file__).resolve()), "--record"],
-                       capture_output=True, text=True, cwd=str(matrix.MATRIX), env=env, timeout=RECORD_TIMEOUT)
+    r = subprocess.run(
+        [str(matrix.venv_python(version)), str(Path(__file__).resolve()), "--record"],
+        capture_output=True,
+        text=True,
+        cwd=str(matrix.MATRIX),
+        env=env,
+        timeout=RECORD_TIMEOUT,
+    )
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -164,8 +173,12 @@ class _NoDocstrings(ast.NodeTransformer):
     def _strip(self, node):
         self.generic_visit(node)
         body = getattr(node, "body", None)
-        if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
         return node
 
@@ -215,8 +228,10 @@ def drift(old: str, new: str, data: dict, installer: str) -> dict:
     for v, rec in recorded.items():
         for p in rec.get("patches", []):
             for t in p["touches"]:
-                o = objects.setdefault((t["module"], t["qualname"]), {"module": t["module"], "qualname": t["qualname"],
-                                                                      "by": {}, "seen_in": []})
+                o = objects.setdefault(
+                    (t["module"], t["qualname"]),
+                    {"module": t["module"], "qualname": t["qualname"], "by": {}, "seen_in": []},
+                )
                 o["by"].setdefault(p["name"], set()).add(t["kind"])
                 if v not in o["seen_in"]:
                     o["seen_in"].append(v)
@@ -230,16 +245,27 @@ def drift(old: str, new: str, data: dict, installer: str) -> dict:
         o["by"] = {name: sorted(kinds) for name, kinds in sorted(o["by"].items())}
     order = {"changed": 0, "removed": 1, "added": 2, "absent": 3, "unchanged": 4}
     rows = sorted(objects.values(), key=lambda o: (order[o["status"]], o["module"], o["qualname"]))
-    return {"old": old, "new": new, "when": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "objects": rows,
-            "recorded": {v: {"error": rec.get("error"),
-                             "notes": {p["name"]: p["notes"] for p in rec.get("patches", []) if p["notes"]}}
-                         for v, rec in recorded.items()}}
+    return {
+        "old": old,
+        "new": new,
+        "when": _dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "objects": rows,
+        "recorded": {
+            v: {
+                "error": rec.get("error"),
+                "notes": {p["name"]: p["notes"] for p in rec.get("patches", []) if p["notes"]},
+            }
+            for v, rec in recorded.items()
+        },
+    }
 
 
 def render(report: dict, diffs: bool) -> str:
     old, new = report["old"], report["new"]
     rows = report["objects"]
-    count = {s: sum(1 for o in rows if o["status"] == s) for s in ("changed", "removed", "added", "absent", "unchanged")}
+    count = {
+        s: sum(1 for o in rows if o["status"] == s) for s in ("changed", "removed", "added", "absent", "unchanged")
+    }
     lines = [
         f"# Drift: sglang {old} -> {new}",
         "",
@@ -317,8 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         args.output.write_text(render(report, diffs=False))
     changed = [o for o in report["objects"] if o["status"] in ("changed", "removed")]
-    print(f"sglang {old} -> {new}: {len(changed)} of {len(report['objects'])} touched objects changed or removed; "
-          f"{md.relative_to(ROOT)}" + (f", {args.output}" if args.output else ""))
+    print(
+        f"sglang {old} -> {new}: {len(changed)} of {len(report['objects'])} touched objects changed or removed; "
+        f"{md.relative_to(ROOT)}" + (f", {args.output}" if args.output else "")
+    )
     for v, rec in report["recorded"].items():
         if rec.get("error"):
             print(f"recording in {v} failed: {rec['error']}")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Regenerate the generated parts of docs/ from the code: the patch table and the per-patch sections of docs/patches.md.
 
-    python tools/gen_docs.py           # rewrite docs/patches.md's table (registries) and sections (module docstrings)
-    python tools/gen_docs.py --check   # exit 1 when the committed page differs (what the tests check)
+python tools/gen_docs.py           # rewrite docs/patches.md's table (registries) and sections (module docstrings)
+python tools/gen_docs.py --check   # exit 1 when the committed page differs (what the tests check)
 """
 
 from __future__ import annotations

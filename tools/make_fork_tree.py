@@ -25,8 +25,9 @@ from eagle3_patches import fork  # noqa: E402
 from eagle3_patches.errors import Eagle3Error  # noqa: E402
 
 
-def make_fork_tree(dest: Path, source: Path | None = None, series: str = fork.DEFAULT_SERIES,
-                   upto: str | None = None, out=print) -> Path:
+def make_fork_tree(
+    dest: Path, source: Path | None = None, series: str = fork.DEFAULT_SERIES, upto: str | None = None, out=print
+) -> Path:
     src = fork.check_sglang_root(source or fork.default_sglang_root())
     target = Path(dest) / "sglang"
     if target.exists():
@@ -46,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest", type=Path)
     parser.add_argument("--source", type=Path, help="the sglang package dir to copy (default: the installed one)")
     parser.add_argument("--series", default=fork.DEFAULT_SERIES)
-    parser.add_argument("--upto", metavar="NAME",
-                        help="apply the series only up to and including this patch (its name, or its file NAME.patch)")
+    parser.add_argument(
+        "--upto",
+        metavar="NAME",
+        help="apply the series only up to and including this patch (its name, or its file NAME.patch)",
+    )
     args = parser.parse_args(argv)
     try:
         target = make_fork_tree(args.dest, args.source, args.series, args.upto)

@@ -112,13 +112,17 @@ def write(out: Path) -> list[str]:
     state["embed_tokens.weight"] = tm.deepseek_v3_tensors(tm.TinyTargetSpec())["model.embed_tokens.weight"]
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or set(missing) != {"d2t", "t2d", "verifier_norm.weight", "verifier_lm_head.weight"}:
-        raise SystemExit(f"the trained tensors do not fit speculators' Eagle3DraftModel: missing {missing}, unexpected {unexpected}")
+        raise SystemExit(
+            f"the trained tensors do not fit speculators' Eagle3DraftModel: missing {missing}, unexpected {unexpected}"
+        )
     model.load_vocab_mappings(trained["t2d"], trained["d2t"])
     model.to(torch.bfloat16)
     model.save_pretrained(str(out))
     code = out / "config.py"
     if not code.is_file():
-        raise SystemExit(f"speculators {SPECULATORS_VERSION} no longer writes config.py: update the docstring and docs/checkpoints.md")
+        raise SystemExit(
+            f"speculators {SPECULATORS_VERSION} no longer writes config.py: update the docstring and docs/checkpoints.md"
+        )
     code.unlink()
     return sorted(p.name for p in out.iterdir())
 

@@ -53,8 +53,10 @@ from pathlib import Path
 try:
     from packaging.version import Version
 except ImportError:  # a bare interpreter: release numbers like 0.5.10.post1 compare well enough as tuples
+
     def Version(text: str) -> tuple:  # noqa: N802
         return tuple(int(x) if x.isdigit() else x for x in re.findall(r"\d+|[a-z]+", text))
+
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / ".matrix"
@@ -65,8 +67,13 @@ CI_REPORT = MATRIX / "ci-report.md"
 
 #: the behavioural suite (tests/checkpoint, tests/fork and tests/distributed are release-independent
 #: or need TP 2; the main CI job runs them on the pinned release)
-BEHAVIOURAL = ["tests/unit", "tests/cpu", "tests/patches", "tests/sglang",
-               "tests/probe/test_watchdog_on_sglang.py"]  # the watchdog finds its hook per release
+BEHAVIOURAL = [
+    "tests/unit",
+    "tests/cpu",
+    "tests/patches",
+    "tests/sglang",
+    "tests/probe/test_watchdog_on_sglang.py",
+]  # the watchdog finds its hook per release
 #: the real servers (tests/e2e): the EAGLE3 server on the tiny Kimi-K2.5 with the trained draft against the
 #: server without speculation, --speculative-algorithm EAGLE refused, the speculators draft served as it is,
 #: the watchdog, Qwen3-VL; and, from 0.5.11, a plain launch_server with the patches from sglang's plugin entry point
@@ -79,9 +86,15 @@ LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
 FC_CHECK, LAYER_CHECK = "kimi_k25_eagle3_delegation", "layer_id_convention"
 #: the EAGLE3 server's proof (the server without speculation as reference, EAGLE refused at start); the symptom
 #: server (guards off) and the speculators draft served as it is stay in CI's pinned run
-SERVER_TESTS = [f"{SERVER_FILE}::{name}" for name in (
-    "test_eagle3_greedy_outputs_identical_to_no_speculation", "test_eagle3_accept_length_with_trained_draft",
-    "test_eagle3_draft_fc_received_3h_inputs", "test_eagle_with_guard_on_is_refused_at_start")]
+SERVER_TESTS = [
+    f"{SERVER_FILE}::{name}"
+    for name in (
+        "test_eagle3_greedy_outputs_identical_to_no_speculation",
+        "test_eagle3_accept_length_with_trained_draft",
+        "test_eagle3_draft_fc_received_3h_inputs",
+        "test_eagle_with_guard_on_is_refused_at_start",
+    )
+]
 #: the full matrix, per release: the real servers (two, and the refused start; the plugin server from 0.5.11);
 #: the patch states, the bug on stock, the real worker feeding 3 x H to fc and the layer-id convention come from
 #: `status` and `selftest` (with --no-selftest the two tests of the same checks run instead: SELFTEST_TWINS).
@@ -111,8 +124,9 @@ def pypi_releases() -> list[str] | None:
     global _PYPI
     if _PYPI is None:
         try:
-            out = subprocess.run([host_python(), "-m", "pip", "index", "versions", "sglang"], capture_output=True,
-                                 text=True, timeout=120).stdout
+            out = subprocess.run(
+                [host_python(), "-m", "pip", "index", "versions", "sglang"], capture_output=True, text=True, timeout=120
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             out = ""
         m = re.search(r"^Available versions: (.+)$", out, re.M)
@@ -198,8 +212,12 @@ def wheel_for(version: str, pip_python: str) -> Path:
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if found:
         return found[0]
-    subprocess.run([pip_python, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(wheels)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [pip_python, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(wheels)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     found = sorted(wheels.glob(f"sglang-{version}-*.whl"))
     if not found:
         raise RuntimeError(f"pip download sglang=={version} gave no wheel")
@@ -270,9 +288,12 @@ def write_checkout_metadata(site: Path) -> Path:
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
     groups = {"console_scripts": project.get("scripts", {}), **project.get("entry-points", {})}
-    (dist / "entry_points.txt").write_text("".join(
-        f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in eps.items()) + "\n"
-        for group, eps in groups.items()))
+    (dist / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in eps.items()) + "\n"
+            for group, eps in groups.items()
+        )
+    )
     (dist / "INSTALLER").write_text("tools/matrix.py (the checkout, through eagle3_patches_checkout.pth)\n")
     (dist / "RECORD").write_text("")
     return dist
@@ -294,8 +315,9 @@ def pip_config_for_uv() -> list[str]:
     """This machine's pip configuration (find-links, constraints, index URLs: ``pip config list``, which reads
     the config files and the ``PIP_*`` variables) as ``uv pip install`` options: uv reads neither."""
     try:
-        out = subprocess.run([host_python(), "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=60).stdout
+        out = subprocess.run(
+            [host_python(), "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     values: dict[str, str] = {}
@@ -304,8 +326,12 @@ def pip_config_for_uv() -> list[str]:
         if m:
             values.setdefault(m.group(1), m.group(2))  # pip lists the environment (which wins) first
     args = ["--index-strategy", "unsafe-best-match"]  # pip's rule: the best match across every index
-    for key, flag in (("index-url", "--index-url"), ("extra-index-url", "--extra-index-url"),
-                      ("find-links", "--find-links"), ("constraint", "--constraint")):
+    for key, flag in (
+        ("index-url", "--index-url"),
+        ("extra-index-url", "--extra-index-url"),
+        ("find-links", "--find-links"),
+        ("constraint", "--constraint"),
+    ):
         for item in values.get(key, "").split():
             local = item[7:] if item.startswith("file://") else (item if "://" not in item else None)
             if local is not None and not Path(local).exists():
@@ -317,15 +343,24 @@ def pip_config_for_uv() -> list[str]:
 def installer_commands(py: Path, req_file: Path, wheel: Path, installer: str) -> list[list[str]]:
     """The install steps of a release venv, with uv or with pip (both with their cache under .matrix/cache)."""
     if installer == "uv":
-        base = [uv_binary(), "pip", "install", "-q", "--python", str(py), "--cache-dir", str(CACHE / "uv"),
-                *pip_config_for_uv()]
-        return [base + ["-r", str(req_file)],
-                base + ["--no-deps", "--reinstall", str(wheel)],
-                base + [TORCH_PIN]]  # nothing may have replaced it
+        base = [
+            uv_binary(),
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(py),
+            "--cache-dir",
+            str(CACHE / "uv"),
+            *pip_config_for_uv(),
+        ]
+        return [
+            base + ["-r", str(req_file)],
+            base + ["--no-deps", "--reinstall", str(wheel)],
+            base + [TORCH_PIN],
+        ]  # nothing may have replaced it
     base = [str(py), "-m", "pip", "install", "-q", "--cache-dir", str(CACHE / "pip")]
-    return [base + ["-r", str(req_file)],
-            base + ["--no-deps", "--force-reinstall", str(wheel)],
-            base + [TORCH_PIN]]
+    return [base + ["-r", str(req_file)], base + ["--no-deps", "--force-reinstall", str(wheel)], base + [TORCH_PIN]]
 
 
 def choose_installer(requested: str = "auto") -> str:
@@ -355,11 +390,16 @@ def setup_release(version: str, data: dict, installer: str = "pip") -> dict:
             return {"ok": True, "seconds": round(time.time() - t0, 1), "pins": pins, "reused": True}
         req_file = MATRIX / f"requirements-{version}.txt"
         req_file.write_text(req_text)
-        log(f"{version}: installing with {installer} ({', '.join(pins.values()) or 'no pins'}) -> {venv.relative_to(ROOT)}")
+        log(
+            f"{version}: installing with {installer} ({', '.join(pins.values()) or 'no pins'}) -> {venv.relative_to(ROOT)}"
+        )
         with open(logfile, "w") as fh:
             if not py.exists():
-                cmd = ([uv_binary(), "venv", "-q", "--seed", "--python", host_python(), str(venv)] if installer == "uv"
-                       else [host_python(), "-m", "venv", str(venv)])
+                cmd = (
+                    [uv_binary(), "venv", "-q", "--seed", "--python", host_python(), str(venv)]
+                    if installer == "uv"
+                    else [host_python(), "-m", "venv", str(venv)]
+                )
                 fh.write("$ " + " ".join(cmd) + "\n")
                 fh.flush()
                 subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT, text=True)
@@ -369,26 +409,46 @@ def setup_release(version: str, data: dict, installer: str = "pip") -> dict:
                 fh.flush()
                 r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, text=True)
                 if r.returncode:
-                    raise RuntimeError(f"`{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(cmd[:5]))} ...` "
-                                       f"failed (see {logfile.relative_to(ROOT)})")
-        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
+                    raise RuntimeError(
+                        f"`{' '.join(Path(c).name if i == 0 else c for i, c in enumerate(cmd[:5]))} ...` "
+                        f"failed (see {logfile.relative_to(ROOT)})"
+                    )
+        site = subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         Path(site, "eagle3_patches_checkout.pth").write_text(str(ROOT) + "\n")
         write_checkout_metadata(Path(site))
         for old in venv.glob(".matrix-env-*"):
             old.unlink()
         stamp.touch()
-        return {"ok": True, "seconds": round(time.time() - t0, 1), "venv_seconds": venv_s, "pins": pins,
-                "reused": False, "installer": installer}
+        return {
+            "ok": True,
+            "seconds": round(time.time() - t0, 1),
+            "venv_seconds": venv_s,
+            "pins": pins,
+            "reused": False,
+            "installer": installer,
+        }
     except Exception as exc:  # noqa: BLE001 - reported in the table
-        return {"ok": False, "seconds": round(time.time() - t0, 1), "pins": {}, "installer": installer,
-                "error": f"{type(exc).__name__}: {exc}"}
+        return {
+            "ok": False,
+            "seconds": round(time.time() - t0, 1),
+            "pins": {},
+            "installer": installer,
+            "error": f"{type(exc).__name__}: {exc}",
+        }
 
 
 # -- running ------------------------------------------------------------------------------------
 def _env(version: str) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE")
+    }
     # bytecode in a tree of the release's own under .matrix/, written by the first process that imports a module:
     # nothing is written into the checkout, and no process compiles torch, transformers and sglang from source
     # again (uv installs no bytecode; without it importing sglang's model runner took 11.4 s a process, with it 3.5 s)
@@ -406,13 +466,23 @@ def _env(version: str) -> dict:
 def run_status(version: str) -> dict:
     py = venv_python(version)
     t0 = time.time()
-    r = subprocess.run([str(py), "-m", "eagle3_patches", "status", "--cpu-profile", "--json"], capture_output=True,
-                       text=True, cwd=str(MATRIX), env=_env(version), timeout=600)
+    r = subprocess.run(
+        [str(py), "-m", "eagle3_patches", "status", "--cpu-profile", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=str(MATRIX),
+        env=_env(version),
+        timeout=600,
+    )
     try:
         report = json.loads(r.stdout)
     except ValueError:
         tail = (r.stderr or r.stdout).strip().splitlines()
-        return {"ok": False, "error": tail[-1] if tail else f"exit {r.returncode}", "seconds": round(time.time() - t0, 1)}
+        return {
+            "ok": False,
+            "error": tail[-1] if tail else f"exit {r.returncode}",
+            "seconds": round(time.time() - t0, 1),
+        }
     report["ok"] = r.returncode == 0
     report["seconds"] = round(time.time() - t0, 1)
     return report
@@ -423,15 +493,25 @@ def run_selftest(version: str, timeout: int) -> dict:
     py = venv_python(version)
     t0 = time.time()
     try:
-        r = subprocess.run([str(py), "-m", "eagle3_patches", "selftest", "--json"], capture_output=True, text=True,
-                           cwd=str(MATRIX), env=_env(version), timeout=timeout)
+        r = subprocess.run(
+            [str(py), "-m", "eagle3_patches", "selftest", "--json"],
+            capture_output=True,
+            text=True,
+            cwd=str(MATRIX),
+            env=_env(version),
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"did not finish within {timeout} s", "seconds": round(time.time() - t0, 1)}
     try:
         report = json.loads(r.stdout)
     except ValueError:
         tail = (r.stderr or r.stdout).strip().splitlines()
-        return {"ok": False, "error": tail[-1] if tail else f"exit {r.returncode}", "seconds": round(time.time() - t0, 1)}
+        return {
+            "ok": False,
+            "error": tail[-1] if tail else f"exit {r.returncode}",
+            "seconds": round(time.time() - t0, 1),
+        }
     report["ok"] = r.returncode == 0 and report.get("exit_code") == 0
     report["rc"] = r.returncode
     report["wall_seconds"] = round(time.time() - t0, 1)
@@ -473,18 +553,41 @@ def run_suite(version: str, selection: list[str], timeout: int) -> dict:
     if junit.exists():
         junit.unlink()
     (MATRIX / "tiny" / version).mkdir(parents=True, exist_ok=True)
-    cmd = [str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "junit_family=xunit1",
-           f"--junitxml={junit}", "--timeout=600", *selection]
+    cmd = [
+        str(py),
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "junit_family=xunit1",
+        f"--junitxml={junit}",
+        "--timeout=600",
+        *selection,
+    ]
     t0 = time.time()
     with open(log_file, "w") as fh:
         try:
-            r = subprocess.run(cmd, cwd=str(ROOT), env=_env(version), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout)
+            r = subprocess.run(
+                cmd, cwd=str(ROOT), env=_env(version), stdout=fh, stderr=subprocess.STDOUT, timeout=timeout
+            )
             rc = r.returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
     seconds = round(time.time() - t0, 1)
-    result = {"rc": rc, "seconds": seconds, "passed": 0, "failed": 0, "skipped": 0, "errors": 0, "failures": [],
-              "skips": {}, "log": str(log_file.relative_to(ROOT)), "tests": {}}
+    result = {
+        "rc": rc,
+        "seconds": seconds,
+        "passed": 0,
+        "failed": 0,
+        "skipped": 0,
+        "errors": 0,
+        "failures": [],
+        "skips": {},
+        "log": str(log_file.relative_to(ROOT)),
+        "tests": {},
+    }
     if not junit.exists():
         tail = log_file.read_text().strip().splitlines()
         result["failures"].append({"test": "(pytest)", "why": tail[-1] if tail else f"pytest exit {rc}"})
@@ -512,8 +615,15 @@ def run_suite(version: str, selection: list[str], timeout: int) -> dict:
     return result
 
 
-def run_release(version: str, data: dict, selection: list[str], timeout: int, setup_only: bool,
-                selftest: bool = True, installer: str = "pip") -> dict:
+def run_release(
+    version: str,
+    data: dict,
+    selection: list[str],
+    timeout: int,
+    setup_only: bool,
+    selftest: bool = True,
+    installer: str = "pip",
+) -> dict:
     res: dict = {"release": version, "started": _dt.datetime.now().isoformat(timespec="seconds")}
     log(f"{version}: set-up")
     res["setup"] = setup_release(version, data, installer)
@@ -528,21 +638,37 @@ def run_release(version: str, data: dict, selection: list[str], timeout: int, se
         log(f"{version}: eagle3-patches selftest --json")
         res["selftest"] = run_selftest(version, timeout)
         st = res["selftest"]
-        log(f"{version}: selftest " + (f"{st['summary']['passed']} passed, {st['summary']['failed']} failed, "
-                                       f"{st['summary']['skipped']} skipped in {st['seconds']}s"
-                                       if "summary" in st else f"did not report: {st.get('error')}"))
+        log(
+            f"{version}: selftest "
+            + (
+                f"{st['summary']['passed']} passed, {st['summary']['failed']} failed, "
+                f"{st['summary']['skipped']} skipped in {st['seconds']}s"
+                if "summary" in st
+                else f"did not report: {st.get('error')}"
+            )
+        )
     log(f"{version}: pytest {' '.join(selection)}")
     res["suite"] = run_suite(version, selection, timeout)
     s = res["suite"]
-    log(f"{version}: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped "
-        f"in {s['seconds']}s")
+    log(
+        f"{version}: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped "
+        f"in {s['seconds']}s"
+    )
     (MATRIX / "results" / f"{version}.json").write_text(json.dumps(res, indent=2))
     return res
 
 
 # -- the report ---------------------------------------------------------------------------------
-SHORT = {"applied": "applied", "upstream": "upstream", "not-applicable": "n/a", "failed": "FAILED",
-         "not-selected": "off", "disabled": "disabled", "pending": "pending", "in-source": "in-source"}
+SHORT = {
+    "applied": "applied",
+    "upstream": "upstream",
+    "not-applicable": "n/a",
+    "failed": "FAILED",
+    "not-selected": "off",
+    "disabled": "disabled",
+    "pending": "pending",
+    "in-source": "in-source",
+}
 
 
 def _check_verdict(res: dict, check: str) -> str:
@@ -589,8 +715,12 @@ def _selftest_section(res: dict) -> list[str]:
         return []
     if "checks" not in st or st.get("error"):
         return [f"`eagle3-patches selftest` did not report: `{_md(st.get('error', '?'))}`", ""]
-    out = [f"`eagle3-patches selftest --json` ({st['device_text']}): exit {st['exit_code']} in {st['seconds']} s.", "",
-           "| check | patch state | bug on stock | result | with the patch set on / why skipped |", "|---|---|---|---|---|"]
+    out = [
+        f"`eagle3-patches selftest --json` ({st['device_text']}): exit {st['exit_code']} in {st['seconds']} s.",
+        "",
+        "| check | patch state | bug on stock | result | with the patch set on / why skipped |",
+        "|---|---|---|---|---|",
+    ]
     for c in st["checks"]:
         detail = c["reason"] if c["status"] != "passed" else c["patched"]
         out.append(f"| `{c['name']}` | {c['state'] or '-'} | {c['bug'] or '-'} | {c['status']} | {_md(detail)[:220]} |")
@@ -603,20 +733,28 @@ def _upstream_section(results: list[dict], names: list[str]) -> list[str]:
     ran = [r for r in results if (r.get("status") or {}).get("patches")]
     if not ran:
         return []
-    out = ["### Where each fix is upstream, as the probe saw it", "",
-           "| patch | first release with the fix upstream | applied in | n/a in | other |", "|---|---|---|---|---|"]
+    out = [
+        "### Where each fix is upstream, as the probe saw it",
+        "",
+        "| patch | first release with the fix upstream | applied in | n/a in | other |",
+        "|---|---|---|---|---|",
+    ]
     for name in names:
-        seen = [(r["release"], next((p["state"] for p in r["status"]["patches"] if p["name"] == name), "-"))
-                for r in ran]
+        seen = [
+            (r["release"], next((p["state"] for p in r["status"]["patches"] if p["name"] == name), "-")) for r in ran
+        ]
         first = next((v for v, st in seen if st == "upstream"), None)
         later = [v for v, st in seen if first and st == "applied" and Version(v) > Version(first)]
         first_cell = (first or "none in this run") + (f" (applied again in {', '.join(later)}: look)" if later else "")
         by = {st: [v for v, s2 in seen if s2 == st] for st in dict.fromkeys(s2 for _, s2 in seen)}
-        other = ", ".join(f"{st}: {_span(vs, ran)}" for st, vs in by.items()
-                          if st not in ("applied", "not-applicable", "upstream"))
-        out.append(f"| `{name}` | {first_cell} | {_span(by.get('applied', []), ran)} | "
-                   f"{_span(by.get('not-applicable', []), ran)} | "
-                   f"{other or '-'} |")
+        other = ", ".join(
+            f"{st}: {_span(vs, ran)}" for st, vs in by.items() if st not in ("applied", "not-applicable", "upstream")
+        )
+        out.append(
+            f"| `{name}` | {first_cell} | {_span(by.get('applied', []), ran)} | "
+            f"{_span(by.get('not-applicable', []), ran)} | "
+            f"{other or '-'} |"
+        )
     return out + [""]
 
 
@@ -682,8 +820,17 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+).",
         "",
     ]
-    head = ["sglang", "transformers", *names, "suite (pass/fail/skip)", "selftest (pass/fail/skip)", "3 x H at fc",
-            "layer ids", "EAGLE3 server", "plugin server"]
+    head = [
+        "sglang",
+        "transformers",
+        *names,
+        "suite (pass/fail/skip)",
+        "selftest (pass/fail/skip)",
+        "3 x H at fc",
+        "layer ids",
+        "EAGLE3 server",
+        "plugin server",
+    ]
     lines.append("| " + " | ".join(f"`{h}`" if h in names else h for h in head) + " |")
     lines.append("|" + "---|" * len(head))
     for res in results:
@@ -697,9 +844,13 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         cells = [SHORT.get(states[n]["state"], states[n]["state"]) if n in states else "-" for n in names]
         s = res.get("suite") or {}
         suite = f"{s.get('passed', 0)}/{s.get('failed', 0) + s.get('errors', 0)}/{s.get('skipped', 0)}"
-        lines.append(f"| {v} | {tf} | " + " | ".join(cells) + f" | {suite} | {_selftest_cell(res)} | {_check_verdict(res, FC_CHECK)} | "
-                     f"{_check_verdict(res, LAYER_CHECK)} | {_file_verdict(res, SERVER_FILE)} | "
-                     f"{_file_verdict(res, PLUGIN_SERVER_FILE)} |")
+        lines.append(
+            f"| {v} | {tf} | "
+            + " | ".join(cells)
+            + f" | {suite} | {_selftest_cell(res)} | {_check_verdict(res, FC_CHECK)} | "
+            f"{_check_verdict(res, LAYER_CHECK)} | {_file_verdict(res, SERVER_FILE)} | "
+            f"{_file_verdict(res, PLUGIN_SERVER_FILE)} |"
+        )
     lines.append("")
     lines += _upstream_section(results, names)
     for res in results:
@@ -728,8 +879,10 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
             lines.append("")
         lines += _selftest_section(res)
         s = res.get("suite") or {}
-        lines.append(f"Suite: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('errors', 0)} errors, "
-                     f"{s.get('skipped', 0)} skipped in {s.get('seconds', 0)} s (log `{s.get('log', '')}`).")
+        lines.append(
+            f"Suite: {s.get('passed', 0)} passed, {s.get('failed', 0)} failed, {s.get('errors', 0)} errors, "
+            f"{s.get('skipped', 0)} skipped in {s.get('seconds', 0)} s (log `{s.get('log', '')}`)."
+        )
         lines.append("")
         if s.get("failures"):
             lines += ["| failing test | why (first line of the failure) |", "|---|---|"]
@@ -746,19 +899,32 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--releases", help="comma list (default: the data file's full list); 'pinned', 'newest', 'newest-known' allowed")
+    ap.add_argument(
+        "--releases", help="comma list (default: the data file's full list); 'pinned', 'newest', 'newest-known' allowed"
+    )
     ap.add_argument("--ci", action="store_true", help="pinned + newest known release; report to .matrix/ci-report.md")
     ap.add_argument("--tests", help="pytest selection (space separated) instead of the default")
     ap.add_argument("--output", help="report path (default docs/compat.md; --ci: .matrix/ci-report.md)")
     ap.add_argument("--setup-only", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="render the report from .matrix/results/*.json")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per release for pytest (and for selftest)")
-    ap.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto",
-                    help="what builds the venvs (default: uv when installed, else pip)")
+    ap.add_argument(
+        "--installer",
+        choices=("auto", "uv", "pip"),
+        default="auto",
+        help="what builds the venvs (default: uv when installed, else pip)",
+    )
     ap.add_argument("--no-selftest", action="store_true", help="leave `eagle3-patches selftest --json` out")
-    ap.add_argument("--behavioural", action="store_true", help="the behavioural suite too (about 15 min more a release)")
-    ap.add_argument("--jobs", type=int, default=2, help="releases run side by side (default 2: each keeps about one "
-                    "core busy; its set-up waits mostly on the network and the disk)")
+    ap.add_argument(
+        "--behavioural", action="store_true", help="the behavioural suite too (about 15 min more a release)"
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="releases run side by side (default 2: each keeps about one "
+        "core busy; its set-up waits mostly on the network and the disk)",
+    )
     args = ap.parse_args(argv)
 
     data = load_data()
@@ -770,9 +936,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.behavioural:
         selection = [*BEHAVIOURAL, *(t for t in selection if t not in BEHAVIOURAL)]
     output = Path(args.output) if args.output else (CI_REPORT if args.ci else COMPAT)
-    command = "python tools/matrix.py" + (" --ci" if args.ci else "") + (
-        f" --releases {','.join(releases)}" if args.releases or not args.ci else "") + (
-        " --behavioural" if args.behavioural else "") + (" --no-selftest" if args.no_selftest else "")
+    command = (
+        "python tools/matrix.py"
+        + (" --ci" if args.ci else "")
+        + (f" --releases {','.join(releases)}" if args.releases or not args.ci else "")
+        + (" --behavioural" if args.behavioural else "")
+        + (" --no-selftest" if args.no_selftest else "")
+    )
     MATRIX.mkdir(exist_ok=True)
     global RUN_LOG, RELEASE_THREADS
     RELEASE_THREADS = max(1, (os.cpu_count() or 1) // max(1, args.jobs))
@@ -783,41 +953,63 @@ def main(argv: list[str] | None = None) -> int:
     if args.ci and not args.report_only:
         live = newest_release(data)
         if Version(live) > Version(data["newest_known"]):
-            log(f"NOTE: sglang {live} is on PyPI, newer than newest_known {data['newest_known']} in "
-                f"{DATA_FILE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}` and update the data file")
+            log(
+                f"NOTE: sglang {live} is on PyPI, newer than newest_known {data['newest_known']} in "
+                f"{DATA_FILE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}` and update the data file"
+            )
     installer = "pip" if args.report_only else choose_installer(args.installer)
     t0 = time.time()
     if args.report_only:
         results = []
         for version in releases:
             path = MATRIX / "results" / f"{version}.json"
-            results.append(json.loads(path.read_text()) if path.exists() else {"release": version, "setup": {
-                "ok": False, "error": "no results yet: run tools/matrix.py"}})
+            results.append(
+                json.loads(path.read_text())
+                if path.exists()
+                else {"release": version, "setup": {"ok": False, "error": "no results yet: run tools/matrix.py"}}
+            )
     else:
         done: dict[str, dict] = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = {pool.submit(run_release, version, data, selection, args.timeout, args.setup_only,
-                                   not args.no_selftest, installer): version for version in releases}
+            futures = {
+                pool.submit(
+                    run_release,
+                    version,
+                    data,
+                    selection,
+                    args.timeout,
+                    args.setup_only,
+                    not args.no_selftest,
+                    installer,
+                ): version
+                for version in releases
+            }
             for fut in concurrent.futures.as_completed(futures):
                 done[futures[fut]] = fut.result()
                 if not args.setup_only:  # the report so far (release order), after every release
                     output.parent.mkdir(parents=True, exist_ok=True)
-                    output.write_text(render([done[v] for v in releases if v in done], command, selection,
-                                             time.time() - t0))
+                    output.write_text(
+                        render([done[v] for v in releases if v in done], command, selection, time.time() - t0)
+                    )
         results = [done[v] for v in releases]
     if args.setup_only:
         return 0 if all(r["setup"]["ok"] for r in results) else 1
     total = time.time() - t0
     if args.report_only:
-        total = sum((r.get("setup") or {}).get("seconds", 0) + (r.get("suite") or {}).get("seconds", 0)
-                    + (r.get("status") or {}).get("seconds", 0) + (r.get("selftest") or {}).get("seconds", 0)
-                    for r in results)
+        total = sum(
+            (r.get("setup") or {}).get("seconds", 0)
+            + (r.get("suite") or {}).get("seconds", 0)
+            + (r.get("status") or {}).get("seconds", 0)
+            + (r.get("selftest") or {}).get("seconds", 0)
+            for r in results
+        )
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(render(results, command, selection, total))
     log(f"wrote {output} ({total / 60:.1f} min)")
     green = all(
         r.get("setup", {}).get("ok")
-        and not (r.get("suite") or {}).get("failed") and not (r.get("suite") or {}).get("errors")
+        and not (r.get("suite") or {}).get("failed")
+        and not (r.get("suite") or {}).get("errors")
         and (r.get("suite") or {}).get("rc") in (0, 5)
         and not (r.get("status") or {}).get("import_errors")
         and (r.get("selftest") or {"ok": True}).get("ok")

@@ -64,21 +64,45 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_PY = ROOT / ".venv" / "bin" / "python"
 STATE = ROOT / ".mutation"
 DOC = ROOT / "docs" / "testing.md"
-SCOPE_GLOBS = ("eagle3_patches/patches/*.py", "eagle3_patches/checkpoint/*.py", "eagle3_patches/doctor/*.py",
-               "eagle3_patches/convert.py", "eagle3_patches/registry.py", "eagle3_patches/fork.py",
-               "eagle3_patches/cli/apply_cmd.py")
+SCOPE_GLOBS = (
+    "eagle3_patches/patches/*.py",
+    "eagle3_patches/checkpoint/*.py",
+    "eagle3_patches/doctor/*.py",
+    "eagle3_patches/convert.py",
+    "eagle3_patches/registry.py",
+    "eagle3_patches/fork.py",
+    "eagle3_patches/cli/apply_cmd.py",
+)
 TEST_ROOT = ROOT / "tests"
 #: test directories too slow for per-mutant runs (real servers, TP 2, the wheel in fresh venvs, the whole selftest)
 HEAVY_TEST_DIRS = ("e2e", "distributed", "packaging", "selftest")
 
 # comparison swaps kept: negation and the boundary shifts (cosmic-ray alone makes every pair of 8 operators)
 COMPARISONS = {
-    "Eq": ("NotEq",), "NotEq": ("Eq", "Lt", "Gt"), "Lt": ("LtE", "GtE"), "LtE": ("Lt", "Gt"), "Gt": ("GtE", "LtE"),
-    "GtE": ("Gt", "Lt"), "In": ("NotIn",), "NotIn": ("In",), "Is": ("IsNot",), "IsNot": ("Is",),
+    "Eq": ("NotEq",),
+    "NotEq": ("Eq", "Lt", "Gt"),
+    "Lt": ("LtE", "GtE"),
+    "LtE": ("Lt", "Gt"),
+    "Gt": ("GtE", "LtE"),
+    "GtE": ("Gt", "Lt"),
+    "In": ("NotIn",),
+    "NotIn": ("In",),
+    "Is": ("IsNot",),
+    "IsNot": ("Is",),
 }
-CORE_KEPT = ("AddNot", "ReplaceTrueWithFalse", "ReplaceFalseWithTrue", "ReplaceAndWithOr", "ReplaceOrWithAnd",
-             "ReplaceUnaryOperator_Delete_Not", "ReplaceBreakWithContinue", "ReplaceContinueWithBreak",
-             "ExceptionReplacer", "NumberReplacer", "ZeroIterationForLoop")
+CORE_KEPT = (
+    "AddNot",
+    "ReplaceTrueWithFalse",
+    "ReplaceFalseWithTrue",
+    "ReplaceAndWithOr",
+    "ReplaceOrWithAnd",
+    "ReplaceUnaryOperator_Delete_Not",
+    "ReplaceBreakWithContinue",
+    "ReplaceContinueWithBreak",
+    "ExceptionReplacer",
+    "NumberReplacer",
+    "ZeroIterationForLoop",
+)
 
 
 # ---------------------------------------------------------------------------------------------------- environment
@@ -96,8 +120,10 @@ def ensure_environment() -> None:
     subprocess.run(["bash", str(ROOT / "tools" / "setup_env.sh")], check=True)
     probe = subprocess.run([str(VENV_PY), "-c", "import cosmic_ray, coverage"], capture_output=True)
     if probe.returncode != 0:
-        subprocess.run([str(VENV_PY), "-m", "pip", "install", "-q", "-r", str(ROOT / "tools" / "requirements-mutation.txt")],
-                       check=True)
+        subprocess.run(
+            [str(VENV_PY), "-m", "pip", "install", "-q", "-r", str(ROOT / "tools" / "requirements-mutation.txt")],
+            check=True,
+        )
     os.execv(str(VENV_PY), [str(VENV_PY), str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
@@ -114,8 +140,13 @@ def project_operators():
         """A statement that is only a call (``_verify(...)``, ``saver.wrap(...)``, ``out.add(...)``) becomes ``pass``."""
 
         def mutation_positions(self, node):
-            if (node.type == "atom_expr" and node.parent is not None and node.parent.type == "simple_stmt"
-                    and node.children[-1].type == "trailer" and node.children[-1].children[0].value == "("):
+            if (
+                node.type == "atom_expr"
+                and node.parent is not None
+                and node.parent.type == "simple_stmt"
+                and node.children[-1].type == "trailer"
+                and node.children[-1].children[0].value == "("
+            ):
                 yield (node.start_pos, node.end_pos)
 
         def mutate(self, node, index):
@@ -195,8 +226,9 @@ def scope() -> list[Path]:
 
 
 def _test_files(heavy: bool = False) -> list[Path]:
-    return sorted(p for p in TEST_ROOT.rglob("test_*.py")
-                  if heavy or p.relative_to(TEST_ROOT).parts[0] not in HEAVY_TEST_DIRS)
+    return sorted(
+        p for p in TEST_ROOT.rglob("test_*.py") if heavy or p.relative_to(TEST_ROOT).parts[0] not in HEAVY_TEST_DIRS
+    )
 
 
 #: modules whose tests reach them through the commands built on them rather than by name: those commands' test
@@ -204,11 +236,20 @@ def _test_files(heavy: bool = False) -> list[Path]:
 #: unit tests alone left 204 of 254 mutants alive; the registry: what it records of a patch's touches is tested
 #: by the drift report's tests, the selection by the settings by the activation tests, the fork series' members
 #: and the in-source state by the fork tests)
-TESTED_THROUGH = {"eagle3_patches/checkpoint/formats.py": ["test_ckpt_doctor.py", "test_ckpt_convert.py"],
-                  "eagle3_patches/checkpoint/conversion_plan.py": ["test_ckpt_convert.py", "test_ckpt_doctor.py",
-                                                                   "test_speculators_draft_config.py"],
-                  "eagle3_patches/registry.py": ["test_drift_report.py", "test_activation.py", "test_adding_a_patch.py",
-                                                 "test_fork.py"]}
+TESTED_THROUGH = {
+    "eagle3_patches/checkpoint/formats.py": ["test_ckpt_doctor.py", "test_ckpt_convert.py"],
+    "eagle3_patches/checkpoint/conversion_plan.py": [
+        "test_ckpt_convert.py",
+        "test_ckpt_doctor.py",
+        "test_speculators_draft_config.py",
+    ],
+    "eagle3_patches/registry.py": [
+        "test_drift_report.py",
+        "test_activation.py",
+        "test_adding_a_patch.py",
+        "test_fork.py",
+    ],
+}
 
 
 #: packages whose modules share the package's tests (the doctor: its checks, its report and its entry point are
@@ -226,8 +267,11 @@ def tests_for(module: Path) -> list[Path]:
     # a file named after the module is its test even in a slow directory (rank_consistency: tests/distributed)
     named = [p for p in _test_files(heavy=True) if re.fullmatch(rf"test_(ckpt_)?{re.escape(stem)}(_\w+)?\.py", p.name)]
     if not named and module.parent.name in SPLIT_PACKAGES:  # a module of a package its tests are named after
-        named = [p for p in _test_files(heavy=True)
-                 if re.fullmatch(rf"test_(ckpt_)?{re.escape(module.parent.name)}(_\w+)?\.py", p.name)]
+        named = [
+            p
+            for p in _test_files(heavy=True)
+            if re.fullmatch(rf"test_(ckpt_)?{re.escape(module.parent.name)}(_\w+)?\.py", p.name)
+        ]
     source = module.read_text()
     if not named:
         patch_name = re.search(r'^\s*(?:name|NAME) = "(\w+)"', source, re.M)
@@ -244,7 +288,9 @@ def tests_for(module: Path) -> list[Path]:
         named.insert(0, TEST_ROOT / "fork" / "test_fork.py::test_series_mirrors_the_registry_and_carries_the_markers")
     if "/patches/" in f"/{rel.as_posix()}" and "def preflight" in source:
         # first: a mutant of the doctor rule dies there in seconds, before the patch's sglang tests start
-        named = [p for p in files if p.name == "test_ckpt_doctor.py"] + [p for p in named if p.name != "test_ckpt_doctor.py"]
+        named = [p for p in files if p.name == "test_ckpt_doctor.py"] + [
+            p for p in named if p.name != "test_ckpt_doctor.py"
+        ]
     return named
 
 
@@ -273,8 +319,10 @@ def release_for(module: Path, wanted: str | None = None) -> str | None:
         built = [v for v in covered if v in _built_releases()]
         wanted = (built or covered)[-1]
     elif not patch.covers(Version(wanted)):
-        raise SystemExit(f"{module.relative_to(ROOT)}: sglang {wanted} is outside {patch.applies_to}; "
-                         "its mutants would all survive there")
+        raise SystemExit(
+            f"{module.relative_to(ROOT)}: sglang {wanted} is outside {patch.applies_to}; "
+            "its mutants would all survive there"
+        )
     return wanted
 
 
@@ -289,12 +337,18 @@ def test_python(release: str | None) -> Path:
         return VENV_PY
     py = ROOT / ".matrix" / f"venv-{release}" / "bin" / "python"
     if not py.exists():
-        raise SystemExit(f"no venv for sglang {release}: build it with `python3 tools/matrix.py --releases {release} "
-                         "--setup-only`")
+        raise SystemExit(
+            f"no venv for sglang {release}: build it with `python3 tools/matrix.py --releases {release} --setup-only`"
+        )
     if subprocess.run([str(py), "-c", "import coverage"], capture_output=True).returncode != 0:
-        pin = next(line.split("#")[0].strip() for line in (ROOT / "tools" / "requirements-mutation.txt").read_text().splitlines()
-                   if line.startswith("coverage=="))
-        installer = ["uv", "pip", "install", "--python", str(py)] if shutil.which("uv") else [str(py), "-m", "pip", "install"]
+        pin = next(
+            line.split("#")[0].strip()
+            for line in (ROOT / "tools" / "requirements-mutation.txt").read_text().splitlines()
+            if line.startswith("coverage==")
+        )
+        installer = (
+            ["uv", "pip", "install", "--python", str(py)] if shutil.which("uv") else [str(py), "-m", "pip", "install"]
+        )
         subprocess.run([*installer, "-q", pin], check=True)
     return py
 
@@ -305,10 +359,27 @@ def test_argv(module: Path, files: list[Path], python: Path = VENV_PY) -> list[s
     start-up (about 2.5 s of CPU each time)."""
     marker = ["-m", "not stock"] if module.parent.name == "patches" else []
     text = "\n".join(p.read_text() for p in files if p.is_file())
-    unused = [arg for plugin, name in (("hypothesispytest", "hypothesis"), ("anyio", "anyio")) if name not in text
-              for arg in ("-p", f"no:{plugin}")]
-    return [str(python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *unused, "--no-header", "-W", "ignore",
-            *marker, *(str(p.relative_to(ROOT)) for p in files)]
+    unused = [
+        arg
+        for plugin, name in (("hypothesispytest", "hypothesis"), ("anyio", "anyio"))
+        if name not in text
+        for arg in ("-p", f"no:{plugin}")
+    ]
+    return [
+        str(python),
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *unused,
+        "--no-header",
+        "-W",
+        "ignore",
+        *marker,
+        *(str(p.relative_to(ROOT)) for p in files),
+    ]
 
 
 def slug(module: Path) -> str:
@@ -361,8 +432,13 @@ def worker_roots(n: int) -> list[Path]:
     on during a run).  A worker's tests import eagle3_patches from its own root (it is their working directory
     and ``PYTHONPATH``, ahead of the editable install), and so do the sglang processes they start."""
     roots = []
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                            capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for k in range(n):
         copy = STATE / f"worker-{k}"
         shutil.rmtree(copy, ignore_errors=True)
@@ -413,8 +489,9 @@ def run_command(argv: list[str], root: Path, env: dict[str, str], timeout: float
     command's whole process tree is killed: its process group, sglang's children with it, and the descendants
     that started sessions of their own, e.g. the CLI runs of the hostile-input tests), cosmic-ray's meaning of
     both."""
-    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -436,8 +513,13 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, rele
     data_dir.mkdir(parents=True)
     data_dir.chmod(0o1777)  # a test's child that drops to another uid (test_ckpt_hostile's setpriv) writes here too
     env = worker_env(root, 0, release)
-    env.update({"EAGLE3_MUTATION_COVERAGE": str(data_dir / "cov"), "EAGLE3_MUTATION_INCLUDE": str(module),
-                "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), env["PYTHONPATH"]])})
+    env.update(
+        {
+            "EAGLE3_MUTATION_COVERAGE": str(data_dir / "cov"),
+            "EAGLE3_MUTATION_INCLUDE": str(module),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tools"), env["PYTHONPATH"]]),
+        }
+    )
     t0 = time.monotonic()
     outcome, output = run_command([*argv[:3], "-p", "mutation_coverage", *argv[3:]], root, env, timeout)
     seconds = time.monotonic() - t0
@@ -453,8 +535,14 @@ def coverage_map(module: Path, argv: list[str], root: Path, timeout: float, rele
         if Path(measured).resolve() == module.resolve():
             lines = {n: set(c) for n, c in data.contexts_by_lineno(measured).items()}
     lines = statement_lines(lines, module.read_text())
-    return {"passed": outcome == "survived", "seconds": seconds, "output": output, "tests": tests, "lines": lines,
-            "durations": durations}
+    return {
+        "passed": outcome == "survived",
+        "seconds": seconds,
+        "output": output,
+        "tests": tests,
+        "lines": lines,
+        "durations": durations,
+    }
 
 
 def statement_lines(lines: dict[int, set[str]], source: str) -> dict[int, set[str]]:
@@ -464,8 +552,10 @@ def statement_lines(lines: dict[int, set[str]], source: str) -> dict[int, set[st
     the block's: more tests than can kill it, never fewer)."""
     import ast
 
-    spans = sorted(((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)),
-                   key=lambda se: se[1] - se[0])  # innermost first
+    spans = sorted(
+        ((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.stmt)),
+        key=lambda se: se[1] - se[0],
+    )  # innermost first
     out = dict(lines)
     for n in range(1, len(source.splitlines()) + 1):
         if n not in lines:
@@ -476,8 +566,14 @@ def statement_lines(lines: dict[int, set[str]], source: str) -> dict[int, set[st
     return out
 
 
-def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: int,
-               durations: dict[str, float] | None = None, covering_only: bool = False) -> list[str]:
+def test_order(
+    tests: list[str],
+    lines: dict[int, set[str]],
+    first: int,
+    last: int,
+    durations: dict[str, float] | None = None,
+    covering_only: bool = False,
+) -> list[str]:
     """Every test, those that ran lines ``first``..``last`` first, the quickest of them first (``durations``: the
     coverage run's seconds per test): a mutant there dies at the first test that notices it (``pytest -x``), and
     a survivor still runs all of them.  A line run outside any test (imports, collection) or never seen keeps
@@ -494,9 +590,18 @@ def test_order(tests: list[str], lines: dict[int, set[str]], first: int, last: i
     return first_ones if covering_only else first_ones + [t for t in tests if t not in ran]
 
 
-def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_factor: float, lines: list[int],
-               retry_survivors: bool = False, workers: int = 1, release: str | None = None,
-               covering_only: bool = False) -> None:
+def run_module(
+    module: Path,
+    operators: list[str],
+    *,
+    fresh: bool,
+    timeout_factor: float,
+    lines: list[int],
+    retry_survivors: bool = False,
+    workers: int = 1,
+    release: str | None = None,
+    covering_only: bool = False,
+) -> None:
     import concurrent.futures
     import queue
 
@@ -520,20 +625,28 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
     if db_path.exists() and not fresh and meta_path.exists():
         meta = json.loads(meta_path.read_text())
         if meta.get("source") != source or meta.get("lines", []) != lines or meta.get("release") != release:
-            print(f"{module.relative_to(ROOT)}: the module (or --line, or the release) changed since the session began; "
-                  "starting over")
+            print(
+                f"{module.relative_to(ROOT)}: the module (or --line, or the release) changed since the session began; "
+                "starting over"
+            )
             fresh = True
     else:
         fresh = True
-    print(f"== {module.relative_to(ROOT)} (sglang {release or 'pinned, .venv'})\n   tests: {shlex.join(argv[files_at:])}"
-          + (' (-m "not stock")' if "not stock" in argv else ""), flush=True)
+    print(
+        f"== {module.relative_to(ROOT)} (sglang {release or 'pinned, .venv'})\n   tests: {shlex.join(argv[files_at:])}"
+        + (' (-m "not stock")' if "not stock" in argv else ""),
+        flush=True,
+    )
     cov = coverage_map(module, argv, ROOT, 3600, release)
     if not cov["passed"]:  # the unmutated tests must pass
         print(f"   baseline FAILED: the unmutated tests do not pass; module skipped\n{cov['output'][-3000:]}")
         return
     timeout = max(120.0, cov["seconds"] * timeout_factor)
-    print(f"   baseline {cov['seconds']:.0f} s with coverage ({len(cov['tests'])} tests, {len(cov['lines'])} lines "
-          f"run); per-mutant timeout {timeout:.0f} s", flush=True)
+    print(
+        f"   baseline {cov['seconds']:.0f} s with coverage ({len(cov['tests'])} tests, {len(cov['lines'])} lines "
+        f"run); per-mutant timeout {timeout:.0f} s",
+        flush=True,
+    )
     if fresh:
         with use_db(str(db_path), WorkDB.Mode.create) as db:
             init([module], db, {})
@@ -542,14 +655,25 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
                 spec = item.mutations[0]
                 if spec.operator_name not in operators or (lines and spec.start_pos[0] not in lines):
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-        meta_path.write_text(json.dumps({"source": source, "command": command, "lines": lines, "release": release,
-                                          "started": time.strftime("%Y-%m-%d")}))
+        meta_path.write_text(
+            json.dumps(
+                {
+                    "source": source,
+                    "command": command,
+                    "lines": lines,
+                    "release": release,
+                    "started": time.strftime("%Y-%m-%d"),
+                }
+            )
+        )
     if retry_survivors and not fresh:  # the tests got stronger: the survivors run again, the rest is kept
         import sqlite3
 
         equiv, rel = equivalents(), module.relative_to(ROOT).as_posix()
         with sqlite3.connect(db_path) as con:
-            rows = con.execute("SELECT job_id, diff FROM work_results WHERE upper(test_outcome) = 'SURVIVED'").fetchall()
+            rows = con.execute(
+                "SELECT job_id, diff FROM work_results WHERE upper(test_outcome) = 'SURVIVED'"
+            ).fetchall()
             again = [(job,) for job, diff in rows if not is_equivalent(equiv, rel, *diff_lines(diff or ""))]
             con.executemany("DELETE FROM work_results WHERE job_id = ?", again)
     roots = worker_roots(workers)
@@ -563,21 +687,30 @@ def run_module(module: Path, operators: list[str], *, fresh: bool, timeout_facto
             spec = item.mutations[0]
             target = roots[k] / module.relative_to(ROOT)
             with use_mutation(target, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence) as (
-                    original, mutated):
+                original,
+                mutated,
+            ):
                 if mutated is None:
                     return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
-                order = test_order(cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0], cov["durations"],
-                                   covering_only)
+                order = test_order(
+                    cov["tests"], cov["lines"], spec.start_pos[0], spec.end_pos[0], cov["durations"], covering_only
+                )
                 if order:
-                    outcome, output = run_command([*argv[:files_at], *order], roots[k], worker_env(roots[k], k, release), timeout)
+                    outcome, output = run_command(
+                        [*argv[:files_at], *order], roots[k], worker_env(roots[k], k, release), timeout
+                    )
                 else:
                     outcome, output = "survived", "no test runs these lines (--covering-only)"
             diff = "\n".join(_make_diff(original, mutated, module))
-            return WorkResult(output=output, diff=diff, test_outcome=TestOutcome(outcome),
-                              worker_outcome=WorkerOutcome.NORMAL)
+            return WorkResult(
+                output=output, diff=diff, test_outcome=TestOutcome(outcome), worker_outcome=WorkerOutcome.NORMAL
+            )
         except Exception as exc:  # noqa: BLE001 - recorded as cosmic-ray records a broken worker
-            return WorkResult(output=f"{type(exc).__name__}: {exc}", test_outcome=TestOutcome.INCOMPETENT,
-                              worker_outcome=WorkerOutcome.EXCEPTION)
+            return WorkResult(
+                output=f"{type(exc).__name__}: {exc}",
+                test_outcome=TestOutcome.INCOMPETENT,
+                worker_outcome=WorkerOutcome.EXCEPTION,
+            )
         finally:
             free.put(k)
 
@@ -619,8 +752,9 @@ def results(module: Path) -> dict | None:
             if is_equivalent(equiv, rel, before, after, spec.start_pos[0]):
                 out["equivalent"] += 1
             else:
-                out["survived"].append({"line": spec.start_pos[0], "operator": spec.operator_name,
-                                        "before": before, "after": after})
+                out["survived"].append(
+                    {"line": spec.start_pos[0], "operator": spec.operator_name, "before": before, "after": after}
+                )
         out["pending"] = sum(1 for _ in db.pending_work_items)
     counted = out["killed"] + out["timeouts"] + len(out["survived"])
     out["score"] = (out["killed"] + out["timeouts"]) / counted if counted else None
@@ -639,11 +773,15 @@ def report(modules: list[Path]) -> None:
         meta = json.loads((STATE / f"{slug(module)}.json").read_text())
         part = f" (lines {', '.join(map(str, meta['lines']))} only)" if meta.get("lines") else ""
         part += f" (sglang {meta['release']})" if meta.get("release") else ""
-        print(f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | {len(r['survived'])} | "
-              f"{r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |")
+        print(
+            f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | {len(r['survived'])} | "
+            f"{r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |"
+        )
         survivors += [(module, s) for s in r["survived"]]
     for module, s in survivors:
-        print(f"SURVIVED {module.relative_to(ROOT).as_posix()}:{s['line']} {s['operator']}\n    - {s['before']}\n    + {s['after']}")
+        print(
+            f"SURVIVED {module.relative_to(ROOT).as_posix()}:{s['line']} {s['operator']}\n    - {s['before']}\n    + {s['after']}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -652,20 +790,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the scope, the test files and mutant counts")
     parser.add_argument("--report", action="store_true", help="print the scores of the sessions so far")
     parser.add_argument("--fresh", action="store_true", help="discard the sessions of these modules and start over")
-    parser.add_argument("--line", action="append", type=int, default=[],
-                        help="only the mutants on this line of the module (repeatable; a partial session, so said in --report)")
-    parser.add_argument("--retry-survivors", action="store_true",
-                        help="run the surviving mutants of the existing sessions again (after the tests got stronger)")
+    parser.add_argument(
+        "--line",
+        action="append",
+        type=int,
+        default=[],
+        help="only the mutants on this line of the module (repeatable; a partial session, so said in --report)",
+    )
+    parser.add_argument(
+        "--retry-survivors",
+        action="store_true",
+        help="run the surviving mutants of the existing sessions again (after the tests got stronger)",
+    )
     parser.add_argument("--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline")
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                        help="mutants run side by side, each worker in its own copy of the checkout (default: "
-                             "2 or the number of cores, if fewer)")
-    parser.add_argument("--release", help="the sglang release (a venv of tools/matrix.py) the patch modules' tests run on; "
-                                          "default: the pinned one (.venv) where the patch applies, else the newest "
-                                          "release of the matrix in the patch's range")
-    parser.add_argument("--covering-only", action="store_true",
-                        help="run only the tests that ran the mutant's lines (quicker; its survivors are provisional "
-                             "until --retry-survivors without this flag)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="mutants run side by side, each worker in its own copy of the checkout (default: "
+        "2 or the number of cores, if fewer)",
+    )
+    parser.add_argument(
+        "--release",
+        help="the sglang release (a venv of tools/matrix.py) the patch modules' tests run on; "
+        "default: the pinned one (.venv) where the patch applies, else the newest "
+        "release of the matrix in the patch's range",
+    )
+    parser.add_argument(
+        "--covering-only",
+        action="store_true",
+        help="run only the tests that ran the mutant's lines (quicker; its survivors are provisional "
+        "until --retry-survivors without this flag)",
+    )
     args = parser.parse_args(argv)
     ensure_environment()
     os.chdir(ROOT)
@@ -694,9 +850,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"a mutation run (pid {live}) is still going in this checkout; one at a time")
     (STATE / "lock").write_text(str(os.getpid()))
     for module in modules:
-        run_module(module, operators, fresh=args.fresh, timeout_factor=args.timeout_factor, lines=args.line,
-                   retry_survivors=args.retry_survivors, workers=max(1, args.workers), release=args.release,
-                   covering_only=args.covering_only)
+        run_module(
+            module,
+            operators,
+            fresh=args.fresh,
+            timeout_factor=args.timeout_factor,
+            lines=args.line,
+            retry_survivors=args.retry_survivors,
+            workers=max(1, args.workers),
+            release=args.release,
+            covering_only=args.covering_only,
+        )
     report(modules)
     return 0
 

@@ -36,7 +36,11 @@ from eagle3_patches.registry import SOURCE_MARKER  # noqa: E402
 def pristine_root(arg: str | None, series_dir: Path) -> Path:
     import json
 
-    sums = json.loads((series_dir / fork.CHECKSUMS_FILE).read_text()) if (series_dir / fork.CHECKSUMS_FILE).is_file() else {}
+    sums = (
+        json.loads((series_dir / fork.CHECKSUMS_FILE).read_text())
+        if (series_dir / fork.CHECKSUMS_FILE).is_file()
+        else {}
+    )
     root = Path(arg) if arg else fork.default_sglang_root()
     fork.check_sglang_root(root)
     version, source = fork.sglang_tree_version(root)
@@ -59,7 +63,9 @@ def regen(name: str, edited: Path, pristine: Path, series_dir: Path, extra_files
     new_patch = filename is None
     if new_patch:
         if not extra_files:
-            raise fork.ForkError(f"eagle3-patches: {name} is not in {series_dir / fork.SERIES_FILE}; a new patch needs --file")
+            raise fork.ForkError(
+                f"eagle3-patches: {name} is not in {series_dir / fork.SERIES_FILE}; a new patch needs --file"
+            )
         filename = fork.patch_filename(name)
         successor = next_in_series(name, list(by_name))
         above = by_name[successor] if successor else None  # the file its line goes above (None: the end)
@@ -80,7 +86,9 @@ def regen(name: str, edited: Path, pristine: Path, series_dir: Path, extra_files
             try:
                 current[fd.path] = "".join(fork.apply_hunks(lines, fd.hunks)).encode("utf-8")
             except fork.HunkMismatch as exc:
-                raise fork.ForkError(f"eagle3-patches: {n} {exc} does not fit {fd.path}; regenerate {n} first") from None
+                raise fork.ForkError(
+                    f"eagle3-patches: {n} {exc} does not fit {fd.path}; regenerate {n} first"
+                ) from None
     files = list(dict.fromkeys(own_files + list(extra_files)))
     marker = SOURCE_MARKER.format(name=name)
     chunks = []
@@ -88,8 +96,10 @@ def regen(name: str, edited: Path, pristine: Path, series_dir: Path, extra_files
         before = current.get(path) or (pristine / path).read_bytes()
         after = (edited / path).read_bytes()
         if marker.encode() not in after:
-            raise fork.ForkError(f"eagle3-patches: {edited / path} lacks the marker comment `# {marker}`: the registry "
-                                 "would patch at run time on top of the fork; add it next to the change")
+            raise fork.ForkError(
+                f"eagle3-patches: {edited / path} lacks the marker comment `# {marker}`: the registry "
+                "would patch at run time on top of the fork; add it next to the change"
+            )
         if before == after:
             print(f"note: {path} is unchanged by {name}; left out of the diff", file=sys.stderr)
             continue
@@ -111,8 +121,10 @@ def next_in_series(name: str, listed: list[str]) -> str | None:
 
     registry = eagle3_patches.get_registry()
     if name not in registry:
-        raise fork.ForkError(f"eagle3-patches: {name} is not a patch of the registry ({', '.join(registry.names())}); "
-                             "add its module under eagle3_patches/patches/ first: its `order` places it in the series")
+        raise fork.ForkError(
+            f"eagle3-patches: {name} is not a patch of the registry ({', '.join(registry.names())}); "
+            "add its module under eagle3_patches/patches/ first: its `order` places it in the series"
+        )
     order = registry.names()
     after = [n for n in listed if n in order and order.index(n) > order.index(name)]
     return min(after, key=order.index) if after else None
@@ -136,12 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="regen_patch.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("name", nargs="?", help="the registry patch name (e.g. eagle3_fc_guard)")
     parser.add_argument("--edited", type=Path, help="the edited sglang package dir, at the state after the patch")
-    parser.add_argument("--pristine", help="an unmodified sglang package dir of the pinned release (default: installed)")
-    parser.add_argument("--series", default=fork.DEFAULT_SERIES, help=f"series name or directory (default {fork.DEFAULT_SERIES})")
-    parser.add_argument("--file", action="append", default=[], metavar="REL",
-                        help="a file (relative to the sglang root, e.g. srt/models/x.py) the patch touches; repeatable")
+    parser.add_argument(
+        "--pristine", help="an unmodified sglang package dir of the pinned release (default: installed)"
+    )
+    parser.add_argument(
+        "--series", default=fork.DEFAULT_SERIES, help=f"series name or directory (default {fork.DEFAULT_SERIES})"
+    )
+    parser.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="REL",
+        help="a file (relative to the sglang root, e.g. srt/models/x.py) the patch touches; repeatable",
+    )
     parser.add_argument("--checksums-only", action="store_true", help="only recompute checksums.json")
-    parser.add_argument("--sglang-version", default=None, help="the release the series is for (default: from checksums.json)")
+    parser.add_argument(
+        "--sglang-version", default=None, help="the release the series is for (default: from checksums.json)"
+    )
     args = parser.parse_args(argv)
     try:
         series_dir = fork.find_series(args.series)

@@ -67,7 +67,9 @@ def _classes(source: str, module: str) -> tuple[list[ClassInfo], list[str]]:
                         if callee and callee[0].isupper():
                             info.language_model = info.language_model or callee.split(".")[-1]
             classes.append(info)
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets
+        ):
             value = node.value
             items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
             entry += [ast.unparse(i).split(".")[-1] for i in items]
@@ -117,8 +119,11 @@ def classify(cls: ClassInfo, by_name: dict[str, ClassInfo], version: str, patche
     lm_forward_ok = lm is not None and "aux_hidden_states" in (_method(lm, "forward", by_name) or "")
     # a wrapper that returns its language model's own output (LogitsProcessorOutput, aux states included) carries
     # them as the language model does (Kimi-K2.5: general_mm_embed_routine(language_model=self.language_model))
-    passes_through = lm_forward_ok and "logits_processor(" not in forward and (
-        "general_mm_embed_routine(" in forward or "self.language_model(" in forward)
+    passes_through = (
+        lm_forward_ok
+        and "logits_processor(" not in forward
+        and ("general_mm_embed_routine(" in forward or "self.language_model(" in forward)
+    )
     carries = "aux_hidden_states" in forward or passes_through
     helper = next((p for p in patches if cls.name in p.targets and p.covers(Version(version))), None)
     if all(hooks.values()) and carries:
@@ -128,9 +133,11 @@ def classify(cls: ClassInfo, by_name: dict[str, ClassInfo], version: str, patche
     missing = [h for h, ok in hooks.items() if not ok]
     if missing:
         if passes_through and lm is not None and all(_method(lm, h, by_name) for h in HOOKS):
-            return "refused", (f"no `{'` / `'.join(missing)}` of its own; delegating them to its language model "
-                               f"(`{lm.name}`, which has them and whose output it returns) would suffice, as "
-                               "`kimi_k25_eagle3_delegation` does for Kimi-K2.5: not done, no tiny model of it proven here")
+            return "refused", (
+                f"no `{'` / `'.join(missing)}` of its own; delegating them to its language model "
+                f"(`{lm.name}`, which has them and whose output it returns) would suffice, as "
+                "`kimi_k25_eagle3_delegation` does for Kimi-K2.5: not done, no tiny model of it proven here"
+            )
         via = f" (wraps `{cls.language_model}`)" if cls.language_model else ""
         return "refused", f"no `{'` / `'.join(missing)}`{via}"
     return "refused", "has the hooks but its forward does not hand the aux states to the logits processor"
@@ -184,10 +191,18 @@ def build(releases: list[str]) -> str:
         lines.append(f"| `{name}` | `{modules[name]}` | " + " | ".join(cells) + " |")
     lines += ["", "Reasons:", ""]
     lines += [f"{n}. {why}" for why, n in reasons.items()]
-    counts = {v: {s: sum(1 for st, _ in per_release[v].values() if st == s) for s in ("native", "patched", "refused")}
-              for v in releases}
-    lines += ["", "Totals: " + "; ".join(f"{v}: {c['native']} native, {c['patched']} patched, {c['refused']} refused"
-                                         for v, c in counts.items()), ""]
+    counts = {
+        v: {s: sum(1 for st, _ in per_release[v].values() if st == s) for s in ("native", "patched", "refused")}
+        for v in releases
+    }
+    lines += [
+        "",
+        "Totals: "
+        + "; ".join(
+            f"{v}: {c['native']} native, {c['patched']} patched, {c['refused']} refused" for v, c in counts.items()
+        ),
+        "",
+    ]
     return "\n".join(lines)
 
 

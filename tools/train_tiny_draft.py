@@ -63,13 +63,21 @@ def dump(target: str, dump_dir: Path, n_prompts: int, max_new_tokens: int, log_d
         "EAGLE3_PATCHES_DUMP_DIR": str(dump_dir),
         "EAGLE3_PATCHES_DUMP_LAYER_IDS": ",".join(map(str, tiny_models.DRAFT_AUX_IDS)),
     }
-    server = Server(target, ["--disable-radix-cache"], log_path=log_dir / "dump-server.log", env=env,
-                    attention_backend="torch_native")
+    server = Server(
+        target,
+        ["--disable-radix-cache"],
+        log_path=log_dir / "dump-server.log",
+        env=env,
+        attention_backend="torch_native",
+    )
     t0 = time.time()
     outputs = []
     try:
         server.start()
-        print(f"[dump] server ready in {time.time() - t0:.0f} s; {n_prompts} prompts x {max_new_tokens} tokens", flush=True)
+        print(
+            f"[dump] server ready in {time.time() - t0:.0f} s; {n_prompts} prompts x {max_new_tokens} tokens",
+            flush=True,
+        )
         from concurrent.futures import ThreadPoolExecutor
 
         ps = prompts(n_prompts)
@@ -86,7 +94,9 @@ def dump(target: str, dump_dir: Path, n_prompts: int, max_new_tokens: int, log_d
     finally:
         server.stop()
     (dump_dir / "requests.json").write_text(json.dumps(outputs))
-    print(f"[dump] done in {time.time() - t0:.0f} s: {len(glob.glob(str(dump_dir / '*.safetensors')))} shards", flush=True)
+    print(
+        f"[dump] done in {time.time() - t0:.0f} s: {len(glob.glob(str(dump_dir / '*.safetensors')))} shards", flush=True
+    )
 
 
 def load_sequences(dump_dir: Path):
@@ -139,7 +149,7 @@ def rope(x, pos, theta=10000.0):
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
     ang = pos.float()[:, None] * inv[None, :]
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
@@ -163,21 +173,25 @@ class Draft:
             "midlayer.self_attn.q_proj.weight": p(h, 2 * h, std=(2 * h) ** -0.5),
             "midlayer.self_attn.k_proj.weight": p(h, 2 * h, std=(2 * h) ** -0.5),
             "midlayer.self_attn.v_proj.weight": p(h, 2 * h, std=(2 * h) ** -0.5),
-            "midlayer.self_attn.o_proj.weight": p(h, h, std=h ** -0.5),
-            "midlayer.mlp.gate_proj.weight": p(inter, h, std=h ** -0.5),
-            "midlayer.mlp.up_proj.weight": p(inter, h, std=h ** -0.5),
-            "midlayer.mlp.down_proj.weight": p(h, inter, std=inter ** -0.5),
+            "midlayer.self_attn.o_proj.weight": p(h, h, std=h**-0.5),
+            "midlayer.mlp.gate_proj.weight": p(inter, h, std=h**-0.5),
+            "midlayer.mlp.up_proj.weight": p(inter, h, std=h**-0.5),
+            "midlayer.mlp.down_proj.weight": p(h, inter, std=inter**-0.5),
             "midlayer.input_layernorm.weight": ones(h),
             "midlayer.post_attention_layernorm.weight": ones(h),
             "midlayer.hidden_norm.weight": ones(h),
             "norm.weight": ones(h),
-            "lm_head.weight": p(draft_vocab, h, std=h ** -0.5),
+            "lm_head.weight": p(draft_vocab, h, std=h**-0.5),
         }
 
     def qkv(self, tokens, hidden, pos):
         P = self.params
-        x = torch_cat([rms(self.embed[tokens], P["midlayer.input_layernorm.weight"]),
-                       rms(hidden, P["midlayer.hidden_norm.weight"])])
+        x = torch_cat(
+            [
+                rms(self.embed[tokens], P["midlayer.input_layernorm.weight"]),
+                rms(hidden, P["midlayer.hidden_norm.weight"]),
+            ]
+        )
         T = x.shape[0]
         q = rope((x @ P["midlayer.self_attn.q_proj.weight"].T).view(T, self.nh, self.hd), pos)
         k = rope((x @ P["midlayer.self_attn.k_proj.weight"].T).view(T, self.nh, self.hd), pos)
@@ -190,7 +204,9 @@ class Draft:
         P = self.params
         h1 = attn.reshape(attn.shape[0], -1) @ P["midlayer.self_attn.o_proj.weight"].T + residual
         x = rms(h1, P["midlayer.post_attention_layernorm.weight"])
-        mlp = (F.silu(x @ P["midlayer.mlp.gate_proj.weight"].T) * (x @ P["midlayer.mlp.up_proj.weight"].T)) @ P["midlayer.mlp.down_proj.weight"].T
+        mlp = (F.silu(x @ P["midlayer.mlp.gate_proj.weight"].T) * (x @ P["midlayer.mlp.up_proj.weight"].T)) @ P[
+            "midlayer.mlp.down_proj.weight"
+        ].T
         out = mlp + h1  # pre-norm: what sglang's draft hands its next step
         logits = rms(out, P["norm.weight"]) @ P["lm_head.weight"].T
         return logits, out
@@ -201,7 +217,7 @@ class Draft:
 
         L = aux.shape[0]
         base = torch.arange(L - 1)
-        scale = self.hd ** -0.5
+        scale = self.hd**-0.5
         # step 1: token x_{t+1}, hidden fc(aux_t), position t, causal over step-1 keys
         h = aux[:-1] @ self.params["fc.weight"].T
         if dropout:  # training only: the draft must not memorise the aux states alone
@@ -219,7 +235,7 @@ class Draft:
             n = L - step  # base positions whose step token x_{t+step} exists
             if n <= 0:
                 break
-            tok = tokens[step: step + n]
+            tok = tokens[step : step + n]
             hid = out[:n]
             q, k, v = self.qkv(tok, hid, base[:n] + step - 1)
             chain_k = [c[:n] for c in chain_k] + [k]
@@ -228,7 +244,8 @@ class Draft:
             sc = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1).permute(1, 0, 2)  # [h, n, j]
             w = torch.cat([s1, sc], dim=-1).mul(scale).softmax(-1)
             attn = torch.einsum("hts,shd->thd", w[..., : L - 1], v1) + torch.einsum(
-                "htj,jthd->thd", w[..., L - 1:], torch.stack(chain_v))
+                "htj,jthd->thd", w[..., L - 1 :], torch.stack(chain_v)
+            )
             logits, out = self.finish(attn, hid)
             results.append(logits)
         return results
@@ -251,8 +268,18 @@ def torch_cat(xs):
 
 
 # --------------------------------------------------------------------------- 2b. training
-def train(seqs, embed, *, draft_vocab: int, iters: int, seed: int = 0, held_out: int = 8, aux_dropout: float = 0.5,
-          weight_decay: float = 0.05, lr: float = 3e-3):
+def train(
+    seqs,
+    embed,
+    *,
+    draft_vocab: int,
+    iters: int,
+    seed: int = 0,
+    held_out: int = 8,
+    aux_dropout: float = 0.5,
+    weight_decay: float = 0.05,
+    lr: float = 3e-3,
+):
     import torch
     import torch.nn.functional as F
 
@@ -267,8 +294,11 @@ def train(seqs, embed, *, draft_vocab: int, iters: int, seed: int = 0, held_out:
     t2d_index = torch.full((tiny_models.VOCAB,), -100, dtype=torch.int64)
     t2d_index[hot] = torch.arange(draft_vocab)
     covered = counts[hot].sum().item() / max(1, counts.sum().item())
-    print(f"[train] {len(seqs)} sequences, {int(counts.sum())} greedy labels, {int((counts > 0).sum())} distinct; "
-          f"draft vocab {draft_vocab} covers {covered:.1%} of them", flush=True)
+    print(
+        f"[train] {len(seqs)} sequences, {int(counts.sum())} greedy labels, {int((counts > 0).sum())} distinct; "
+        f"draft vocab {draft_vocab} covers {covered:.1%} of them",
+        flush=True,
+    )
 
     train_seqs, test_seqs = seqs[held_out:], seqs[:held_out]
     draft = Draft(embed, draft_vocab, spec, seed=seed)
@@ -277,7 +307,7 @@ def train(seqs, embed, *, draft_vocab: int, iters: int, seed: int = 0, held_out:
 
     def labels(toks, n_prompt, step, n):
         tgt = torch.full((n,), -100, dtype=torch.int64)
-        have = t2d_index[toks[step + 1: step + 1 + n]]
+        have = t2d_index[toks[step + 1 : step + 1 + n]]
         tgt[: have.shape[0]] = have
         idx = torch.arange(n) + step + 1
         tgt[idx < n_prompt] = -100  # prompt tokens are not the target's predictions
@@ -291,7 +321,9 @@ def train(seqs, embed, *, draft_vocab: int, iters: int, seed: int = 0, held_out:
             for step, logits in enumerate(draft.forward_seq(toks, aux, dropout=aux_dropout, gen=gen), start=1):
                 tgt = labels(toks, n_prompt, step, logits.shape[0])
                 if (tgt >= 0).any():
-                    total = total + F.cross_entropy(logits, tgt, ignore_index=-100, reduction="sum") * (0.8 ** (step - 1))
+                    total = total + F.cross_entropy(logits, tgt, ignore_index=-100, reduction="sum") * (
+                        0.8 ** (step - 1)
+                    )
                     count += int((tgt >= 0).sum())
         return total / max(count, 1)
 
@@ -321,8 +353,11 @@ def train(seqs, embed, *, draft_vocab: int, iters: int, seed: int = 0, held_out:
 
     for name, batch in (("train", train_seqs), ("held-out", test_seqs)):
         acc, shuf = accuracy(batch), accuracy(batch, shuffle_aux=True)
-        print(f"[train] {name:8s} accuracy per step {[f'{a:.2f}' for a in acc]}; with the aux states of other "
-              f"positions {[f'{a:.2f}' for a in shuf]}", flush=True)
+        print(
+            f"[train] {name:8s} accuracy per step {[f'{a:.2f}' for a in acc]}; with the aux states of other "
+            f"positions {[f'{a:.2f}' for a in shuf]}",
+            flush=True,
+        )
     return draft.tensors(hot)
 
 
@@ -358,20 +393,35 @@ def main(argv=None) -> int:
     else:
         print(f"[dump] reusing {dump_dir}")
     seqs, meta = load_sequences(dump_dir)
-    print(f"[dump] capture convention: {meta['convention']}; layer outputs {meta['captured_layer_outputs']}, "
-          f"sglang {meta['sglang_version']}, width {meta['aux_width']}")
+    print(
+        f"[dump] capture convention: {meta['convention']}; layer outputs {meta['captured_layer_outputs']}, "
+        f"sglang {meta['sglang_version']}, width {meta['aux_width']}"
+    )
     with safe_open(str(target / "model.safetensors"), "pt") as f:
         embed = f.get_tensor("language_model.model.embed_tokens.weight").float()
-    tensors = train(seqs, embed, draft_vocab=args.draft_vocab, iters=args.iters, aux_dropout=args.aux_dropout,
-                    weight_decay=args.weight_decay)
+    tensors = train(
+        seqs,
+        embed,
+        draft_vocab=args.draft_vocab,
+        iters=args.iters,
+        aux_dropout=args.aux_dropout,
+        weight_decay=args.weight_decay,
+    )
     if args.check:
         ref = load_file(args.out)
         same = ref.keys() == tensors.keys() and all(torch.equal(ref[k], tensors[k]) for k in ref)
         print(f"[check] {'identical to' if same else 'DIFFERENT from'} {args.out}")
         return 0 if same else 1
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, args.out, metadata={"format": "pt", "trained_by": "tools/train_tiny_draft.py",
-                                          "dump": json.dumps(dict(meta, written=None))})
+    save_file(
+        tensors,
+        args.out,
+        metadata={
+            "format": "pt",
+            "trained_by": "tools/train_tiny_draft.py",
+            "dump": json.dumps(dict(meta, written=None)),
+        },
+    )
     print(f"[train] wrote {args.out}")
     return 0
 

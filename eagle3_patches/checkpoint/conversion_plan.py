@@ -96,15 +96,29 @@ def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], 
                 found=", ".join(p.name for p in wf.pickles[:3]),
                 fix="re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
             )
-        raise conversion_error("the source directory holds no *.safetensors weights", where=str(src), fix="pass the speculators draft's directory")
+        raise conversion_error(
+            "the source directory holds no *.safetensors weights",
+            where=str(src),
+            fix="pass the speculators draft's directory",
+        )
     scan = scan_shards(wf, "source draft")
     if scan.errors:
         raise scan.errors[0]
     if scan.duplicates:
         name, first, second = scan.duplicates[0]
-        raise conversion_error(f"tensor {name} is stored in two shards", where=str(src), found=f"{first}, {second}", fix="re-export the draft")
+        raise conversion_error(
+            f"tensor {name} is stored in two shards",
+            where=str(src),
+            found=f"{first}, {second}",
+            fix="re-export the draft",
+        )
     if scan.absent:
-        raise conversion_error("tensors in the source's index are not in the shard it names", where=str(wf.index), found=", ".join(scan.absent[:5]), fix="re-export the draft")
+        raise conversion_error(
+            "tensors in the source's index are not in the shard it names",
+            where=str(wf.index),
+            found=", ".join(scan.absent[:5]),
+            fix="re-export the draft",
+        )
     out = {}
     for name, t in scan.tensors.items():
         h = scan.headers[t.file]
@@ -115,9 +129,9 @@ def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], 
 def _output_name(name: str) -> str:
     m = re.match(r"^(model\.)?layers\.0\.", name)
     if m:
-        return "midlayer." + name[m.end():]
+        return "midlayer." + name[m.end() :]
     if name.startswith("model.") and name != "model.lm_head.weight":
-        return name[len("model."):]
+        return name[len("model.") :]
     return name
 
 
@@ -140,13 +154,20 @@ def unsupported(config: dict, tensor_names=(), *, config_path: str = "config.jso
             found=", ".join(b if "(" in b else f"{b}=true" for b in bad),
             expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
             fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM"
-                + ('; if it was trained with norm_before_residual=false, write "norm_before_residual": false into its '
-                   "config.json" if "norm_before_residual" not in config else ""),
+            + (
+                '; if it was trained with norm_before_residual=false, write "norm_before_residual": false into its '
+                "config.json"
+                if "norm_before_residual" not in config
+                else ""
+            ),
         )
     layer = config.get("transformer_layer_config")
     if not isinstance(layer, dict):
-        return conversion_error("the source config has no transformer_layer_config", where=f"{config_path}: transformer_layer_config",
-                    fix="this is not a speculators EAGLE-3 draft")
+        return conversion_error(
+            "the source config has no transformer_layer_config",
+            where=f"{config_path}: transformer_layer_config",
+            fix="this is not a speculators EAGLE-3 draft",
+        )
     if layer.get("model_type", "llama") != "llama":
         return conversion_error(
             "the draft's decoder layer is not a llama layer; sglang's LlamaForCausalLMEagle3 runs only llama",
@@ -156,13 +177,24 @@ def unsupported(config: dict, tensor_names=(), *, config_path: str = "config.jso
             fix="train the draft with a llama transformer_layer_config",
         )
     if layer.get("num_hidden_layers", 1) != 1:
-        return conversion_error("sglang's EAGLE-3 draft has exactly one decoder layer", where=f"{config_path}: transformer_layer_config.num_hidden_layers",
-                    found=str(layer.get("num_hidden_layers")), expected="1")
+        return conversion_error(
+            "sglang's EAGLE-3 draft has exactly one decoder layer",
+            where=f"{config_path}: transformer_layer_config.num_hidden_layers",
+            found=str(layer.get("num_hidden_layers")),
+            expected="1",
+        )
     return None
 
 
-def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids: list[int] | None = None,
-                 num_target_layers: int | None = None, release: str | None = None, config_path: str = "config.json") -> dict:
+def build_config(
+    config: dict,
+    tensors: dict[str, TensorInfo],
+    *,
+    aux_layer_ids: list[int] | None = None,
+    num_target_layers: int | None = None,
+    release: str | None = None,
+    config_path: str = "config.json",
+) -> dict:
     """The SGLang-format config.json for a speculators config (raises :class:`ConvertError`).
 
     ``release``: None (the converter) writes the aux ids in this library's ``output-of-layer`` convention;
@@ -173,7 +205,13 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
     dv = draft_view(config)
     if dv.problems:
         p = dv.problems[0]
-        raise conversion_error(f"the source config field {p.where} is unusable", where=f"{config_path}: {p.where}", found=p.found, expected=p.expected, fix="repair the source config.json")
+        raise conversion_error(
+            f"the source config field {p.where} is unusable",
+            where=f"{config_path}: {p.where}",
+            found=p.found,
+            expected=p.expected,
+            fix="repair the source config.json",
+        )
     refusal = unsupported(config, tensors, config_path=config_path)
     if refusal is not None:
         raise refusal
@@ -187,7 +225,12 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
         )
     ids_where = "--aux-layer-ids" if aux_layer_ids is not None else f"{config_path}: eagle_aux_hidden_state_layer_ids"
     if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
-        raise conversion_error("the aux layer ids are not distinct and increasing", where=ids_where, found=str(ids), fix="sglang concatenates states in layer order: such a draft cannot be served correctly")
+        raise conversion_error(
+            "the aux layer ids are not distinct and increasing",
+            where=ids_where,
+            found=str(ids),
+            fix="sglang concatenates states in layer order: such a draft cannot be served correctly",
+        )
     if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
         raise conversion_error(
             "the aux layer ids are not layer numbers",
@@ -226,14 +269,20 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
     if draft_vocab is None and lm_head is not None and len(lm_head.shape) == 2:
         draft_vocab = lm_head.shape[0]
 
-    out = {k2: v for k2, v in layer.items() if k2 not in ("rope_parameters", "dtype", "torch_dtype", "architectures", "auto_map")}
+    out = {
+        k2: v
+        for k2, v in layer.items()
+        if k2 not in ("rope_parameters", "dtype", "torch_dtype", "architectures", "auto_map")
+    }
     rp = layer.get("rope_parameters")
     if isinstance(rp, dict):
         if "rope_theta" in rp:
             out["rope_theta"] = rp["rope_theta"]
         rope_type = rp.get("rope_type", rp.get("type", "default"))
         extra = {k2: v for k2, v in rp.items() if k2 not in ("rope_theta", "rope_type", "type")}
-        out["rope_scaling"] = None if rope_type == "default" and not extra else {**extra, "rope_type": rope_type, "type": rope_type}
+        out["rope_scaling"] = (
+            None if rope_type == "default" and not extra else {**extra, "rope_type": rope_type, "type": rope_type}
+        )
     out.update(
         {
             "architectures": ["LlamaForCausalLMEagle3"],
@@ -254,7 +303,9 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
                 "architectures": config.get("architectures"),
                 "eagle_aux_hidden_state_layer_ids": list(ids),
                 "layer_id_convention": L.INPUT_OF_LAYER,
-                "verifier": (config.get("speculators_config") or {}).get("verifier") if isinstance(config.get("speculators_config"), dict) else None,
+                "verifier": (config.get("speculators_config") or {}).get("verifier")
+                if isinstance(config.get("speculators_config"), dict)
+                else None,
             },
         }
     )
@@ -263,7 +314,9 @@ def build_config(config: dict, tensors: dict[str, TensorInfo], *, aux_layer_ids:
     return out
 
 
-def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int]], drop_embed_tokens: bool) -> tuple[list[PlannedTensor], dict[str, str], list[str]]:
+def _plan(
+    src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int]], drop_embed_tokens: bool
+) -> tuple[list[PlannedTensor], dict[str, str], list[str]]:
     items: list[PlannedTensor] = []
     renamed: dict[str, str] = {}
     dropped: list[str] = []
@@ -278,7 +331,11 @@ def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int
             dropped.append(name)
             continue
         if out in seen:
-            raise conversion_error(f"tensors {seen[out]} and {name} map to the same output name {out}", where=str(src), fix="keep one of them")
+            raise conversion_error(
+                f"tensors {seen[out]} and {name} map to the same output name {out}",
+                where=str(src),
+                fix="keep one of them",
+            )
         seen[out] = name
         if out != name:
             renamed[name] = out
@@ -290,7 +347,8 @@ def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int
             where=str(src),
             found=first_few(sorted(unknown), 8),
             expected="fc, layers.0.* (self_attn q/k/v/o, mlp gate/up/down, input_layernorm, post_attention_layernorm, hidden_norm), norm, lm_head, embed_tokens, d2t, t2d",
-            fix="; ".join(hints) or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
+            fix="; ".join(hints)
+            or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
         )
     names = {i.out for i in items}
     required = {"fc.weight", "norm.weight"} | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
@@ -298,7 +356,12 @@ def _plan(src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int
         required.add("lm_head.weight")
     missing = sorted(required - names)
     if missing:
-        raise conversion_error("the source lacks tensors every EAGLE-3 draft needs", where=str(src), found=", ".join(missing), fix="re-export the draft")
+        raise conversion_error(
+            "the source lacks tensors every EAGLE-3 draft needs",
+            where=str(src),
+            found=", ".join(missing),
+            fix="re-export the draft",
+        )
     return items, renamed, dropped
 
 
@@ -332,8 +395,14 @@ class Plan:
     src_files: list[str]
 
 
-def plan_conversion(src: os.PathLike | str, *, aux_layer_ids: list[int] | None = None, drop_embed_tokens: bool = False,
-                    target: os.PathLike | str | None = None, release: str | None = None) -> Plan:
+def plan_conversion(
+    src: os.PathLike | str,
+    *,
+    aux_layer_ids: list[int] | None = None,
+    drop_embed_tokens: bool = False,
+    target: os.PathLike | str | None = None,
+    release: str | None = None,
+) -> Plan:
     """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe
     open) and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses.
 
@@ -344,7 +413,11 @@ def plan_conversion(src: os.PathLike | str, *, aux_layer_ids: list[int] | None =
     fmt = detect_format(config)
     if fmt != SPECULATORS:
         if fmt == SGLANG_EAGLE3:
-            raise conversion_error("the source is already in SGLang format; nothing to convert", where=str(src_dir / "config.json"), fix=f"check it with `eagle3-patches doctor --draft {src_dir}`")
+            raise conversion_error(
+                "the source is already in SGLang format; nothing to convert",
+                where=str(src_dir / "config.json"),
+                fix=f"check it with `eagle3-patches doctor --draft {src_dir}`",
+            )
         raise conversion_error(
             "the source is not a speculators EAGLE-3 draft",
             where=str(src_dir / "config.json"),
@@ -355,8 +428,14 @@ def plan_conversion(src: os.PathLike | str, *, aux_layer_ids: list[int] | None =
     n_target = None
     if target is not None:
         n_target = target_view(read_config(target, "target")).num_layers
-    out_config = build_config(config, {n: t for n, (t, _, _) in tensors.items()}, aux_layer_ids=aux_layer_ids,
-                              num_target_layers=n_target, release=release, config_path=str(src_dir / "config.json"))
+    out_config = build_config(
+        config,
+        {n: t for n, (t, _, _) in tensors.items()},
+        aux_layer_ids=aux_layer_ids,
+        num_target_layers=n_target,
+        release=release,
+        config_path=str(src_dir / "config.json"),
+    )
     items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens)
     return Plan(src_dir, config, out_config, items, renamed, dropped, src_files)
 
@@ -375,5 +454,3 @@ def served_sglang_config(path: os.PathLike | str, release: str) -> dict | None:
     if detect_format(config) != SPECULATORS:
         return None
     return plan_conversion(path, release=release).sglang_config
-
-

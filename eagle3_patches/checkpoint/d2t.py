@@ -36,11 +36,13 @@ def check_d2t(d2t, *, target_vocab: int, draft_vocab: int | None = None) -> D2tP
     """Return the first problem with ``d2t`` (1-D integer offsets), or None when it is valid."""
     values = np.asarray(d2t)
     if values.ndim != 1:
-        return D2tProblem("shape", f"d2t has shape {tuple(values.shape)}, expected a 1-D tensor.",
-                          "Save d2t as a 1-D int64 tensor.")
+        return D2tProblem(
+            "shape", f"d2t has shape {tuple(values.shape)}, expected a 1-D tensor.", "Save d2t as a 1-D int64 tensor."
+        )
     if values.dtype.kind not in "iu":
-        return D2tProblem("dtype", f"d2t has dtype {values.dtype}, expected an integer dtype.",
-                          "Save d2t as int64 offsets.")
+        return D2tProblem(
+            "dtype", f"d2t has dtype {values.dtype}, expected an integer dtype.", "Save d2t as int64 offsets."
+        )
     n = values.shape[0]
     if draft_vocab is not None and n != draft_vocab:
         return D2tProblem(
@@ -76,5 +78,7 @@ def check_d2t(d2t, *, target_vocab: int, draft_vocab: int | None = None) -> D2tP
             fix,
         )
     return D2tProblem(
-        "duplicate", f"d2t maps {n - np.unique(ids).size} draft tokens onto target ids already used by another draft token.", fix
+        "duplicate",
+        f"d2t maps {n - np.unique(ids).size} draft tokens onto target ids already used by another draft token.",
+        fix,
     )

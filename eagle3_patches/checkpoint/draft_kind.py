@@ -31,7 +31,13 @@ def evidence(fmt: str, architectures, hidden, fc_width: int | None) -> str | Non
     """
     if fmt in (SGLANG_EAGLE3, SPECULATORS):
         return f"config.json: {fmt} format, architectures {architectures}"
-    if fc_width and isinstance(hidden, int) and hidden > 0 and fc_width % hidden == 0 and fc_width // hidden >= MIN_AUX_STATES:
+    if (
+        fc_width
+        and isinstance(hidden, int)
+        and hidden > 0
+        and fc_width % hidden == 0
+        and fc_width // hidden >= MIN_AUX_STATES
+    ):
         return f"fc.weight takes {fc_width} = {fc_width // hidden} x hidden ({hidden}) inputs"
     return None
 

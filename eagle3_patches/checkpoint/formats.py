@@ -64,7 +64,13 @@ def checkpoint_dir(path: os.PathLike | str, role: str = "checkpoint") -> Path:
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        raise _err("not-a-checkpoint", f"the {role} path cannot be read: {exc.strerror or exc}", where=str(p), found=type(exc).__name__, fix="check the path and its permissions") from None
+        raise _err(
+            "not-a-checkpoint",
+            f"the {role} path cannot be read: {exc.strerror or exc}",
+            where=str(p),
+            found=type(exc).__name__,
+            fix="check the path and its permissions",
+        ) from None
     if p.name == "config.json" and st is not None and stat.S_ISREG(st.st_mode):
         p = p.parent
     elif st is None:
@@ -212,7 +218,15 @@ def scan_shards(wf: WeightFiles, role: str = "checkpoint") -> ShardScan:
     scan = ShardScan()
     for p in wf.files:
         if not os.path.lexists(p):
-            scan.errors.append(_err("safetensors-index", f"a shard named by the {role}'s index is missing", where=str(wf.index), found=str(p.relative_to(wf.directory)), fix=f"restore the shard or re-export the {role}"))
+            scan.errors.append(
+                _err(
+                    "safetensors-index",
+                    f"a shard named by the {role}'s index is missing",
+                    where=str(wf.index),
+                    found=str(p.relative_to(wf.directory)),
+                    fix=f"restore the shard or re-export the {role}",
+                )
+            )
             continue
         try:
             h = read_header(p, root=wf.directory)
@@ -307,8 +321,18 @@ class _Reader:
         v = self.d.get(key)
         if v is None:
             return None
-        if not isinstance(v, list) or len(v) > MAX_ID_LIST or not all(type(i) is int and abs(i) <= MAX_CONFIG_INT for i in v):
-            self.problems.append(FieldProblem(self.where(key), repr(v)[:80], f"a list of at most {MAX_ID_LIST} integers in -{MAX_CONFIG_INT}..{MAX_CONFIG_INT}"))
+        if (
+            not isinstance(v, list)
+            or len(v) > MAX_ID_LIST
+            or not all(type(i) is int and abs(i) <= MAX_CONFIG_INT for i in v)
+        ):
+            self.problems.append(
+                FieldProblem(
+                    self.where(key),
+                    repr(v)[:80],
+                    f"a list of at most {MAX_ID_LIST} integers in -{MAX_CONFIG_INT}..{MAX_CONFIG_INT}",
+                )
+            )
             return None
         return list(v)
 
@@ -382,7 +406,8 @@ def target_view(config: dict) -> TargetView:
         vocab=r.int("vocab_size", required=True),
         dtype=config_dtype(config) or config_dtype(src),
         first_k_dense_replace=r.int("first_k_dense_replace", minimum=0),
-        quantized=isinstance(config.get("quantization_config"), dict) or isinstance(src.get("quantization_config"), dict),
+        quantized=isinstance(config.get("quantization_config"), dict)
+        or isinstance(src.get("quantization_config"), dict),
         problems=problems,
     )
 
@@ -515,8 +540,10 @@ def unknown_tensor_hints(names) -> list[str]:
     names = list(names)
     hints = []
     if any(n.endswith("input_norm.weight") for n in names):
-        hints.append("input_norm.weight means the draft was trained with norm_before_fc=True, which "
-                     "LlamaForCausalLMEagle3 does not implement: retrain with norm_before_fc=False")
+        hints.append(
+            "input_norm.weight means the draft was trained with norm_before_fc=True, which "
+            "LlamaForCausalLMEagle3 does not implement: retrain with norm_before_fc=False"
+        )
     if any(re.search(r"(q_norm|k_norm)", n) for n in names):
         hints.append("q_norm/k_norm come from a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")
     if any(re.match(r"^(model\.)?(layers|midlayer)\.[1-9]", n) for n in names):

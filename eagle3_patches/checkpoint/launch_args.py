@@ -13,8 +13,8 @@ import argparse
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from ..errors import Eagle3ConfigError
 
@@ -77,7 +77,12 @@ def _parser() -> _Parser:
     a("--dtype", dest="dtype")
     a("--enable-two-batch-overlap", dest="enable_two_batch_overlap", action="store_true", default=None)
     a("--disable-cuda-graph", dest="disable_cuda_graph", action="store_true", default=None)
-    a("--enable-flashinfer-allreduce-fusion", dest="enable_flashinfer_allreduce_fusion", action="store_true", default=None)
+    a(
+        "--enable-flashinfer-allreduce-fusion",
+        dest="enable_flashinfer_allreduce_fusion",
+        action="store_true",
+        default=None,
+    )
     a("--enable-dp-attention", dest="enable_dp_attention", action="store_true", default=None)
     a("--moe-a2a-backend", dest="moe_a2a_backend")
     a("--json-model-override-args", dest="json_model_override_args")

@@ -28,8 +28,8 @@ A draft config written by eagle3-patches records its convention under
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from packaging.version import Version
 

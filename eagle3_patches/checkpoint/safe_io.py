@@ -125,7 +125,9 @@ def _allowed_roots(root_real: Path) -> tuple[str, ...]:
     return tuple(roots)
 
 
-def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *, what: str = "file") -> tuple[Path, Path, os.stat_result]:
+def resolve_checkpoint_file(
+    root: os.PathLike | str, name: os.PathLike | str, *, what: str = "file"
+) -> tuple[Path, Path, os.stat_result]:
     """``(shown, real, stat)`` for ``name`` inside the checkpoint ``root``, refusing what must not be read.
 
     ``shown`` is the path as the user would write it (``root/name``), ``real`` the resolved one.
@@ -140,7 +142,8 @@ def resolve_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *,
             f"{label} resolves outside the checkpoint directory; eagle3-patches never reads through such a link",
             where=str(shown),
             found=f"-> {real}",
-            expected=f"a file inside {root_real}" + (" (or the Hugging Face cache's blobs/)" if len(_allowed_roots(root_real)) > 1 else ""),
+            expected=f"a file inside {root_real}"
+            + (" (or the Hugging Face cache's blobs/)" if len(_allowed_roots(root_real)) > 1 else ""),
             fix="replace the link with the file it stands for, or remove it",
         )
     try:
@@ -245,7 +248,12 @@ class CheckpointFile:
             )
         data = self.read_at(0, max_bytes + 1)
         if len(data) > max_bytes:  # grew after the stat
-            raise checkpoint_error(code, f"{_label(self.what, self.name)} changed while being read", where=str(self.path), fix="retry when nothing writes the checkpoint")
+            raise checkpoint_error(
+                code,
+                f"{_label(self.what, self.name)} changed while being read",
+                where=str(self.path),
+                fix="retry when nothing writes the checkpoint",
+            )
         return data
 
     def close(self) -> None:
@@ -253,7 +261,7 @@ class CheckpointFile:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "CheckpointFile":
+    def __enter__(self) -> CheckpointFile:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -275,11 +283,17 @@ def open_checkpoint_file(root: os.PathLike | str, name: os.PathLike | str, *, wh
     fst = os.fstat(fd)
     if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
         os.close(fd)
-        raise UnsafeFileError(f"{_label(what, name)} changed while being opened", where=str(shown), fix="retry when nothing writes the checkpoint")
+        raise UnsafeFileError(
+            f"{_label(what, name)} changed while being opened",
+            where=str(shown),
+            fix="retry when nothing writes the checkpoint",
+        )
     return CheckpointFile(shown, real, fd, fst, what)
 
 
-def read_checkpoint_bytes(root: os.PathLike | str, name: os.PathLike | str, *, max_bytes: int, what: str = "file", code: str = "config-json") -> bytes:
+def read_checkpoint_bytes(
+    root: os.PathLike | str, name: os.PathLike | str, *, max_bytes: int, what: str = "file", code: str = "config-json"
+) -> bytes:
     """The whole of ``root/name`` (at most ``max_bytes``), read through :func:`open_checkpoint_file`."""
     with open_checkpoint_file(root, name, what=what) as f:
         return f.read_all(max_bytes, code=code)
@@ -335,7 +349,9 @@ class _TooLong(ValueError):
 
 def _bounded_int(text: str) -> int:
     if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _TooLong(f"an integer with {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS} accepted): {text[:24]}...")
+        raise _TooLong(
+            f"an integer with {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS} accepted): {text[:24]}..."
+        )
     return int(text)
 
 
@@ -354,12 +370,27 @@ def load_json(raw: bytes, *, what: str, where: str, code: str, object_pairs_hook
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise checkpoint_error(code, f"{what} is not UTF-8", where=where, found=str(exc)[:200], fix="repair or re-download it") from None
+        raise checkpoint_error(
+            code, f"{what} is not UTF-8", where=where, found=str(exc)[:200], fix="repair or re-download it"
+        ) from None
     try:
         return json.loads(text, parse_int=_bounded_int, parse_float=_bounded_float, object_pairs_hook=object_pairs_hook)
     except Eagle3ConfigError:  # raised by the caller's object_pairs_hook
         raise
     except _TooLong as exc:
-        raise checkpoint_error(code, f"{what} holds an absurd number", where=where, found=str(exc), expected=f"integers of at most {MAX_INT_DIGITS} digits", fix="repair or re-download it") from None
+        raise checkpoint_error(
+            code,
+            f"{what} holds an absurd number",
+            where=where,
+            found=str(exc),
+            expected=f"integers of at most {MAX_INT_DIGITS} digits",
+            fix="repair or re-download it",
+        ) from None
     except (ValueError, RecursionError) as exc:
-        raise checkpoint_error(code, f"{what} is not valid JSON", where=where, found=str(exc)[:200] or type(exc).__name__, fix="repair or re-download it") from None
+        raise checkpoint_error(
+            code,
+            f"{what} is not valid JSON",
+            where=where,
+            found=str(exc)[:200] or type(exc).__name__,
+            fix="repair or re-download it",
+        ) from None

@@ -30,10 +30,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from .safe_io import (
     CheckpointError,
@@ -140,8 +140,24 @@ class Header:
     """One validated safetensors header.  ``names`` (sorted) and ``metadata`` come from the
     safetensors library; ``tensors`` (with offsets) is parsed on first use."""
 
-    def __init__(self, path: Path, header_len: int, file_size: int, metadata: dict[str, str], names: list[str], raw: bytes, file: str, mode: int):
-        self.path, self.header_len, self.file_size, self.metadata, self.names = path, header_len, file_size, metadata, names
+    def __init__(
+        self,
+        path: Path,
+        header_len: int,
+        file_size: int,
+        metadata: dict[str, str],
+        names: list[str],
+        raw: bytes,
+        file: str,
+        mode: int,
+    ):
+        self.path, self.header_len, self.file_size, self.metadata, self.names = (
+            path,
+            header_len,
+            file_size,
+            metadata,
+            names,
+        )
         self.file = file  # the name relative to the checkpoint directory
         self.mode = mode  # the file's permission bits
         self._raw = raw
@@ -163,7 +179,12 @@ class Header:
         for name, e in obj.items():
             shape = e["shape"]
             if len(shape) > MAX_RANK:
-                raise _err(f"tensor {name!r} has {len(shape)} dimensions", str(self.path), found=f"{len(shape)} dimensions", expected=f"<= {MAX_RANK} (no framework loads more)")
+                raise _err(
+                    f"tensor {name!r} has {len(shape)} dimensions",
+                    str(self.path),
+                    found=f"{len(shape)} dimensions",
+                    expected=f"<= {MAX_RANK} (no framework loads more)",
+                )
             out[name] = TensorInfo(name, e["dtype"], tuple(shape), e["data_offsets"][0], e["data_offsets"][1], file)
         self._raw = b""
         return out
@@ -192,7 +213,9 @@ def _no_duplicates(pairs):
     out = {}
     for k, v in pairs:
         if k in out:
-            raise HeaderError(f"duplicate key {k!r}: the safetensors library keeps the last silently, other readers the first")
+            raise HeaderError(
+                f"duplicate key {k!r}: the safetensors library keeps the last silently, other readers the first"
+            )
         out[k] = v
     return out
 
@@ -200,7 +223,9 @@ def _no_duplicates(pairs):
 def _load(raw: bytes, where: str) -> dict:
     """The header JSON, parsed with every bound of :func:`.safe_io.load_json` and duplicates refused."""
     try:
-        obj = load_json(raw, what="safetensors header", where=where, code="safetensors-header", object_pairs_hook=_no_duplicates)
+        obj = load_json(
+            raw, what="safetensors header", where=where, code="safetensors-header", object_pairs_hook=_no_duplicates
+        )
     except HeaderError as exc:  # from _no_duplicates, raised inside json
         raise _err("safetensors header has a duplicate name", where, found=exc.what) from None
     except CheckpointError as exc:
@@ -230,11 +255,27 @@ def _explain(raw: bytes, where: str, data_len: int, library: str) -> HeaderError
             return _err(f"tensor {name!r}: header entry is not an object", where, found=repr(entry)[:200])
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-            return _err(f"tensor {name!r}: unknown dtype", where, found=repr(dtype)[:80], expected=", ".join(DTYPE_BITS))
+            return _err(
+                f"tensor {name!r}: unknown dtype", where, found=repr(dtype)[:80], expected=", ".join(DTYPE_BITS)
+            )
         if not isinstance(shape, list) or not all(type(d) is int and 0 <= d <= _U64 for d in shape):
-            return _err(f"tensor {name!r}: shape is not a list of non-negative integers", where, found=repr(shape)[:200], expected="u64 dimensions")
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(type(o) is int for o in offsets) or not 0 <= offsets[0] <= offsets[1] <= _U64:
-            return _err(f"tensor {name!r}: data_offsets is not [begin, end] with 0 <= begin <= end", where, found=repr(offsets)[:200])
+            return _err(
+                f"tensor {name!r}: shape is not a list of non-negative integers",
+                where,
+                found=repr(shape)[:200],
+                expected="u64 dimensions",
+            )
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(type(o) is int for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= _U64
+        ):
+            return _err(
+                f"tensor {name!r}: data_offsets is not [begin, end] with 0 <= begin <= end",
+                where,
+                found=repr(offsets)[:200],
+            )
         bits = DTYPE_BITS[dtype]
         n = 1
         for d in shape:  # the library's checked u64 product, in order: it overflows even where a later dimension is 0
@@ -242,9 +283,16 @@ def _explain(raw: bytes, where: str, data_len: int, library: str) -> HeaderError
             if n > _U64:
                 break
         if n * bits > _U64:  # and then elements x bits, checked too
-            return _err(f"tensor {name!r}: dtype x shape overflows 64 bits", where, found=f"{dtype} {repr(shape)[:200]}", expected="a tensor of fewer than 2^64 bits")
+            return _err(
+                f"tensor {name!r}: dtype x shape overflows 64 bits",
+                where,
+                found=f"{dtype} {repr(shape)[:200]}",
+                expected="a tensor of fewer than 2^64 bits",
+            )
         if (bits * n) % 8:
-            return _err(f"tensor {name!r}: {n} elements of {dtype} do not fill whole bytes", where, found=repr(shape)[:200])
+            return _err(
+                f"tensor {name!r}: {n} elements of {dtype} do not fill whole bytes", where, found=repr(shape)[:200]
+            )
         want = bits * n // 8
         if offsets[1] - offsets[0] != want:
             return _err(
@@ -261,9 +309,19 @@ def _explain(raw: bytes, where: str, data_len: int, library: str) -> HeaderError
             return _err(f"tensor {name!r}: data {kind}", where, found=f"begins at {start}", expected=f"begins at {pos}")
         pos = end
     if pos > data_len:
-        return _err("safetensors file is truncated: the header declares more data than the file holds", where, found=f"{data_len} data bytes", expected=f"{pos} data bytes")
+        return _err(
+            "safetensors file is truncated: the header declares more data than the file holds",
+            where,
+            found=f"{data_len} data bytes",
+            expected=f"{pos} data bytes",
+        )
     if pos != data_len:
-        return _err("safetensors file has trailing bytes after the last tensor", where, found=f"{data_len} data bytes", expected=f"{pos} data bytes")
+        return _err(
+            "safetensors file has trailing bytes after the last tensor",
+            where,
+            found=f"{data_len} data bytes",
+            expected=f"{pos} data bytes",
+        )
     return _err("the safetensors library refuses this header", where, found=library[:300])
 
 
@@ -278,7 +336,9 @@ def _library_names(f: CheckpointFile, where: str) -> tuple[list[str], dict[str, 
         return f"{type(exc).__name__}: {exc}"
 
 
-def read_header(path: os.PathLike | str, *, root: os.PathLike | str | None = None, max_header_bytes: int = MAX_HEADER_BYTES) -> Header:
+def read_header(
+    path: os.PathLike | str, *, root: os.PathLike | str | None = None, max_header_bytes: int = MAX_HEADER_BYTES
+) -> Header:
     """Read and validate the header of one safetensors file (reads ``8 + N`` bytes only).
 
     ``root``: the checkpoint directory the file must stay inside (default: the file's own
@@ -295,12 +355,24 @@ def read_header(path: os.PathLike | str, *, root: os.PathLike | str | None = Non
         head = f.read_at(0, 8)
         _count(len(head))
         if len(head) < 8:
-            raise _err("safetensors file is too short to hold a header", where, found=f"{size} bytes", expected=">= 8 bytes")
+            raise _err(
+                "safetensors file is too short to hold a header", where, found=f"{size} bytes", expected=">= 8 bytes"
+            )
         n = int.from_bytes(head, "little")
         if n > max_header_bytes:
-            raise _err("safetensors header length is implausible (corrupted file?)", where, found=f"{n} bytes", expected=f"<= {max_header_bytes} bytes")
+            raise _err(
+                "safetensors header length is implausible (corrupted file?)",
+                where,
+                found=f"{n} bytes",
+                expected=f"<= {max_header_bytes} bytes",
+            )
         if 8 + n > size:
-            raise _err("safetensors header is truncated", where, found=f"file of {size} bytes", expected=f"at least {8 + n} bytes (header length {n})")
+            raise _err(
+                "safetensors header is truncated",
+                where,
+                found=f"file of {size} bytes",
+                expected=f"at least {8 + n} bytes (header length {n})",
+            )
         raw = f.read_at(8, n)
         _count(len(raw))
         if len(raw) != n:
@@ -354,8 +426,30 @@ def encode_header(
 #: tensors by this rank, highest first, then by name, which keeps every tensor aligned.  Checked against
 #: ``save_file`` for every dtype torch stores (tests/checkpoint/test_ckpt_units.py); the F6 pair, which torch
 #: lacks, as the enum declares it
-LIBRARY_DTYPE_ORDER = ("BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ",
-                       "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64")
+LIBRARY_DTYPE_ORDER = (
+    "BOOL",
+    "F4",
+    "F6_E2M3",
+    "F6_E3M2",
+    "U8",
+    "I8",
+    "F8_E5M2",
+    "F8_E4M3",
+    "F8_E8M0",
+    "F8_E4M3FNUZ",
+    "F8_E5M2FNUZ",
+    "I16",
+    "U16",
+    "F16",
+    "BF16",
+    "I32",
+    "U32",
+    "F32",
+    "C64",
+    "F64",
+    "I64",
+    "U64",
+)
 _LIBRARY_RANK = {d: i for i, d in enumerate(LIBRARY_DTYPE_ORDER)}
 
 

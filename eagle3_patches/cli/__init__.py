@@ -37,7 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     # each module registers one subcommand; add new ones to this tuple
     from . import bench_cmd
 
-    for module in (run_cmd, status_cmd, doctor_cmd, selftest_cmd, convert_cmd, apply_cmd, probe_report_cmd, bench_cmd, docs_cmd):
+    for module in (
+        run_cmd,
+        status_cmd,
+        doctor_cmd,
+        selftest_cmd,
+        convert_cmd,
+        apply_cmd,
+        probe_report_cmd,
+        bench_cmd,
+        docs_cmd,
+    ):
         module.add_parser(sub)
     return parser
 

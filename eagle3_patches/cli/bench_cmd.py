@@ -19,12 +19,20 @@ def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="benchmark a running SGLang server: accept length, output tokens/s, latency")
     p.add_argument("url", help="the server, e.g. http://127.0.0.1:30000")
     p.add_argument("--baseline", metavar="URL", help="a second server to compare with (e.g. without speculation)")
-    p.add_argument("--api", choices=["generate", "openai"], default="generate",
-                   help="native /generate (reports accept length) or OpenAI /v1/completions")
+    p.add_argument(
+        "--api",
+        choices=["generate", "openai"],
+        default="generate",
+        help="native /generate (reports accept length) or OpenAI /v1/completions",
+    )
     p.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a text prompt (repeatable)")
     p.add_argument("--prompts-file", metavar="PATH", help="one text prompt a line")
-    p.add_argument("--random-input-len", type=int, default=8, help="without text prompts: random token-id prompts of this length")
-    p.add_argument("--vocab-size", type=int, default=None, help="random prompts draw ids in [4, vocab) (default: the server's)")
+    p.add_argument(
+        "--random-input-len", type=int, default=8, help="without text prompts: random token-id prompts of this length"
+    )
+    p.add_argument(
+        "--vocab-size", type=int, default=None, help="random prompts draw ids in [4, vocab) (default: the server's)"
+    )
     p.add_argument("--num-prompts", type=int, default=8, help="random prompts to send (text prompts are all sent)")
     p.add_argument("--single-requests", type=int, default=None, help="send only the first N prompts single-stream")
     p.add_argument("--max-new-tokens", type=int, default=32)
@@ -65,12 +73,22 @@ def run(args) -> int:
         bench.wait_ready(args.url, 60)
         vocab = args.vocab_size or _server_vocab(args.url)
         if not vocab:
-            raise Eagle3Error("eagle3-patches bench: cannot tell the server's vocabulary size; pass --vocab-size or --prompt")
+            raise Eagle3Error(
+                "eagle3-patches bench: cannot tell the server's vocabulary size; pass --vocab-size or --prompt"
+            )
         prompts = bench.random_prompts(args.num_prompts, args.random_input_len, vocab, seed=args.seed)
     urls = [args.url] + ([args.baseline] if args.baseline else [])
-    report = bench.run(urls, prompts, concurrency=args.concurrency, single_requests=args.single_requests,
-                       progress=not args.no_progress, api=args.api, max_new_tokens=args.max_new_tokens,
-                       temperature=args.temperature, timeout=args.timeout)
+    report = bench.run(
+        urls,
+        prompts,
+        concurrency=args.concurrency,
+        single_requests=args.single_requests,
+        progress=not args.no_progress,
+        api=args.api,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        timeout=args.timeout,
+    )
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -20,7 +20,7 @@ examples:
 Streams tensor by tensor (never loads pickles, never writes SRC), writes DST atomically,
 re-reads its headers and runs the doctor's draft checks on it. Layer ids are translated
 from speculators' meaning (input of layer N) to eagle3-patches' (output of layer N-1).
-See {doc_pointer('checkpoints')}.
+See {doc_pointer("checkpoints")}.
 """
 
 
@@ -53,12 +53,35 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     p.add_argument("src", metavar="SRC", help="the speculators draft directory (read only)")
     p.add_argument("dst", metavar="DST", help="the new SGLang-format draft directory (must not exist unless --force)")
-    p.add_argument("--force", action="store_true", help="replace an existing DST (atomically, after the new one is complete)")
-    p.add_argument("--max-shard-size", type=_size, default="5GB", metavar="SIZE", help="largest output shard, e.g. 5GB (default), 500MB")
-    p.add_argument("--aux-layer-ids", type=_ids, metavar="N,N,N", help="override the source's aux layer ids (speculators' meaning: HF hidden_states index)")
-    p.add_argument("--drop-embed-tokens", action="store_true", help="leave out embed_tokens.weight (sglang uses the target's embedding)")
-    p.add_argument("--target", metavar="PATH", help="the target checkpoint: also check layer range, hidden and vocab against it")
-    p.add_argument("--sglang-version", metavar="V", help="the sglang release to check the result against (default: the installed one)")
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing DST (atomically, after the new one is complete)"
+    )
+    p.add_argument(
+        "--max-shard-size",
+        type=_size,
+        default="5GB",
+        metavar="SIZE",
+        help="largest output shard, e.g. 5GB (default), 500MB",
+    )
+    p.add_argument(
+        "--aux-layer-ids",
+        type=_ids,
+        metavar="N,N,N",
+        help="override the source's aux layer ids (speculators' meaning: HF hidden_states index)",
+    )
+    p.add_argument(
+        "--drop-embed-tokens",
+        action="store_true",
+        help="leave out embed_tokens.weight (sglang uses the target's embedding)",
+    )
+    p.add_argument(
+        "--target", metavar="PATH", help="the target checkpoint: also check layer range, hidden and vocab against it"
+    )
+    p.add_argument(
+        "--sglang-version",
+        metavar="V",
+        help="the sglang release to check the result against (default: the installed one)",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a progress bar")
     g.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
@@ -119,8 +142,13 @@ def run(args) -> int:
     src_ids = res.config.get("eagle3_patches_converted_from", {}).get("eagle_aux_hidden_state_layer_ids")
     print(esc(f"converted {res.src} -> {res.dst}"))
     print(f"  {res.tensors} tensors, {res.bytes_copied / 1e6:.1f} MB in {len(res.files)} file(s), {res.seconds:.2f} s")
-    print(f"  {len(res.renamed)} renamed (layers.0.* -> midlayer.*)" + esc(f", dropped {', '.join(res.dropped)}" if res.dropped else ""))
-    print(f"  aux layer ids {src_ids} (speculators: input of layer N) -> {ec['eagle_aux_hidden_state_layer_ids']} (output of layer N-1)")
+    print(
+        f"  {len(res.renamed)} renamed (layers.0.* -> midlayer.*)"
+        + esc(f", dropped {', '.join(res.dropped)}" if res.dropped else "")
+    )
+    print(
+        f"  aux layer ids {src_ids} (speculators: input of layer N) -> {ec['eagle_aux_hidden_state_layer_ids']} (output of layer N-1)"
+    )
     for note in res.cleaned:
         print(f"  note: {esc(note)}")
     if res.report is not None:

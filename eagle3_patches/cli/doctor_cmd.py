@@ -19,8 +19,8 @@ examples:
   eagle3-patches doctor --command "eagle3-patches run -- python -m sglang.launch_server ..." --json
 
 Only config.json, the whole safetensors index and every safetensors header are read, plus
-the draft's d2t/t2d; never through a link that leaves the checkpoint ({doc_pointer('security')}).
-Every check, the symptom it prevents and an example report: {doc_pointer('doctor')}.
+the draft's d2t/t2d; never through a link that leaves the checkpoint ({doc_pointer("security")}).
+Every check, the symptom it prevents and an example report: {doc_pointer("doctor")}.
 """
 
 
@@ -51,20 +51,55 @@ def add_parser(sub) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--target", metavar="PATH", help="the target checkpoint directory (default: --model-path of the launch flags)")
-    p.add_argument("--draft", metavar="PATH", help="the draft checkpoint directory (default: --speculative-draft-model-path)")
-    p.add_argument("--speculative-algorithm", type=_algorithm, metavar="ALGO", help="EAGLE3, EAGLE, NEXTN, ... (default: the launch flags', else EAGLE3)")
-    p.add_argument("--tp", type=_positive, metavar="N", help="tensor parallel size (default: the launch flags', else 1)")
-    p.add_argument("--pp", type=_positive, metavar="N", help="pipeline parallel size (default: the launch flags', else 1)")
-    p.add_argument("--sglang-version", metavar="V", help="the sglang release the server runs (default: the installed one)")
+    p.add_argument(
+        "--target", metavar="PATH", help="the target checkpoint directory (default: --model-path of the launch flags)"
+    )
+    p.add_argument(
+        "--draft", metavar="PATH", help="the draft checkpoint directory (default: --speculative-draft-model-path)"
+    )
+    p.add_argument(
+        "--speculative-algorithm",
+        type=_algorithm,
+        metavar="ALGO",
+        help="EAGLE3, EAGLE, NEXTN, ... (default: the launch flags', else EAGLE3)",
+    )
+    p.add_argument(
+        "--tp", type=_positive, metavar="N", help="tensor parallel size (default: the launch flags', else 1)"
+    )
+    p.add_argument(
+        "--pp", type=_positive, metavar="N", help="pipeline parallel size (default: the launch flags', else 1)"
+    )
+    p.add_argument(
+        "--sglang-version", metavar="V", help="the sglang release the server runs (default: the installed one)"
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--with-patches", dest="with_patches", action="store_true", default=None, help="the server runs under `eagle3-patches run`")
-    g.add_argument("--without-patches", dest="with_patches", action="store_false", help="the server runs stock sglang (the default unless the launch command is wrapped in `eagle3-patches run`)")
-    p.add_argument("--command", metavar="STRING", help="a whole launch command line as one string (instead of the flags after --)")
-    p.add_argument("--deep", action="store_true", help=argparse.SUPPRESS)  # the complete check is the default now; kept for old scripts
+    g.add_argument(
+        "--with-patches",
+        dest="with_patches",
+        action="store_true",
+        default=None,
+        help="the server runs under `eagle3-patches run`",
+    )
+    g.add_argument(
+        "--without-patches",
+        dest="with_patches",
+        action="store_false",
+        help="the server runs stock sglang (the default unless the launch command is wrapped in `eagle3-patches run`)",
+    )
+    p.add_argument(
+        "--command", metavar="STRING", help="a whole launch command line as one string (instead of the flags after --)"
+    )
+    p.add_argument(
+        "--deep", action="store_true", help=argparse.SUPPRESS
+    )  # the complete check is the default now; kept for old scripts
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-q", "--quiet", action="store_true", help="hide notes (info findings)")
-    p.add_argument("launch", nargs=argparse.REMAINDER, metavar="-- LAUNCH", help="sglang launch_server flags, or a whole launch command")
+    p.add_argument(
+        "launch",
+        nargs=argparse.REMAINDER,
+        metavar="-- LAUNCH",
+        help="sglang launch_server flags, or a whole launch command",
+    )
     p.set_defaults(func=run)
     return p
 

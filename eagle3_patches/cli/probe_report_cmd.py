@@ -18,7 +18,7 @@ examples:
   eagle3-patches probe-report /tmp/probe/probe-1234.jsonl --json
 
 The probe writes one JSON line per process, hop (target_output, draft_input) and forward mode.
-Symptoms, checks and fixes: {doc_pointer('troubleshooting')}.
+Symptoms, checks and fixes: {doc_pointer("troubleshooting")}.
 """
 
 

@@ -22,7 +22,11 @@ def add_parser(sub) -> None:
     p.add_argument("--disable", action="append", default=[], metavar="NAME", help="never apply this patch (repeatable)")
     p.add_argument("--cpu-profile", action="store_true", help="also activate the CPU profile (machines without a GPU)")
     p.add_argument(
-        "--probe", nargs="?", const="1", default=None, metavar="PATH",
+        "--probe",
+        nargs="?",
+        const="1",
+        default=None,
+        metavar="PATH",
         help="also apply the diagnostic probe (eagle3_probe): log what flows through the EAGLE-3 path once per "
         "process and forward mode; with PATH (a directory, or a *.jsonl file) also write JSON lines there for "
         "`eagle3-patches probe-report`; put -- before the command",
@@ -36,7 +40,9 @@ def run(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command:
-        raise Eagle3Error("eagle3-patches run: no command given; usage: eagle3-patches run -- python -m sglang.launch_server ...")
+        raise Eagle3Error(
+            "eagle3-patches run: no command given; usage: eagle3-patches run -- python -m sglang.launch_server ..."
+        )
     import eagle3_patches
 
     known = set(eagle3_patches.known_names())

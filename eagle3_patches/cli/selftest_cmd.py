@@ -20,7 +20,7 @@ examples:
 
 Each check runs in its own processes, on stock sglang and with the patch set on, on tiny models built
 locally (nothing is downloaded).  Without a CUDA device the CPU profile is used and the GPU checks are
-skipped, each with its reason.  The procedure on an upgrade: {doc_pointer('upgrading')}.
+skipped, each with its reason.  The procedure on an upgrade: {doc_pointer("upgrading")}.
 """
 
 
@@ -45,17 +45,30 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "selftest",
         help="after an upgrade: is each patch still needed, and does EAGLE-3 still work, on this sglang and device",
         description="The upgrade regression check: per patch, the bug on stock sglang and the behaviour with the patch "
-                    "set on; end to end on tiny models; on a CUDA device, CUDA graphs, the attention backend and dtype, TP 2.",
+        "set on; end to end on tiny models; on a CUDA device, CUDA graphs, the attention backend and dtype, TP 2.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--json", action="store_true", help="the report as JSON on stdout")
-    p.add_argument("--only", action="append", metavar="NAME",
-                   help="run only this check (a check name, or a patch name: its checks); repeatable, or comma separated")
-    p.add_argument("--timeout", type=_seconds, default=600.0, metavar="S",
-                   help="seconds one check may take before it fails (default 600)")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="run only this check (a check name, or a patch name: its checks); repeatable, or comma separated",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=600.0,
+        metavar="S",
+        help="seconds one check may take before it fails (default 600)",
+    )
     p.add_argument("--jobs", type=_jobs, default=1, metavar="N", help="checks run at once (default 1)")
-    p.add_argument("--attention-backend", metavar="NAME", help="CUDA: the attention backend your server runs (default: sglang's choice)")
+    p.add_argument(
+        "--attention-backend",
+        metavar="NAME",
+        help="CUDA: the attention backend your server runs (default: sglang's choice)",
+    )
     p.add_argument("--dtype", metavar="DTYPE", help="CUDA: the dtype your server runs (default bfloat16)")
     p.add_argument("--list", action="store_true", help="list the checks and exit")
     p.set_defaults(func=run)
@@ -80,14 +93,23 @@ def run(args) -> int:
     try:
         select(only)
     except KeyError as exc:
-        print(f"eagle3-patches selftest: unknown check or patch {escape_terminal(exc.args[0])!s}; known checks: "
-              f"{', '.join(c.name for c in CHECKS)}", file=sys.stderr)
+        print(
+            f"eagle3-patches selftest: unknown check or patch {escape_terminal(exc.args[0])!s}; known checks: "
+            f"{', '.join(c.name for c in CHECKS)}",
+            file=sys.stderr,
+        )
         return 2
 
     def progress(result, done: int, total: int) -> None:
         print(f"[{done}/{total}] {result.name}: {result.status} ({result.seconds:.1f}s)", file=sys.stderr, flush=True)
 
-    report = run_selftest(only or None, timeout=args.timeout, jobs=args.jobs, attention_backend=args.attention_backend,
-                          dtype=args.dtype, progress=progress)
+    report = run_selftest(
+        only or None,
+        timeout=args.timeout,
+        jobs=args.jobs,
+        attention_backend=args.attention_backend,
+        dtype=args.dtype,
+        progress=progress,
+    )
     print(as_json(report) if args.json else render(report))
     return report["exit_code"]

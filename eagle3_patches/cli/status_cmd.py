@@ -54,8 +54,10 @@ def _import_failure(exc: Exception, cpu_profile: bool) -> str:
     if missing:
         top = missing.split(".")[0]
         if top in STAND_INS and not cpu_profile:
-            return (f"sglang needs {top}, a CUDA-only package that cannot be imported here; on a machine without a GPU "
-                    "add --cpu-profile")
+            return (
+                f"sglang needs {top}, a CUDA-only package that cannot be imported here; on a machine without a GPU "
+                "add --cpu-profile"
+            )
         return f"sglang needs the module {missing!r}, which is not installed in this Python: pip install {top}"
     return f"{type(exc).__name__}: {exc}"
 

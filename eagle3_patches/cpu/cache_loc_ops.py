@@ -31,8 +31,8 @@ names: the patches report ``not-applicable`` there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
-from typing import Callable
 
 import torch
 from packaging.specifiers import SpecifierSet
@@ -61,7 +61,7 @@ def assign_req_to_token_pool_cpu(req_pool_indices, req_to_token, start_offset, e
     """``req_to_token[req_pool_indices[i], start[i]:end[i]] = out_cache_loc[prefix_i : prefix_i + len_i]``."""
     assert req_to_token.shape[1] == pool_len
     for req, (s, e, o) in zip(req_pool_indices.tolist(), _segments(start_offset, end_offset)):
-        req_to_token[int(req), s:e] = out_cache_loc[o:o + e - s].to(req_to_token.dtype)
+        req_to_token[int(req), s:e] = out_cache_loc[o : o + e - s].to(req_to_token.dtype)
 
 
 def assign_extend_cache_locs_cpu(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, pool_len):
@@ -71,15 +71,17 @@ def assign_extend_cache_locs_cpu(req_pool_indices, req_to_token, start_offset, e
     if segments and segments[-1][2] + segments[-1][1] - segments[-1][0] > out_cache_loc.numel():
         raise ValueError("assign_extend_cache_locs: out_cache_loc is shorter than the offsets require")
     for req, (s, e, o) in zip(req_pool_indices.tolist(), segments):
-        out_cache_loc[o:o + e - s] = req_to_token[int(req), s:e].to(out_cache_loc.dtype)
+        out_cache_loc[o : o + e - s] = req_to_token[int(req), s:e].to(out_cache_loc.dtype)
 
 
-def assign_draft_cache_locs_contiguous_cpu(req_pool_indices, req_to_token, seq_lens, out_cache_loc, pool_len, topk, num_steps):
+def assign_draft_cache_locs_contiguous_cpu(
+    req_pool_indices, req_to_token, seq_lens, out_cache_loc, pool_len, topk, num_steps
+):
     """Per request, the ``topk * num_steps`` slots from ``seq_lens[i]`` on, read back into ``out_cache_loc``."""
     assert req_to_token.shape[1] == pool_len
     n = topk * num_steps
     for i, (req, sl) in enumerate(zip(req_pool_indices.tolist(), seq_lens.tolist())):
-        out_cache_loc[i * n:(i + 1) * n] = req_to_token[int(req), int(sl):int(sl) + n].to(out_cache_loc.dtype)
+        out_cache_loc[i * n : (i + 1) * n] = req_to_token[int(req), int(sl) : int(sl) + n].to(out_cache_loc.dtype)
 
 
 def fill_bonus_tokens_cpu(accept_tokens, accept_lens, bonus_tokens, accept_stride):
@@ -105,7 +107,11 @@ _OPS: dict[str, list[tuple[str, str, Callable]]] = {
         ("assign_req_to_token_pool_func", "assign_req_to_token_pool_cpu", assign_req_to_token_pool_cpu),
     ],
     "sglang.kernels.ops.speculative.cache_locs": [
-        ("assign_draft_cache_locs_contiguous_func", "assign_draft_cache_locs_contiguous_cpu", assign_draft_cache_locs_contiguous_cpu),
+        (
+            "assign_draft_cache_locs_contiguous_func",
+            "assign_draft_cache_locs_contiguous_cpu",
+            assign_draft_cache_locs_contiguous_cpu,
+        ),
         ("assign_extend_cache_locs_func", "assign_extend_cache_locs_cpu", assign_extend_cache_locs_cpu),
     ],
     "sglang.kernels.ops.speculative.eagle": [
@@ -137,7 +143,9 @@ class CpuCacheLocOps(Patch):
     def plan(self, module: ModuleType) -> list[tuple[str, Callable]]:
         held = [(caller, op, replacement) for caller, op, replacement in _OPS[module.__name__] if hasattr(module, op)]
         if not held:  # not imported by this release's CPU branch (0.5.16 - 0.5.22: no draft-slot op in cache_locs)
-            raise NotApplicable(f"{module.__name__} imports none of {', '.join(op for _, op, _ in _OPS[module.__name__])}")
+            raise NotApplicable(
+                f"{module.__name__} imports none of {', '.join(op for _, op, _ in _OPS[module.__name__])}"
+            )
         if not getattr(module, "_is_cpu", False):
             raise NotApplicable(f"{module.__name__} does not take its CPU branch (SGLANG_USE_CPU_ENGINE is not 1)")
         out = []
@@ -156,11 +164,15 @@ class CpuCacheLocOps(Patch):
             saver.set(module, op, replacement)
 
 
-def assign_extend_cache_locs_func(req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num, device):
+def assign_extend_cache_locs_func(
+    req_pool_indices, req_to_token, start_offset, end_offset, batch_size, draft_token_num, device
+):
     """``triton_ops.cache_locs.assign_extend_cache_locs_func`` (sglang 0.5.13 - 0.5.15) for CPU: the
     slots ``[start_offset[i], end_offset[i])`` of each request, ``batch_size * draft_token_num`` int64."""
     out_cache_loc = torch.empty((batch_size * draft_token_num,), dtype=torch.int64, device=device)
-    assign_extend_cache_locs_cpu(req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, req_to_token.shape[1])
+    assign_extend_cache_locs_cpu(
+        req_pool_indices, req_to_token, start_offset, end_offset, out_cache_loc, req_to_token.shape[1]
+    )
     return out_cache_loc
 
 
@@ -186,7 +198,9 @@ class CpuAssignExtendCacheLocs(Patch):
         expect_source(func, "elif _is_npu:")
         if "_is_cpu" in source_of(func):
             raise NotApplicable("assign_extend_cache_locs_func has a CPU branch of its own")
-        busy = [flag for flag in ("_is_cuda", "_is_hip", "_is_musa", "_is_xpu", "_is_npu") if getattr(module, flag, False)]
+        busy = [
+            flag for flag in ("_is_cuda", "_is_hip", "_is_musa", "_is_xpu", "_is_npu") if getattr(module, flag, False)
+        ]
         if busy:
             raise NotApplicable(f"an accelerator branch serves it here ({', '.join(busy)})")
 

@@ -176,7 +176,9 @@ def build_tree_kernel_efficient(
     bs = len(seq_lens)
     sel_rows = selected_index.reshape(bs, -1).tolist() if bs else []
     if sel_rows and len(sel_rows[0]) != n - 1:
-        raise ValueError(f"selected_index has {len(sel_rows[0])} entries a request, expected draft_token_num - 1 = {n - 1}")
+        raise ValueError(
+            f"selected_index has {len(sel_rows[0])} entries a request, expected draft_token_num - 1 = {n - 1}"
+        )
     parent_rows = parent_list.reshape(bs, -1).tolist() if parent_list.numel() else [[] for _ in range(bs)]
 
     # Work out every request first (raises on a malformed tree before anything is written).
@@ -367,9 +369,12 @@ class CpuSpecKernels(Patch):
         if why:
             raise NotApplicable(why)
         if hasattr(utils, "build_tree_kernel_efficient_func"):  # sglang 0.5.23 and later: the spec_tree ops module
-            return self._plan_cpu_branch(sys.modules[utils.build_tree_kernel_efficient_func.__module__],
-                                         "build_tree_kernel_efficient_func")
-        if "sgl_build_tree_kernel_efficient_cpu" in utils.__dict__:  # sglang 0.5.16 - 0.5.22: eagle_utils' own CPU branch
+            return self._plan_cpu_branch(
+                sys.modules[utils.build_tree_kernel_efficient_func.__module__], "build_tree_kernel_efficient_func"
+            )
+        if (
+            "sgl_build_tree_kernel_efficient_cpu" in utils.__dict__
+        ):  # sglang 0.5.16 - 0.5.22: eagle_utils' own CPU branch
             return self._plan_cpu_branch(utils, "build_tree_kernel_efficient")
         expect_source(expect_attr(utils, "build_tree_kernel_efficient"), "sgl_build_tree_kernel_efficient(")
         original = expect_attr(utils, "verify_tree_greedy_func")
@@ -398,10 +403,15 @@ class CpuSpecKernels(Patch):
         expect_source(expect_attr(owner, "verify_tree_greedy_func"), "elif _is_cpu:", "sgl_verify_tree_greedy_cpu(")
         if not getattr(owner, "_is_cpu", False):
             raise NotApplicable(f"{owner.__name__} does not take its CPU branch (SGLANG_USE_CPU_ENGINE is not 1)")
-        ops = {"sgl_build_tree_kernel_efficient_cpu": build_tree_kernel_efficient, "sgl_verify_tree_greedy_cpu": verify_tree_greedy}
+        ops = {
+            "sgl_build_tree_kernel_efficient_cpu": build_tree_kernel_efficient,
+            "sgl_verify_tree_greedy_cpu": verify_tree_greedy,
+        }
         real = [n for n in ops if not is_stub(expect_attr(owner, n))]
         if real:
-            raise NotApplicable(f"sgl_kernel's CPU build is installed ({', '.join(real)}): its own ops serve the decode loop")
+            raise NotApplicable(
+                f"sgl_kernel's CPU build is installed ({', '.join(real)}): its own ops serve the decode loop"
+            )
         return [(owner, n, op) for n, op in ops.items()]
 
     def check(self, module: ModuleType) -> None:

@@ -94,7 +94,7 @@ def split_cpus(cpus: list[int], ranks: int) -> str:
     cpus = sorted(cpus)
     if ranks <= len(cpus):
         size = len(cpus) // ranks
-        groups = [cpus[r * size:(r + 1) * size] for r in range(ranks)]
+        groups = [cpus[r * size : (r + 1) * size] for r in range(ranks)]
     else:  # more ranks than cores: share them round-robin
         groups = [[cpus[r % len(cpus)]] for r in range(ranks)]
     return "|".join(",".join(str(c) for c in g) for g in groups)
@@ -169,10 +169,17 @@ def build_registry() -> Registry:
 
     return Registry(
         "cpu-profile",
-        [TorchNativeMlaDispatch(), SkipTritonKvCopyWarmup(), NoCudaSyncInSetEmbed(), TpThreadBinding(), CpuSpecKernels(), TreeMaskModeForBackend(),
-         # KV-slot ops of the EAGLE decode loop: 0.5.13 - 0.5.15's assign_extend_cache_locs_func has no CPU
-         # branch (returns None); 0.5.16 on calls sgl_kernel CPU-build ops the stand-ins cannot serve
-         *cache_loc_ops()],
+        [
+            TorchNativeMlaDispatch(),
+            SkipTritonKvCopyWarmup(),
+            NoCudaSyncInSetEmbed(),
+            TpThreadBinding(),
+            CpuSpecKernels(),
+            TreeMaskModeForBackend(),
+            # KV-slot ops of the EAGLE decode loop: 0.5.13 - 0.5.15's assign_extend_cache_locs_func has no CPU
+            # branch (returns None); 0.5.16 on calls sgl_kernel CPU-build ops the stand-ins cannot serve
+            *cache_loc_ops(),
+        ],
     )
 
 

@@ -3,8 +3,8 @@ and where it writes (the :class:`~.report.Report`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..diagnostic import ERROR, Diagnostic
 from ..errors import Eagle3ConfigError
@@ -34,5 +34,3 @@ def guard(ctx: Context, label: str, fn: Callable[[Context], None]) -> None:
             f"the doctor's {label} check could not finish: {type(exc).__name__}: {exc}",
             fix="this is a bug in eagle3-patches; please report it with the --json output",
         )
-
-

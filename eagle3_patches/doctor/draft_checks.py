@@ -47,9 +47,9 @@ def _canonical(raw: str) -> tuple[str, str]:
         return "t2d", "map"
     m = _LAYER0.match(raw)
     if m:
-        return "midlayer." + raw[m.end():], "speculators"
+        return "midlayer." + raw[m.end() :], "speculators"
     if raw.startswith("model.") and raw != "model.lm_head.weight":
-        return raw[len("model."):], "model-prefix"
+        return raw[len("model.") :], "model-prefix"
     return raw, "sglang"
 
 
@@ -60,8 +60,20 @@ def load_draft(ctx: Context, path) -> None:
     dv = draft_view(cfg)
     ctx.draft = dv
     for p in dv.problems:
-        ctx.add(ERROR, "draft-config-field", f"draft config field {p.where} is unusable", where=ctx.dcfg(p.where), found=p.found, expected=p.expected, fix="repair the draft's config.json")
-    ids = f"aux ids {dv.aux_ids} ({dv.convention}{'' if dv.convention_stated else ', assumed'})" if dv.aux_ids is not None else "no aux ids"
+        ctx.add(
+            ERROR,
+            "draft-config-field",
+            f"draft config field {p.where} is unusable",
+            where=ctx.dcfg(p.where),
+            found=p.found,
+            expected=p.expected,
+            fix="repair the draft's config.json",
+        )
+    ids = (
+        f"aux ids {dv.aux_ids} ({dv.convention}{'' if dv.convention_stated else ', assumed'})"
+        if dv.aux_ids is not None
+        else "no aux ids"
+    )
     ctx.report.facts["draft"] = (
         f"{d} ({dv.format} format, {', '.join(dv.architectures) or '?'}, hidden {dv.hidden}, "
         f"draft vocab {dv.draft_vocab}, {ids})"
@@ -73,17 +85,44 @@ def check_draft_weights(ctx: Context) -> None:
     wf: WeightFiles = list_weight_files(d)
     if not wf.files:
         if wf.pickles:
-            ctx.add(ERROR, "draft-no-safetensors", "the draft has only pickle weights; eagle3-patches reads safetensors only", where=str(d), found=", ".join(p.name for p in wf.pickles[:3]), fix="save the draft with safetensors (save_pretrained(safe_serialization=True))")
+            ctx.add(
+                ERROR,
+                "draft-no-safetensors",
+                "the draft has only pickle weights; eagle3-patches reads safetensors only",
+                where=str(d),
+                found=", ".join(p.name for p in wf.pickles[:3]),
+                fix="save the draft with safetensors (save_pretrained(safe_serialization=True))",
+            )
         else:
-            ctx.add(ERROR, "not-a-checkpoint", "the draft directory holds no *.safetensors weights", where=str(d), fix="pass the directory that holds the draft's weights")
+            ctx.add(
+                ERROR,
+                "not-a-checkpoint",
+                "the draft directory holds no *.safetensors weights",
+                where=str(d),
+                fix="pass the directory that holds the draft's weights",
+            )
         return
     scan = scan_shards(wf, "draft")
     for exc in scan.errors:
         ctx.report.add_diagnostic(exc.diagnostic)
     for name, first, second in scan.duplicates:
-        ctx.add(ERROR, "duplicate-tensor", f"tensor {name} is stored in two shards", where=str(d), found=f"{first}, {second}", fix="re-export the draft")
+        ctx.add(
+            ERROR,
+            "duplicate-tensor",
+            f"tensor {name} is stored in two shards",
+            where=str(d),
+            found=f"{first}, {second}",
+            fix="re-export the draft",
+        )
     if scan.absent:
-        ctx.add(ERROR, "safetensors-index", f"{len(scan.absent)} tensor(s) in the draft's index are not in the shard it names", where=str(wf.index), found=", ".join(scan.absent[:5]), fix="re-export the draft")
+        ctx.add(
+            ERROR,
+            "safetensors-index",
+            f"{len(scan.absent)} tensor(s) in the draft's index are not in the shard it names",
+            where=str(wf.index),
+            found=", ".join(scan.absent[:5]),
+            fix="re-export the draft",
+        )
     raw, ok = scan.tensors, scan.ok
     canon: dict[str, TensorInfo] = {}
     names: dict[str, str] = {}
@@ -92,7 +131,13 @@ def check_draft_weights(ctx: Context) -> None:
         c, kind = _canonical(name)
         naming.setdefault(kind, []).append(name)
         if c in canon:
-            ctx.add(ERROR, "duplicate-tensor", f"tensors {names[c]} and {name} load into the same parameter", where=str(d), fix="keep one of them")
+            ctx.add(
+                ERROR,
+                "duplicate-tensor",
+                f"tensors {names[c]} and {name} load into the same parameter",
+                where=str(d),
+                fix="keep one of them",
+            )
             continue
         canon[c], names[c] = t, name
     ctx.draft_tensors, ctx.draft_raw_names = canon, names
@@ -112,11 +157,32 @@ def check_draft_format(ctx: Context) -> None:
         return
     if dv.format == SGLANG_EAGLE3:
         if "LlamaForCausalLMEagle3" not in dv.architectures:
-            ctx.add(WARNING, "draft-architecture", "the draft's architecture is not LlamaForCausalLMEagle3; the doctor's key and shape checks assume it", where=ctx.dcfg("architectures"), found=str(dv.architectures))
+            ctx.add(
+                WARNING,
+                "draft-architecture",
+                "the draft's architecture is not LlamaForCausalLMEagle3; the doctor's key and shape checks assume it",
+                where=ctx.dcfg("architectures"),
+                found=str(dv.architectures),
+            )
         if dv.model_type is None:
-            ctx.add(ERROR, "draft-config-field", "the draft config has no model_type; transformers' AutoConfig (and so sglang) cannot read it", where=ctx.dcfg("model_type"), expected='"llama"', fix='add "model_type": "llama"')
+            ctx.add(
+                ERROR,
+                "draft-config-field",
+                "the draft config has no model_type; transformers' AutoConfig (and so sglang) cannot read it",
+                where=ctx.dcfg("model_type"),
+                expected='"llama"',
+                fix='add "model_type": "llama"',
+            )
         if dv.num_layers is not None and dv.num_layers != 1:
-            ctx.add(ERROR, "draft-num-layers", "sglang's LlamaForCausalLMEagle3 supports exactly one decoder layer", where=ctx.dcfg("num_hidden_layers"), found=str(dv.num_layers), expected="1", fix="set num_hidden_layers to 1 (an EAGLE-3 draft has one layer)")
+            ctx.add(
+                ERROR,
+                "draft-num-layers",
+                "sglang's LlamaForCausalLMEagle3 supports exactly one decoder layer",
+                where=ctx.dcfg("num_hidden_layers"),
+                found=str(dv.num_layers),
+                expected="1",
+                fix="set num_hidden_layers to 1 (an EAGLE-3 draft has one layer)",
+            )
         # layers.0.* names: eagle3_draft_strict_loading's preflight rule
     elif dv.format == EAGLE:
         pass  # judged by the algorithm check
@@ -145,20 +211,44 @@ def check_draft_tensors(ctx: Context) -> None:
             ctx.add(
                 ERROR,
                 "tensor-shape",
-                f"{ctx.draft_raw_names[name]} has the wrong shape for the draft config" + (" (sglang's loader asserts on it at start)" if name != "embed_tokens.weight" else ""),
+                f"{ctx.draft_raw_names[name]} has the wrong shape for the draft config"
+                + (" (sglang's loader asserts on it at start)" if name != "embed_tokens.weight" else ""),
                 where=f"{d / t.file}: {ctx.draft_raw_names[name]}",
                 found=str(list(t.shape)),
                 expected=str(list(shape)),
                 fix=_shape_fix(ctx, name, t.shape, shape),
             )
     if "d2t" in ctx.draft_tensors and "t2d" not in ctx.draft_tensors:
-        ctx.add(WARNING, "t2d-missing", "the draft has d2t but no t2d (sglang ignores t2d; SpecForge's exporter and other servers require it)", where=str(d), fix="re-export t2d (bool mask over the target vocabulary)")
+        ctx.add(
+            WARNING,
+            "t2d-missing",
+            "the draft has d2t but no t2d (sglang ignores t2d; SpecForge's exporter and other servers require it)",
+            where=str(d),
+            fix="re-export t2d (bool mask over the target vocabulary)",
+        )
     if "embed_tokens.weight" not in ctx.draft_tensors:
-        ctx.add(INFO, "embed-from-target", "the draft has no embed_tokens.weight; sglang uses the target's embedding (as it does anyway for EAGLE-3)", where=str(d))
+        ctx.add(
+            INFO,
+            "embed-from-target",
+            "the draft has no embed_tokens.weight; sglang uses the target's embedding (as it does anyway for EAGLE-3)",
+            where=str(d),
+        )
     if dv.draft_vocab is None and dv.is_eagle3:
-        ctx.add(WARNING, "draft-vocab-missing", "the draft config has no draft_vocab_size: sglang then replaces the draft's lm_head by the target's full one", where=ctx.dcfg("draft_vocab_size"), fix="set draft_vocab_size to the number of rows of lm_head.weight")
+        ctx.add(
+            WARNING,
+            "draft-vocab-missing",
+            "the draft config has no draft_vocab_size: sglang then replaces the draft's lm_head by the target's full one",
+            where=ctx.dcfg("draft_vocab_size"),
+            fix="set draft_vocab_size to the number of rows of lm_head.weight",
+        )
     if dv.tie_word_embeddings and dv.is_eagle3:
-        ctx.add(WARNING, "draft-tied-embeddings", "tie_word_embeddings is true: sglang makes the draft's lm_head the target's embedding and ignores lm_head.weight", where=ctx.dcfg("tie_word_embeddings"), fix="set tie_word_embeddings to false unless the draft really was trained tied")
+        ctx.add(
+            WARNING,
+            "draft-tied-embeddings",
+            "tie_word_embeddings is true: sglang makes the draft's lm_head the target's embedding and ignores lm_head.weight",
+            where=ctx.dcfg("tie_word_embeddings"),
+            fix="set tie_word_embeddings to false unless the draft really was trained tied",
+        )
 
 
 def _shape_fix(ctx: Context, name: str, found, expected) -> str:
@@ -175,16 +265,33 @@ def _read_small(ctx: Context, name: str):
     if t is None:
         return None
     if t.nbytes > MAX_MAP_BYTES:
-        ctx.add(ERROR, f"{name}-invalid", f"{name} is implausibly large ({t.nbytes} bytes); not read", where=f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}", found=str(list(t.shape)), fix="re-export it")
+        ctx.add(
+            ERROR,
+            f"{name}-invalid",
+            f"{name} is implausibly large ({t.nbytes} bytes); not read",
+            where=f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}",
+            found=str(list(t.shape)),
+            fix="re-export it",
+        )
         return None
     from safetensors import safe_open  # a dependency
 
     where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}"
     try:
-        with open_checkpoint_file(ctx.draft_dir, t.file, what="draft shard") as cf, safe_open(cf.library_path, framework="np") as f:
+        with (
+            open_checkpoint_file(ctx.draft_dir, t.file, what="draft shard") as cf,
+            safe_open(cf.library_path, framework="np") as f,
+        ):
             value = f.get_tensor(ctx.draft_raw_names[name])
     except Exception as exc:  # noqa: BLE001 - the library's refusal is the finding
-        ctx.add(ERROR, f"{name}-invalid", f"{name} cannot be read", where=where, found=f"{type(exc).__name__}: {exc}"[:300], fix="re-export it")
+        ctx.add(
+            ERROR,
+            f"{name}-invalid",
+            f"{name} cannot be read",
+            where=where,
+            found=f"{type(exc).__name__}: {exc}"[:300],
+            fix="re-export it",
+        )
         return None
     count_read(t.nbytes)
     return value
@@ -198,7 +305,15 @@ def check_d2t(ctx: Context) -> None:
     t = ctx.draft_tensors["d2t"]
     where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names['d2t']}"
     if t.dtype not in INT_DTYPES or len(t.shape) != 1:
-        ctx.add(ERROR, "d2t-invalid", f"d2t is {t.dtype} {list(t.shape)}, expected a 1-D integer tensor of offsets", where=where, found=f"{t.dtype} {list(t.shape)}", expected=f"I64 [{dv.effective_draft_vocab}]", fix="save d2t as 1-D int64 offsets (d2t[i] = target_id[i] - i)")
+        ctx.add(
+            ERROR,
+            "d2t-invalid",
+            f"d2t is {t.dtype} {list(t.shape)}, expected a 1-D integer tensor of offsets",
+            where=where,
+            found=f"{t.dtype} {list(t.shape)}",
+            expected=f"I64 [{dv.effective_draft_vocab}]",
+            fix="save d2t as 1-D int64 offsets (d2t[i] = target_id[i] - i)",
+        )
         return
     if target_vocab is None:
         return
@@ -215,14 +330,30 @@ def check_d2t(ctx: Context) -> None:
         tt = ctx.draft_tensors["t2d"]
         twhere = f"{ctx.draft_dir / tt.file}: {ctx.draft_raw_names['t2d']}"
         if tt.dtype != "BOOL" or tt.shape != (target_vocab,):
-            ctx.add(WARNING, "t2d-invalid", "t2d is not a bool mask over the target vocabulary", where=twhere, found=f"{tt.dtype} {list(tt.shape)}", expected=f"BOOL [{target_vocab}]", fix="re-export t2d")
+            ctx.add(
+                WARNING,
+                "t2d-invalid",
+                "t2d is not a bool mask over the target vocabulary",
+                where=twhere,
+                found=f"{tt.dtype} {list(tt.shape)}",
+                expected=f"BOOL [{target_vocab}]",
+                fix="re-export t2d",
+            )
             return
         t2d = _read_small(ctx, "t2d")
         if t2d is None:
             return
         hot = d2t.astype(np.int64) + np.arange(d2t.shape[0])
         if int(t2d.sum()) != d2t.shape[0] or not bool(t2d[hot].all()):
-            ctx.add(WARNING, "t2d-invalid", "t2d does not mark exactly the target ids that d2t maps to (sglang ignores t2d, but d2t and t2d came from different exports)", where=twhere, found=f"{int(t2d.sum())} marked, {int(t2d[hot].sum())} of d2t's targets marked", expected=f"{d2t.shape[0]} marked, all of d2t's targets", fix="re-export d2t and t2d together")
+            ctx.add(
+                WARNING,
+                "t2d-invalid",
+                "t2d does not mark exactly the target ids that d2t maps to (sglang ignores t2d, but d2t and t2d came from different exports)",
+                where=twhere,
+                found=f"{int(t2d.sum())} marked, {int(t2d[hot].sum())} of d2t's targets marked",
+                expected=f"{d2t.shape[0]} marked, all of d2t's targets",
+                fix="re-export d2t and t2d together",
+            )
 
 
 # ---------------------------------------------------------------- dtypes
@@ -234,7 +365,11 @@ def _resolve_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str
         return canon, f"--dtype {flag}"
     cd = (config_dtype or "").lower()
     if cd in ("", "float32", "float"):
-        return "float16", (f"config dtype {cd} -> float16 (sglang's auto rule)" if cd else "no dtype in config -> float32 -> float16 (sglang's auto rule)")
+        return "float16", (
+            f"config dtype {cd} -> float16 (sglang's auto rule)"
+            if cd
+            else "no dtype in config -> float32 -> float16 (sglang's auto rule)"
+        )
     canon = {"half": "float16"}.get(cd, cd)
     return canon, f"config dtype {cd}"
 
@@ -256,16 +391,36 @@ def check_dtypes(ctx: Context) -> None:
                 fix=f'set "torch_dtype": "{tdt}" in the draft config.json (or launch with --dtype {tdt})',
             )
     elif ddt == "float16" and flag == "auto" and (dv.dtype or "float32") in ("float32", "float"):
-        ctx.add(WARNING, "dtype-float32-draft", f"sglang runs this draft in float16 ({dwhy}); with a bfloat16 target the fc raises a dtype error", where=ctx.dcfg("torch_dtype"), fix='state the target\'s dtype: "torch_dtype": "bfloat16"')
+        ctx.add(
+            WARNING,
+            "dtype-float32-draft",
+            f"sglang runs this draft in float16 ({dwhy}); with a bfloat16 target the fc raises a dtype error",
+            where=ctx.dcfg("torch_dtype"),
+            fix='state the target\'s dtype: "torch_dtype": "bfloat16"',
+        )
     quantized = isinstance(dv.config.get("quantization_config"), dict)
     for name, t in ctx.draft_tensors.items():
         raw = ctx.draft_raw_names[name]
         if name in ("d2t", "t2d"):
             continue
         if t.dtype not in FLOAT_DTYPES and not quantized:
-            ctx.add(ERROR, "tensor-dtype", f"{raw} is stored as {t.dtype}, not a floating-point dtype: the loader copies raw integers into a float parameter", where=f"{ctx.draft_dir / t.file}: {raw}", found=t.dtype, expected=" / ".join(sorted(FLOAT_DTYPES)), fix="re-export the draft's weights as floats")
-    stored = sorted({t.dtype for n, t in ctx.draft_tensors.items() if n not in ("d2t", "t2d") and t.dtype in FLOAT_DTYPES})
+            ctx.add(
+                ERROR,
+                "tensor-dtype",
+                f"{raw} is stored as {t.dtype}, not a floating-point dtype: the loader copies raw integers into a float parameter",
+                where=f"{ctx.draft_dir / t.file}: {raw}",
+                found=t.dtype,
+                expected=" / ".join(sorted(FLOAT_DTYPES)),
+                fix="re-export the draft's weights as floats",
+            )
+    stored = sorted(
+        {t.dtype for n, t in ctx.draft_tensors.items() if n not in ("d2t", "t2d") and t.dtype in FLOAT_DTYPES}
+    )
     want = CONFIG_DTYPES.get(ddt or "")
     if stored and want and stored != [want]:
-        ctx.add(INFO, "tensor-dtype-cast", f"draft weights are stored as {', '.join(stored)} and cast to {ddt} at load", where=str(ctx.draft_dir))
-
+        ctx.add(
+            INFO,
+            "tensor-dtype-cast",
+            f"draft weights are stored as {', '.join(stored)} and cast to {ddt} at load",
+            where=str(ctx.draft_dir),
+        )

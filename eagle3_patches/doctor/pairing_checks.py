@@ -23,11 +23,35 @@ def check_sizes(ctx: Context) -> None:
             fix="this draft was trained for another target",
         )
     if dv.target_hidden is not None and tv.hidden and dv.target_hidden != tv.hidden:
-        ctx.add(ERROR, "target-hidden-size", "the draft's target_hidden_size is not the target's hidden size", where=ctx.dcfg("target_hidden_size"), found=str(dv.target_hidden), expected=str(tv.hidden), fix="this draft was trained for another target (or fix target_hidden_size)")
+        ctx.add(
+            ERROR,
+            "target-hidden-size",
+            "the draft's target_hidden_size is not the target's hidden size",
+            where=ctx.dcfg("target_hidden_size"),
+            found=str(dv.target_hidden),
+            expected=str(tv.hidden),
+            fix="this draft was trained for another target (or fix target_hidden_size)",
+        )
     if dv.vocab and tv.vocab and dv.vocab != tv.vocab:
-        ctx.add(ERROR, "vocab-mismatch", "the draft's vocab_size differs from the target's: d2t/t2d and the shared embedding index the target vocabulary", where=ctx.dcfg(dv.layer_prefix + "vocab_size"), found=f"draft {dv.vocab}", expected=f"target {tv.vocab}", fix="this draft was trained for another target's tokenizer")
+        ctx.add(
+            ERROR,
+            "vocab-mismatch",
+            "the draft's vocab_size differs from the target's: d2t/t2d and the shared embedding index the target vocabulary",
+            where=ctx.dcfg(dv.layer_prefix + "vocab_size"),
+            found=f"draft {dv.vocab}",
+            expected=f"target {tv.vocab}",
+            fix="this draft was trained for another target's tokenizer",
+        )
     if dv.draft_vocab and dv.vocab and dv.draft_vocab > dv.vocab:
-        ctx.add(ERROR, "draft-vocab-size", "draft_vocab_size is larger than vocab_size", where=ctx.dcfg("draft_vocab_size"), found=str(dv.draft_vocab), expected=f"<= {dv.vocab}", fix="fix draft_vocab_size (the rows of lm_head.weight)")
+        ctx.add(
+            ERROR,
+            "draft-vocab-size",
+            "draft_vocab_size is larger than vocab_size",
+            where=ctx.dcfg("draft_vocab_size"),
+            found=str(dv.draft_vocab),
+            expected=f"<= {dv.vocab}",
+            fix="fix draft_vocab_size (the rows of lm_head.weight)",
+        )
     if ctx.tp > 1:
         bad = []
         if dv.heads and dv.heads % ctx.tp:
@@ -38,7 +62,15 @@ def check_sizes(ctx: Context) -> None:
         if dv.intermediate and dv.intermediate % ctx.tp:
             bad.append(f"intermediate_size {dv.intermediate}")
         if bad:
-            ctx.add(ERROR, "tp-draft-split", f"the draft cannot be split over tp {ctx.tp}", where=ctx.dcfg(), found=", ".join(bad), expected=f"divisible by {ctx.tp}", fix="use a tp size that divides the draft's heads and intermediate size")
+            ctx.add(
+                ERROR,
+                "tp-draft-split",
+                f"the draft cannot be split over tp {ctx.tp}",
+                where=ctx.dcfg(),
+                found=", ".join(bad),
+                expected=f"divisible by {ctx.tp}",
+                fix="use a tp size that divides the draft's heads and intermediate size",
+            )
 
 
 # ---------------------------------------------------------------- fc
@@ -48,9 +80,25 @@ def check_fc_shape(ctx: Context) -> None:
     fc = ctx.draft_tensors.get("fc.weight")
     th, k = ctx.fc_input()
     if fc is not None and len(fc.shape) != 2:
-        ctx.add(ERROR, "tensor-shape", "fc.weight is not a matrix", where=ctx.draft_tensor_where("fc.weight"), found=str(list(fc.shape)), expected=f"[{dv.hidden}, {k} x {th}]", fix="re-export the draft")
+        ctx.add(
+            ERROR,
+            "tensor-shape",
+            "fc.weight is not a matrix",
+            where=ctx.draft_tensor_where("fc.weight"),
+            found=str(list(fc.shape)),
+            expected=f"[{dv.hidden}, {k} x {th}]",
+            fix="re-export the draft",
+        )
     elif fc is not None and th and dv.hidden and fc.shape[0] != dv.hidden:
-        ctx.add(ERROR, "tensor-shape", "fc.weight's output width is not the draft's hidden size", where=ctx.draft_tensor_where("fc.weight"), found=str(list(fc.shape)), expected=f"[{dv.hidden}, {fc.shape[1]}]", fix="the config.json does not belong to these weights")
+        ctx.add(
+            ERROR,
+            "tensor-shape",
+            "fc.weight's output width is not the draft's hidden size",
+            where=ctx.draft_tensor_where("fc.weight"),
+            found=str(list(fc.shape)),
+            expected=f"[{dv.hidden}, {fc.shape[1]}]",
+            fix="the config.json does not belong to these weights",
+        )
 
 
 # ---------------------------------------------------------------- layer ids
@@ -64,14 +112,26 @@ def check_layer_ids(ctx: Context) -> None:
     where = ctx.dcfg(dv.aux_ids_where)
     if dv.aux_ids is None:
         if dv.ignored_top_level_ids is not None:
-            ctx.add(ERROR, "aux-ids-ignored", "the layer ids are at the top level of config.json, where sglang never reads them; it uses its defaults instead", where=ctx.dcfg("eagle_aux_hidden_state_layer_ids"), found=str(dv.ignored_top_level_ids), expected="eagle_config.eagle_aux_hidden_state_layer_ids", fix="move them into eagle_config (and state eagle_config.%s)" % L.CONVENTION_KEY)
+            ctx.add(
+                ERROR,
+                "aux-ids-ignored",
+                "the layer ids are at the top level of config.json, where sglang never reads them; it uses its defaults instead",
+                where=ctx.dcfg("eagle_aux_hidden_state_layer_ids"),
+                found=str(dv.ignored_top_level_ids),
+                expected="eagle_config.eagle_aux_hidden_state_layer_ids",
+                fix="move them into eagle_config (and state eagle_config.%s)" % L.CONVENTION_KEY,
+            )
         defaults = L.default_capture_points(n) if n else None
         outputs = [p - 1 for p in defaults] if defaults else None
         ctx.add(
             ERROR,
             "aux-ids-missing",
             "the draft config names no aux layer ids: sglang captures its defaults "
-            + (f"(before layers {defaults} = the outputs of layers {outputs})" if defaults else "[2, n//2, n-3] (before those layers)"),
+            + (
+                f"(before layers {defaults} = the outputs of layers {outputs})"
+                if defaults
+                else "[2, n//2, n-3] (before those layers)"
+            ),
             where=where,
             found="no eagle_config.eagle_aux_hidden_state_layer_ids",
             fix="state the ids the draft was trained on in eagle_config.eagle_aux_hidden_state_layer_ids "
@@ -80,19 +140,45 @@ def check_layer_ids(ctx: Context) -> None:
         return
     ids = dv.aux_ids
     if not ids:
-        ctx.add(ERROR, "aux-ids-invalid", "the aux layer id list is empty", where=where, found="[]", fix="list the 3 target layers the draft was trained on")
+        ctx.add(
+            ERROR,
+            "aux-ids-invalid",
+            "the aux layer id list is empty",
+            where=where,
+            found="[]",
+            fix="list the 3 target layers the draft was trained on",
+        )
         return
     intended = dv.output_ids
     if not dv.convention_stated and dv.format == SGLANG_EAGLE3:
-        ctx.add(INFO, "aux-ids-convention-assumed", f"the draft config does not state what its ids mean; assuming {L.OUTPUT_OF_LAYER} (sglang <= 0.5.12 / SpecForge: id i = output of layer i)", where=where, fix=f'state it: eagle_config.{L.CONVENTION_KEY} = "{L.OUTPUT_OF_LAYER}" (eagle3-patches convert writes it)')
+        ctx.add(
+            INFO,
+            "aux-ids-convention-assumed",
+            f"the draft config does not state what its ids mean; assuming {L.OUTPUT_OF_LAYER} (sglang <= 0.5.12 / SpecForge: id i = output of layer i)",
+            where=where,
+            fix=f'state it: eagle_config.{L.CONVENTION_KEY} = "{L.OUTPUT_OF_LAYER}" (eagle3-patches convert writes it)',
+        )
     if dv.format == SPECULATORS:
         # what the converted config will say, range-checked against the target
         if n is not None:
             bad = [i for i, o in zip(ids, intended) if not 0 <= o <= n - 2]
             if bad:
-                ctx.add(ERROR, "aux-ids-out-of-range", f"speculators ids {bad} (HF hidden_states index) have no capture point in sglang on a {n}-layer target (valid 1..{n - 1})", where=where, found=str(ids), expected=f"ids in 1..{n - 1}", fix="id 0 (embeddings) and id num_layers (final state) cannot be captured by sglang: retrain on inner layers")
+                ctx.add(
+                    ERROR,
+                    "aux-ids-out-of-range",
+                    f"speculators ids {bad} (HF hidden_states index) have no capture point in sglang on a {n}-layer target (valid 1..{n - 1})",
+                    where=where,
+                    found=str(ids),
+                    expected=f"ids in 1..{n - 1}",
+                    fix="id 0 (embeddings) and id num_layers (final state) cannot be captured by sglang: retrain on inner layers",
+                )
             else:
-                ctx.add(INFO, "aux-ids-capture", f"ids {ids} (speculators' meaning) are the outputs of layers {intended} of {n} (what `eagle3-patches convert` writes, and what speculators_draft_config hands sglang)", where=where)
+                ctx.add(
+                    INFO,
+                    "aux-ids-capture",
+                    f"ids {ids} (speculators' meaning) are the outputs of layers {intended} of {n} (what `eagle3-patches convert` writes, and what speculators_draft_config hands sglang)",
+                    where=where,
+                )
         return
     cap = ctx.capture()
     ctx.report.facts["capture"] = {
@@ -115,11 +201,29 @@ def check_algorithm(ctx: Context) -> None:
         return
     is3, why = ctx.draft_is_eagle3()
     if algo is None:
-        ctx.add(WARNING, "no-speculation", "the launch command names a draft but no --speculative-algorithm: sglang does not speculate at all", where="--speculative-algorithm", fix="add --speculative-algorithm EAGLE3")
+        ctx.add(
+            WARNING,
+            "no-speculation",
+            "the launch command names a draft but no --speculative-algorithm: sglang does not speculate at all",
+            where="--speculative-algorithm",
+            fix="add --speculative-algorithm EAGLE3",
+        )
         return
     # EAGLE / NEXTN with an EAGLE-3 draft: eagle3_algorithm_guard's preflight rule
     if algo == "EAGLE3" and not is3 and ctx.draft.format != MODEL:
-        ctx.add(ERROR, "algorithm-eagle3-with-non-eagle3-draft", f"--speculative-algorithm EAGLE3 with a draft that is not EAGLE-3 ({why})", where="--speculative-algorithm", found="EAGLE3", expected="EAGLE for an EAGLE-1/2 draft", fix="use --speculative-algorithm EAGLE for this draft, or an EAGLE-3 draft")
+        ctx.add(
+            ERROR,
+            "algorithm-eagle3-with-non-eagle3-draft",
+            f"--speculative-algorithm EAGLE3 with a draft that is not EAGLE-3 ({why})",
+            where="--speculative-algorithm",
+            found="EAGLE3",
+            expected="EAGLE for an EAGLE-1/2 draft",
+            fix="use --speculative-algorithm EAGLE for this draft, or an EAGLE-3 draft",
+        )
     elif algo in ("STANDALONE", "NGRAM"):
-        ctx.add(INFO, "algorithm-not-eagle", f"--speculative-algorithm {algo}: the EAGLE-3 checks do not apply", where="--speculative-algorithm")
-
+        ctx.add(
+            INFO,
+            "algorithm-not-eagle",
+            f"--speculative-algorithm {algo}: the EAGLE-3 checks do not apply",
+            where="--speculative-algorithm",
+        )

@@ -17,6 +17,7 @@ _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 MAX_FINDINGS_PER_CODE = 20
 #: d2t / t2d larger than this are not read (a corrupted shape, not a vocabulary)
 
+
 @dataclass
 class Report:
     findings: list[Diagnostic] = field(default_factory=list)
@@ -39,7 +40,13 @@ class Report:
         """One summary finding per code whose findings were only counted."""
         for (severity, code), n in sorted(self._per_code.items()):
             if n > MAX_FINDINGS_PER_CODE:
-                self.findings.append(Diagnostic(severity, code, f"{n - MAX_FINDINGS_PER_CODE} more [{code}] finding(s) like the above are not listed"))
+                self.findings.append(
+                    Diagnostic(
+                        severity,
+                        code,
+                        f"{n - MAX_FINDINGS_PER_CODE} more [{code}] finding(s) like the above are not listed",
+                    )
+                )
         self._per_code.clear()
 
     # -- reading
@@ -69,8 +76,11 @@ class Report:
         """Raise the first error as :class:`Eagle3ConfigError` (for guards and the converter)."""
         for f in self.errors:
             more = len(self.errors) - 1
-            raise Eagle3ConfigError(diagnostic=f.replace(
-                what=f.what + (f" (and {more} more error(s): run `eagle3-patches doctor` for all)" if more else "")))
+            raise Eagle3ConfigError(
+                diagnostic=f.replace(
+                    what=f.what + (f" (and {more} more error(s): run `eagle3-patches doctor` for all)" if more else "")
+                )
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,4 +136,3 @@ def _human(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..checkpoint.launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
 from ..checkpoint.releases import (
@@ -87,7 +87,9 @@ def doctor(
     if speculative_algorithm is not None:
         algo = speculative_algorithm.strip().upper()
         if algo not in ALGORITHMS:
-            raise ValueError(f"unknown speculative algorithm {speculative_algorithm!r} (sglang knows {', '.join(ALGORITHMS)})")
+            raise ValueError(
+                f"unknown speculative algorithm {speculative_algorithm!r} (sglang knows {', '.join(ALGORITHMS)})"
+            )
         asrc = "--speculative-algorithm"
     elif la.algorithm:
         algo, asrc = la.algorithm, "launch flags"
@@ -129,7 +131,12 @@ def doctor(
             where=vsrc,
         )
     if vsrc.startswith("assumed"):
-        report.add(INFO, "sglang-version-assumed", f"sglang is not installed here; checking against {version}", fix="pass --sglang-version V for the server's release")
+        report.add(
+            INFO,
+            "sglang-version-assumed",
+            f"sglang is not installed here; checking against {version}",
+            fix="pass --sglang-version V for the server's release",
+        )
 
     # paths: explicit arguments win over the launch command
     target = _pick_path(ctx, "target", target, la.model_path, "--model-path")
@@ -159,7 +166,12 @@ def doctor(
     # the preflight rule of every sglang bug this library knows (each in its patch module)
     run_rules(ctx, ctx.report.add_diagnostic, lambda label, fn: guard(ctx, label, lambda c: fn()))
     if target is None and draft is None:
-        report.add(ERROR, "nothing-to-check", "neither a target nor a draft was given", fix="pass --target PATH and --draft PATH (or a launch command naming them)")
+        report.add(
+            ERROR,
+            "nothing-to-check",
+            "neither a target nor a draft was given",
+            fix="pass --target PATH and --draft PATH (or a launch command naming them)",
+        )
 
     report.close()
     report.facts["bytes_read"] = bytes_read() - read0
@@ -179,12 +191,21 @@ def check_draft(
     Server-setup findings (release support, launch flags) are left out: see :func:`doctor`.
     """
     return doctor(
-        target, draft, speculative_algorithm="EAGLE3", sglang_version=sglang_version, with_patches=with_patches, checkpoint_only=True
+        target,
+        draft,
+        speculative_algorithm="EAGLE3",
+        sglang_version=sglang_version,
+        with_patches=with_patches,
+        checkpoint_only=True,
     )
 
 
 def _pick_path(ctx: Context, role: str, explicit, from_launch, flag: str):
-    if explicit is not None and from_launch is not None and os.path.abspath(str(explicit)) != os.path.abspath(str(from_launch)):
+    if (
+        explicit is not None
+        and from_launch is not None
+        and os.path.abspath(str(explicit)) != os.path.abspath(str(from_launch))
+    ):
         ctx.add(
             WARNING,
             "path-differs-from-launch",
@@ -198,4 +219,3 @@ def _pick_path(ctx: Context, role: str, explicit, from_launch, flag: str):
     if path is not None:
         ctx.report.facts[f"{role}_path"] = str(path)
     return path
-

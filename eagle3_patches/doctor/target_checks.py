@@ -24,7 +24,15 @@ def load_target(ctx: Context, path) -> None:
     tv = target_view(cfg)
     ctx.target = tv
     for p in tv.problems:
-        ctx.add(ERROR, "target-config-field", f"target config field {p.where} is unusable", where=ctx.tcfg(p.where.removeprefix(tv.text_prefix)), found=p.found, expected=p.expected, fix="repair the target's config.json")
+        ctx.add(
+            ERROR,
+            "target-config-field",
+            f"target config field {p.where} is unusable",
+            where=ctx.tcfg(p.where.removeprefix(tv.text_prefix)),
+            found=p.found,
+            expected=p.expected,
+            fix="repair the target's config.json",
+        )
     ctx.report.facts["target"] = (
         f"{d} ({tv.arch or tv.model_type or 'unknown architecture'}, {tv.num_layers} layers, hidden {tv.hidden}, vocab {tv.vocab}, dtype {tv.dtype})"
     )
@@ -46,13 +54,32 @@ def check_target_weights(ctx: Context) -> None:
     wf = list_weight_files(d)
     if not wf.files:
         if wf.pickles:
-            ctx.add(WARNING, "target-no-safetensors", "the target has only pickle weights; the doctor reads safetensors only", where=str(d), found=", ".join(p.name for p in wf.pickles[:3]))
+            ctx.add(
+                WARNING,
+                "target-no-safetensors",
+                "the target has only pickle weights; the doctor reads safetensors only",
+                where=str(d),
+                found=", ".join(p.name for p in wf.pickles[:3]),
+            )
         else:
-            ctx.add(ERROR, "not-a-checkpoint", "the target directory holds no *.safetensors weights", where=str(d), fix="pass the directory that holds the target's weights")
+            ctx.add(
+                ERROR,
+                "not-a-checkpoint",
+                "the target directory holds no *.safetensors weights",
+                where=str(d),
+                fix="pass the directory that holds the target's weights",
+            )
         return
     missing = {p for p in wf.files if not os.path.lexists(p)}
     if missing:
-        ctx.add(ERROR, "safetensors-index", f"{len(missing)} shard(s) named by the target's index are missing", where=str(wf.index), found=", ".join(sorted(str(p.relative_to(d)) for p in missing)[:5]), fix="finish the download")
+        ctx.add(
+            ERROR,
+            "safetensors-index",
+            f"{len(missing)} shard(s) named by the target's index are missing",
+            where=str(wf.index),
+            found=", ".join(sorted(str(p.relative_to(d)) for p in missing)[:5]),
+            fix="finish the download",
+        )
     by_file: dict[str, list[str]] = {f: [] for f in set((wf.weight_map or {}).values())}
     for name, f in (wf.weight_map or {}).items():
         by_file[f].append(name)
@@ -81,17 +108,36 @@ def check_target_weights(ctx: Context) -> None:
             ctx.report.add_diagnostic(exc.diagnostic)
     ctx.report.facts["target_headers_read"] = f"{read} of {len(wf.files)} shard header(s), {n_tensors} tensors"
     if absent:
-        ctx.add(ERROR, "safetensors-index", f"{len(absent)} tensor(s) in the target's index are not in the shard it names", where=str(wf.index), found=", ".join(absent[:5]), fix="re-download the index and shards together")
+        ctx.add(
+            ERROR,
+            "safetensors-index",
+            f"{len(absent)} tensor(s) in the target's index are not in the shard it names",
+            where=str(wf.index),
+            found=", ".join(absent[:5]),
+            fix="re-download the index and shards together",
+        )
     tv = ctx.target
     for t in ctx.target_tensors.values():
         if len(t.shape) != 2 or (tv.hidden and tv.vocab and (t.shape[1] != tv.hidden or t.shape[0] < tv.vocab)):
-            ctx.add(ERROR, "target-config-vs-weights", f"the target's {t.name} does not match its config", where=f"{d / t.file}: {t.name}", found=str(list(t.shape)), expected=f"[{tv.vocab}, {tv.hidden}] (vocab_size, hidden_size)", fix="the config.json and the weights belong to different models")
-
+            ctx.add(
+                ERROR,
+                "target-config-vs-weights",
+                f"the target's {t.name} does not match its config",
+                where=f"{d / t.file}: {t.name}",
+                found=str(list(t.shape)),
+                expected=f"[{tv.vocab}, {tv.hidden}] (vocab_size, hidden_size)",
+                fix="the config.json and the weights belong to different models",
+            )
 
 
 def check_target_release(ctx: Context) -> None:
     tv = ctx.target
     if tv.is_kimi_k25 and ctx.algorithm in ("EAGLE", "EAGLE3", "NEXTN") and not ctx.rf.has_kimi_k25:
-        ctx.add(ERROR, "kimi-k25-unsupported", f"sglang {ctx.version} has no KimiK25ForConditionalGeneration (models/kimi_k25.py arrived in 0.5.9)", where=ctx.tcfg("architectures", top=True), found=str(tv.architectures), fix="use sglang 0.5.9 with eagle3-patches, or >= 0.5.10")
-
-
+        ctx.add(
+            ERROR,
+            "kimi-k25-unsupported",
+            f"sglang {ctx.version} has no KimiK25ForConditionalGeneration (models/kimi_k25.py arrived in 0.5.9)",
+            where=ctx.tcfg("architectures", top=True),
+            found=str(tv.architectures),
+            fix="use sglang 0.5.9 with eagle3-patches, or >= 0.5.10",
+        )

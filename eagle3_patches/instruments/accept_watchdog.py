@@ -63,8 +63,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
@@ -81,8 +82,15 @@ NAME = "accept_watchdog"
 #: decode batches the watchdog waits for the armed probe's records before it reports without them
 PROBE_WAIT_BATCHES = 16
 #: the doctor findings that check for the causes it names
-RELATED = ("algorithm-eagle-with-eagle3-draft", "aux-disabled", "kimi-k25-delegation", "keys-missing", "d2t-invalid",
-           "aux-ids-convention", "fc-width")
+RELATED = (
+    "algorithm-eagle-with-eagle3-draft",
+    "aux-disabled",
+    "kimi-k25-delegation",
+    "keys-missing",
+    "d2t-invalid",
+    "aux-ids-convention",
+    "fc-width",
+)
 LIKELY_CAUSES = (
     "--speculative-algorithm EAGLE (or NEXTN) with an EAGLE-3 draft (the usual one: the target captures nothing, "
     "the draft's fc is skipped and its head replaced by the target's); the target not capturing its aux layers "
@@ -158,8 +166,17 @@ class ProbeHooks:
 class Watchdog:
     """One per scheduler process.  :meth:`add` is called once per speculative decode batch."""
 
-    def __init__(self, window: int = 200, threshold: float = 1.05, warmup: int = 100, interval: float = 600.0, *,
-                 clock: Callable[[], float] = time.monotonic, probe: Any = None, where: str = ""):
+    def __init__(
+        self,
+        window: int = 200,
+        threshold: float = 1.05,
+        warmup: int = 100,
+        interval: float = 600.0,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        probe: Any = None,
+        where: str = "",
+    ):
         self.window = Window(window, warmup)
         self.threshold = threshold
         self.interval = interval
@@ -178,7 +195,7 @@ class Watchdog:
         self.algorithm: str | None = None  # for the message (read lazily from sglang's server args)
 
     @classmethod
-    def from_settings(cls, s: settings.Settings, **kw: Any) -> "Watchdog":
+    def from_settings(cls, s: settings.Settings, **kw: Any) -> Watchdog:
         return cls(s.watchdog_window, s.watchdog_threshold, s.watchdog_warmup, s.watchdog_interval, **kw)
 
     def add(self, steps: int, tokens: int) -> None:
@@ -193,8 +210,11 @@ class Watchdog:
         self.last_mean = mean
         self.min_mean = mean if self.min_mean is None else min(self.min_mean, mean)
         self.degraded = mean < self.threshold
-        if self.degraded and self.waiting is None and (
-                self.last_report is None or self.clock() - self.last_report >= self.interval):
+        if (
+            self.degraded
+            and self.waiting is None
+            and (self.last_report is None or self.clock() - self.last_report >= self.interval)
+        ):
             self._report(mean)
         if self.gauges is not None:
             self.gauges.export(self)
@@ -203,17 +223,18 @@ class Watchdog:
         """The watchdog's own diagnostic: the symptom, the window, the likely causes."""
         algo = f", --speculative-algorithm {self.algorithm}" if self.algorithm else ""
         return Diagnostic.make(
-            WARNING, "accept-length-low",
+            WARNING,
+            "accept-length-low",
             "speculative decoding accepts essentially no draft tokens (the accept length is about 1.0)",
             where=f"{self.where}{algo}",
             found=f"mean accept length {mean:.3f} over the last {self.window.size} verify steps (below the "
-                  f"threshold {self.threshold:g}; 1.0 means no draft token accepted)",
+            f"threshold {self.threshold:g}; 1.0 means no draft token accepted)",
             expected="accept length = accepted draft tokens + 1 per verify step, sglang's `accept len`; a trained "
-                     "EAGLE-3 drafter gives about 2.7-3.5 on Kimi-K2/K2.5",
+            "EAGLE-3 drafter gives about 2.7-3.5 on Kimi-K2/K2.5",
             cause=LIKELY_CAUSES,
             fix="the diagnostic probe runs once now and names the first wrong hop after the next decode batch; "
-                "then `eagle3-patches doctor --target T --draft D -- <launch flags>` and "
-                "`eagle3-patches docs troubleshooting`",
+            "then `eagle3-patches doctor --target T --draft D -- <launch flags>` and "
+            "`eagle3-patches docs troubleshooting`",
             related=RELATED,
             context={"accept_length": round(mean, 4), "window": self.window.size, "threshold": self.threshold},
         )
@@ -223,11 +244,15 @@ class Watchdog:
         self.last_report = self.clock()
         head = "eagle3-patches watchdog: "
         why_not = self.probe.arm()
-        tail = (f"\n  next:     at most one report every {self.interval:g} s (EAGLE3_PATCHES_WATCHDOG_INTERVAL); "
-                "EAGLE3_PATCHES_WATCHDOG=0 switches the watchdog off")
+        tail = (
+            f"\n  next:     at most one report every {self.interval:g} s (EAGLE3_PATCHES_WATCHDOG_INTERVAL); "
+            "EAGLE3_PATCHES_WATCHDOG=0 switches the watchdog off"
+        )
         if why_not is not None:
-            tail += f"\n  probe:    not run: {why_not}; run it yourself: `eagle3-patches run --probe DIR -- ...`, " \
-                    "`eagle3-patches probe-report DIR`"
+            tail += (
+                f"\n  probe:    not run: {why_not}; run it yourself: `eagle3-patches run --probe DIR -- ...`, "
+                "`eagle3-patches probe-report DIR`"
+            )
         else:
             self.waiting = 0
         logger.warning("%s%s", self.finding(mean).render(head), tail)
@@ -249,22 +274,32 @@ class Watchdog:
     def _diagnose(self, records: list[dict]) -> None:
         if not records:
             self.diagnosis = None
-            logger.warning("eagle3-patches watchdog: the probe recorded nothing in %d decode batches; run it yourself "
-                           "(`eagle3-patches run --probe DIR -- ...`, `eagle3-patches probe-report DIR`)",
-                           PROBE_WAIT_BATCHES)
+            logger.warning(
+                "eagle3-patches watchdog: the probe recorded nothing in %d decode batches; run it yourself "
+                "(`eagle3-patches run --probe DIR -- ...`, `eagle3-patches probe-report DIR`)",
+                PROBE_WAIT_BATCHES,
+            )
             return
         report = analyse(records)
         self.diagnosis = report.first or "ok"
         if report.first is not None:
             also = f" ({len(report.problems) - 1} more wrong hop(s) after it)" if len(report.problems) > 1 else ""
-            logger.warning("eagle3-patches watchdog: the probe's diagnosis from %d record(s), as `eagle3-patches "
-                           "probe-report` gives it%s:\n%s", len(records), also, report.verdict())
+            logger.warning(
+                "eagle3-patches watchdog: the probe's diagnosis from %d record(s), as `eagle3-patches "
+                "probe-report` gives it%s:\n%s",
+                len(records),
+                also,
+                report.verdict(),
+            )
         else:
             logger.warning(
                 "eagle3-patches watchdog: the probe's diagnosis from %d record(s): %s The widths are right, so the "
                 "draft sees states of the right shape but the wrong content, or its tokens map to the wrong ids: "
                 "run `eagle3-patches doctor --target T --draft D -- <launch flags>` (layer ids, d2t, tensors; "
-                "check 3 of `eagle3-patches docs troubleshooting`)", len(records), report.verdict())
+                "check 3 of `eagle3-patches docs troubleshooting`)",
+                len(records),
+                report.verdict(),
+            )
 
 
 # ---------------------------------------------------------------------- Prometheus (sglang --enable-metrics)
@@ -284,24 +319,33 @@ class Gauges:
         def gauge(name: str, doc: str, extra: tuple[str, ...] = ()):
             return Gauge(f"eagle3_patches:{name}", doc, labelnames=[*names, *extra], multiprocess_mode="mostrecent")
 
-        self.degraded = gauge("watchdog_degraded", "1 when the last window's mean accept length was below the "
-                              "watchdog's threshold (drafts essentially never accepted), else 0")
+        self.degraded = gauge(
+            "watchdog_degraded",
+            "1 when the last window's mean accept length was below the "
+            "watchdog's threshold (drafts essentially never accepted), else 0",
+        )
         self.accept = gauge("watchdog_accept_length", "mean accept length of the watchdog's last window")
         self.accept_min = gauge("watchdog_accept_length_min", "lowest window mean accept length since start")
         self.threshold = gauge("watchdog_threshold", "the watchdog's threshold (EAGLE3_PATCHES_WATCHDOG_THRESHOLD)")
         self.reports = gauge("watchdog_reports", "warnings the watchdog logged since start")
-        self.verdict = gauge("watchdog_first_wrong_hop", "1 for the probe's verdict at the last report: the first "
-                             "wrong hop (hop, mode, code), or hop=\"none\" when every hop was right",
-                             ("hop", "mode", "code"))
-        self.patch_state = gauge("patch_state", "1 for each eagle3-patches patch or instrument in its current state",
-                                 ("patch", "kind", "state"))
+        self.verdict = gauge(
+            "watchdog_first_wrong_hop",
+            "1 for the probe's verdict at the last report: the first "
+            'wrong hop (hop, mode, code), or hop="none" when every hop was right',
+            ("hop", "mode", "code"),
+        )
+        self.patch_state = gauge(
+            "patch_state",
+            "1 for each eagle3-patches patch or instrument in its current state",
+            ("patch", "kind", "state"),
+        )
         self._states: dict[str, tuple[str, str, str]] = {}
         self._verdict: tuple[str, str, str] | None = None
 
     def _at(self, g, **extra: str):
         return g.labels(**self.labels, **extra)
 
-    def export(self, dog: "Watchdog | None") -> None:
+    def export(self, dog: Watchdog | None) -> None:
         self.export_patch_states()
         if dog is None:
             return
@@ -313,8 +357,9 @@ class Gauges:
             self._at(self.accept_min).set(dog.min_mean)
         if dog.diagnosis is not None:
             d = dog.diagnosis
-            key = (("none", "none", "ok") if d == "ok"
-                   else (str(d.context.get("hop")), str(d.context.get("mode")), d.code))
+            key = (
+                ("none", "none", "ok") if d == "ok" else (str(d.context.get("hop")), str(d.context.get("mode")), d.code)
+            )
             if key != self._verdict:
                 if self._verdict is not None:
                     self._at(self.verdict, **dict(zip(("hop", "mode", "code"), self._verdict))).set(0)
@@ -348,8 +393,10 @@ _lock = threading.Lock()
 
 def _stats_logging_rank(owner: Any) -> bool:
     """True on the rank where sglang logs its decode statistics (attention-TP rank 0)."""
-    for value in (getattr(owner, "is_stats_logging_rank", None),
-                  getattr(getattr(owner, "metrics_collector_context", None), "is_stats_logging_rank", None)):
+    for value in (
+        getattr(owner, "is_stats_logging_rank", None),
+        getattr(getattr(owner, "metrics_collector_context", None), "is_stats_logging_rank", None),
+    ):
         if value is not None:
             return bool(value)
     rank = getattr(owner, "attn_tp_rank", None)
@@ -362,8 +409,9 @@ def accept_counts(args: tuple, kwargs: dict) -> tuple[int, int]:
     if len(args) > 1:
         drafts = args[1]
     else:
-        drafts = next((kwargs[k] for k in ("num_correct_drafts", "num_accepted_drafts", "num_accepted_tokens")
-                       if k in kwargs), 0)
+        drafts = next(
+            (kwargs[k] for k in ("num_correct_drafts", "num_accepted_drafts", "num_accepted_tokens") if k in kwargs), 0
+        )
     tokens = args[2] if len(args) > 2 else kwargs.get("num_accept_tokens")
     return bs, drafts + bs if tokens is None else tokens
 
@@ -381,8 +429,12 @@ def _counted_spec_metrics(wrapped, instance, args, kwargs):
             dog.add(*accept_counts(args, kwargs))
     except Exception as exc:  # noqa: BLE001 - the watchdog never breaks the scheduler
         _state.broken = True
-        logger.warning("eagle3-patches watchdog: switched off in pid %d after an internal error: %s: %s",
-                       os.getpid(), type(exc).__name__, exc)
+        logger.warning(
+            "eagle3-patches watchdog: switched off in pid %d after an internal error: %s: %s",
+            os.getpid(),
+            type(exc).__name__,
+            exc,
+        )
     return out
 
 
@@ -418,8 +470,9 @@ def _spec_metrics_owner(module: ModuleType) -> type:
     for cls in candidates:
         if isinstance(cls, type) and "update_spec_metrics" in vars(cls):
             return cls
-    raise NotApplicable(f"{module.__name__}: neither Scheduler's bases nor SchedulerMetricsReporter define "
-                        "update_spec_metrics")
+    raise NotApplicable(
+        f"{module.__name__}: neither Scheduler's bases nor SchedulerMetricsReporter define update_spec_metrics"
+    )
 
 
 def _collector_class(owner: type, module: ModuleType) -> type | None:
@@ -432,8 +485,10 @@ def _collector_class(owner: type, module: ModuleType) -> type | None:
 
 class AcceptWatchdog(Patch):
     name = NAME
-    summary = ("on by default: warns when the windowed accept length says drafts are never accepted and names the "
-               "first wrong hop with the probe; Prometheus gauges with --enable-metrics")
+    summary = (
+        "on by default: warns when the windowed accept length says drafts are never accepted and names the "
+        "first wrong hop with the probe; Prometheus gauges with --enable-metrics"
+    )
     module = "sglang.srt.managers.scheduler"
     applies_to = SpecifierSet(">=0.5.8")
     default_enabled = True

@@ -160,7 +160,9 @@ def _record_target(runner, forward_batch, out, mode: str) -> None:
     use_aux = getattr(runner, "eagle_use_aux_hidden_state", None)
     if use_aux:
         configured = getattr(runner, "eagle_aux_hidden_state_layer_ids", None)
-        source = "draft config.json eagle_config (read by sglang)" if configured is not None else "none: sglang defaults"
+        source = (
+            "draft config.json eagle_config (read by sglang)" if configured is not None else "none: sglang defaults"
+        )
     else:
         configured, source = None, "not read by sglang (no EAGLE-3 capture for this algorithm)"
     width = int(stored.shape[-1]) if stored is not None else None
@@ -319,7 +321,8 @@ def _draft_config(path: Any) -> dict:
             eagle_cfg = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
             ids = eagle_cfg.get("eagle_aux_hidden_state_layer_ids", cfg.get("eagle_aux_hidden_state_layer_ids"))
             info = {
-                "eagle3": any("eagle3" in str(a).lower() for a in archs) or bool(eagle_cfg)
+                "eagle3": any("eagle3" in str(a).lower() for a in archs)
+                or bool(eagle_cfg)
                 or cfg.get("speculators_model_type") == "eagle3",
                 "aux_ids": ids if isinstance(ids, list) else None,
             }
@@ -372,8 +375,12 @@ def _sglang_version() -> str | None:
 
 def _applied_patches() -> list[str]:
     try:
-        return [n for reg in (patches.get_registry(), get_registry()) for n, s in reg.status().items()
-                if s.state.value == "applied"]
+        return [
+            n
+            for reg in (patches.get_registry(), get_registry())
+            for n, s in reg.status().items()
+            if s.state.value == "applied"
+        ]
     except Exception:  # noqa: BLE001
         return []
 

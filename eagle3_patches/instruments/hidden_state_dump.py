@@ -90,8 +90,11 @@ def _dump_layer_ids():
             return [int(x) for x in raw.replace(";", ",").split(",") if x.strip()]
         except ValueError:
             raise Eagle3ConfigError(
-                "hidden_state_dump: bad layer ids", where=settings.DUMP_LAYER_IDS, found=repr(raw),
-                expected="a comma list of integers, e.g. 1,2,3", fix=f"fix {settings.DUMP_LAYER_IDS}",
+                "hidden_state_dump: bad layer ids",
+                where=settings.DUMP_LAYER_IDS,
+                found=repr(raw),
+                expected="a comma list of integers, e.g. 1,2,3",
+                fix=f"fix {settings.DUMP_LAYER_IDS}",
             ) from None
     try:
         draft = server_arg("speculative_draft_model_path")
@@ -150,7 +153,12 @@ class _Dumper:
                     self.next_seq += 1
                 seq.extend([self.seq_of_slot[slot]] * n)
             if len(seq) != ids.shape[0] or hidden.shape[0] != ids.shape[0]:
-                logger.warning("hidden_state_dump: %d tokens, %d rows, %d states; forward skipped", ids.shape[0], len(seq), hidden.shape[0])
+                logger.warning(
+                    "hidden_state_dump: %d tokens, %d rows, %d states; forward skipped",
+                    ids.shape[0],
+                    len(seq),
+                    hidden.shape[0],
+                )
                 return
             if not self.meta:
                 self.meta = self._metadata(model, hidden)
@@ -209,8 +217,12 @@ class _Dumper:
             tmp = self.out_dir / f".{name}.tmp"
             save_file(tensors, str(tmp), metadata=dict(self.meta, written=str(time.time())))
             os.replace(tmp, self.out_dir / name)
-            logger.info("eagle3-patches: hidden_state_dump wrote %s (%d tokens, width %d)", name,
-                        tensors["input_ids"].shape[0], tensors["hidden_states"].shape[-1])
+            logger.info(
+                "eagle3-patches: hidden_state_dump wrote %s (%d tokens, width %d)",
+                name,
+                tensors["input_ids"].shape[0],
+                tensors["hidden_states"].shape[-1],
+            )
 
 
 _DUMPER: _Dumper | None = None
@@ -242,8 +254,11 @@ def _causal_lm_forward(wrapped, instance, args, kwargs):
         ids = _dump_layer_ids()
         instance.set_eagle3_layers_to_capture(ids)  # the real capture switch (and its validation)
         instance._eagle3_dump_layer_ids = list(ids)
-        logger.info("eagle3-patches: hidden_state_dump switched the aux capture on: ids %s -> layers_to_capture %s",
-                    ids, instance.model.layers_to_capture)
+        logger.info(
+            "eagle3-patches: hidden_state_dump switched the aux capture on: ids %s -> layers_to_capture %s",
+            ids,
+            instance.model.layers_to_capture,
+        )
     dumper = _dumper()
     if dumper is not None:
         instance.model._eagle3_dump_owner = instance
@@ -311,8 +326,12 @@ class HiddenStateDump(Patch):
         return s.dump_dir is not None or self.name in s.enable
 
     def check(self, module: ModuleType) -> None:
-        expect_source(expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids")
-        expect_source(expect_attr(module.DeepseekV2Model, "forward"), "aux_hidden_states.append(hidden_states + residual)")
+        expect_source(
+            expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids"
+        )
+        expect_source(
+            expect_attr(module.DeepseekV2Model, "forward"), "aux_hidden_states.append(hidden_states + residual)"
+        )
         expect_source(expect_attr(module.DeepseekV2ForCausalLM, "forward"), "capture_aux_hidden_states")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ..diagnostic import ERROR, Diagnostic
 
@@ -50,7 +51,6 @@ PATH_ORDER = {
 }
 
 SPEC_FIX_EAGLE3 = "launch with --speculative-algorithm EAGLE3"
-
 
 
 def hop_of(problem: Diagnostic) -> tuple[str, str]:
@@ -136,7 +136,8 @@ def _judge_target(rec: dict, context: dict) -> Diagnostic | None:
         "width",
         f"the target stored {width}-wide hidden states for the draft instead of {expected}",
         found=f"width {width} ({states})",
-        expected=f"{expected} ({source}" + (f" = {expected // hidden} x hidden {hidden})" if hidden and expected % hidden == 0 else ")"),
+        expected=f"{expected} ({source}"
+        + (f" = {expected // hidden} x hidden {hidden})" if hidden and expected % hidden == 0 else ")"),
         cause=cause,
         fix=fix,
         doctor=doctor,
@@ -164,7 +165,8 @@ def _target_cause(rec: dict, expected: int) -> tuple[str, str, list[str]]:
                 f"target not capturing: --speculative-algorithm {algo} with an EAGLE-3 draft; sglang sets up the aux "
                 "capture only for EAGLE3, so the target hands over its final normed H-wide state, the draft's fc is "
                 "skipped and its lm_head is replaced by the target's (accept length ~1.0)",
-                SPEC_FIX_EAGLE3 + " (eagle3_algorithm_guard refuses EAGLE with an EAGLE-3 draft at start unless disabled)",
+                SPEC_FIX_EAGLE3
+                + " (eagle3_algorithm_guard refuses EAGLE with an EAGLE-3 draft at start unless disabled)",
                 ["algorithm-eagle-with-eagle3-draft"],
             )
         if rec.get("use_aux_hidden_state") is False:
@@ -235,11 +237,15 @@ def _judge_draft(rec: dict, context: dict) -> Diagnostic | None:
                 )
                 fix, doctor = SPEC_FIX_EAGLE3, ["algorithm-eagle-with-eagle3-draft"]
             if rec.get("error"):
-                what = (f"{width}-wide states (one layer's width) entered the draft and its forward raised "
-                        f"{rec['error'].split(':', 1)[0]} (eagle3_fc_guard stops the silent fc skip)")
+                what = (
+                    f"{width}-wide states (one layer's width) entered the draft and its forward raised "
+                    f"{rec['error'].split(':', 1)[0]} (eagle3_fc_guard stops the silent fc skip)"
+                )
             else:
-                what = (f"the silent skip: {width}-wide states entered the draft and its fc was skipped "
-                        "(sglang applies fc only when the width differs from the embedding width)")
+                what = (
+                    f"the silent skip: {width}-wide states entered the draft and its fc was skipped "
+                    "(sglang applies fc only when the width differs from the embedding width)"
+                )
             return _problem(
                 rec,
                 "width",
@@ -254,7 +260,10 @@ def _judge_draft(rec: dict, context: dict) -> Diagnostic | None:
             rec,
             "width",
             f"{width}-wide states entered the draft whose fc takes {fc_in}",
-            found=f"width {width}" + (f", fc {'applied' if rec.get('fc_applied') else 'skipped'}" if rec.get("fc_applied") is not None else ""),
+            found=f"width {width}"
+            + (
+                f", fc {'applied' if rec.get('fc_applied') else 'skipped'}" if rec.get("fc_applied") is not None else ""
+            ),
             expected=f"{fc_in} = fc.in_features",
             cause="the number of aux layer ids x the target's hidden size does not match the draft's fc.weight "
             "(a draft trained for another target or another layer count), or target_hidden_size is wrong",
@@ -277,9 +286,15 @@ def _judge_draft(rec: dict, context: dict) -> Diagnostic | None:
 def _problem(rec: dict, kind: str, what: str, *, doctor: Iterable[str] = (), **kw: Any) -> Diagnostic:
     """One probe finding (code ``probe-width`` / ``probe-nan``); ``doctor``: the doctor codes that check for the cause."""
     hop, mode, pid, rank = rec.get("hop", "?"), rec.get("mode", "?"), rec.get("pid"), rec.get("tp_rank")
-    return Diagnostic.make(ERROR, f"probe-{kind}", what, where=f"{hop} in {mode} (pid {pid}, tp rank {rank})",
-                           related=tuple(doctor), context={"hop": hop, "mode": mode, "pid": pid, "tp_rank": rank, "kind": kind},
-                           **kw)
+    return Diagnostic.make(
+        ERROR,
+        f"probe-{kind}",
+        what,
+        where=f"{hop} in {mode} (pid {pid}, tp rank {rank})",
+        related=tuple(doctor),
+        context={"hop": hop, "mode": mode, "pid": pid, "tp_rank": rank, "kind": kind},
+        **kw,
+    )
 
 
 # ---------------------------------------------------------------------- one line per record
@@ -397,7 +412,12 @@ class ProbeReport:
                 key = (r.get("hop"), r.get("mode"))
                 label = "WRONG" if key in wrong else "ok"
                 tail = ""
-                if label == "ok" and r.get("hop") == DRAFT and r.get("mode") == "decode" and r.get("fc_applied") is False:
+                if (
+                    label == "ok"
+                    and r.get("hop") == DRAFT
+                    and r.get("mode") == "decode"
+                    and r.get("fc_applied") is False
+                ):
                     tail = " -- by design: a decode step feeds the draft its own states"
                 lines.append(f"  {label:<6} {summarize(r).split('] ', 1)[-1]}{tail}")
         for note in self.notes:
@@ -449,8 +469,15 @@ def _rank_notes(processes: list[ProcessSummary], tolerance: float = 0.02) -> lis
     """TP ranks that ran the same batch should capture the same (replicated) states."""
     notes = []
     for mode in ("extend", "target_verify"):
-        recs = [r for p in processes for r in p.records if r.get("hop") == TARGET and r.get("mode") == mode
-                and (r.get("stats") or {}).get("std") is not None and r.get("width") is not None]
+        recs = [
+            r
+            for p in processes
+            for r in p.records
+            if r.get("hop") == TARGET
+            and r.get("mode") == mode
+            and (r.get("stats") or {}).get("std") is not None
+            and r.get("width") is not None
+        ]
         by_shape: dict[tuple, list[dict]] = {}
         for r in recs:
             by_shape.setdefault((r.get("tokens"), r.get("width")), []).append(r)

@@ -50,11 +50,21 @@ def validate_layer_ids(layer_ids, num_layers: int) -> None:
     """0.5.8-0.5.12 meaning: id i captures the output of layer i, i.e. before layer i + 1."""
     where = f"draft config.json {FIELD} (target has {num_layers} layers)"
     if not isinstance(layer_ids, (list, tuple)) or not layer_ids:
-        raise Eagle3ConfigError("EAGLE-3 aux layer ids must be a non-empty list", where=where, found=repr(layer_ids),
-                                expected="a list such as [2, 30, 58] for Kimi-K2.5", fix=f"set {FIELD} in the draft config")
+        raise Eagle3ConfigError(
+            "EAGLE-3 aux layer ids must be a non-empty list",
+            where=where,
+            found=repr(layer_ids),
+            expected="a list such as [2, 30, 58] for Kimi-K2.5",
+            fix=f"set {FIELD} in the draft config",
+        )
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in layer_ids):
-        raise Eagle3ConfigError("EAGLE-3 aux layer ids must be integers", where=where, found=repr(layer_ids),
-                                expected="integers", fix=f"fix {FIELD}")
+        raise Eagle3ConfigError(
+            "EAGLE-3 aux layer ids must be integers",
+            where=where,
+            found=repr(layer_ids),
+            expected="integers",
+            fix=f"fix {FIELD}",
+        )
     last = num_layers - 2
     bad = [i for i in layer_ids if i < 0 or i > last]
     if bad:
@@ -70,7 +80,9 @@ def validate_layer_ids(layer_ids, num_layers: int) -> None:
     if list(layer_ids) != sorted(set(layer_ids)):  # a duplicate or a step down
         raise Eagle3ConfigError(
             "EAGLE-3 aux layer ids must be distinct and ascending: sglang captures in layer order and merges duplicates",
-            where=where, found=repr(list(layer_ids)), expected=repr(sorted(set(layer_ids))),
+            where=where,
+            found=repr(list(layer_ids)),
+            expected=repr(sorted(set(layer_ids))),
             fix="list each layer once, in ascending order, in the order the draft's fc was trained on",
         )
 
@@ -79,15 +91,19 @@ def _refuse_unsupported_parallelism(model) -> None:
     if server_arg("enable_two_batch_overlap"):
         raise Eagle3ConfigError(
             "EAGLE-3 aux capture does not work with two-batch overlap: the overlapped layers capture nothing",
-            where="--enable-two-batch-overlap", found="two-batch overlap on with --speculative-algorithm EAGLE3",
-            expected="two-batch overlap off", fix="drop --enable-two-batch-overlap when serving an EAGLE-3 draft",
+            where="--enable-two-batch-overlap",
+            found="two-batch overlap on with --speculative-algorithm EAGLE3",
+            expected="two-batch overlap off",
+            fix="drop --enable-two-batch-overlap when serving an EAGLE-3 draft",
         )
     pp_size = model.pp_group.world_size
     if pp_size > 1:
         raise Eagle3ConfigError(
             "EAGLE-3 aux capture does not work with pipeline parallelism: only the last stage's layers are captured",
-            where=f"--pp-size {pp_size}", found="pipeline parallel with --speculative-algorithm EAGLE3",
-            expected="--pp-size 1", fix="use tensor parallelism (--tp) instead of --pp-size for EAGLE-3",
+            where=f"--pp-size {pp_size}",
+            found="pipeline parallel with --speculative-algorithm EAGLE3",
+            expected="--pp-size 1",
+            fix="use tensor parallelism (--tp) instead of --pp-size for EAGLE-3",
         )
 
 
@@ -120,8 +136,12 @@ def _log_rank_evidence(model, layer_ids) -> None:
     states = ", ".join(f"{n}={s.state.value}" for n, s in get_registry().status().items())
     logger.info(
         "eagle3-patches: tp rank %d/%d pid %d: aux layer ids %s -> layers_to_capture %s; %s",
-        get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size(), os.getpid(),
-        layer_ids, list(model.model.layers_to_capture), states,
+        get_tensor_model_parallel_rank(),
+        get_tensor_model_parallel_world_size(),
+        os.getpid(),
+        layer_ids,
+        list(model.model.layers_to_capture),
+        states,
     )
 
 
@@ -178,29 +198,52 @@ class AuxCaptureValidation(Patch):
         out = Diagnostics()
         if not setup.checkpoint_only and setup.eagle3:
             if setup.launch.enable_two_batch_overlap:
-                out.add(ERROR, "two-batch-overlap", "two-batch overlap with EAGLE-3: the TBO forward captures no aux states "
-                        "(every release through 0.5.23), so the draft gets an empty list (crash) or garbage" + setup.once_eagle3,
-                        where="--enable-two-batch-overlap", found="on", expected="off",
-                        fix="drop --enable-two-batch-overlap when serving with an EAGLE-3 draft")
+                out.add(
+                    ERROR,
+                    "two-batch-overlap",
+                    "two-batch overlap with EAGLE-3: the TBO forward captures no aux states "
+                    "(every release through 0.5.23), so the draft gets an empty list (crash) or garbage"
+                    + setup.once_eagle3,
+                    where="--enable-two-batch-overlap",
+                    found="on",
+                    expected="off",
+                    fix="drop --enable-two-batch-overlap when serving with an EAGLE-3 draft",
+                )
             if setup.pp > 1:
-                out.add(ERROR, "pipeline-parallel", f"pipeline parallel (pp {setup.pp}) with EAGLE-3: only the last stage's layers "
-                        "are captured, so fewer than the configured states reach fc (shape error or garbage)" + setup.once_eagle3,
-                        where="--pp-size", found=str(setup.pp), expected="1", fix="serve with tensor parallelism only (pp 1)")
+                out.add(
+                    ERROR,
+                    "pipeline-parallel",
+                    f"pipeline parallel (pp {setup.pp}) with EAGLE-3: only the last stage's layers "
+                    "are captured, so fewer than the configured states reach fc (shape error or garbage)"
+                    + setup.once_eagle3,
+                    where="--pp-size",
+                    found=str(setup.pp),
+                    expected="1",
+                    fix="serve with tensor parallelism only (pp 1)",
+                )
         cap = setup.capture()
         if cap is None:
             return out
         ids, n, v = list(cap.ids), cap.num_layers, setup.version
         where = setup.dcfg(setup.draft.aux_ids_where)
         if cap.crash_points:
-            out.add(ERROR, "aux-ids-out-of-range", f"an id makes sglang {v} capture before layer 0, where residual is None: "
-                    "TypeError at the first forward", where=where, found=str(ids),
-                    expected=f"output-of-layer ids in 0..{(n - 2) if n else 'num_layers-2'}", fix="remove the negative id")
+            out.add(
+                ERROR,
+                "aux-ids-out-of-range",
+                f"an id makes sglang {v} capture before layer 0, where residual is None: "
+                "TypeError at the first forward",
+                where=where,
+                found=str(ids),
+                expected=f"output-of-layer ids in 0..{(n - 2) if n else 'num_layers-2'}",
+                fix="remove the negative id",
+            )
         if cap.never_reached:
             out.add(
                 ERROR,
                 "aux-ids-out-of-range",
                 f"ids {[i for i, p in zip(ids, cap.points) if p in cap.never_reached]} make sglang {v} capture before layers "
-                f"{list(cap.never_reached)}, which " + (f"a {n}-layer target never reaches" if n else "can never be reached")
+                f"{list(cap.never_reached)}, which "
+                + (f"a {n}-layer target never reaches" if n else "can never be reached")
                 + f": {len(cap.outputs)} states instead of {len(ids)} and an fc shape error",
                 where=where,
                 found=str(ids),
@@ -208,17 +251,32 @@ class AuxCaptureValidation(Patch):
                 fix="use ids of inner layers (the output of the last layer is not capturable in sglang)",
             )
         if cap.duplicates:
-            out.add(ERROR, "aux-ids-duplicate", f"ids {sorted(set(cap.duplicates))} are listed twice: sglang captures each layer "
-                    "once, so fewer states arrive than fc expects", where=where, found=str(ids), fix="list distinct layers")
+            out.add(
+                ERROR,
+                "aux-ids-duplicate",
+                f"ids {sorted(set(cap.duplicates))} are listed twice: sglang captures each layer "
+                "once, so fewer states arrive than fc expects",
+                where=where,
+                found=str(ids),
+                fix="list distinct layers",
+            )
         if cap.reordered:
-            out.add(ERROR, "aux-ids-unsorted", "the ids are not in increasing order: sglang concatenates the captured states in "
-                    "layer order, not config order, so fc sees them permuted", where=where, found=str(ids),
-                    expected=str(sorted(ids)),
-                    fix="sort the ids only if the draft was trained with them sorted; otherwise it cannot be served correctly by sglang")
+            out.add(
+                ERROR,
+                "aux-ids-unsorted",
+                "the ids are not in increasing order: sglang concatenates the captured states in "
+                "layer order, not config order, so fc sees them permuted",
+                where=where,
+                found=str(ids),
+                expected=str(sorted(ids)),
+                fix="sort the ids only if the draft was trained with them sorted; otherwise it cannot be served correctly by sglang",
+            )
         return out
 
     def check(self, module: ModuleType) -> None:
-        expect_source(expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids")
+        expect_source(
+            expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids"
+        )
         expect_source(expect_attr(module.DeepseekV2Model, "forward"), "layers_to_capture", "aux_hidden_states")
         expect_attr(module.DeepseekV2ForCausalLM, "forward")
 

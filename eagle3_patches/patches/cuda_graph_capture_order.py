@@ -167,8 +167,17 @@ class CudaGraphCaptureOrder(Patch):
     def preflight(self, setup) -> Diagnostics:
         out = Diagnostics()
         tv, dv = setup.target, setup.draft
-        if (setup.checkpoint_only or not setup.eagle3 or not self.covers(setup.version) or setup.launch.disable_cuda_graph
-                or tv is None or not tv.num_layers or dv is None or dv.format != SGLANG_EAGLE3 or not dv.aux_ids):
+        if (
+            setup.checkpoint_only
+            or not setup.eagle3
+            or not self.covers(setup.version)
+            or setup.launch.disable_cuda_graph
+            or tv is None
+            or not tv.num_layers
+            or dv is None
+            or dv.format != SGLANG_EAGLE3
+            or not dv.aux_ids
+        ):
             return out
         default = sorted(set(L.default_capture_points(tv.num_layers)))
         configured = sorted(set(L.capture_points(dv.aux_ids, setup.version)))

@@ -52,11 +52,15 @@ from ..sglang_runtime import server_args_resolution_method
 logger = logging.getLogger("eagle3_patches")
 
 
-NO_DRAFT_WHAT = ("--speculative-algorithm EAGLE3 without --speculative-draft-model-path: sglang takes the target itself "
-                 "as the draft (its MTP default), loads it twice and fails, or serves without an EAGLE-3 draft "
-                 "(sglang issue 36528)")
-NO_DRAFT_FIX = ("pass the EAGLE-3 draft with --speculative-draft-model-path; to speculate with a DeepSeek-V3-family "
-                "target's own MTP layers, use --speculative-algorithm NEXTN instead")
+NO_DRAFT_WHAT = (
+    "--speculative-algorithm EAGLE3 without --speculative-draft-model-path: sglang takes the target itself "
+    "as the draft (its MTP default), loads it twice and fails, or serves without an EAGLE-3 draft "
+    "(sglang issue 36528)"
+)
+NO_DRAFT_FIX = (
+    "pass the EAGLE-3 draft with --speculative-draft-model-path; to speculate with a DeepSeek-V3-family "
+    "target's own MTP layers, use --speculative-algorithm NEXTN instead"
+)
 
 
 def check_algorithm(server_args) -> None:
@@ -65,8 +69,13 @@ def check_algorithm(server_args) -> None:
     algorithm = (server_args.speculative_algorithm or "").upper()
     draft = server_args.speculative_draft_model_path
     if algorithm == "EAGLE3" and not draft:
-        raise Eagle3ConfigError(NO_DRAFT_WHAT, where="--speculative-algorithm EAGLE3", found="no --speculative-draft-model-path",
-                                expected="--speculative-draft-model-path PATH/TO/EAGLE3-DRAFT", fix=NO_DRAFT_FIX)
+        raise Eagle3ConfigError(
+            NO_DRAFT_WHAT,
+            where="--speculative-algorithm EAGLE3",
+            found="no --speculative-draft-model-path",
+            expected="--speculative-draft-model-path PATH/TO/EAGLE3-DRAFT",
+            fix=NO_DRAFT_FIX,
+        )
     if algorithm not in ("EAGLE", "NEXTN") or not draft:
         return
     evidence = eagle3_draft_evidence(draft)
@@ -75,7 +84,9 @@ def check_algorithm(server_args) -> None:
     if settings.current().upgrade_algorithm:
         logger.warning(
             "eagle3-patches: --speculative-algorithm %s with an EAGLE-3 draft (%s); upgraded to EAGLE3 because %s is set",
-            algorithm, evidence, settings.UPGRADE_ALGORITHM,
+            algorithm,
+            evidence,
+            settings.UPGRADE_ALGORITHM,
         )
         server_args.speculative_algorithm = "EAGLE3"
         return
@@ -105,11 +116,22 @@ class Eagle3AlgorithmGuard(Patch):
     def preflight(self, setup) -> Diagnostics:
         out = Diagnostics()
         launched = setup.facts.get("launch") is not None
-        if (not setup.checkpoint_only and launched and setup.algorithm == "EAGLE3" and setup.draft is None
-                and not setup.launch.draft_path):
-            out.add(ERROR, "algorithm-eagle3-without-draft", NO_DRAFT_WHAT, where="--speculative-algorithm EAGLE3",
-                    found="no --speculative-draft-model-path", expected="--speculative-draft-model-path PATH/TO/EAGLE3-DRAFT",
-                    fix=NO_DRAFT_FIX)
+        if (
+            not setup.checkpoint_only
+            and launched
+            and setup.algorithm == "EAGLE3"
+            and setup.draft is None
+            and not setup.launch.draft_path
+        ):
+            out.add(
+                ERROR,
+                "algorithm-eagle3-without-draft",
+                NO_DRAFT_WHAT,
+                where="--speculative-algorithm EAGLE3",
+                found="no --speculative-draft-model-path",
+                expected="--speculative-draft-model-path PATH/TO/EAGLE3-DRAFT",
+                fix=NO_DRAFT_FIX,
+            )
         is3, why = setup.draft_is_eagle3()
         if setup.checkpoint_only or setup.algorithm not in ("EAGLE", "NEXTN") or not is3:
             return out
@@ -128,8 +150,10 @@ class Eagle3AlgorithmGuard(Patch):
 
     def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
         if settings.current().upgrade_algorithm:
-            return d.replace(severity=WARNING, what=f"{d.what} ({settings.UPGRADE_ALGORITHM}=1: eagle3-patches upgrades it "
-                             "to EAGLE3 with a warning)")
+            return d.replace(
+                severity=WARNING,
+                what=f"{d.what} ({settings.UPGRADE_ALGORITHM}=1: eagle3-patches upgrades it to EAGLE3 with a warning)",
+            )
         return super().when_patched(d, setup)
 
     def check(self, module: ModuleType) -> None:

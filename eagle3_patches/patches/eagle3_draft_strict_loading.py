@@ -75,19 +75,36 @@ _MISSING = object()
 
 #: projections a checkpoint may store fused, as sglang's own state dict names them (``QKVParallelLinear``,
 #: ``MergedColumnParallelLinear``): sglang's loader loads the fused tensor whole
-FUSED_PROJECTIONS = {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-                     "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}
+FUSED_PROJECTIONS = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+}
 #: what a quantized checkpoint stores next to (or, ``weight_packed``, instead of) a projection's ``weight``: fp8
 #: (``weight_scale``, ``weight_scale_inv``, ``input_scale``) and compressed-tensors (``weight_packed``,
 #: ``weight_shape``, ``weight_zero_point``, ``weight_g_idx``).  At run time the loader needs no such list: it sees
 #: what the quantization method made of each layer (tests: the layouts of ``testing/quantized_drafts.py``).
-QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "input_scale", "weight_packed", "weight_shape", "weight_zero_point",
-                  "weight_g_idx")
+QUANT_SUFFIXES = (
+    "weight_scale",
+    "weight_scale_inv",
+    "input_scale",
+    "weight_packed",
+    "weight_shape",
+    "weight_zero_point",
+    "weight_g_idx",
+)
 #: kv-cache scales under the checkpoint spellings sglang's ``maybe_remap_kv_scale_name`` maps: loaded where the
 #: draft has kv-cache scales (fp8), ignored otherwise, as sglang's Llama loader does
-KV_SCALE_NAMES = ("self_attn.k_scale", "self_attn.v_scale", "self_attn.kv_scale", "self_attn.k_proj.k_scale",
-                  "self_attn.v_proj.v_scale", "self_attn.q_proj.output_scale", "self_attn.k_proj.output_scale",
-                  "self_attn.v_proj.output_scale", "self_attn.prob_output_scale")
+KV_SCALE_NAMES = (
+    "self_attn.k_scale",
+    "self_attn.v_scale",
+    "self_attn.kv_scale",
+    "self_attn.k_proj.k_scale",
+    "self_attn.v_proj.v_scale",
+    "self_attn.q_proj.output_scale",
+    "self_attn.k_proj.output_scale",
+    "self_attn.v_proj.output_scale",
+    "self_attn.prob_output_scale",
+)
 
 
 def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
@@ -103,9 +120,15 @@ def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str
 
     m = "midlayer."
     qo, kvo = (nh * hd if nh and hd else None), (kv * hd if kv and hd else None)
-    proj_shapes = {"self_attn.q_proj": shp(qo, 2 * H if H else None), "self_attn.k_proj": shp(kvo, 2 * H if H else None),
-                   "self_attn.v_proj": shp(kvo, 2 * H if H else None), "self_attn.o_proj": shp(H, qo),
-                   "mlp.gate_proj": shp(inter, H), "mlp.up_proj": shp(inter, H), "mlp.down_proj": shp(H, inter)}
+    proj_shapes = {
+        "self_attn.q_proj": shp(qo, 2 * H if H else None),
+        "self_attn.k_proj": shp(kvo, 2 * H if H else None),
+        "self_attn.v_proj": shp(kvo, 2 * H if H else None),
+        "self_attn.o_proj": shp(H, qo),
+        "mlp.gate_proj": shp(inter, H),
+        "mlp.up_proj": shp(inter, H),
+        "mlp.down_proj": shp(H, inter),
+    }
     for whole, parts in FUSED_PROJECTIONS.items():
         if f"{m}{whole}.weight" in setup.draft_tensors:
             shapes = [proj_shapes.pop(part) for part in parts]
@@ -118,14 +141,16 @@ def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str
         if quantized:
             exp.update({f"{m}{proj}.{suffix}": (None, "optional") for suffix in QUANT_SUFFIXES})
     exp.update({m + name: (None, "optional") for name in KV_SCALE_NAMES})
-    exp.update({
-        m + "input_layernorm.weight": (shp(H), "required"),
-        m + "post_attention_layernorm.weight": (shp(H), "required"),
-        m + "hidden_norm.weight": (shp(H), "required"),
-        "norm.weight": (shp(H), "required"),
-        "embed_tokens.weight": (shp(dv.vocab, H), "optional"),
-        "t2d": (shp(tv), "optional"),
-    })
+    exp.update(
+        {
+            m + "input_layernorm.weight": (shp(H), "required"),
+            m + "post_attention_layernorm.weight": (shp(H), "required"),
+            m + "hidden_norm.weight": (shp(H), "required"),
+            "norm.weight": (shp(H), "required"),
+            "embed_tokens.weight": (shp(dv.vocab, H), "optional"),
+            "t2d": (shp(tv), "optional"),
+        }
+    )
     if dv.fc_bias:
         exp["fc.bias"] = (shp(H), "required")
     dvocab = dv.draft_vocab
@@ -161,7 +186,7 @@ class _LoadLedger:
         self.unobservable: set[str] = set()
         self._undo: list[tuple[object, str, object]] = []
 
-    def __enter__(self) -> "_LoadLedger":
+    def __enter__(self) -> _LoadLedger:
         for pname, param in self.params.items():
             own = vars(param)
             if "weight_loader" in own:  # set_weight_attrs(...): an instance attribute
@@ -231,7 +256,9 @@ def _defaulted_params(model) -> set[str]:
     out = set()
     for mname, module in model.named_modules():
         if isinstance(getattr(module, "quant_method", None), BaseKVCacheMethod):
-            out.update(f"{mname}.{p}" for p, _ in module.named_parameters(recurse=False))  # an attention layer, never the root
+            out.update(
+                f"{mname}.{p}" for p, _ in module.named_parameters(recurse=False)
+            )  # an attention layer, never the root
     return out
 
 
@@ -270,14 +297,17 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
             name = sglang_name(raw_name)
             leaf = name.rsplit(".", 1)[-1]
             if leaf == "d2t":
-                problem = check_d2t(tensor, target_vocab=config.vocab_size,
-                                    draft_vocab=getattr(config, "draft_vocab_size", None))
+                problem = check_d2t(
+                    tensor, target_vocab=config.vocab_size, draft_vocab=getattr(config, "draft_vocab_size", None)
+                )
                 if problem:
                     d2t_problem.append(problem)
                     continue
             elif leaf != "t2d":
                 if tied and name.removeprefix("model.") == "lm_head.weight":
-                    ignored.append(f"{raw_name} (tie_word_embeddings: the head is the embedding, taken from the target)")
+                    ignored.append(
+                        f"{raw_name} (tie_word_embeddings: the head is the embedding, taken from the target)"
+                    )
                     continue
                 if "scale" in leaf:
                     remapped = _kv_scale_name(name, ledger.params)
@@ -294,7 +324,9 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
         result = wrapped(checked())
 
     if ignored:
-        logger.info("eagle3-patches: %s: ignored as sglang's Llama loader ignores them: %s", _draft_path(), "; ".join(ignored))
+        logger.info(
+            "eagle3-patches: %s: ignored as sglang's Llama loader ignores them: %s", _draft_path(), "; ".join(ignored)
+        )
     unknown = [n for n in passed if n not in ledger.sources]
     optional = _defaulted_params(instance) | {"model.embed_tokens.weight"}  # embedding: shared from the target
     if getattr(instance, "load_lm_head_from_target", False):
@@ -312,14 +344,16 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
         if d2t_problem:
             fixes.append(d2t_problem[0].fix)
         fixes.extend(unknown_tensor_hints(unknown))
-        fixes.append("check the checkpoint with `eagle3-patches doctor --draft PATH`; convert speculators drafts "
-                     "with `eagle3-patches convert SRC DST`")
+        fixes.append(
+            "check the checkpoint with `eagle3-patches doctor --draft PATH`; convert speculators drafts "
+            "with `eagle3-patches convert SRC DST`"
+        )
         raise Eagle3ConfigError(
             "the EAGLE-3 draft checkpoint does not match LlamaForCausalLMEagle3",
             where=_draft_path(),
             found="; ".join(found),
             expected="exactly the draft's parameters (midlayer.* or layers.0.*, fc, norm, lm_head, d2t/t2d offsets, "
-                     "and the scales of the draft's quantization method)",
+            "and the scales of the draft's quantization method)",
             fix="; ".join(fixes),
         )
     return result
@@ -344,14 +378,24 @@ class Eagle3DraftStrictLoading(Patch):
         if renamed:
             n, first = len(renamed), first_few(sorted(renamed), 4)
             if setup.rf.loads_layers0_keys:
-                out.add(INFO, "keys-speculators-names", f"{n} tensor(s) are named layers.0.*; sglang {setup.version} maps "
-                        "them onto midlayer.*", where=str(setup.draft_dir))
+                out.add(
+                    INFO,
+                    "keys-speculators-names",
+                    f"{n} tensor(s) are named layers.0.*; sglang {setup.version} maps them onto midlayer.*",
+                    where=str(setup.draft_dir),
+                )
             else:
-                out.add(ERROR, "keys-speculators-names", f"{n} tensor(s) are named layers.0.* (speculators' naming): sglang "
-                        f"{setup.version} drops them silently and the whole midlayer stays at its random init",
-                        where=str(setup.draft_dir), found=first, expected="midlayer.*",
-                        fix="convert the draft (eagle3-patches convert), launch under `eagle3-patches run` (strict loading "
-                        "maps the names), or use sglang >= 0.5.12")
+                out.add(
+                    ERROR,
+                    "keys-speculators-names",
+                    f"{n} tensor(s) are named layers.0.* (speculators' naming): sglang "
+                    f"{setup.version} drops them silently and the whole midlayer stays at its random init",
+                    where=str(setup.draft_dir),
+                    found=first,
+                    expected="midlayer.*",
+                    fix="convert the draft (eagle3-patches convert), launch under `eagle3-patches run` (strict loading "
+                    "maps the names), or use sglang >= 0.5.12",
+                )
         exp = expected_draft_tensors(setup)
         unknown = sorted(setup.draft_raw_names[c] for c in setup.draft_tensors if c not in exp)
         if unknown:
@@ -369,25 +413,45 @@ class Eagle3DraftStrictLoading(Patch):
             return out  # a shard could not be read: do not call its tensors missing
         missing = [n for n, (_, req) in exp.items() if req == "required" and n not in setup.draft_tensors]
         if missing == ["d2t"]:
-            out.add(ERROR, "d2t-missing", f"draft_vocab_size {dv.draft_vocab} < vocab_size {dv.vocab} but the draft has no "
-                    f"d2t: the draft's proposals would index target ids 0..{dv.draft_vocab}-1", where=str(setup.draft_dir),
-                    found="d2t", fix="re-export d2t (offsets: d2t[i] = target_id[i] - i)")
+            out.add(
+                ERROR,
+                "d2t-missing",
+                f"draft_vocab_size {dv.draft_vocab} < vocab_size {dv.vocab} but the draft has no "
+                f"d2t: the draft's proposals would index target ids 0..{dv.draft_vocab}-1",
+                where=str(setup.draft_dir),
+                found="d2t",
+                fix="re-export d2t (offsets: d2t[i] = target_id[i] - i)",
+            )
         elif missing:
-            out.add(ERROR, "keys-missing", f"{len(missing)} parameter(s) are missing from the checkpoint: sglang leaves them "
-                    "at their random init without a word", where=str(setup.draft_dir),
-                    found=first_few(missing, 8),
-                    fix="re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, d2t, t2d)")
+            out.add(
+                ERROR,
+                "keys-missing",
+                f"{len(missing)} parameter(s) are missing from the checkpoint: sglang leaves them "
+                "at their random init without a word",
+                where=str(setup.draft_dir),
+                found=first_few(missing, 8),
+                fix="re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, d2t, t2d)",
+            )
         return out
 
     def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
         if d.code == "keys-speculators-names":  # renamed at load: fixed; everything else is refused at load
-            return d.replace(severity=INFO, what=f"{d.what.split(':')[0]}; eagle3-patches' strict loading maps them onto "
-                             "midlayer.*", found="", expected="", fix="")
+            return d.replace(
+                severity=INFO,
+                what=f"{d.what.split(':')[0]}; eagle3-patches' strict loading maps them onto midlayer.*",
+                found="",
+                expected="",
+                fix="",
+            )
         return super().when_patched(d, setup)
 
     def check(self, module: ModuleType) -> None:
-        expect_source(expect_attr(module.LlamaForCausalLMEagle3, "load_weights"), "hot_token_id", "stacked_params_mapping",
-                      "weight_loader")
+        expect_source(
+            expect_attr(module.LlamaForCausalLMEagle3, "load_weights"),
+            "hot_token_id",
+            "stacked_params_mapping",
+            "weight_loader",
+        )
         expect_attr(module, "default_weight_loader")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

@@ -108,9 +108,16 @@ class Eagle3FcGuard(Patch):
         if dv is None or not dv.is_eagle3:
             return out
         if dv.format == SGLANG_EAGLE3 and dv.use_aux_hidden_state is False:
-            out.add(ERROR, "aux-disabled", "eagle_config.use_aux_hidden_state is false: the target captures nothing, the draft "
-                    "gets the final H-wide state and its fc is skipped (accept length ~1)",
-                    where=setup.dcfg("eagle_config.use_aux_hidden_state"), found="false", expected="true", fix="set it to true")
+            out.add(
+                ERROR,
+                "aux-disabled",
+                "eagle_config.use_aux_hidden_state is false: the target captures nothing, the draft "
+                "gets the final H-wide state and its fc is skipped (accept length ~1)",
+                where=setup.dcfg("eagle_config.use_aux_hidden_state"),
+                found="false",
+                expected="true",
+                fix="set it to true",
+            )
         fc = setup.draft_tensors.get("fc.weight")
         th, k = setup.fc_input()
         if fc is not None and len(fc.shape) == 2 and th and fc.shape[1] != k * th:

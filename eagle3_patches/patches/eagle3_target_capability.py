@@ -66,9 +66,11 @@ def check_target_supports_eagle3(server_args) -> None:
         helper = next((p for p in get_registry().patches() if arch in p.targets), None)
         if helper is not None and helper.applies_to:
             first_fixed = next((s.version for s in helper.applies_to if s.operator == "<"), None)
-            fix = (f"enable eagle3-patches' {helper.name} for {arch} (remove it from EAGLE3_PATCHES_DISABLE; it applies to "
-                   f"sglang {', '.join(str(s) for s in helper.applies_to)})"
-                   + (f", or upgrade sglang to >= {first_fixed}" if first_fixed else ""))
+            fix = (
+                f"enable eagle3-patches' {helper.name} for {arch} (remove it from EAGLE3_PATCHES_DISABLE; it applies to "
+                f"sglang {', '.join(str(s) for s in helper.applies_to)})"
+                + (f", or upgrade sglang to >= {first_fixed}" if first_fixed else "")
+            )
         else:
             fix = "serve this target without an EAGLE-3 draft (no patch of eagle3-patches makes it capture on this release)"
         raise Eagle3TargetError(

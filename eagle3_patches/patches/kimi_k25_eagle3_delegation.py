@@ -71,7 +71,9 @@ class DelegatingWrapperPatch(Patch):
     def upstream(self, module: ModuleType) -> str | None:
         if defines(getattr(module, self.class_name), "set_eagle3_layers_to_capture"):
             fixed = next((str(s.version) for s in self.applies_to if s.operator == "<"), None)
-            return f"{self.class_name} defines set_eagle3_layers_to_capture itself" + (f" (sglang >= {fixed})" if fixed else "")
+            return f"{self.class_name} defines set_eagle3_layers_to_capture itself" + (
+                f" (sglang >= {fixed})" if fixed else ""
+            )
         return None
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
@@ -93,8 +95,14 @@ class KimiK25Eagle3Delegation(DelegatingWrapperPatch):
     def preflight(self, setup) -> Diagnostics:
         out = Diagnostics()
         tv = setup.target
-        if (setup.checkpoint_only or tv is None or not tv.is_kimi_k25 or setup.algorithm not in ("EAGLE", "EAGLE3", "NEXTN")
-                or not setup.rf.has_kimi_k25 or not self.covers(setup.version)):
+        if (
+            setup.checkpoint_only
+            or tv is None
+            or not tv.is_kimi_k25
+            or setup.algorithm not in ("EAGLE", "EAGLE3", "NEXTN")
+            or not setup.rf.has_kimi_k25
+            or not self.covers(setup.version)
+        ):
             return out
         out.add(
             ERROR,

@@ -128,8 +128,11 @@ def draft_convention() -> tuple[str | None, str]:
     if forced:
         if forced not in CONVENTIONS:
             raise Eagle3ConfigError(
-                f"unknown EAGLE-3 layer-id convention {forced!r}", where=ENV, found=repr(forced),
-                expected=" or ".join(CONVENTIONS), fix=f"set {ENV} to {OUTPUT_OF_LAYER} or {INPUT_OF_LAYER}",
+                f"unknown EAGLE-3 layer-id convention {forced!r}",
+                where=ENV,
+                found=repr(forced),
+                expected=" or ".join(CONVENTIONS),
+                fix=f"set {ENV} to {OUTPUT_OF_LAYER} or {INPUT_OF_LAYER}",
             )
         return forced, ENV
     return None, f"the draft config ({draft}) records no eagle_config.{CONVENTION_KEY}"
@@ -151,8 +154,14 @@ def _conventional_set_layers(wrapped, instance, args, kwargs):
                 "eagle3-patches: EAGLE-3 aux layer ids %s capture the outputs of layers %s on this sglang, but of "
                 "layers %s on sglang <= 0.5.12 (the +1 rule changed in 0.5.13); %s. If the draft was trained for "
                 "sglang <= 0.5.12 (SpecForge), set eagle_config.%s = %r in its config (or %s=%s).",
-                list(layer_ids), [p - 1 for p in stock], list(layer_ids), source, CONVENTION_KEY, OUTPUT_OF_LAYER,
-                ENV, OUTPUT_OF_LAYER,
+                list(layer_ids),
+                [p - 1 for p in stock],
+                list(layer_ids),
+                source,
+                CONVENTION_KEY,
+                OUTPUT_OF_LAYER,
+                ENV,
+                OUTPUT_OF_LAYER,
             )
         return result
     points = capture_points_for(layer_ids, convention)
@@ -160,7 +169,11 @@ def _conventional_set_layers(wrapped, instance, args, kwargs):
     if points != stock:
         logger.info(
             "eagle3-patches: aux layer ids %s (%s, from %s) -> layers_to_capture %s (sglang's own rule gave %s)",
-            list(layer_ids), convention, source, points, stock,
+            list(layer_ids),
+            convention,
+            source,
+            points,
+            stock,
         )
     return result
 
@@ -186,8 +199,10 @@ class LayerIdConvention(Patch):
         try:
             proposal = L.ids_for_sglang(sorted(intended), setup.version)
             conv = L.OUTPUT_OF_LAYER if setup.rf.plus_one_always else L.INPUT_OF_LAYER
-            fix = (f"for sglang {setup.version} write {proposal} with eagle_config.{L.CONVENTION_KEY} = \"{conv}\" (or serve "
-                   "on a release that reads the ids as the draft means them)")
+            fix = (
+                f'for sglang {setup.version} write {proposal} with eagle_config.{L.CONVENTION_KEY} = "{conv}" (or serve '
+                "on a release that reads the ids as the draft means them)"
+            )
         except Eagle3ConfigError as exc:
             fix = exc.fix
         stated = "states" if dv.convention_stated else "is assumed to use"

@@ -38,7 +38,6 @@ output) but are not tested (no real processor here).
 from __future__ import annotations
 
 from types import ModuleType
-from typing import List, Optional
 
 from packaging.specifiers import SpecifierSet
 
@@ -47,7 +46,7 @@ from ..registry import Patch, Saver, defines, expect_attr, expect_source
 NAME = "qwen3_vl_eagle3_capture"
 
 
-def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None) -> None:
+def set_eagle3_layers_to_capture(self, layer_ids: list[int] | None = None) -> None:
     """Capture the outputs of the given target layers (sglang's ``val + 1`` rule; added by eagle3-patches)."""
     if not self.pp_group.is_last_rank:
         return

@@ -57,14 +57,15 @@ _checked: set[int] = set()
 
 def patch_set() -> dict:
     """This rank's patch set: what every rank of one server must agree on."""
-    return {"eagle3_patches": __version__,
-            "patches": {n: s.state.value for n, s in get_registry().status().items()}}
+    return {"eagle3_patches": __version__, "patches": {n: s.state.value for n, s in get_registry().status().items()}}
 
 
 def _differences(mine: dict, rank: int, theirs: dict, other: int) -> list[str]:
     out = []
     if mine["eagle3_patches"] != theirs["eagle3_patches"]:
-        out.append(f"eagle3-patches {mine['eagle3_patches']} on rank {rank}, {theirs['eagle3_patches']} on rank {other}")
+        out.append(
+            f"eagle3-patches {mine['eagle3_patches']} on rank {rank}, {theirs['eagle3_patches']} on rank {other}"
+        )
     for name in sorted(set(mine["patches"]) | set(theirs["patches"])):
         a, b = mine["patches"].get(name, "absent"), theirs["patches"].get(name, "absent")
         if a != b:
@@ -103,8 +104,14 @@ def check_ranks(store, rank: int, world: int, timeout_s: float) -> None:
             expected=f"the same patch set on all {world} ranks",
             fix=f"start every node the same way, with the same {settings.DISABLE} and the same eagle3-patches version",
         )
-    logger.info("eagle3-patches: rank %d/%d pid %d: the same patch set on all %d ranks (%s)", rank, world, os.getpid(),
-                world, ", ".join(f"{n}={s}" for n, s in mine["patches"].items()))
+    logger.info(
+        "eagle3-patches: rank %d/%d pid %d: the same patch set on all %d ranks (%s)",
+        rank,
+        world,
+        os.getpid(),
+        world,
+        ", ".join(f"{n}={s}" for n, s in mine["patches"].items()),
+    )
 
 
 def _checked_load_model(wrapped, instance, args, kwargs):

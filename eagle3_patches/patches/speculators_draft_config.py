@@ -120,8 +120,10 @@ def _needs_strict_loading(version) -> str | None:
         return None
     if in_source(importlib.util.find_spec(registry[STRICT_LOADING].module).origin, STRICT_LOADING):
         return None  # a fork build: the mapping is in sglang's source
-    return f"sglang {version} drops speculators' layers.0.* tensors (the whole midlayer) and {STRICT_LOADING}, " \
-           f"which maps them onto midlayer.*, is {state.value} in this process"
+    return (
+        f"sglang {version} drops speculators' layers.0.* tensors (the whole midlayer) and {STRICT_LOADING}, "
+        f"which maps them onto midlayer.*, is {state.value} in this process"
+    )
 
 
 def sglang_config_for(path, kwargs: dict) -> dict | None:
@@ -141,7 +143,7 @@ def sglang_config_for(path, kwargs: dict) -> dict | None:
             where=str(path),
             found=why,
             fix=f"enable {STRICT_LOADING} (remove it from EAGLE3_PATCHES_DISABLE), or convert the draft once with "
-                f"`eagle3-patches convert {path} {os.fspath(path).rstrip('/')}-sglang` and serve that",
+            f"`eagle3-patches convert {path} {os.fspath(path).rstrip('/')}-sglang` and serve that",
         )
     key = os.path.realpath(path)
     if key not in _logged:
@@ -151,8 +153,12 @@ def sglang_config_for(path, kwargs: dict) -> dict | None:
         logger.info(
             "eagle3-patches: %s is a speculators-format EAGLE-3 draft; sglang %s reads it as the equivalent "
             "LlamaForCausalLMEagle3 config (aux ids %s in speculators' meaning -> %s, %s)",
-            path, version, src["eagle_aux_hidden_state_layer_ids"], ec["eagle_aux_hidden_state_layer_ids"],
-            ec[CONVENTION_KEY])
+            path,
+            version,
+            src["eagle_aux_hidden_state_layer_ids"],
+            ec["eagle_aux_hidden_state_layer_ids"],
+            ec[CONVENTION_KEY],
+        )
     return config
 
 
@@ -167,14 +173,20 @@ def _speculators_aware(original: type) -> type:
 
         # what AutoConfig.from_pretrained does with the converted draft's config.json: the class of its
         # model_type, from_dict, the path as name_or_path
-        return CONFIG_MAPPING[config["model_type"]].from_dict(config, name_or_path=os.fspath(pretrained_model_name_or_path))
+        return CONFIG_MAPPING[config["model_type"]].from_dict(
+            config, name_or_path=os.fspath(pretrained_model_name_or_path)
+        )
 
-    return type(original.__name__, (original,), {
-        "from_pretrained": classmethod(from_pretrained),
-        "__doc__": f"{original.__doc__ or ''}\n\neagle3-patches ({NAME}): speculators-format EAGLE-3 drafts are read "
-                   "as the equivalent LlamaForCausalLMEagle3 config.",
-        "__module__": __name__,
-    })
+    return type(
+        original.__name__,
+        (original,),
+        {
+            "from_pretrained": classmethod(from_pretrained),
+            "__doc__": f"{original.__doc__ or ''}\n\neagle3-patches ({NAME}): speculators-format EAGLE-3 drafts are read "
+            "as the equivalent LlamaForCausalLMEagle3 config.",
+            "__module__": __name__,
+        },
+    )
 
 
 class SpeculatorsDraftConfig(Patch):
@@ -225,26 +237,32 @@ class SpeculatorsDraftConfig(Patch):
             found=f"architectures {dv.architectures}",
             expected='architectures ["LlamaForCausalLMEagle3"], eagle_config, midlayer.* keys',
             fix=f"serve it under eagle3-patches (`eagle3-patches run`, or the sglang plugin from 0.5.11), which reads it "
-                f"as it is ({NAME}); or convert it once: eagle3-patches convert {setup.draft_dir} {setup.draft_dir}-sglang",
+            f"as it is ({NAME}); or convert it once: eagle3-patches convert {setup.draft_dir} {setup.draft_dir}-sglang",
         )
         return out
 
     def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
         if not (setup.rf.loads_layers0_keys or setup.patched(STRICT_LOADING)):
-            return d.replace(what=f"{d.what} - {NAME} reads the config, but {STRICT_LOADING} (which maps layers.0.* onto "
-                             f"midlayer.* on sglang {setup.version}) is not active: the launch is refused at start",
-                             fix=f"enable {STRICT_LOADING}, or convert the draft")
+            return d.replace(
+                what=f"{d.what} - {NAME} reads the config, but {STRICT_LOADING} (which maps layers.0.* onto "
+                f"midlayer.* on sglang {setup.version}) is not active: the launch is refused at start",
+                fix=f"enable {STRICT_LOADING}, or convert the draft",
+            )
         dv = setup.draft
         ids = ""
         if dv.aux_ids:
             outputs = L.to_output_of_layer(dv.aux_ids, L.INPUT_OF_LAYER)
-            ids = (f"; aux ids {dv.aux_ids} (speculators' meaning) are handed to sglang {setup.version} as "
-                   f"{L.from_output_of_layer(outputs, L.release_convention(setup.version))} (the outputs of layers {outputs})")
+            ids = (
+                f"; aux ids {dv.aux_ids} (speculators' meaning) are handed to sglang {setup.version} as "
+                f"{L.from_output_of_layer(outputs, L.release_convention(setup.version))} (the outputs of layers {outputs})"
+            )
         return d.replace(
             severity=INFO,
             what=f"the draft is in speculators format; eagle3-patches ({NAME}) serves it as it is: sglang reads the "
-                 f"equivalent LlamaForCausalLMEagle3 config, as `eagle3-patches convert` would write it{ids}",
-            found="", expected="", fix="",
+            f"equivalent LlamaForCausalLMEagle3 config, as `eagle3-patches convert` would write it{ids}",
+            found="",
+            expected="",
+            fix="",
         )
 
 

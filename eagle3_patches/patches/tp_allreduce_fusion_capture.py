@@ -82,8 +82,17 @@ UPSTREAM_MARKER = "captured_last_layer_outputs"
 #: by the release that added them to its list (read from each release's source, 0.5.9 - 0.5.13.post1; 0.5.8, not
 #: read, is given 0.5.9's list)
 AUTO_FUSION_ARCHS_ADDED = (
-    ("0.5.8", ("DeepseekV3ForCausalLM", "GptOssForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
-               "Qwen3MoeForCausalLM", "KimiK25ForConditionalGeneration")),
+    (
+        "0.5.8",
+        (
+            "DeepseekV3ForCausalLM",
+            "GptOssForCausalLM",
+            "Glm4MoeForCausalLM",
+            "Glm4MoeLiteForCausalLM",
+            "Qwen3MoeForCausalLM",
+            "KimiK25ForConditionalGeneration",
+        ),
+    ),
     ("0.5.10", ("Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration")),
     ("0.5.11", ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM", "Qwen3NextForCausalLM")),
     ("0.5.12", ("InternS2PreviewForConditionalGeneration",)),
@@ -96,8 +105,9 @@ def auto_fusion_archs(version) -> frozenset[str]:
     from packaging.version import Version
 
     release = Version(str(version)).release
-    return frozenset(arch for first, archs in AUTO_FUSION_ARCHS_ADDED if release >= Version(first).release
-                     for arch in archs)
+    return frozenset(
+        arch for first, archs in AUTO_FUSION_ARCHS_ADDED if release >= Version(first).release for arch in archs
+    )
 
 
 def fusion_breaks_capture(server_args) -> bool:
@@ -146,12 +156,21 @@ class TpAllreduceFusionCapture(Patch):
         if setup.checkpoint_only or not setup.eagle3 or setup.tp <= 1 or not self.covers(setup.version):
             return out
         explicit = la.enable_flashinfer_allreduce_fusion
-        auto = (tv is not None and tv.arch in auto_fusion_archs(setup.version) and not la.enable_dp_attention and la.nnodes == 1
-                and (la.moe_a2a_backend or "none") == "none")
+        auto = (
+            tv is not None
+            and tv.arch in auto_fusion_archs(setup.version)
+            and not la.enable_dp_attention
+            and la.nnodes == 1
+            and (la.moe_a2a_backend or "none") == "none"
+        )
         if not (explicit or auto):
             return out
-        how = ("--enable-flashinfer-allreduce-fusion" if explicit else f"sglang turns it on by itself for {tv.arch} on "
-               "sm90/sm100 GPUs (H100/H200/B200), single node, without dp-attention or an a2a MoE backend")
+        how = (
+            "--enable-flashinfer-allreduce-fusion"
+            if explicit
+            else f"sglang turns it on by itself for {tv.arch} on "
+            "sm90/sm100 GPUs (H100/H200/B200), single node, without dp-attention or an a2a MoE backend"
+        )
         out.add(
             ERROR,
             "tp-allreduce-fusion",
@@ -161,7 +180,11 @@ class TpAllreduceFusionCapture(Patch):
             found=how,
             expected="captured states after the all-reduce",
             fix="launch under `eagle3-patches run` (tp_allreduce_fusion_capture), or upgrade to sglang >= 0.5.14"
-            + ("; or drop --enable-flashinfer-allreduce-fusion" if explicit else " (0.5.9 has no flag to turn the automatic fusion off)"),
+            + (
+                "; or drop --enable-flashinfer-allreduce-fusion"
+                if explicit
+                else " (0.5.9 has no flag to turn the automatic fusion off)"
+            ),
         )
         return out
 

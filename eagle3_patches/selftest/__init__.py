@@ -15,19 +15,32 @@ Procedure and output: docs/upgrading.md (``eagle3-patches docs upgrading``).
 """
 
 from .base import (
-           FAILED,
-           PASSED,
-           SKIPPED,
-           Check,
-           Context,
-           Device,
-           Finding,
-           Result,
-           Skip,
-           execute,
+    FAILED,
+    PASSED,
+    SKIPPED,
+    Check,
+    Context,
+    Device,
+    Finding,
+    Result,
+    Skip,
+    execute,
 )
 from .checks import BY_NAME, CHECKS
 from .runner import run_selftest
 
-__all__ = ["CHECKS", "BY_NAME", "Check", "Context", "Device", "Finding", "Result", "Skip", "execute", "run_selftest",
-           "PASSED", "FAILED", "SKIPPED"]
+__all__ = [
+    "CHECKS",
+    "BY_NAME",
+    "Check",
+    "Context",
+    "Device",
+    "Finding",
+    "Result",
+    "Skip",
+    "execute",
+    "run_selftest",
+    "PASSED",
+    "FAILED",
+    "SKIPPED",
+]

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 STATUSES = (PASSED, FAILED, SKIPPED)
@@ -26,9 +27,15 @@ ACTIVE = ("applied", "in-source")
 #: whatever the calling environment selects (a check of "the patch set" must not test a trimmed one), and
 #: no sglang plugin (a stock process must stay stock on sglang >= 0.5.11)
 CHILD_ENV = {
-    "EAGLE3_PATCHES_APPLY": "", "EAGLE3_PATCHES_DISABLE": "", "EAGLE3_PATCHES_ENABLE": "",
-    "EAGLE3_PATCHES_UPGRADE_ALGORITHM": "", "EAGLE3_PATCHES_LAYER_ID_CONVENTION": "", "EAGLE3_PATCHES_PROBE": "",
-    "EAGLE3_PATCHES_DUMP_DIR": "", "EAGLE3_PATCHES_ON_ERROR": "", "EAGLE3_PATCHES_PLUGIN": "0",
+    "EAGLE3_PATCHES_APPLY": "",
+    "EAGLE3_PATCHES_DISABLE": "",
+    "EAGLE3_PATCHES_ENABLE": "",
+    "EAGLE3_PATCHES_UPGRADE_ALGORITHM": "",
+    "EAGLE3_PATCHES_LAYER_ID_CONVENTION": "",
+    "EAGLE3_PATCHES_PROBE": "",
+    "EAGLE3_PATCHES_DUMP_DIR": "",
+    "EAGLE3_PATCHES_ON_ERROR": "",
+    "EAGLE3_PATCHES_PLUGIN": "0",
 }
 
 
@@ -84,16 +91,27 @@ class Result:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form (``observations`` left out: they hold tensors)."""
-        return {"name": self.name, "title": self.title, "status": self.status, "patch": self.patch,
-                "needs": list(self.needs), "bug": self.bug, "needed": self.needed, "state": self.state,
-                "stock": self.stock, "patched": self.patched, "reason": self.reason, "seconds": round(self.seconds, 1)}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "status": self.status,
+            "patch": self.patch,
+            "needs": list(self.needs),
+            "bug": self.bug,
+            "needed": self.needed,
+            "state": self.state,
+            "stock": self.stock,
+            "patched": self.patched,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 1),
+        }
 
 
 def bug_word(bug: bool | None) -> str:
     return {True: "present", False: "absent", None: "not observable"}[bug]
 
 
-def judge(check: "Check", finding: Finding, version: str) -> tuple[str, str, bool | None]:
+def judge(check: Check, finding: Finding, version: str) -> tuple[str, str, bool | None]:
     """``(status, reason, needed)`` from a finding.
 
     With the patch set on the behaviour must be right.  A bug observed on stock sglang must be one the patch is
@@ -106,18 +124,34 @@ def judge(check: "Check", finding: Finding, version: str) -> tuple[str, str, boo
     state = finding.state
     active = state in ACTIVE
     if state in ("failed", "pending", "disabled", "not-selected", None):
-        return FAILED, f"{check.patch} is {state or 'unknown'} with the patch set on ({finding.state_reason or 'no reason given'})", None
+        return (
+            FAILED,
+            f"{check.patch} is {state or 'unknown'} with the patch set on ({finding.state_reason or 'no reason given'})",
+            None,
+        )
     if finding.bug is True:
         if not active:
-            return FAILED, (f"the bug is present on stock sglang {version} but {check.patch} is {state} here "
-                            f"({finding.state_reason})"), None
+            return (
+                FAILED,
+                (
+                    f"the bug is present on stock sglang {version} but {check.patch} is {state} here "
+                    f"({finding.state_reason})"
+                ),
+                None,
+            )
         return PASSED, f"needed: {check.patch} fixes it on sglang {version}", True
     if finding.bug is False:
         if state == "in-source":
             return PASSED, "the fork-path diff is in sglang's source: the stock run saw the fixed source", False
         if active:
-            return PASSED, (f"not observed on stock sglang {version}: {check.patch} is still applied (its declared "
-                            "releases include this one) but this release does not need it"), False
+            return (
+                PASSED,
+                (
+                    f"not observed on stock sglang {version}: {check.patch} is still applied (its declared "
+                    "releases include this one) but this release does not need it"
+                ),
+                False,
+            )
         return PASSED, f"gone on sglang {version}: {check.patch} is {state} ({finding.state_reason})", False
     return PASSED, "the bug cannot be observed on this install; the behaviour with the patch set on is right", None
 
@@ -128,7 +162,7 @@ class Check:
 
     name: str
     title: str  # what it proves, one line
-    run: Callable[["Context"], Finding]
+    run: Callable[[Context], Finding]
     patch: str | None = None  # the patch (or instrument) whose bug it observes
     #: "cuda": a CUDA device; "2gpu": two of them; "tp2": two ranks (two GPUs on a CUDA machine, gloo on CPU);
     #: "cpu": the CPU recreation of a GPU situation (on a CUDA device its real counterpart, ``instead``, runs)
@@ -137,7 +171,7 @@ class Check:
     runs_on: str = ""  # a specifier set of sglang releases; outside them the check is skipped with ``outside``
     outside: str = ""
 
-    def skip_reason(self, ctx: "Context") -> str | None:
+    def skip_reason(self, ctx: Context) -> str | None:
         """Why this check cannot run on this install and device, or None."""
         dev = ctx.device
         if "cuda" in self.needs and dev.kind != "cuda":
@@ -158,7 +192,7 @@ class Check:
         return None
 
 
-def execute(check: Check, ctx: "Context") -> Result:
+def execute(check: Check, ctx: Context) -> Result:
     """Run one check within ``ctx.timeout`` seconds; never raises."""
     t0 = time.monotonic()
     result = Result(check.name, check.title, SKIPPED, patch=check.patch, needs=check.needs)
@@ -176,7 +210,9 @@ def execute(check: Check, ctx: "Context") -> Result:
     except Exception as exc:  # noqa: BLE001 - a check that breaks fails, with where it broke
         where = traceback.extract_tb(exc.__traceback__)[-1]
         result.status = FAILED
-        result.reason = f"the check itself raised {type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
+        result.reason = (
+            f"the check itself raised {type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
+        )
     else:
         status, reason, needed = judge(check, finding, str(ctx.version))
         result.status, result.reason, result.needed = status, reason, needed
@@ -202,8 +238,12 @@ class Device:
         return "no CUDA device visible: CPU, with the CPU profile"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "count": self.count, "name": self.name,
-                "capability": list(self.capability) if self.capability else None}
+        return {
+            "kind": self.kind,
+            "count": self.count,
+            "name": self.name,
+            "capability": list(self.capability) if self.capability else None,
+        }
 
 
 def detect_device() -> Device:
@@ -218,8 +258,17 @@ def detect_device() -> Device:
 class Context:
     """What a check runs with: the checkpoints, the device and its server arguments, the time left."""
 
-    def __init__(self, root: Path, device: Device, version: Any, *, timeout: float = 600.0,
-                 attention_backend: str | None = None, dtype: str | None = None, log: Path | None = None):
+    def __init__(
+        self,
+        root: Path,
+        device: Device,
+        version: Any,
+        *,
+        timeout: float = 600.0,
+        attention_backend: str | None = None,
+        dtype: str | None = None,
+        log: Path | None = None,
+    ):
         self.root = Path(root)
         self.log = log  # the file this check's processes write their output to (None: the terminal)
         self.device = device
@@ -247,8 +296,13 @@ class Context:
         defaults as a user runs them (CUDA graphs on, sglang's attention backend unless one was given, bf16)."""
         if not self.on_gpu:
             return dict(extra)
-        out: dict[str, Any] = {"device": "cuda", "disable_cuda_graph": False, "dtype": self.dtype or "bfloat16",
-                               "attention_backend": self.attention_backend, "cuda_graph_bs": [1, 2, 4]}
+        out: dict[str, Any] = {
+            "device": "cuda",
+            "disable_cuda_graph": False,
+            "dtype": self.dtype or "bfloat16",
+            "attention_backend": self.attention_backend,
+            "cuda_graph_bs": [1, 2, 4],
+        }
         out.update(extra)
         return out
 
@@ -263,8 +317,9 @@ class Context:
             raise CheckError(f"out of time: the check's {self.timeout:.0f} s (--timeout) were spent")
         return left
 
-    def observe(self, fn: Callable[..., Any], *args: Any, patches: Any = None, env: dict[str, str] | None = None,
-                **kwargs: Any) -> "Observed":
+    def observe(
+        self, fn: Callable[..., Any], *args: Any, patches: Any = None, env: dict[str, str] | None = None, **kwargs: Any
+    ) -> Observed:
         """``fn(*args, **kwargs)`` in a new isolated process: ``Observed("ok", value, states)``, or
         ``Observed(exception type, message, states)`` when the scenario raised (what stock or patched sglang did
         is an observation too); ``states``: every patch's state in that process afterwards.  ``patches``: None
@@ -276,14 +331,23 @@ class Context:
         from .scenarios import observed
 
         try:
-            out = run_isolated(observed, fn, *args, patches=patches, cpu_profile=not self.on_gpu,
-                               env={**self._env(), **(env or {})}, timeout=self._left(), **kwargs)
+            out = run_isolated(
+                observed,
+                fn,
+                *args,
+                patches=patches,
+                cpu_profile=not self.on_gpu,
+                env={**self._env(), **(env or {})},
+                timeout=self._left(),
+                **kwargs,
+            )
         except (BrokenProcessPool, TimeoutError) as exc:
             raise CheckError(f"{getattr(fn, '__name__', fn)}: {exc or type(exc).__name__} (--timeout)") from None
         return Observed(*out["outcome"], out["states"], out["reasons"])
 
-    def observe_ranks(self, fn: Callable[..., Any], world_size: int, *args: Any, patches: list,
-                      env: list[dict[str, str]]) -> list:
+    def observe_ranks(
+        self, fn: Callable[..., Any], world_size: int, *args: Any, patches: list, env: list[dict[str, str]]
+    ) -> list:
         """``fn(rank, world_size, port, *args)`` on ``world_size`` concurrent isolated processes (TP ranks), each with
         its own patch selection and environment (on a CUDA device each rank sees its own GPU as ``cuda:0``)."""
         from concurrent.futures.process import BrokenProcessPool
@@ -295,12 +359,22 @@ class Context:
         else:  # each rank its share of the cores (sglang >= 0.5.23 binds threads before the CPU profile's workaround can)
             from ..cpu.workarounds import split_cpus
 
-            bind = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND") or split_cpus(list(os.sched_getaffinity(0)), world_size)
+            bind = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND") or split_cpus(
+                list(os.sched_getaffinity(0)), world_size
+            )
             placement = [{"SGLANG_CPU_OMP_THREADS_BIND": bind}] * world_size
         envs = [{**self._env(), **(e or {}), **placement[r]} for r, e in enumerate(env)]
         try:
-            return run_ranks(fn, world_size, *args, patches=patches, cpu_profile=not self.on_gpu, env=envs,
-                             timeout=self._left(), per_rank=True)
+            return run_ranks(
+                fn,
+                world_size,
+                *args,
+                patches=patches,
+                cpu_profile=not self.on_gpu,
+                env=envs,
+                timeout=self._left(),
+                per_rank=True,
+            )
         except (BrokenProcessPool, TimeoutError) as exc:
             raise CheckError(f"{getattr(fn, '__name__', fn)} on {world_size} ranks: {exc}") from None
 

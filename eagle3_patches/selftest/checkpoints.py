@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..checkpoint.layer_ids import CONVENTION_KEY, OUTPUT_OF_LAYER
 from ..testing import tiny_models as tm
@@ -21,8 +21,14 @@ from ..testing import tiny_models as tm
 LAYER_CHECK_IDS = (2, 3, 4)
 
 
-def draft_variant(root: os.PathLike, name: str, *, spec: tm.TinyDraftSpec = tm.TinyDraftSpec(),
-                  edit: Callable[[dict], None] | None = None, prefix: str = "midlayer.") -> Path:
+def draft_variant(
+    root: os.PathLike,
+    name: str,
+    *,
+    spec: tm.TinyDraftSpec = tm.TinyDraftSpec(),
+    edit: Callable[[dict], None] | None = None,
+    prefix: str = "midlayer.",
+) -> Path:
     """The tiny SGLang-format draft at ``root/name`` with its tensors named under ``prefix`` and edited by ``edit``."""
     tensors = tm.eagle3_draft_tensors(spec, midlayer_prefix=prefix)
     if edit:
@@ -41,7 +47,9 @@ def layer_ids_draft_spec(convention: str | None) -> tm.TinyDraftSpec:
 def _unknown_key(tensors: dict) -> None:
     import torch
 
-    tensors["input_norm.weight"] = torch.ones(3 * tm.HIDDEN)  # speculators' norm_before_fc, which sglang does not implement
+    tensors["input_norm.weight"] = torch.ones(
+        3 * tm.HIDDEN
+    )  # speculators' norm_before_fc, which sglang does not implement
 
 
 def _d2t_absolute(tensors: dict) -> None:
@@ -63,9 +71,19 @@ def no_capture_target(path: os.PathLike) -> Path:
     if not (path / "config.json").exists():
         path.mkdir(parents=True, exist_ok=True)
         tm.write_tokenizer(path, tm.VOCAB)
-        (path / "config.json").write_text(json.dumps({
-            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": tm.HIDDEN, "n_layer": 2, "n_head": 4,
-            "vocab_size": tm.VOCAB, "n_positions": 256}))
+        (path / "config.json").write_text(
+            json.dumps(
+                {
+                    "architectures": ["GPT2LMHeadModel"],
+                    "model_type": "gpt2",
+                    "n_embd": tm.HIDDEN,
+                    "n_layer": 2,
+                    "n_head": 4,
+                    "vocab_size": tm.VOCAB,
+                    "n_positions": 256,
+                }
+            )
+        )
     return path
 
 
@@ -109,15 +127,27 @@ BUILDERS: dict[str, tuple[str, Callable[[Path], Path]]] = {
     "midlayer_draft": ("strict-loading/midlayer", lambda p: draft_variant(p.parent, p.name)),
     "layers0_draft": ("strict-loading/layers0", lambda p: draft_variant(p.parent, p.name, prefix="layers.0.")),
     "unknown_key_draft": ("strict-loading/unknown", lambda p: draft_variant(p.parent, p.name, edit=_unknown_key)),
-    "missing_tensor_draft": ("strict-loading/missing",
-                             lambda p: draft_variant(p.parent, p.name, edit=lambda t: t.pop("midlayer.mlp.down_proj.weight"))),
-    "d2t_absolute_draft": ("strict-loading/d2t-absolute", lambda p: draft_variant(p.parent, p.name, edit=_d2t_absolute)),
+    "missing_tensor_draft": (
+        "strict-loading/missing",
+        lambda p: draft_variant(p.parent, p.name, edit=lambda t: t.pop("midlayer.mlp.down_proj.weight")),
+    ),
+    "d2t_absolute_draft": (
+        "strict-loading/d2t-absolute",
+        lambda p: draft_variant(p.parent, p.name, edit=_d2t_absolute),
+    ),
     "d2t_twice_draft": ("strict-loading/d2t-twice", lambda p: draft_variant(p.parent, p.name, edit=_d2t_twice)),
-    "full_vocab_draft": ("strict-loading/full-vocab",
-                         lambda p: draft_variant(p.parent, p.name, spec=tm.TinyDraftSpec(draft_vocab=tm.VOCAB))),
-    "layer_ids_marked_draft": ("tiny-eagle3-draft-ids234-output-of-layer",
-                               lambda p: tm.build_eagle3_draft(p, layer_ids_draft_spec(OUTPUT_OF_LAYER))),
-    "layer_ids_unmarked_draft": ("tiny-eagle3-draft-ids234", lambda p: tm.build_eagle3_draft(p, layer_ids_draft_spec(None))),
+    "full_vocab_draft": (
+        "strict-loading/full-vocab",
+        lambda p: draft_variant(p.parent, p.name, spec=tm.TinyDraftSpec(draft_vocab=tm.VOCAB)),
+    ),
+    "layer_ids_marked_draft": (
+        "tiny-eagle3-draft-ids234-output-of-layer",
+        lambda p: tm.build_eagle3_draft(p, layer_ids_draft_spec(OUTPUT_OF_LAYER)),
+    ),
+    "layer_ids_unmarked_draft": (
+        "tiny-eagle3-draft-ids234",
+        lambda p: tm.build_eagle3_draft(p, layer_ids_draft_spec(None)),
+    ),
     "no_capture_target": ("tiny-gpt2-config-only", no_capture_target),
     "no_aux_draft": ("draft-no-aux-states", no_aux_draft),
     "fp8_draft": ("strict-loading-quantized/fp8", _quantized("fp8")),

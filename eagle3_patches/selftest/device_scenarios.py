@@ -65,11 +65,19 @@ def graph_replay_vs_eager(target: str, draft: str, overrides: dict, decode_steps
             eager = forward(forward_batch, *args, **kwargs).logits_output.hidden_states
         finally:
             runner.graph_runner = graphs
-        diff = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
-                for a, b in zip(replayed.float().split(hidden, dim=-1), eager.float().split(hidden, dim=-1))]
-        compared.append({"mode": forward_batch.forward_mode.name, "shape": tuple(replayed.shape),
-                         "graph_layers": nearest_layers(replayed, outputs, hidden),
-                         "eager_layers": nearest_layers(eager, outputs, hidden), "relative_difference": diff})
+        diff = [
+            float((a - b).abs().max() / b.abs().max().clamp_min(1e-6))
+            for a, b in zip(replayed.float().split(hidden, dim=-1), eager.float().split(hidden, dim=-1))
+        ]
+        compared.append(
+            {
+                "mode": forward_batch.forward_mode.name,
+                "shape": tuple(replayed.shape),
+                "graph_layers": nearest_layers(replayed, outputs, hidden),
+                "eager_layers": nearest_layers(eager, outputs, hidden),
+                "relative_difference": diff,
+            }
+        )
         return out
 
     runner.forward = replay_then_eager
@@ -85,10 +93,16 @@ def graph_replay_vs_eager(target: str, draft: str, overrides: dict, decode_steps
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     model = runner.model
     lm = getattr(model, "language_model", model).model
-    return {"compared": compared, "error": error, "fc_inputs": fc_inputs, "layers_to_capture": list(lm.layers_to_capture),
-            "graphs": runner.graph_runner is not None, "dtype": str(getattr(runner, "dtype", runner.model_config.dtype)),
-            "attention_backend": runner.server_args.attention_backend,
-            "output_ids": [list(r.output_ids) for r in batch.reqs]}
+    return {
+        "compared": compared,
+        "error": error,
+        "fc_inputs": fc_inputs,
+        "layers_to_capture": list(lm.layers_to_capture),
+        "graphs": runner.graph_runner is not None,
+        "dtype": str(getattr(runner, "dtype", runner.model_config.dtype)),
+        "attention_backend": runner.server_args.attention_backend,
+        "output_ids": [list(r.output_ids) for r in batch.reqs],
+    }
 
 
 def draft_extend_graphs(target: str, draft: str, overrides: dict) -> dict:
@@ -104,12 +118,25 @@ def draft_extend_graphs(target: str, draft: str, overrides: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 - the observation
         return {"error": type(exc).__name__, "message": str(exc), "fc_inputs": fc_inputs}
     holders = [eagle, getattr(eagle, "draft_worker", None), getattr(eagle, "_draft_worker", None)]
-    runner = next((r for x in holders if x is not None
-                   for r in [getattr(x, "cuda_graph_runner_for_draft_extend", None)] if r is not None), None)
+    runner = next(
+        (
+            r
+            for x in holders
+            if x is not None
+            for r in [getattr(x, "cuda_graph_runner_for_draft_extend", None)]
+            if r is not None
+        ),
+        None,
+    )
     buffer = getattr(runner, "hidden_states", None)
-    return {"error": None, "message": "", "fc_inputs": fc_inputs, "captured": runner is not None,
-            "runner": type(runner).__name__ if runner is not None else None,
-            "buffer": None if buffer is None else int(buffer.shape[-1])}
+    return {
+        "error": None,
+        "message": "",
+        "fc_inputs": fc_inputs,
+        "captured": runner is not None,
+        "runner": type(runner).__name__ if runner is not None else None,
+        "buffer": None if buffer is None else int(buffer.shape[-1]),
+    }
 
 
 def dump_under_graph_capture(target: str, overrides: dict) -> dict:
@@ -157,10 +184,15 @@ def tp_capture(rank: int, world_size: int, port: int, target: str, overrides: di
     runner = h.model_runner(sa, tp_rank=rank, nccl_port=port)
     runner.model.set_eagle3_layers_to_capture(list(DRAFT_AUX_IDS))
     step = h.prefill(runner, PROMPTS, return_hidden_states=True)
-    return {"rank": rank, "pid": os.getpid(), "aux": to_host(step.logits_output.hidden_states),
-            "tokens": step.next_token_ids.tolist(), "fusion": bool(getattr(sa, "enable_flashinfer_allreduce_fusion", False)),
-            "backend": _backend(),
-            "states": patch_states()}
+    return {
+        "rank": rank,
+        "pid": os.getpid(),
+        "aux": to_host(step.logits_output.hidden_states),
+        "tokens": step.next_token_ids.tolist(),
+        "fusion": bool(getattr(sa, "enable_flashinfer_allreduce_fusion", False)),
+        "backend": _backend(),
+        "states": patch_states(),
+    }
 
 
 def _backend() -> str | None:

@@ -12,9 +12,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .base import (
     CHILD_ENV,
@@ -48,9 +48,16 @@ def select(only: Iterable[str] | None) -> tuple[list, list[str]]:
     return [c for c in CHECKS if c.name in wanted], bare
 
 
-def run_selftest(only: Iterable[str] | None = None, *, timeout: float = 600.0, jobs: int = 1,
-                 attention_backend: str | None = None, dtype: str | None = None, root: os.PathLike | None = None,
-                 progress: Callable[[Result, int, int], None] | None = None) -> dict:
+def run_selftest(
+    only: Iterable[str] | None = None,
+    *,
+    timeout: float = 600.0,
+    jobs: int = 1,
+    attention_backend: str | None = None,
+    dtype: str | None = None,
+    root: os.PathLike | None = None,
+    progress: Callable[[Result, int, int], None] | None = None,
+) -> dict:
     """Run the selected checks; returns the report (:func:`.report.as_json` is its JSON form)."""
     import eagle3_patches
 
@@ -60,11 +67,16 @@ def run_selftest(only: Iterable[str] | None = None, *, timeout: float = 600.0, j
     checks, bare = select(only)
     placeholders = [Result(name, "(no check)", SKIPPED, patch=name, reason=uncovered()[name]) for name in bare]
     version = installed_sglang_version()
-    report: dict = {"schema": SCHEMA, "eagle3_patches": eagle3_patches.__version__,
-                    "sglang": str(version) if version else None, "python": sys.version.split()[0],
-                    "settings": {"timeout_s": timeout, "jobs": jobs, "attention_backend": attention_backend, "dtype": dtype},
-                    "ignored_environment": sorted(k for k in CHILD_ENV if os.environ.get(k, "").strip()),
-                    "checks": [], "error": None}
+    report: dict = {
+        "schema": SCHEMA,
+        "eagle3_patches": eagle3_patches.__version__,
+        "sglang": str(version) if version else None,
+        "python": sys.version.split()[0],
+        "settings": {"timeout_s": timeout, "jobs": jobs, "attention_backend": attention_backend, "dtype": dtype},
+        "ignored_environment": sorted(k for k in CHILD_ENV if os.environ.get(k, "").strip()),
+        "checks": [],
+        "error": None,
+    }
     if version is None:
         report["error"] = "sglang is not installed in this Python: there is nothing to check"
         return _finish(report, t0)
@@ -79,7 +91,9 @@ def run_selftest(only: Iterable[str] | None = None, *, timeout: float = 600.0, j
     report["device_text"] = device.describe()
     report["cpu_profile"] = device.kind != "cuda"
     if device.kind != "cuda":
-        report["settings"]["attention_backend"] = report["settings"]["dtype"] = None  # the CPU profile's own (triton, float32)
+        report["settings"]["attention_backend"] = report["settings"]["dtype"] = (
+            None  # the CPU profile's own (triton, float32)
+        )
 
     given = root or os.environ.get("EAGLE3_TINY_CACHE")  # the tests' cache of tiny checkpoints (tests/conftest.py)
     own_root = not given
@@ -91,8 +105,15 @@ def run_selftest(only: Iterable[str] | None = None, *, timeout: float = 600.0, j
         report["checkpoints_s"] = round(time.monotonic() - t_build, 1)
 
         def one(check) -> Result:
-            ctx = Context(work, device, version, timeout=timeout, attention_backend=attention_backend, dtype=dtype,
-                          log=logs / f"{check.name}.log")
+            ctx = Context(
+                work,
+                device,
+                version,
+                timeout=timeout,
+                attention_backend=attention_backend,
+                dtype=dtype,
+                log=logs / f"{check.name}.log",
+            )
             return execute(check, ctx)
 
         results: dict[str, Result] = {}
@@ -132,4 +153,3 @@ def _finish(report: dict, t0: float) -> dict:
     report["seconds"] = round(time.monotonic() - t0, 1)
     report["exit_code"] = 1 if report["error"] or report["summary"][FAILED] else 0
     return report
-

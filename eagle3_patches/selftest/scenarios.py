@@ -13,7 +13,8 @@ attention backend and dtype, CUDA graphs on); empty on CPU, where the harness's 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12]]
 
@@ -44,8 +45,9 @@ def apply_patch_set(patches: list[str] | None = None, env: dict[str, str] | None
     return patch_states()
 
 
-def stock_then_patched(fn: Callable[..., Any], *args: Any, patches: list[str] | None = None,
-                       env: dict[str, str] | None = None) -> dict:
+def stock_then_patched(
+    fn: Callable[..., Any], *args: Any, patches: list[str] | None = None, env: dict[str, str] | None = None
+) -> dict:
     """``fn(*args)`` on stock sglang, then the patch set applied in the same process and ``fn(*args)`` again.
     For scenarios whose objects are built per call (flag resolution): the stock observation is made before
     any patch exists in the process."""
@@ -119,14 +121,17 @@ def eagle_without_capture(target: str, draft: str, overrides: dict | None = None
 
 
 # --------------------------------------------------------------------------- flag resolution (launcher)
-def launcher_outcomes(cases: dict[str, tuple[str, str, str]], overrides: dict | None = None) -> dict[str, tuple[str, Any]]:
+def launcher_outcomes(
+    cases: dict[str, tuple[str, str, str]], overrides: dict | None = None
+) -> dict[str, tuple[str, Any]]:
     """Per case ``(target, draft, algorithm)``: the server arguments resolved as the launcher resolves them,
     before any rank starts.  ``("ok", resolved algorithm)`` or ``(exception type, message)``."""
     from eagle3_patches.testing import sglang_harness as h
 
     def resolve(target: str, draft: str, algorithm: str) -> str:
-        return h.launcher_server_args(h.eagle3_server_args, target, draft, algorithm=algorithm,
-                                      **(overrides or {})).speculative_algorithm
+        return h.launcher_server_args(
+            h.eagle3_server_args, target, draft, algorithm=algorithm, **(overrides or {})
+        ).speculative_algorithm
 
     return {name: outcome(resolve, *case) for name, case in cases.items()}
 
@@ -147,7 +152,9 @@ def missing_capture_hooks(model_path: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- layer ids at the target
-def capture_outcomes(target: str, cases: dict[str, list], overrides: dict | None = None, then_patched: bool = False) -> dict:
+def capture_outcomes(
+    target: str, cases: dict[str, list], overrides: dict | None = None, then_patched: bool = False
+) -> dict:
     """For each case, the ids set on a real target model and one capturing prefill: ``("ok", aux shape)``
     or ``(exception type, message)``.  ``then_patched``: the cases again on the same model after the patch set
     was applied in this process: ``{"stock": ..., "patched": ...}``."""
@@ -210,7 +217,9 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
         return out
 
     overrides = dict(overrides or {})
-    overrides.setdefault("attention_backend", "torch_native")  # CPU: the target alone runs faster than interpreted triton
+    overrides.setdefault(
+        "attention_backend", "torch_native"
+    )  # CPU: the target alone runs faster than interpreted triton
     sa = h.eagle3_server_args(target, marked, **overrides)
     runner = h.model_runner(sa)
     model = runner.model
@@ -222,8 +231,12 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
         aux = step.logits_output.hidden_states
         found = []
         for chunk in aux.split(model.config.hidden_size, dim=-1):
-            same = [i for i in sorted(outputs) if outputs[i].shape == chunk.shape
-                    and torch.allclose(chunk.float(), outputs[i].float(), rtol=1e-5, atol=1e-6)]
+            same = [
+                i
+                for i in sorted(outputs)
+                if outputs[i].shape == chunk.shape
+                and torch.allclose(chunk.float(), outputs[i].float(), rtol=1e-5, atol=1e-6)
+            ]
             found.append(same[0] if len(same) == 1 else same)
         return {"layers_to_capture": list(model.model.layers_to_capture), "width": aux.shape[-1], "outputs_of": found}
 
@@ -353,7 +366,9 @@ def graph_capture_sequence(target: str, draft: str, patched: bool) -> dict:
 
 
 # --------------------------------------------------------------------------- TP all-reduce fusion
-def fusion_decisions(kimi: str, deepseek: str, draft: str, stand_in_gpu: bool = True, overrides: dict | None = None) -> dict:
+def fusion_decisions(
+    kimi: str, deepseek: str, draft: str, stand_in_gpu: bool = True, overrides: dict | None = None
+) -> dict:
     """``enable_flashinfer_allreduce_fusion`` as the real ``ServerArgs`` decides it: stock, then with
     ``tp_allreduce_fusion_capture`` applied alone in this process (the other flag guards would refuse
     the EAGLE cases), then reverted.  ``stand_in_gpu``: the hardware facts ``ServerArgs`` reads are an
@@ -426,14 +441,26 @@ def bit_exact_mismatches(loaded: dict, path) -> list[str]:
     import torch
     from safetensors.torch import load_file
 
-    t = {name.replace("layers.0.", "midlayer."): v.float() for name, v in load_file(str(Path(path) / "model.safetensors")).items()}
+    t = {
+        name.replace("layers.0.", "midlayer."): v.float()
+        for name, v in load_file(str(Path(path) / "model.safetensors")).items()
+    }
     a, m = "midlayer.self_attn.", "midlayer.mlp."
     expected = {
-        "model.midlayer.self_attn.qkv_proj.weight": torch.cat([t[a + "q_proj.weight"], t[a + "k_proj.weight"], t[a + "v_proj.weight"]]),
+        "model.midlayer.self_attn.qkv_proj.weight": torch.cat(
+            [t[a + "q_proj.weight"], t[a + "k_proj.weight"], t[a + "v_proj.weight"]]
+        ),
         "model.midlayer.mlp.gate_up_proj.weight": torch.cat([t[m + "gate_proj.weight"], t[m + "up_proj.weight"]]),
     }
-    for name in ("midlayer.self_attn.o_proj.weight", "midlayer.mlp.down_proj.weight", "midlayer.input_layernorm.weight",
-                 "midlayer.post_attention_layernorm.weight", "midlayer.hidden_norm.weight", "fc.weight", "norm.weight"):
+    for name in (
+        "midlayer.self_attn.o_proj.weight",
+        "midlayer.mlp.down_proj.weight",
+        "midlayer.input_layernorm.weight",
+        "midlayer.post_attention_layernorm.weight",
+        "midlayer.hidden_norm.weight",
+        "fc.weight",
+        "norm.weight",
+    ):
         expected[f"model.{name}"] = t[name]
     expected["lm_head.weight"] = t["lm_head.weight"]
 
@@ -471,8 +498,13 @@ def differing_tensors(a: dict | None, b: dict | None) -> list[str]:
     def raw(t):
         return t.reshape(-1).view(torch.uint8)
 
-    return sorted(set(a) ^ set(b)) + [n for n in a if n in b and n != "model.embed_tokens.weight"
-                                      and not (a[n].dtype == b[n].dtype and torch.equal(raw(a[n]), raw(b[n])))]
+    return sorted(set(a) ^ set(b)) + [
+        n
+        for n in a
+        if n in b
+        and n != "model.embed_tokens.weight"
+        and not (a[n].dtype == b[n].dtype and torch.equal(raw(a[n]), raw(b[n])))
+    ]
 
 
 def observed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
@@ -482,8 +514,11 @@ def observed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict:
     to_log()
     result = outcome(fn, *args, **kwargs)
     status = eagle3_patches.status()
-    return {"outcome": result, "states": {n: s.state.value for n, s in status.items()},
-            "reasons": {n: s.reason for n, s in status.items()}}
+    return {
+        "outcome": result,
+        "states": {n: s.state.value for n, s in status.items()},
+        "reasons": {n: s.reason for n, s in status.items()},
+    }
 
 
 def load_drafts_to_host(target: str, drafts: list, overrides: dict | None = None) -> list[dict]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, cpu_profile: bool, patches: Any, env: dict) -> Any:
@@ -61,8 +62,15 @@ def run_isolated(
     in a new interpreter only), it is spawned."""
     pool = ProcessPoolExecutor(max_workers=1, mp_context=_context(cpu_profile))
     try:
-        fut = pool.submit(_child, fn, args, kwargs, cpu_profile, patches if patches in (None, "all") else list(patches),
-                          {**os.environ, **(env or {})})
+        fut = pool.submit(
+            _child,
+            fn,
+            args,
+            kwargs,
+            cpu_profile,
+            patches if patches in (None, "all") else list(patches),
+            {**os.environ, **(env or {})},
+        )
         return fut.result(timeout=timeout)
     except FutureTimeout:
         for proc in list(getattr(pool, "_processes", {}).values()):

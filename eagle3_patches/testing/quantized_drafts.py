@@ -84,7 +84,9 @@ def _compressed_tensors_config(fmt: str, weights: dict, input_activations: dict 
         "config_groups": {
             "group_0": {
                 "targets": ["Linear"],
-                "weights": dict({"symmetric": True, "dynamic": False, "actorder": None, "observer": "minmax"}, **weights),
+                "weights": dict(
+                    {"symmetric": True, "dynamic": False, "actorder": None, "observer": "minmax"}, **weights
+                ),
                 "input_activations": input_activations,
                 "output_activations": None,
                 "format": fmt,
@@ -98,18 +100,22 @@ def _compressed_tensors_config(fmt: str, weights: dict, input_activations: dict 
 QUANT_CONFIGS = {
     "fp8": {"quant_method": "fp8", "activation_scheme": "static"},
     "w8a8-fp8": _compressed_tensors_config(
-        "float-quantized", {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "float-quantized",
+        {"num_bits": 8, "type": "float", "strategy": "channel"},
         {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True},
     ),
     "w4a16": _compressed_tensors_config(
-        "pack-quantized", {"num_bits": 4, "type": "int", "strategy": "group", "group_size": GROUP}, None,
+        "pack-quantized",
+        {"num_bits": 4, "type": "int", "strategy": "group", "group_size": GROUP},
+        None,
     ),
 }
 QUANT_TENSORS = {"fp8": fp8_tensors, "w8a8-fp8": w8a8_fp8_tensors, "w4a16": w4a16_tensors}
 
 
-def build_quantized_draft(path: os.PathLike, kind: str, spec: tm.TinyDraftSpec = tm.TinyDraftSpec(),
-                          tensors: dict | None = None) -> Path:
+def build_quantized_draft(
+    path: os.PathLike, kind: str, spec: tm.TinyDraftSpec = tm.TinyDraftSpec(), tensors: dict | None = None
+) -> Path:
     """The tiny draft quantized as ``kind`` (a key of :data:`QUANT_CONFIGS`); ``tensors``: already quantized."""
     config = tm.eagle3_draft_config(spec)
     config["quantization_config"] = QUANT_CONFIGS[kind]

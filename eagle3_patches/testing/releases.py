@@ -100,7 +100,9 @@ def only_release(spec: str, why: str = ""):
 
     r = release()
     ok = r is not None and Version(".".join(map(str, r))) in SpecifierSet(spec)
-    return _pytest().mark.skipif(not ok, reason=f"sglang {sglang_version()} is outside {spec}" + (f": {why}" if why else ""))
+    return _pytest().mark.skipif(
+        not ok, reason=f"sglang {sglang_version()} is outside {spec}" + (f": {why}" if why else "")
+    )
 
 
 #: tests that pin the behaviour of stock sglang 0.5.9 itself
@@ -108,5 +110,17 @@ def stock_0_5_9():
     return only_release("==0.5.9", "pins stock 0.5.9 behaviour")
 
 
-__all__ = ["sglang_version", "release", "is_pinned", "patch_applies", "expected_state", "expected_states", "outside_states", "stock_bug", "requires_patch", "only_release",
-           "facts", "stock_0_5_9"]
+__all__ = [
+    "sglang_version",
+    "release",
+    "is_pinned",
+    "patch_applies",
+    "expected_state",
+    "expected_states",
+    "outside_states",
+    "stock_bug",
+    "requires_patch",
+    "only_release",
+    "facts",
+    "stock_0_5_9",
+]

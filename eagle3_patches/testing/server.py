@@ -16,38 +16,53 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .isolation import free_port
 
 #: flags every CPU server needs (docs/cpu-profile.md, docs/e2e.md)
 CPU_FLAGS = [
-    "--device", "cpu",
-    "--dtype", "float32",
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
     "--disable-cuda-graph",
     # spec v2 (the default EAGLE worker from 0.5.11) with the overlap scheduler has no CPU path before 0.5.23,
     # which turns it off on CPU itself ("Overlap schedule is not implemented for speculative decoding on CPU")
     "--disable-overlap-schedule",
-    "--grammar-backend", "none",
+    "--grammar-backend",
+    "none",
     # the triton decode kernel runs under the interpreter one program per KV split: one split made a plain decode
     # step about 3x and an EAGLE3 cycle about 1.4x faster here (2 cores), with the same greedy tokens
-    "--triton-attention-num-kv-splits", "1",
+    "--triton-attention-num-kv-splits",
+    "1",
     "--skip-server-warmup",
-    "--mem-fraction-static", "0.05",
-    "--max-total-tokens", "4096",
-    "--random-seed", "0",
-    "--log-level", "info",
+    "--mem-fraction-static",
+    "0.05",
+    "--max-total-tokens",
+    "4096",
+    "--random-seed",
+    "0",
+    "--log-level",
+    "info",
 ]
 
 
-def speculative_flags(draft: str, algorithm: str = "EAGLE3", steps: int = 3, topk: int = 1, draft_tokens: int = 4) -> list[str]:
+def speculative_flags(
+    draft: str, algorithm: str = "EAGLE3", steps: int = 3, topk: int = 1, draft_tokens: int = 4
+) -> list[str]:
     return [
-        "--speculative-algorithm", algorithm,
-        "--speculative-draft-model-path", str(draft),
-        "--speculative-num-steps", str(steps),
-        "--speculative-eagle-topk", str(topk),
-        "--speculative-num-draft-tokens", str(draft_tokens),
+        "--speculative-algorithm",
+        algorithm,
+        "--speculative-draft-model-path",
+        str(draft),
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        str(topk),
+        "--speculative-num-draft-tokens",
+        str(draft_tokens),
     ]
 
 
@@ -66,7 +81,8 @@ def lacks_its_processor(model: os.PathLike) -> bool:
     except (OSError, ValueError):
         return False
     return "vision_config" in config and not any(
-        (path / name).exists() for name in ("preprocessor_config.json", "processor_config.json"))
+        (path / name).exists() for name in ("preprocessor_config.json", "processor_config.json")
+    )
 
 
 class Server:
@@ -78,9 +94,19 @@ class Server:
     ``text_only`` (default: :func:`lacks_its_processor`): a multimodal target served as a language model
     (:mod:`eagle3_patches.testing.text_only_launch`); the model class and its forward are sglang's own either way."""
 
-    def __init__(self, model: str, args: Sequence[str] = (), *, log_path: os.PathLike, env: dict | None = None,
-                 disable: Sequence[str] = (), attention_backend: str = "triton", python: str | None = None,
-                 text_only: bool | None = None, wrapper: bool = True):
+    def __init__(
+        self,
+        model: str,
+        args: Sequence[str] = (),
+        *,
+        log_path: os.PathLike,
+        env: dict | None = None,
+        disable: Sequence[str] = (),
+        attention_backend: str = "triton",
+        python: str | None = None,
+        text_only: bool | None = None,
+        wrapper: bool = True,
+    ):
         from eagle3_patches import _bootstrap, settings
 
         self.port = free_port()
@@ -100,21 +126,31 @@ class Server:
             run.append("--")
         else:
             run = []
-            self.env = _bootstrap.child_environment(patches="", cpu_profile=True, disable=list(disable),
-                                                    base=self.env)
+            self.env = _bootstrap.child_environment(patches="", cpu_profile=True, disable=list(disable), base=self.env)
             del self.env[settings.APPLY]
         self.command = [
-            *run, python, *launcher,
-            "--model-path", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-            "--attention-backend", attention_backend, *CPU_FLAGS, *args,
+            *run,
+            python,
+            *launcher,
+            "--model-path",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--attention-backend",
+            attention_backend,
+            *CPU_FLAGS,
+            *args,
         ]
         self.env.update(env or {})
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 240.0) -> "Server":
+    def start(self, timeout: float = 240.0) -> Server:
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -133,8 +169,9 @@ class Server:
     def wait_exit(self, timeout: float = 240.0) -> int:
         """For a server expected to refuse to start: its exit status (killed after ``timeout``)."""
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
         log.close()
         try:
             return self.proc.wait(timeout)
@@ -168,13 +205,16 @@ class Server:
     def log_tail(self, n: int = 60) -> str:
         return "\n".join(self.log().splitlines()[-n:])
 
-    def generate(self, input_ids: Sequence[int], max_new_tokens: int = 16, timeout: float = 300.0,
-                 temperature: float = 0.0) -> dict:
-        body = {"input_ids": list(input_ids), "sampling_params": {"temperature": temperature,
-                                                                   "max_new_tokens": max_new_tokens,
-                                                                   "ignore_eos": True}}
-        req = urllib.request.Request(self.url + "/generate", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    def generate(
+        self, input_ids: Sequence[int], max_new_tokens: int = 16, timeout: float = 300.0, temperature: float = 0.0
+    ) -> dict:
+        body = {
+            "input_ids": list(input_ids),
+            "sampling_params": {"temperature": temperature, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        }
+        req = urllib.request.Request(
+            self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
 
@@ -183,7 +223,7 @@ class Server:
         with urllib.request.urlopen(self.url + "/metrics", timeout=timeout) as r:
             return r.read().decode()
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -206,8 +246,17 @@ def mean_accept_length(responses: Sequence[dict]) -> float:
     return sum(values) / len(values)
 
 
-def serve(model: str, args: Sequence[str], log_path: os.PathLike, prompts: Sequence[Sequence[int]], *,
-          max_new_tokens: int, temperature: float = 0.0, metrics: bool = False, **kw) -> dict:
+def serve(
+    model: str,
+    args: Sequence[str],
+    log_path: os.PathLike,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    metrics: bool = False,
+    **kw,
+) -> dict:
     """Start a server, send ``prompts`` one after the other, read ``/metrics`` when asked, stop it.
 
     Returns ``responses``, ``outputs`` (token ids), ``log``, ``metrics`` (text or None), the ``command`` and
@@ -225,5 +274,12 @@ def serve(model: str, args: Sequence[str], log_path: os.PathLike, prompts: Seque
         raise ServerError(f"{type(exc).__name__}: {exc}\n--- log tail ---\n{server.log_tail()}") from exc
     finally:
         server.stop()
-    return {"responses": responses, "outputs": [r["output_ids"] for r in responses], "log": server.log(),
-            "metrics": page, "command": server.command, "env": server.env, "pid": pid}
+    return {
+        "responses": responses,
+        "outputs": [r["output_ids"] for r in responses],
+        "log": server.log(),
+        "metrics": page,
+        "command": server.command,
+        "env": server.env,
+        "pid": pid,
+    }

@@ -240,8 +240,9 @@ class StagedInit(SpecV2Only):
         if mr.memory_pool_config is None or mr.req_to_token_pool is None or mr.token_to_kv_pool_allocator is None:
             target.alloc_memory_pool()
         pool, allocator = target.get_memory_pool()
-        draft.alloc_memory_pool(memory_pool_config=mr.memory_pool_config, req_to_token_pool=pool,
-                                token_to_kv_pool_allocator=allocator)
+        draft.alloc_memory_pool(
+            memory_pool_config=mr.memory_pool_config, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator
+        )
         target.init_attention_backends()
         draft.init_attention_backends()
         target.init_cuda_graphs()
@@ -266,8 +267,9 @@ class ExtendRange(StagedInit):
 
 
 #: constructor arguments that sglang 0.5.16 folded into ``ps`` and 0.5.21 dropped (the runtime context has them)
-RANK_ARGUMENTS = frozenset({"tp_rank", "tp_size", "pp_rank", "pp_size", "moe_ep_rank", "moe_ep_size",
-                            "attn_cp_rank", "moe_dp_rank", "dp_rank"})
+RANK_ARGUMENTS = frozenset(
+    {"tp_rank", "tp_size", "pp_rank", "pp_size", "moe_ep_rank", "moe_ep_size", "attn_cp_rank", "moe_dp_rank", "dp_rank"}
+)
 
 
 class ContextRanks(ExtendRange):
@@ -284,8 +286,9 @@ class ContextRanks(ExtendRange):
         server arguments (``Scheduler.__init__``); ``ModelRunner``, ``TpModelWorker`` and ``EAGLEWorkerV2``
         take it, by that name, up to 0.5.20."""
         ranks = {k: kwargs.pop(k) for k in list(kwargs) if k in RANK_ARGUMENTS}
-        return super().construct(cls, ps=self._parallel_state(kwargs["server_args"], ranks, kwargs.get("gpu_id", 0)),
-                                 **kwargs)
+        return super().construct(
+            cls, ps=self._parallel_state(kwargs["server_args"], ranks, kwargs.get("gpu_id", 0)), **kwargs
+        )
 
     @staticmethod
     def _parallel_state(sa, ranks: dict, gpu_id: int):
@@ -299,14 +302,30 @@ class ContextRanks(ExtendRange):
 
         tp_rank = ranks.get("tp_rank", 0)
         attn_tp_rank, attn_tp_size, attn_dp_rank, attn_dp_size = compute_dp_attention_world_info(
-            sa.enable_dp_attention, tp_rank, sa.tp_size, sa.dp_size, sa.attn_cp_size)
+            sa.enable_dp_attention, tp_rank, sa.tp_size, sa.dp_size, sa.attn_cp_size
+        )
         values = dict(
-            tp_rank=tp_rank, tp_size=sa.tp_size, pp_rank=ranks.get("pp_rank", 0), pp_size=sa.pp_size,
-            dp_rank=ranks.get("dp_rank"), dp_size=sa.dp_size, attn_tp_rank=attn_tp_rank, attn_tp_size=attn_tp_size,
-            attn_cp_rank=ranks.get("attn_cp_rank", 0), attn_cp_size=sa.attn_cp_size,
-            attn_dcp_rank=tp_rank % sa.dcp_size, attn_dcp_size=sa.dcp_size, dcp_size=sa.dcp_size,
-            attn_dp_rank=attn_dp_rank, attn_dp_size=attn_dp_size, moe_ep_rank=ranks.get("moe_ep_rank", 0),
-            moe_ep_size=sa.ep_size, moe_dp_rank=ranks.get("moe_dp_rank", 0), moe_dp_size=sa.moe_dp_size, gpu_id=gpu_id)
+            tp_rank=tp_rank,
+            tp_size=sa.tp_size,
+            pp_rank=ranks.get("pp_rank", 0),
+            pp_size=sa.pp_size,
+            dp_rank=ranks.get("dp_rank"),
+            dp_size=sa.dp_size,
+            attn_tp_rank=attn_tp_rank,
+            attn_tp_size=attn_tp_size,
+            attn_cp_rank=ranks.get("attn_cp_rank", 0),
+            attn_cp_size=sa.attn_cp_size,
+            attn_dcp_rank=tp_rank % sa.dcp_size,
+            attn_dcp_size=sa.dcp_size,
+            dcp_size=sa.dcp_size,
+            attn_dp_rank=attn_dp_rank,
+            attn_dp_size=attn_dp_size,
+            moe_ep_rank=ranks.get("moe_ep_rank", 0),
+            moe_ep_size=sa.ep_size,
+            moe_dp_rank=ranks.get("moe_dp_rank", 0),
+            moe_dp_size=sa.moe_dp_size,
+            gpu_id=gpu_id,
+        )
         return ParallelState(**{f.name: values[f.name] for f in dataclasses.fields(ParallelState)})
 
     def v2_verify_entry_point(self) -> tuple[Any, str]:  # eagle_worker_common calls it by name
@@ -397,7 +416,11 @@ class PublishedRuntime(ResolveOnce):
         )
 
         self.resolve_server_args(sa)
-        publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=tp_rank, pp_rank=0), gpu_id=0))
+        publish(
+            sa,
+            role="scheduler",
+            ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=tp_rank, pp_rank=0), gpu_id=0),
+        )
         from sglang.srt.layers.moe import initialize_moe_config
         from sglang.srt.layers.quantization.fp4_utils import initialize_fp4_gemm_config
         from sglang.srt.layers.quantization.fp8_utils import initialize_fp8_gemm_config
@@ -431,8 +454,18 @@ class ExtendEnd(PublishedRuntime):
 
 
 #: every era, oldest first
-ERAS: tuple[type[V1Worker], ...] = (V1Worker, DraftPoolConfig, SpecV2Only, StagedInit, ExtendRange, ContextRanks,
-                                    HiddenStatesMode, ResolveOnce, PublishedRuntime, ExtendEnd)
+ERAS: tuple[type[V1Worker], ...] = (
+    V1Worker,
+    DraftPoolConfig,
+    SpecV2Only,
+    StagedInit,
+    ExtendRange,
+    ContextRanks,
+    HiddenStatesMode,
+    ResolveOnce,
+    PublishedRuntime,
+    ExtendEnd,
+)
 
 
 def detect() -> type[V1Worker]:
@@ -440,7 +473,7 @@ def detect() -> type[V1Worker]:
     return next(era for era in reversed(ERAS) if era.probe())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def current() -> V1Worker:
     """The adapter of the installed sglang's era, chosen once per process."""
     return detect()()

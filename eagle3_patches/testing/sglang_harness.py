@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Sequence
+from typing import Any
 
 from .sglang_eras import current as era
 
@@ -69,8 +70,15 @@ def eagle3_server_args(target: str, draft: str, algorithm: str = "EAGLE3", **ove
     )
 
 
-def model_runner(sa, *, tp_rank: int = 0, nccl_port: int | None = None, is_draft: bool = False,
-                 model_path: str | None = None, **kw: Any):
+def model_runner(
+    sa,
+    *,
+    tp_rank: int = 0,
+    nccl_port: int | None = None,
+    is_draft: bool = False,
+    model_path: str | None = None,
+    **kw: Any,
+):
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import PortArgs
@@ -279,7 +287,8 @@ def capture_draft_extend_graphs_eagerly(eagle_worker):
     if not all(hasattr(EAGLEDraftExtendCudaGraphRunner, name) for name in seams):
         raise UnsupportedHere(
             "this sglang's draft-extend graph runner was rewritten (no capture_one_batch_size / _capture_graph to run "
-            "eagerly); the CPU recreation drives the older runner (capture_one_batch_size), as sglang 0.5.9 - 0.5.15 have it")
+            "eagerly); the CPU recreation drives the older runner (capture_one_batch_size), as sglang 0.5.9 - 0.5.15 have it"
+        )
 
     class _Graph:
         def pool(self) -> None:
@@ -298,7 +307,9 @@ def capture_draft_extend_graphs_eagerly(eagle_worker):
         def capture(self) -> None:  # CudaGraphRunner.capture without graph_capture()'s CUDA stream
             self.stream = None
             for bs in reversed(self.capture_bs):
-                self.graphs[bs], self.output_buffers[bs] = self.capture_one_batch_size(bs, self.model_runner.model.forward)
+                self.graphs[bs], self.output_buffers[bs] = self.capture_one_batch_size(
+                    bs, self.model_runner.model.forward
+                )
 
     worker = eagle_worker.draft_worker if is_spec_v2(eagle_worker) else eagle_worker
     return DraftExtendGraphRunnerOnCpu(worker)
@@ -523,8 +534,12 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
 
     def snapshot_after_load(self, weights):
         out = load_weights.__get__(self, type(self))(weights)
-        loaded.append({"params": {n: p.detach().clone() for n, p in self.named_parameters()},
-                       "loaders": {n: loader_name(p) for n, p in self.named_parameters()}})
+        loaded.append(
+            {
+                "params": {n: p.detach().clone() for n, p in self.named_parameters()},
+                "loaders": {n: loader_name(p) for n, p in self.named_parameters()},
+            }
+        )
         return out
 
     klass.load_weights = snapshot_after_load
@@ -541,13 +556,19 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
         log.clear()
 
         def after_load() -> dict:
-            return {"loaded": loaded[0]["params"] if loaded else None, "loaders": loaded[0]["loaders"] if loaded else None,
-                    "log": [r.getMessage() for r in log]}
+            return {
+                "loaded": loaded[0]["params"] if loaded else None,
+                "loaders": loaded[0]["loaders"] if loaded else None,
+                "log": [r.getMessage() for r in log],
+            }
 
         try:
             dr = model_runner(
-                sa, is_draft=True, model_path=str(path),
-                req_to_token_pool=tr.req_to_token_pool, token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
+                sa,
+                is_draft=True,
+                model_path=str(path),
+                req_to_token_pool=tr.req_to_token_pool,
+                token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
             )
         except Exception as exc:  # noqa: BLE001 - returned to the test
             results.append({"ok": False, "type": type(exc).__name__, "message": str(exc), **after_load()})
@@ -558,6 +579,8 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
                     set_server_arg(sa, name, value)
         params = {n: p.detach().clone() for n, p in dr.model.named_parameters()}
         hot = dr.model.hot_token_id
-        results.append({"ok": True, "params": params, **after_load(), "hot_token_id": None if hot is None else hot.clone()})
+        results.append(
+            {"ok": True, "params": params, **after_load(), "hot_token_id": None if hot is None else hot.clone()}
+        )
     klass.load_weights = load_weights
     return results

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 HIDDEN = 64
 VOCAB = 1024
@@ -286,7 +286,11 @@ def write_checkpoint(path: Path, config: dict, tensors: dict, vocab: int) -> Pat
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    save_file({k: v.contiguous() for k, v in sorted(tensors.items())}, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in sorted(tensors.items())},
+        str(tmp / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     write_tokenizer(tmp, vocab)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -336,18 +340,25 @@ def kimi_k25_config(spec: TinyTargetSpec = TinyTargetSpec()) -> dict:
 def kimi_vl_config(spec: TinyTargetSpec = TinyTargetSpec(q_lora_rank=None)) -> dict:
     """Kimi-VL: the tiny DeepSeek text model (sglang runs it as DeepseekV2ForCausalLM) and the same MoonViT."""
     cfg = kimi_k25_config(spec)
-    cfg.update(architectures=["KimiVLForConditionalGeneration"], model_type="kimi_vl",
-               vision_config={k: v for k, v in cfg["vision_config"].items() if not k.startswith(("vt_", "mm_", "text_"))})
+    cfg.update(
+        architectures=["KimiVLForConditionalGeneration"],
+        model_type="kimi_vl",
+        vision_config={k: v for k, v in cfg["vision_config"].items() if not k.startswith(("vt_", "mm_", "text_"))},
+    )
     return cfg
 
 
 def build_kimi_vl(path: os.PathLike, spec: TinyTargetSpec = TinyTargetSpec(q_lora_rank=None)) -> Path:
-    return write_checkpoint(Path(path), kimi_vl_config(spec), deepseek_v3_tensors(spec, prefix="language_model."), spec.vocab)
+    return write_checkpoint(
+        Path(path), kimi_vl_config(spec), deepseek_v3_tensors(spec, prefix="language_model."), spec.vocab
+    )
 
 
 def build_kimi_k25(path: os.PathLike, spec: TinyTargetSpec = TinyTargetSpec()) -> Path:
     """The text weights under ``language_model.``; the (unused) vision tower keeps sglang's init."""
-    return write_checkpoint(Path(path), kimi_k25_config(spec), deepseek_v3_tensors(spec, prefix="language_model."), spec.vocab)
+    return write_checkpoint(
+        Path(path), kimi_k25_config(spec), deepseek_v3_tensors(spec, prefix="language_model."), spec.vocab
+    )
 
 
 def eagle3_draft_config(spec: TinyDraftSpec = TinyDraftSpec()) -> dict:

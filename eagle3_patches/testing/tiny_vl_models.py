@@ -15,21 +15,51 @@ from pathlib import Path
 
 from . import tiny_models as tm
 
-VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=16,
-              spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=tm.HIDDEN, num_position_embeddings=64,
-              deepstack_visual_indexes=[0])
-SPECIAL = dict(image_token_id=tm.VOCAB - 24, video_token_id=tm.VOCAB - 23, vision_start_token_id=tm.VOCAB - 22,
-               vision_end_token_id=tm.VOCAB - 21)
+VISION = dict(
+    depth=1,
+    hidden_size=32,
+    intermediate_size=64,
+    num_heads=2,
+    in_channels=3,
+    patch_size=16,
+    spatial_merge_size=2,
+    temporal_patch_size=2,
+    out_hidden_size=tm.HIDDEN,
+    num_position_embeddings=64,
+    deepstack_visual_indexes=[0],
+)
+SPECIAL = dict(
+    image_token_id=tm.VOCAB - 24,
+    video_token_id=tm.VOCAB - 23,
+    vision_start_token_id=tm.VOCAB - 22,
+    vision_end_token_id=tm.VOCAB - 21,
+)
 
 
 def _text_config(moe: bool) -> dict:
-    cfg = dict(vocab_size=tm.VOCAB, hidden_size=tm.HIDDEN, intermediate_size=128, num_hidden_layers=tm.NUM_LAYERS,
-               num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=2048,
-               rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-               rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True})
+    cfg = dict(
+        vocab_size=tm.VOCAB,
+        hidden_size=tm.HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=tm.NUM_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+    )
     if moe:
-        cfg.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1,
-                   norm_topk_prob=True, mlp_only_layers=[])
+        cfg.update(
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            decoder_sparse_step=1,
+            norm_topk_prob=True,
+            mlp_only_layers=[],
+        )
     return cfg
 
 
@@ -51,11 +81,16 @@ def _fused_experts_as_on_the_hub(directory: Path) -> None:
     hidden, inter = text["hidden_size"], text["moe_intermediate_size"]
     for f in sorted(directory.glob("*.safetensors")):
         tensors = load_file(f)
-        transposed = any(k.endswith("experts.down_proj") and tuple(t.shape[-2:]) == (hidden, inter)
-                         for k, t in tensors.items())
+        transposed = any(
+            k.endswith("experts.down_proj") and tuple(t.shape[-2:]) == (hidden, inter) for k, t in tensors.items()
+        )
         if transposed:
-            tensors = {k: (t.transpose(-1, -2).contiguous() if k.endswith(("experts.down_proj", "experts.gate_up_proj"))
-                           else t) for k, t in tensors.items()}
+            tensors = {
+                k: (
+                    t.transpose(-1, -2).contiguous() if k.endswith(("experts.down_proj", "experts.gate_up_proj")) else t
+                )
+                for k, t in tensors.items()
+            }
             save_file(tensors, f, metadata={"format": "pt"})
     (directory / HUB_LAYOUT_MARK).write_text("fused experts in the hub layout\n")
 
@@ -71,8 +106,9 @@ def build_qwen3_vl(path: os.PathLike, *, moe: bool = False, seed: int = 0) -> Pa
     if path.exists():  # a MoE target cached before the hub layout was enforced: built again
         shutil.rmtree(path, ignore_errors=True)
     prefix = "Qwen3VLMoe" if moe else "Qwen3VL"
-    config = getattr(transformers, f"{prefix}Config")(text_config=_text_config(moe), vision_config=VISION,
-                                                      tie_word_embeddings=False, **SPECIAL)
+    config = getattr(transformers, f"{prefix}Config")(
+        text_config=_text_config(moe), vision_config=VISION, tie_word_embeddings=False, **SPECIAL
+    )
     config.torch_dtype = torch.float32
     torch.manual_seed(seed)
     model = getattr(transformers, f"{prefix}ForConditionalGeneration")(config)

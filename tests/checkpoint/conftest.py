@@ -14,8 +14,8 @@ import copy
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -74,7 +74,9 @@ def write_checkpoint(path: Path, config: dict | str, tensors: dict, *, shards: i
     (path / "config.json").write_text(config if isinstance(config, str) else json.dumps(config, indent=2))
     names = sorted(tensors)
     if shards == 1:
-        save_file({k: tensors[k].contiguous() for k in names}, str(path / "model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            {k: tensors[k].contiguous() for k in names}, str(path / "model.safetensors"), metadata={"format": "pt"}
+        )
         return path
     weight_map = {}
     for i in range(shards):

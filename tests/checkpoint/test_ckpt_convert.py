@@ -14,10 +14,10 @@ from safetensors.torch import load_file
 
 from eagle3_patches import convert as convert_mod
 from eagle3_patches.checkpoint import conversion_plan
-from eagle3_patches.convert import ConvertError, convert
-from eagle3_patches.doctor import doctor
 from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY
 from eagle3_patches.checkpoint.safetensors_header import read_header
+from eagle3_patches.convert import ConvertError, convert
+from eagle3_patches.doctor import doctor
 from eagle3_patches.testing import tiny_models as tm
 
 
@@ -55,9 +55,25 @@ def test_round_trip_matches_the_sglang_draft_bit_for_bit(tiny, tmp_path):
     # config: the SGLang draft's config, plus the recorded convention and provenance
     cfg = json.loads((res.dst / "config.json").read_text())
     ref = tm.eagle3_draft_config()
-    for key in ("architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                "head_dim", "num_hidden_layers", "vocab_size", "draft_vocab_size", "target_hidden_size", "rope_theta",
-                "rope_scaling", "rms_norm_eps", "tie_word_embeddings", "torch_dtype", "hidden_act"):
+    for key in (
+        "architectures",
+        "model_type",
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "num_hidden_layers",
+        "vocab_size",
+        "draft_vocab_size",
+        "target_hidden_size",
+        "rope_theta",
+        "rope_scaling",
+        "rms_norm_eps",
+        "tie_word_embeddings",
+        "torch_dtype",
+        "hidden_act",
+    ):
         assert cfg[key] == ref[key], key
     ec = cfg["eagle_config"]
     assert ec["eagle_aux_hidden_state_layer_ids"] == list(tm.DRAFT_AUX_IDS)  # speculators [2,3,4] -> [1,2,3]
@@ -95,13 +111,16 @@ def test_converts_what_the_real_speculators_library_wrote(tiny, tmp_path):
         assert torch.equal(saved, t if t.dtype in (torch.int64, torch.bool) else t.to(torch.bfloat16)), name
 
 
-@pytest.mark.parametrize("release, ids, convention", [
-    (None, [1, 2, 3], "output-of-layer"),  # the converter: this library's convention
-    ("0.5.9", [1, 2, 3], "output-of-layer"),  # speculators_draft_config: the release's own reading
-    ("0.5.12", [1, 2, 3], "output-of-layer"),
-    ("0.5.13", [2, 3, 4], "input-of-layer"),
-    ("0.5.23", [2, 3, 4], "input-of-layer"),
-])
+@pytest.mark.parametrize(
+    "release, ids, convention",
+    [
+        (None, [1, 2, 3], "output-of-layer"),  # the converter: this library's convention
+        ("0.5.9", [1, 2, 3], "output-of-layer"),  # speculators_draft_config: the release's own reading
+        ("0.5.12", [1, 2, 3], "output-of-layer"),
+        ("0.5.13", [2, 3, 4], "input-of-layer"),
+        ("0.5.23", [2, 3, 4], "input-of-layer"),
+    ],
+)
 def test_build_config_writes_ids_in_the_releases_convention(release, ids, convention):
     cfg = conversion_plan.build_config(tm.speculators_config(), {}, release=release)
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == ids
@@ -179,7 +198,9 @@ def test_the_report_names_dst_not_the_temporary_directory(tiny, tmp_path):
 
 def test_keeps_embed_tokens_unless_asked(make_draft, tmp_path):
     def with_embed(t):
-        t["embed_tokens.weight"] = torch.randn(tm.VOCAB, tm.HIDDEN, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+        t["embed_tokens.weight"] = torch.randn(tm.VOCAB, tm.HIDDEN, generator=torch.Generator().manual_seed(3)).to(
+            torch.bfloat16
+        )
 
     src = make_draft("with-embed", speculators=True, tensors=with_embed)
     kept = convert(src, tmp_path / "kept", progress=False)
@@ -190,15 +211,27 @@ def test_keeps_embed_tokens_unless_asked(make_draft, tmp_path):
 
 def test_rope_parameters_become_rope_scaling(make_draft, tmp_path):
     def yarn(cfg):
-        cfg["transformer_layer_config"]["rope_parameters"] = {"rope_theta": 50000.0, "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+        cfg["transformer_layer_config"]["rope_parameters"] = {
+            "rope_theta": 50000.0,
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 512,
+        }
 
     res = convert(make_draft("yarn", speculators=True, config=yarn), tmp_path / "out", progress=False)
     assert res.config["rope_theta"] == 50000.0
-    assert res.config["rope_scaling"] == {"rope_type": "yarn", "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+    assert res.config["rope_scaling"] == {
+        "rope_type": "yarn",
+        "type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 512,
+    }
 
 
 def test_null_target_hidden_size_comes_from_fc(make_draft, tmp_path):
-    res = convert(make_draft("null-th", speculators=True, config={"target_hidden_size": None}), tmp_path / "out", progress=False)
+    res = convert(
+        make_draft("null-th", speculators=True, config={"target_hidden_size": None}), tmp_path / "out", progress=False
+    )
     assert res.config["target_hidden_size"] == tm.HIDDEN
 
 
@@ -370,7 +403,11 @@ def test_interrupted_forced_run_keeps_the_old_dst(tiny, tmp_path, monkeypatch):
         ({"norm_output": True}, None, "norm_output=true"),
         ({"norm_before_residual": True}, None, "norm_before_residual=true"),
         (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, None, "vLLM reads it as true"),
-        (None, lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}), "norm_before_fc (input_norm.weight present)"),
+        (
+            None,
+            lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}),
+            "norm_before_fc (input_norm.weight present)",
+        ),
         ({"transformer_layer_config": {"model_type": "qwen3"}}, None, "not a llama layer"),
         ({"transformer_layer_config": {"model_type": "gemma"}}, None, "not a llama layer"),  # sorts before llama
         (None, lambda t: t.update({"layers.0.self_attn.q_norm.weight": torch.ones(16, dtype=torch.bfloat16)}), "qwen3"),
@@ -434,7 +471,9 @@ def test_decimal_sizes_read_as_the_hub_reads_them(text):
     assert convert_mod.parse_size(text) == parse_size_to_int(text)
 
 
-@pytest.mark.parametrize("text, power", [("123", 0), ("123B", 0), ("123KiB", 1), ("123MiB", 2), ("123GiB", 3), ("123TiB", 4)])
+@pytest.mark.parametrize(
+    "text, power", [("123", 0), ("123B", 0), ("123KiB", 1), ("123MiB", 2), ("123GiB", 3), ("123TiB", 4)]
+)
 def test_binary_and_plain_sizes(text, power):
     assert convert_mod.parse_size(text) == 123 * 1024**power
 
@@ -452,8 +491,12 @@ def test_shards_are_filled_up_to_the_limit_and_never_past_it(tiny, tmp_path):
 
     nbytes = {i.out: i.src.nbytes for i in plan_conversion(tiny["speculators_draft"]).items}
     seen = []
-    for k, f in enumerate(sorted({a + b + d for a, b in zip(nbytes.values(), list(nbytes.values())[1:]) for d in (-1,)})):
-        res = convert(tiny["speculators_draft"], tmp_path / f"out{k}", max_shard_size=f, progress=False, run_doctor=False)
+    for k, f in enumerate(
+        sorted({a + b + d for a, b in zip(nbytes.values(), list(nbytes.values())[1:]) for d in (-1,)})
+    ):
+        res = convert(
+            tiny["speculators_draft"], tmp_path / f"out{k}", max_shard_size=f, progress=False, run_doctor=False
+        )
         shards = [list(read_header(p).tensors) for p in res.files]
         assert sorted(n for s in shards for n in s) == sorted(nbytes)
         for s in shards:
@@ -505,7 +548,9 @@ def test_missing_parents_of_dst_are_created_and_removed_again_on_failure(tiny, m
     dst = tmp_path / "a" / "b" / "out"
     res = convert(tiny["speculators_draft"], dst, progress=False)
     assert (res.dst / "model.safetensors").is_file()
-    bad = make_draft("bad", speculators=True, tensors=lambda t: t.update({"fc.weight": t["fc.weight"][:, :8].contiguous()}))
+    bad = make_draft(
+        "bad", speculators=True, tensors=lambda t: t.update({"fc.weight": t["fc.weight"][:, :8].contiguous()})
+    )
     with pytest.raises(ConvertError):
         convert(bad, tmp_path / "x" / "y" / "out", progress=False)
     assert not (tmp_path / "x").exists()
@@ -537,8 +582,15 @@ def test_debris_of_dead_runs_on_this_dst_is_removed_and_the_rest_kept(tiny, tmp_
 
     real_listdir = convert_mod.os.listdir
     # the vanishing entry and the plain file first: every later entry is still looked at
-    monkeypatch.setattr(convert_mod.os, "listdir", lambda p: [vanished, plain.name, *(n for n in real_listdir(p) if n != plain.name)]
-                        if Path(p) == tmp_path else real_listdir(p))
+    monkeypatch.setattr(
+        convert_mod.os,
+        "listdir",
+        lambda p: (
+            [vanished, plain.name, *(n for n in real_listdir(p) if n != plain.name)]
+            if Path(p) == tmp_path
+            else real_listdir(p)
+        ),
+    )
     monkeypatch.setattr(convert_mod.os, "lstat", lstat)
     res = convert(tiny["speculators_draft"], dst, progress=False)
     monkeypatch.undo()
@@ -578,7 +630,9 @@ def test_debris_whose_pid_now_names_another_process_is_removed(tiny, tmp_path):
 
 def test_unknown_source_tensors_are_listed_eight_at_most(make_draft, tmp_path):
     extra = [f"extra_{i}.weight" for i in range(10)]
-    src = make_draft("extra", speculators=True, tensors=lambda t: t.update({n: torch.ones(2, dtype=torch.bfloat16) for n in extra}))
+    src = make_draft(
+        "extra", speculators=True, tensors=lambda t: t.update({n: torch.ones(2, dtype=torch.bfloat16) for n in extra})
+    )
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
     assert err.value.what.startswith("10 source tensor(s) have no place")
@@ -606,7 +660,9 @@ def test_a_source_shard_that_shrinks_while_copying_is_refused(make_draft, tmp_pa
 def test_the_output_config_names_no_remote_code(make_draft, tmp_path):
     """An ``auto_map`` in the source's layer config (a verifier with custom code) is not carried into the
     config sglang reads: the converted draft never asks for remote code."""
-    src = make_draft("automap", speculators=True, config={"transformer_layer_config": {"auto_map": {"AutoConfig": "x.Y"}}})
+    src = make_draft(
+        "automap", speculators=True, config={"transformer_layer_config": {"auto_map": {"AutoConfig": "x.Y"}}}
+    )
     res = convert(src, tmp_path / "out", progress=False)
     assert "auto_map" not in json.loads((res.dst / "config.json").read_text()) and "auto_map" not in res.config
 
@@ -617,18 +673,28 @@ def test_the_output_config_names_no_remote_code(make_draft, tmp_path):
 def test_repeated_or_unordered_aux_ids_are_refused_naming_where_they_came_from(make_draft, tmp_path, by_option, ids):
     """Ids repeated ([2, 2, 4]) or out of order are refused; the error points at the flag or at the source's
     config.json, wherever the ids came from."""
-    src = make_draft("dup-ids", speculators=True, config=None if by_option else {"eagle_aux_hidden_state_layer_ids": ids})
+    src = make_draft(
+        "dup-ids", speculators=True, config=None if by_option else {"eagle_aux_hidden_state_layer_ids": ids}
+    )
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", aux_layer_ids=ids if by_option else None, progress=False)
     assert err.value.what == "the aux layer ids are not distinct and increasing" and err.value.found == str(ids)
-    assert err.value.where == ("--aux-layer-ids" if by_option else f"{src / 'config.json'}: eagle_aux_hidden_state_layer_ids")
+    assert err.value.where == (
+        "--aux-layer-ids" if by_option else f"{src / 'config.json'}: eagle_aux_hidden_state_layer_ids"
+    )
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 
 
 def test_aux_id_1_the_output_of_the_first_layer_converts(tiny, tmp_path):
     """speculators' id 1 (the input of layer 1 = the output of layer 0) is a capture point: converted to 0."""
-    res = convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[1, 2, 3], progress=False, run_doctor=False)
-    assert json.loads((res.dst / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1, 2]
+    res = convert(
+        tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[1, 2, 3], progress=False, run_doctor=False
+    )
+    assert json.loads((res.dst / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_a_negative_aux_id_is_not_a_layer_number(tiny, tmp_path):
@@ -641,18 +707,29 @@ def test_a_negative_aux_id_is_not_a_layer_number(tiny, tmp_path):
 def test_an_aux_id_past_the_targets_last_capture_point_names_the_valid_range(tiny, tmp_path):
     n = json.loads((tiny["deepseek_v3"] / "config.json").read_text())["num_hidden_layers"]
     with pytest.raises(ConvertError) as err:
-        convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[2, 3, n], target=tiny["deepseek_v3"], progress=False)
+        convert(
+            tiny["speculators_draft"],
+            tmp_path / "out",
+            aux_layer_ids=[2, 3, n],
+            target=tiny["deepseek_v3"],
+            progress=False,
+        )
     assert err.value.expected == f"ids in 1..{n - 1}" and err.value.where == "--aux-layer-ids"
     assert err.value.what == f"aux id {n} (the input of layer {n}) has no capture point in sglang on a {n}-layer target"
     assert err.value.found == f"[2, 3, {n}]"
 
 
-@pytest.mark.parametrize("edit, key, hint", [
-    (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, "norm_before_residual", True),
-    ({"norm_output": True}, "norm_output", False),
-    ({"fc_norm": True, "norm_before_residual": True}, "norm_before_residual", False),
-])
-def test_unsupported_options_name_the_first_key_and_hint_only_for_a_missing_norm_before_residual(make_draft, tmp_path, edit, key, hint):
+@pytest.mark.parametrize(
+    "edit, key, hint",
+    [
+        (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, "norm_before_residual", True),
+        ({"norm_output": True}, "norm_output", False),
+        ({"fc_norm": True, "norm_before_residual": True}, "norm_before_residual", False),
+    ],
+)
+def test_unsupported_options_name_the_first_key_and_hint_only_for_a_missing_norm_before_residual(
+    make_draft, tmp_path, edit, key, hint
+):
     """The error points at the config key (not at the explanation in parentheses); only a draft whose config
     lacks norm_before_residual gets the hint to write it as false."""
     src = make_draft("unsupported", speculators=True, config=edit)
@@ -667,11 +744,17 @@ def test_a_missing_draft_vocab_size_is_read_from_lm_head(make_draft, tmp_path, D
     src = make_draft("no-draft-vocab", speculators=True, config={"draft_vocab_size": DELETE})
     res = convert(src, tmp_path / "out", progress=False)
     cfg = json.loads((res.dst / "config.json").read_text())
-    assert cfg["draft_vocab_size"] == tm.DRAFT_VOCAB == read_header(src / "model.safetensors").tensors["lm_head.weight"].shape[0]
+    assert (
+        cfg["draft_vocab_size"]
+        == tm.DRAFT_VOCAB
+        == read_header(src / "model.safetensors").tensors["lm_head.weight"].shape[0]
+    )
 
 
 def test_a_source_without_fc_and_with_a_null_target_hidden_size_is_refused_naming_fc(make_draft, tmp_path):
-    src = make_draft("no-fc", speculators=True, config={"target_hidden_size": None}, tensors=lambda t: t.pop("fc.weight"))
+    src = make_draft(
+        "no-fc", speculators=True, config={"target_hidden_size": None}, tensors=lambda t: t.pop("fc.weight")
+    )
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
     assert err.value.what == "the source lacks tensors every EAGLE-3 draft needs" and err.value.found == "fc.weight"
@@ -682,7 +765,9 @@ def test_an_untied_source_without_lm_head_is_refused_naming_it(make_draft, tmp_p
     src = make_draft("no-lm-head", speculators=True, tensors=lambda t: t.pop("lm_head.weight"))
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
-    assert err.value.what == "the source lacks tensors every EAGLE-3 draft needs" and err.value.found == "lm_head.weight"
+    assert (
+        err.value.what == "the source lacks tensors every EAGLE-3 draft needs" and err.value.found == "lm_head.weight"
+    )
     assert err.value.where == str(src) and err.value.fix == "re-export the draft"
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 
@@ -700,9 +785,16 @@ def test_the_first_tensor_stored_in_two_shards_is_named(make_draft, tmp_path):
     from safetensors.torch import save_file
 
     src = make_draft("dups", speculators=True)
-    save_file({"norm.weight": torch.ones(tm.HIDDEN, dtype=torch.bfloat16)}, str(src / "model.x1.safetensors"), metadata={"format": "pt"})
-    save_file({"fc.weight": torch.ones(tm.HIDDEN, 3 * tm.HIDDEN, dtype=torch.bfloat16)}, str(src / "model.x2.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {"norm.weight": torch.ones(tm.HIDDEN, dtype=torch.bfloat16)},
+        str(src / "model.x1.safetensors"),
+        metadata={"format": "pt"},
+    )
+    save_file(
+        {"fc.weight": torch.ones(tm.HIDDEN, 3 * tm.HIDDEN, dtype=torch.bfloat16)},
+        str(src / "model.x2.safetensors"),
+        metadata={"format": "pt"},
+    )
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
     assert err.value.what == "tensor norm.weight is stored in two shards"
@@ -739,8 +831,13 @@ def test_shards_hold_exactly_the_limit(tiny, tmp_path):
     later_full = False
     for k in range(len(order) - 1):  # a limit of exactly tensors k and k+1: they fill one shard
         f = order[k][1] + order[k + 1][1]
-        out = convert(tiny["speculators_draft"], tmp_path / f"out{k}", max_shard_size=f, progress=False, run_doctor=False)
-        shards = [[(n, t.nbytes) for n, t in sorted(read_header(p).tensors.items(), key=lambda kv: kv[1].start)] for p in out.files]
+        out = convert(
+            tiny["speculators_draft"], tmp_path / f"out{k}", max_shard_size=f, progress=False, run_doctor=False
+        )
+        shards = [
+            [(n, t.nbytes) for n, t in sorted(read_header(p).tensors.items(), key=lambda kv: kv[1].start)]
+            for p in out.files
+        ]
         assert [e for s in shards for e in s] == order
         for s, nxt in zip(shards, shards[1:]):
             assert len(s) == 1 or sum(b for _, b in s) <= f
@@ -761,6 +858,7 @@ def test_without_copy_file_range_the_bytes_are_copied_by_read_and_write(tiny, tm
     if how == "missing":
         monkeypatch.delattr(convert_mod.os, "copy_file_range", raising=False)
     else:
+
         def refuse(*a, **kw):
             raise OSError(_errno.EXDEV, "Invalid cross-device link")
 
@@ -777,8 +875,11 @@ def test_without_copy_file_range_the_bytes_are_copied_by_read_and_write(tiny, tm
 
 def test_side_files_are_copied_byte_for_byte_and_never_wider(make_draft, tmp_path):
     src = make_draft("side", speculators=True)
-    payload = {"tokenizer.json": json.dumps({"model": {"vocab": {f"t{i}": i for i in range(3000)}}}).encode(),
-               "special_tokens_map.json": b'{"bos_token": "<s>"}\n', "chat_template.jinja": b"{{ messages }}\n"}
+    payload = {
+        "tokenizer.json": json.dumps({"model": {"vocab": {f"t{i}": i for i in range(3000)}}}).encode(),
+        "special_tokens_map.json": b'{"bos_token": "<s>"}\n',
+        "chat_template.jinja": b"{{ messages }}\n",
+    }
     for name, data in payload.items():
         (src / name).write_bytes(data)
     os.chmod(src / "chat_template.jinja", 0o600)
@@ -798,7 +899,9 @@ def test_refused_side_files_are_reported_together(make_draft, tmp_path, kind):
     (src / "tokenizer.json").symlink_to(outside)
     if kind == "too-large":
         (src / "vocab.txt").touch()
-        os.truncate(src / "vocab.txt", (256 << 20) + 1)  # one byte over docs/security.md's bound; sparse: nothing is read
+        os.truncate(
+            src / "vocab.txt", (256 << 20) + 1
+        )  # one byte over docs/security.md's bound; sparse: nothing is read
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
     refused = "tokenizer.json" if kind == "link-out" else "tokenizer.json, vocab.txt"
@@ -840,7 +943,11 @@ def test_sigterm_and_sighup_interrupt_a_conversion_and_the_callers_handler_is_re
     previous = signal.signal(sig, lambda s, f: seen.append(s))
     try:
         with pytest.raises(convert_mod.ConvertInterrupted) as err:
-            convert(tiny["speculators_draft"], tmp_path / "new" / "out", progress=lambda done, total: os.kill(os.getpid(), sig))
+            convert(
+                tiny["speculators_draft"],
+                tmp_path / "new" / "out",
+                progress=lambda done, total: os.kill(os.getpid(), sig),
+            )
         assert err.value.signum == sig and str(err.value) == f"interrupted by {signame}"
         assert not seen and not (tmp_path / "new").exists()
         os.kill(os.getpid(), sig)  # the caller's own handler is back
@@ -925,7 +1032,12 @@ def test_renamed_tensors_are_reported_exactly(cli, tiny, tmp_path):
 
 
 def test_a_source_config_without_dtype_takes_it_from_fc(make_draft, tmp_path, DELETE):
-    src = make_draft("no-dtype", speculators=True, config={"dtype": DELETE}, tensors=lambda t: t.update({k: v.to(torch.float16) for k, v in t.items() if v.dtype == torch.bfloat16}))
+    src = make_draft(
+        "no-dtype",
+        speculators=True,
+        config={"dtype": DELETE},
+        tensors=lambda t: t.update({k: v.to(torch.float16) for k, v in t.items() if v.dtype == torch.bfloat16}),
+    )
     res = convert(src, tmp_path / "out", progress=False)
     assert json.loads((res.dst / "config.json").read_text())["torch_dtype"] == "float16"
 
@@ -939,13 +1051,18 @@ def test_plan_conversion_keeps_embed_tokens_unless_asked(tmp_path):
     assert plan_conversion(src, drop_embed_tokens=True).dropped == ["embed_tokens.weight"]
 
 
-@pytest.mark.parametrize("rope, want", [
-    ({"rope_theta": 5e5, "rope_type": "default"}, None),
-    ({"rope_theta": 5e5, "rope_type": "linear"}, {"rope_type": "linear", "type": "linear"}),
-    ({"rope_theta": 5e5, "type": "dynamic"}, {"rope_type": "dynamic", "type": "dynamic"}),
-    ({"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
-     {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}),
-])
+@pytest.mark.parametrize(
+    "rope, want",
+    [
+        ({"rope_theta": 5e5, "rope_type": "default"}, None),
+        ({"rope_theta": 5e5, "rope_type": "linear"}, {"rope_type": "linear", "type": "linear"}),
+        ({"rope_theta": 5e5, "type": "dynamic"}, {"rope_type": "dynamic", "type": "dynamic"}),
+        (
+            {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+            {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+        ),
+    ],
+)
 def test_rope_parameters_become_rope_theta_and_rope_scaling(rope, want):
     """Only the default rope with no parameters becomes ``rope_scaling: null``; any other type is kept, even without parameters."""
     cfg = tm.speculators_config()
@@ -997,17 +1114,27 @@ def test_a_layer_config_with_other_than_one_decoder_layer_is_refused(make_draft,
 
 def test_model_prefixed_tensor_names_lose_the_prefix(make_draft, tmp_path):
     """transformers-style names (model.fc.weight, model.layers.0.*, model.norm.weight) convert like bare ones."""
+
     def prefixed(t):
         return {("model." + k if k not in ("d2t", "t2d", "lm_head.weight") else k): v for k, v in t.items()}
 
     src = make_draft("prefixed", speculators=True, tensors=prefixed)
     res = convert(src, tmp_path / "out", progress=False)
-    assert set(read_header(res.dst / "model.safetensors").tensors) == set(read_header(make_draft("plain").joinpath("model.safetensors")).tensors)
-    assert res.renamed["model.fc.weight"] == "fc.weight" and res.renamed["model.layers.0.mlp.up_proj.weight"] == "midlayer.mlp.up_proj.weight"
+    assert set(read_header(res.dst / "model.safetensors").tensors) == set(
+        read_header(make_draft("plain").joinpath("model.safetensors")).tensors
+    )
+    assert (
+        res.renamed["model.fc.weight"] == "fc.weight"
+        and res.renamed["model.layers.0.mlp.up_proj.weight"] == "midlayer.mlp.up_proj.weight"
+    )
 
 
 def test_tie_word_embeddings_defaults_to_false(make_draft, tmp_path, DELETE):
-    src = make_draft("no-tie", speculators=True, config={"tie_word_embeddings": DELETE, "transformer_layer_config": {"tie_word_embeddings": DELETE}})
+    src = make_draft(
+        "no-tie",
+        speculators=True,
+        config={"tie_word_embeddings": DELETE, "transformer_layer_config": {"tie_word_embeddings": DELETE}},
+    )
     res = convert(src, tmp_path / "out", progress=False)
     assert json.loads((res.dst / "config.json").read_text())["tie_word_embeddings"] is False
 
@@ -1019,7 +1146,10 @@ def test_dst_the_current_directory_is_refused_as_such(tiny, tmp_path, monkeypatc
     for dst in (".", ".."):
         with pytest.raises(ConvertError) as err:
             convert(tiny["speculators_draft"], dst, progress=False)
-        assert err.value.what.startswith("DST must name a new directory, not the current directory") and err.value.where == dst
+        assert (
+            err.value.what.startswith("DST must name a new directory, not the current directory")
+            and err.value.where == dst
+        )
 
 
 def test_a_side_file_of_256_mib_passes_the_size_check(make_draft, tmp_path, monkeypatch):
@@ -1048,7 +1178,8 @@ def test_dst_permissions_are_never_wider_than_0644_and_0755(make_draft, tmp_path
     os.umask(umask)
     res = convert(src, tmp_path / "new" / "out", progress=False)
     assert {p.name: p.stat().st_mode & 0o777 for p in res.dst.iterdir()} == dict.fromkeys(
-        ["config.json", "model.safetensors", "tokenizer.json"], 0o644)
+        ["config.json", "model.safetensors", "tokenizer.json"], 0o644
+    )
     assert res.dst.stat().st_mode & 0o777 == 0o755
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o755 & ~umask  # a parent it created: as mkdir -p
 
@@ -1082,7 +1213,13 @@ def test_absurd_aux_ids_are_quoted_200_characters_at_most(tiny, tmp_path):
 
 def test_the_last_aux_id_a_target_can_capture_converts(tiny, tmp_path):
     n = json.loads((tiny["deepseek_v3"] / "config.json").read_text())["num_hidden_layers"]
-    res = convert(tiny["speculators_draft"], tmp_path / "out", aux_layer_ids=[2, 3, n - 1], target=tiny["deepseek_v3"], progress=False)
+    res = convert(
+        tiny["speculators_draft"],
+        tmp_path / "out",
+        aux_layer_ids=[2, 3, n - 1],
+        target=tiny["deepseek_v3"],
+        progress=False,
+    )
     assert res.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, n - 2]
 
 
@@ -1116,7 +1253,10 @@ def test_an_old_dst_put_back_is_refused_before_copying_without_force(tiny, tmp_p
     copied = []
     with pytest.raises(ConvertError) as err:
         convert(tiny["speculators_draft"], dst, progress=lambda done, total: copied.append(done))
-    assert err.value.what == "the destination already exists: a killed `--force` run had moved it aside, and it was put back"
+    assert (
+        err.value.what
+        == "the destination already exists: a killed `--force` run had moved it aside, and it was put back"
+    )
     assert err.value.found == f"restored {dst} from {old.name}, left by a killed run (pid {os.getpid()})"
     assert err.value.fix == "choose a new DST, or pass --force to replace it" and err.value.where == str(dst)
     assert not copied and (dst / "mine.txt").read_text() == "old draft" and not _leftovers(tmp_path)
@@ -1138,15 +1278,20 @@ def test_without_a_boot_id_a_killed_runs_directory_is_still_removed(tiny, tmp_pa
     dst = tmp_path / "out"
     import inspect
 
-    script = ("import sys\nfrom pathlib import Path\n" + inspect.getsource(_read_text_without_boot_id)
-              + "Path._read_text_with_boot_id = Path.read_text\nPath.read_text = _read_text_without_boot_id\n"
-              "from eagle3_patches import convert as c\nc._temp_name(Path(sys.argv[1]), 'convert').mkdir()\n")
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        + inspect.getsource(_read_text_without_boot_id)
+        + "Path._read_text_with_boot_id = Path.read_text\nPath.read_text = _read_text_without_boot_id\n"
+        "from eagle3_patches import convert as c\nc._temp_name(Path(sys.argv[1]), 'convert').mkdir()\n"
+    )
     subprocess.run([sys.executable, "-c", script, str(dst)], check=True)  # a run that made its directory and died
     (debris,) = _leftovers(tmp_path)
     monkeypatch.setattr(Path, "_read_text_with_boot_id", Path.read_text, raising=False)  # this process, same kernel
     monkeypatch.setattr(Path, "read_text", _read_text_without_boot_id)
     res = convert(tiny["speculators_draft"], dst, progress=False, run_doctor=False)
-    assert res.cleaned == [f"removed {debris}, left by a killed run (pid {debris.split('-')[2]})"] and not _leftovers(tmp_path)
+    assert res.cleaned == [f"removed {debris}, left by a killed run (pid {debris.split('-')[2]})"] and not _leftovers(
+        tmp_path
+    )
 
 
 def test_a_layer_config_without_num_hidden_layers_is_one_layer(make_draft, tmp_path):
@@ -1180,11 +1325,14 @@ def test_a_live_runs_directory_is_kept_while_its_memory_grows(tiny, tmp_path):
     import subprocess
     import sys
 
-    script = ("import pathlib, sys\nfrom eagle3_patches import convert as c\n"
-              "c._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
-              "grown = bytearray(64 << 20)\nprint('ready', flush=True)\nsys.stdin.read()\n")
-    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "out")], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+    script = (
+        "import pathlib, sys\nfrom eagle3_patches import convert as c\n"
+        "c._temp_name(pathlib.Path(sys.argv[1]), 'convert').mkdir()\n"
+        "grown = bytearray(64 << 20)\nprint('ready', flush=True)\nsys.stdin.read()\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "out")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout.readline().strip() == "ready"
         (alive,) = _leftovers(tmp_path)
@@ -1214,7 +1362,9 @@ def test_a_conversion_leaves_no_file_open(make_draft, tmp_path):
 def test_the_configs_dtype_is_kept_over_the_weights(make_draft, tmp_path):
     """``"dtype": "float16"`` with bfloat16 weights: sglang runs the draft in float16 (it casts at load), so the
     converted config says float16; a ``dtype`` in the layer's own config does not reach the output."""
-    src = make_draft("f16", speculators=True, config={"dtype": "float16", "transformer_layer_config": {"dtype": "float32"}})
+    src = make_draft(
+        "f16", speculators=True, config={"dtype": "float16", "transformer_layer_config": {"dtype": "float32"}}
+    )
     res = convert(src, tmp_path / "out", progress=False)
     cfg = json.loads((res.dst / "config.json").read_text())
     assert cfg["torch_dtype"] == "float16" and "dtype" not in cfg
@@ -1224,7 +1374,9 @@ def test_a_draft_vocab_size_unlike_lm_head_is_refused_not_rewritten(make_draft, 
     src = make_draft("vocab", speculators=True, config={"draft_vocab_size": tm.DRAFT_VOCAB // 2})
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
-    assert err.value.what.startswith("the converted draft fails the doctor's checks") and not (tmp_path / "out").exists()
+    assert (
+        err.value.what.startswith("the converted draft fails the doctor's checks") and not (tmp_path / "out").exists()
+    )
 
 
 def test_a_source_without_the_final_norm_is_refused_naming_it(make_draft, tmp_path):
@@ -1251,8 +1403,12 @@ def test_a_shard_is_no_more_readable_than_its_source(make_draft, tmp_path):
 def test_no_dtype_anywhere_leaves_torch_dtype_out_not_null(make_draft, tmp_path, DELETE):
     """No ``dtype`` in the config and an ``fc`` stored in a dtype a config cannot name: the output has no
     ``torch_dtype`` (sglang's auto rule decides) rather than a null one."""
-    src = make_draft("f64", speculators=True, config={"dtype": DELETE},
-                     tensors=lambda t: t.update({"fc.weight": t["fc.weight"].to(torch.float64)}))
+    src = make_draft(
+        "f64",
+        speculators=True,
+        config={"dtype": DELETE},
+        tensors=lambda t: t.update({"fc.weight": t["fc.weight"].to(torch.float64)}),
+    )
     res = convert(src, tmp_path / "out", progress=False, run_doctor=False)
     assert "torch_dtype" not in json.loads((res.dst / "config.json").read_text())
 
@@ -1282,15 +1438,26 @@ def test_a_non_root_run_leaves_roots_debris_alone(tiny):
         (mine / "stuck").mkdir(parents=True)
         (mine / "stuck" / "f").write_bytes(b"x")
         os.chown(mine, 65534, 65534)
-        code = ("import sys\nfrom eagle3_patches.convert import convert\n"
-                "print(convert(sys.argv[1], sys.argv[2], progress=False, run_doctor=False).cleaned)\n")
+        code = (
+            "import sys\nfrom eagle3_patches.convert import convert\n"
+            "print(convert(sys.argv[1], sys.argv[2], progress=False, run_doctor=False).cleaned)\n"
+        )
         env = {**os.environ, "PYTHONPATH": str(Path(convert_mod.__file__).parents[2])}
         as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
-        probe = subprocess.run([*as_user, "import eagle3_patches.convert as c; print(c.__file__)"], capture_output=True,
-                               text=True, env=env, cwd=root)
-        if probe.returncode != 0 or probe.stdout.strip() != convert_mod.__file__:  # not this checkout's code: nothing to test
+        probe = subprocess.run(
+            [*as_user, "import eagle3_patches.convert as c; print(c.__file__)"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=root,
+        )
+        if (
+            probe.returncode != 0 or probe.stdout.strip() != convert_mod.__file__
+        ):  # not this checkout's code: nothing to test
             pytest.skip(f"uid 65534 cannot run this checkout's converter here: {(probe.stdout + probe.stderr)[-200:]}")
-        run = subprocess.run([*as_user, code, str(src), str(root / "out")], capture_output=True, text=True, env=env, cwd=root)
+        run = subprocess.run(
+            [*as_user, code, str(src), str(root / "out")], capture_output=True, text=True, env=env, cwd=root
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         assert run.stdout.strip() == str([f"removed {mine.name}, left by a killed run (pid {os.getpid()})"]), run.stdout
         assert (debris / "model.safetensors").read_bytes() == b"partial"

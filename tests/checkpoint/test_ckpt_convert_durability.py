@@ -46,8 +46,10 @@ def _fake_proc(monkeypatch, files: dict[str, object]) -> None:
 
 def _no_proc(monkeypatch, *pids: int) -> None:
     """A platform without /proc: the pids' stat files are missing and so is /proc/self."""
-    _fake_proc(monkeypatch, {f"/proc/{pid}/stat": FileNotFoundError(errno.ENOENT, "No such file", f"/proc/{pid}/stat")
-                             for pid in pids})
+    _fake_proc(
+        monkeypatch,
+        {f"/proc/{pid}/stat": FileNotFoundError(errno.ENOENT, "No such file", f"/proc/{pid}/stat") for pid in pids},
+    )
     real_isdir = os.path.isdir
     monkeypatch.setattr(os.path, "isdir", lambda p: False if str(p) == "/proc/self" else real_isdir(p))
 
@@ -83,9 +85,11 @@ def _still_alive(child: subprocess.Popen) -> bool:
 @pytest.mark.parametrize(
     "stat",
     [
-        pytest.param(lambda pid: PermissionError(errno.EACCES, "Permission denied", f"/proc/{pid}/stat"), id="unreadable"),
+        pytest.param(
+            lambda pid: PermissionError(errno.EACCES, "Permission denied", f"/proc/{pid}/stat"), id="unreadable"
+        ),
         pytest.param(lambda pid: f"{pid} (short) S 1 2 3\n", id="too-short"),
-        pytest.param(lambda pid: (lambda: b"\xff\xfe stat".decode()), id="not-utf8"),
+        pytest.param(lambda pid: lambda: b"\xff\xfe stat".decode(), id="not-utf8"),
     ],
 )
 def test_an_unusable_proc_stat_falls_back_to_the_liveness_check(monkeypatch, live_child, stat):
@@ -107,8 +111,10 @@ def test_without_proc_a_dead_pid_has_no_token_and_a_live_one_has_zero(monkeypatc
 
 def test_an_unreadable_stat_of_a_live_child_probes_it_without_signalling_it(monkeypatch, live_child, dead_pid):
     """The fallback probe on a real child leaves it running, and tells a reaped child's pid as gone."""
-    _fake_proc(monkeypatch, {f"/proc/{pid}/stat": PermissionError(errno.EACCES, "Permission denied")
-                             for pid in (live_child.pid, dead_pid)})
+    _fake_proc(
+        monkeypatch,
+        {f"/proc/{pid}/stat": PermissionError(errno.EACCES, "Permission denied") for pid in (live_child.pid, dead_pid)},
+    )
     assert convert_mod._process_token(live_child.pid) == "0"
     assert _still_alive(live_child)
     assert convert_mod._process_token(dead_pid) is None
@@ -136,8 +142,10 @@ def test_the_start_time_is_read_after_the_last_parenthesis_of_the_command_name(m
     fields = ["S"] + [str(1000 + i) for i in range(1, 45)]
     fields[19] = "987654"  # starttime
     stat_line = f"{pid} (evil) 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22) " + " ".join(fields) + "\n"
-    _fake_proc(monkeypatch, {f"/proc/{pid}/stat": stat_line,
-                             "/proc/sys/kernel/random/boot_id": "0123abcd-4567-89ef-0123-456789abcdef\n"})
+    _fake_proc(
+        monkeypatch,
+        {f"/proc/{pid}/stat": stat_line, "/proc/sys/kernel/random/boot_id": "0123abcd-4567-89ef-0123-456789abcdef\n"},
+    )
     assert convert_mod._process_token(pid) == "0123abcd987654"
 
 
@@ -151,7 +159,9 @@ def test_the_shard_the_temp_dir_and_the_parent_are_fsynced_in_order(tiny, tmp_pa
 
     def fsync(fd):
         st = os.fstat(fd)
-        synced.append((os.readlink(f"/proc/self/fd/{fd}"), st.st_size, os.path.isdir(f"/proc/self/fd/{fd}"), dst.exists()))
+        synced.append(
+            (os.readlink(f"/proc/self/fd/{fd}"), st.st_size, os.path.isdir(f"/proc/self/fd/{fd}"), dst.exists())
+        )
         return real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)

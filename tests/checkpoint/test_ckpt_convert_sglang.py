@@ -33,13 +33,22 @@ def _expected(path) -> dict[str, torch.Tensor]:
         t.update(load_file(str(f)))
     a, m = "midlayer.self_attn.", "midlayer.mlp."
     out = {
-        "model.midlayer.self_attn.qkv_proj.weight": torch.cat([t[a + "q_proj.weight"], t[a + "k_proj.weight"], t[a + "v_proj.weight"]]),
+        "model.midlayer.self_attn.qkv_proj.weight": torch.cat(
+            [t[a + "q_proj.weight"], t[a + "k_proj.weight"], t[a + "v_proj.weight"]]
+        ),
         "model.midlayer.mlp.gate_up_proj.weight": torch.cat([t[m + "gate_proj.weight"], t[m + "up_proj.weight"]]),
         "lm_head.weight": t["lm_head.weight"],
     }
-    for name in ("midlayer.self_attn.o_proj.weight", "midlayer.mlp.down_proj.weight", "midlayer.input_layernorm.weight",
-                 "midlayer.post_attention_layernorm.weight", "midlayer.hidden_norm.weight", "fc.weight", "norm.weight",
-                 "embed_tokens.weight"):
+    for name in (
+        "midlayer.self_attn.o_proj.weight",
+        "midlayer.mlp.down_proj.weight",
+        "midlayer.input_layernorm.weight",
+        "midlayer.post_attention_layernorm.weight",
+        "midlayer.hidden_norm.weight",
+        "fc.weight",
+        "norm.weight",
+        "embed_tokens.weight",
+    ):
         if name in t:
             out[f"model.{name}"] = t[name]
     return out, t
@@ -49,7 +58,9 @@ def _expected(path) -> dict[str, torch.Tensor]:
 @pytest.mark.skipif(not HAVE_PATCH, reason=f"eagle3-patches' {PATCH} patch is not in this tree yet")
 def test_converted_draft_loads_bit_exact_in_sglang_059(tiny, make_draft, tmp_path):
     def with_embed(t):
-        t["embed_tokens.weight"] = (torch.randn(tm.VOCAB, tm.HIDDEN, generator=torch.Generator().manual_seed(5)) * 0.5).to(torch.bfloat16)
+        t["embed_tokens.weight"] = (
+            torch.randn(tm.VOCAB, tm.HIDDEN, generator=torch.Generator().manual_seed(5)) * 0.5
+        ).to(torch.bfloat16)
 
     sources = {
         "plain": tiny["speculators_draft"],
@@ -57,7 +68,9 @@ def test_converted_draft_loads_bit_exact_in_sglang_059(tiny, make_draft, tmp_pat
     }
     converted = {}
     for name, src in sources.items():
-        converted[name] = convert(src, tmp_path / name, sglang_version="0.5.9", max_shard_size="64KB", progress=False).dst
+        converted[name] = convert(
+            src, tmp_path / name, sglang_version="0.5.9", max_shard_size="64KB", progress=False
+        ).dst
     results = run_isolated(_load_draft, str(tiny["deepseek_v3"]), [str(p) for p in converted.values()], patches=[PATCH])
     for (name, path), res in zip(converted.items(), results):
         assert res["ok"], f"{name}: {res}"

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from eagle3_patches.checkpoint import releases
+from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY
 from eagle3_patches.diagnostic import ERROR, INFO, WARNING
 from eagle3_patches.doctor import MAX_FINDINGS_PER_CODE, doctor
-from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY
 from eagle3_patches.testing import tiny_models as tm
 
 #: a release without the CUDA-graph order bug and with the Kimi delegation: isolates draft faults
@@ -53,7 +53,9 @@ def test_cli_passes_correct_setup(cli, tiny):
 
 
 def test_cli_json(cli, tiny):
-    rc, out, _ = cli("doctor", "--json", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN)
+    rc, out, _ = cli(
+        "doctor", "--json", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN
+    )
     data = json.loads(out)
     assert rc == 0 and data["ok"] is True and data["exit_code"] == 0
     assert all({"severity", "code", "what", "where", "fix"} <= set(f) for f in data["findings"])
@@ -66,12 +68,25 @@ def test_eagle_algorithm_with_eagle3_draft(cli, tiny):
     assert_error(r, "algorithm-eagle-with-eagle3-draft")
     f = next(f for f in r.errors if f.code == "algorithm-eagle-with-eagle3-draft")
     assert "--speculative-algorithm EAGLE3" in f.fix
-    rc, out, _ = cli("doctor", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN, "--", "--speculative-algorithm", "EAGLE")
+    rc, out, _ = cli(
+        "doctor",
+        "--target",
+        tiny["deepseek_v3"],
+        "--draft",
+        tiny["draft"],
+        "--sglang-version",
+        CLEAN,
+        "--",
+        "--speculative-algorithm",
+        "EAGLE",
+    )
     assert rc == 1 and "--speculative-algorithm EAGLE3" in out
 
 
 def test_nextn_with_eagle3_draft_too(tiny):
-    assert_error(run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm="NEXTN"), "algorithm-eagle-with-eagle3-draft")
+    assert_error(
+        run(tiny["deepseek_v3"], tiny["draft"], speculative_algorithm="NEXTN"), "algorithm-eagle-with-eagle3-draft"
+    )
 
 
 def test_launch_without_algorithm_warns(tiny):
@@ -88,15 +103,23 @@ def test_aux_ids_missing(make_draft, tiny, DELETE):
 
 
 def test_aux_ids_at_top_level_are_ignored_by_sglang(make_draft, tiny, DELETE):
-    d = make_draft(config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": DELETE}, "eagle_aux_hidden_state_layer_ids": [1, 2, 3]})
+    d = make_draft(
+        config={
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": DELETE},
+            "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
+        }
+    )
     assert_error(run(tiny["deepseek_v3"], d), "aux-ids-ignored")
 
 
-@pytest.mark.parametrize("ids, what", [
-    ((1, 2, 5), "ids [5] make sglang 0.5.11 capture before layers [6], which a 6-layer target never reaches"),
-    ((2, 3, 6), "ids [6] make sglang 0.5.11 capture before layers [7], which a 6-layer target never reaches"),
-    ((-1, 2, 3), "capture before layer 0, where residual is None"),
-])
+@pytest.mark.parametrize(
+    "ids, what",
+    [
+        ((1, 2, 5), "ids [5] make sglang 0.5.11 capture before layers [6], which a 6-layer target never reaches"),
+        ((2, 3, 6), "ids [6] make sglang 0.5.11 capture before layers [7], which a 6-layer target never reaches"),
+        ((-1, 2, 3), "capture before layer 0, where residual is None"),
+    ],
+)
 def test_aux_ids_out_of_range(make_draft, tiny, ids, what):
     # 6 layers: output-of-layer ids 0..4 are capturable on 0.5.9-0.5.12; 5 needs "before layer 6"; -1 -> before layer 0
     d = make_draft(spec=tm.TinyDraftSpec(aux_ids=ids))
@@ -123,7 +146,9 @@ def test_aux_ids_unsorted(make_draft, tiny):
 
 def test_aux_ids_meaning_changed_in_0513(make_draft, tiny):
     # stated output-of-layer ids [2,3,4]: 0.5.12 captures outputs 2,3,4; 0.5.13 uses them as-is -> outputs 1,2,3
-    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}})
+    d = make_draft(
+        spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}}
+    )
     assert_clean(run(tiny["deepseek_v3"], d, "0.5.12"))
     r = run(tiny["deepseek_v3"], d, "0.5.13")
     assert_error(r, "aux-ids-convention")
@@ -138,7 +163,9 @@ def test_aux_ids_that_0513_cannot_express(make_draft, tiny, with_target):
     """Stated input-of-layer ids [1, 2, 3] (the outputs of layers 0, 1, 2): 0.5.13 adds 1 to a list whose first id
     is 1 (the outputs of 1, 2, 3), and no list it reads can mean the output of layer 0 first: the finding says
     so, with the target or from the draft alone."""
-    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(1, 2, 3)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}})
+    d = make_draft(
+        spec=tm.TinyDraftSpec(aux_ids=(1, 2, 3)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}}
+    )
     r = run(tiny["deepseek_v3"] if with_target else None, d, "0.5.13")
     assert_error(r, "aux-ids-convention")
     f = next(f for f in r.errors if f.code == "aux-ids-convention")
@@ -150,7 +177,9 @@ def test_aux_ids_meaning_the_embeddings_on_a_known_target(make_draft, tiny):
     """Stated input-of-layer ids [0, 2, 3] (speculators' meaning: id 0 = the embeddings) on 0.5.9, which adds 1:
     the outputs of layers 0, 2, 3 are captured instead of -1, 1, 2; without a target to bound the ids the doctor
     says nothing of them."""
-    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(0, 2, 3)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}})
+    d = make_draft(
+        spec=tm.TinyDraftSpec(aux_ids=(0, 2, 3)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}}
+    )
     r = run(tiny["deepseek_v3"], d, "0.5.9")
     assert_error(r, "aux-ids-convention")
     assert "the outputs of layers [-1, 1, 2]" in next(f for f in r.errors if f.code == "aux-ids-convention").what
@@ -171,12 +200,14 @@ def test_aux_ids_unstated_convention_only_warns(make_draft, tiny):
     assert "the draft config is assumed to use the output-of-layer convention" in f.what
 
 
-
-@pytest.mark.parametrize("stated, environment, severity", [
-    (True, None, INFO),  # the patch reads the recorded convention: fixed
-    (False, None, WARNING),  # nothing recorded: sglang's rule stands, the warning stays
-    (False, "output-of-layer", INFO),  # the environment names the convention
-])
+@pytest.mark.parametrize(
+    "stated, environment, severity",
+    [
+        (True, None, INFO),  # the patch reads the recorded convention: fixed
+        (False, None, WARNING),  # nothing recorded: sglang's rule stands, the warning stays
+        (False, "output-of-layer", INFO),  # the environment names the convention
+    ],
+)
 def test_aux_ids_convention_under_the_patch(make_draft, tiny, monkeypatch, stated, environment, severity):
     """On 0.5.13 with eagle3-patches, the ids' meaning is fixed only where the patch knows the convention."""
     from eagle3_patches import settings
@@ -189,8 +220,11 @@ def test_aux_ids_convention_under_the_patch(make_draft, tiny, monkeypatch, state
     r = run(tiny["deepseek_v3"], d, "0.5.13", with_patches=True)
     assert [f.severity for f in r.findings if f.code == "aux-ids-convention"] == [severity], r.format()
 
+
 def test_aux_ids_stated_input_of_layer_on_059(make_draft, tiny):
-    d = make_draft(spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}})
+    d = make_draft(
+        spec=tm.TinyDraftSpec(aux_ids=(2, 3, 4)), config={"eagle_config": {CONVENTION_KEY: "input-of-layer"}}
+    )
     r = run(tiny["deepseek_v3"], d)
     assert_error(r, "aux-ids-convention")
 
@@ -215,6 +249,7 @@ def test_aux_ids_count_on_059(make_draft, tiny, ids):
 def test_fc_width(make_draft, tiny, width, states):
     """An fc.weight narrower or wider than the 3 x 64 the target delivers: the finding says how many of the
     target's states it takes, and which config list sets the 3."""
+
     def resize_fc(t):
         fc = t["fc.weight"]
         t["fc.weight"] = torch.cat([fc, fc], dim=1)[:, :width].contiguous()
@@ -224,7 +259,10 @@ def test_fc_width(make_draft, tiny, width, states):
     assert_error(r, "fc-width")
     finding = next(f for f in r.errors if f.code == "fc-width")
     assert finding.found == f"[{tm.HIDDEN}, {width}] ({states})"
-    assert finding.expected == f"[{tm.HIDDEN}, {3 * tm.HIDDEN}] (len(eagle_aux_hidden_state_layer_ids) = 3 x target hidden {tm.HIDDEN})"
+    assert (
+        finding.expected
+        == f"[{tm.HIDDEN}, {3 * tm.HIDDEN}] (len(eagle_aux_hidden_state_layer_ids) = 3 x target hidden {tm.HIDDEN})"
+    )
     assert finding.where.endswith("fc.weight")
 
 
@@ -294,7 +332,10 @@ def test_d2t_float(make_draft, tiny):
 
 
 def test_d2t_missing(make_draft, tiny):
-    assert_error(run(tiny["deepseek_v3"], make_draft(tensors=lambda t: {k: v for k, v in t.items() if k != "d2t"})), "d2t-missing")
+    assert_error(
+        run(tiny["deepseek_v3"], make_draft(tensors=lambda t: {k: v for k, v in t.items() if k != "d2t"})),
+        "d2t-missing",
+    )
 
 
 def test_full_vocab_draft_without_d2t_is_fine(make_draft, tiny):
@@ -339,11 +380,16 @@ def test_layers0_names_found_lists_four_of_them(make_draft, tiny):
 
 def test_layers0_names_note_under_the_patch_says_they_are_mapped(make_draft, tiny):
     d = make_draft(tensors=_speculators_names)
-    note = next(f for f in run(tiny["deepseek_v3"], d, "0.5.9", with_patches=True).findings
-                if f.code == "keys-speculators-names")
+    note = next(
+        f
+        for f in run(tiny["deepseek_v3"], d, "0.5.9", with_patches=True).findings
+        if f.code == "keys-speculators-names"
+    )
     n = sum(k.startswith("midlayer.") for k in tm.eagle3_draft_tensors(tm.TinyDraftSpec()))
-    assert note.what == (f"{n} tensor(s) are named layers.0.* (speculators' naming); eagle3-patches' strict loading "
-                         "maps them onto midlayer.*"), note.what
+    assert note.what == (
+        f"{n} tensor(s) are named layers.0.* (speculators' naming); eagle3-patches' strict loading "
+        "maps them onto midlayer.*"
+    ), note.what
 
 
 @pytest.mark.parametrize("fields", [["num_attention_heads"], ["num_attention_heads", "num_key_value_heads"]])
@@ -397,15 +443,27 @@ def test_unknown_keys(make_draft, tiny):
 
 
 def test_missing_tensor(make_draft, tiny):
-    r = run(tiny["deepseek_v3"], make_draft(tensors=lambda t: {k: v for k, v in t.items() if k != "midlayer.mlp.down_proj.weight"}))
+    r = run(
+        tiny["deepseek_v3"],
+        make_draft(tensors=lambda t: {k: v for k, v in t.items() if k != "midlayer.mlp.down_proj.weight"}),
+    )
     assert_error(r, "keys-missing")
     assert "midlayer.mlp.down_proj.weight" in next(f for f in r.errors if f.code == "keys-missing").found
 
 
 @pytest.mark.parametrize("n_missing", [8, 9])
 def test_missing_tensors_listed_up_to_eight(make_draft, tiny, n_missing):
-    layer = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-             "mlp.down_proj", "input_layernorm", "post_attention_layernorm"]
+    layer = [
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+        "input_layernorm",
+        "post_attention_layernorm",
+    ]
     gone = [f"midlayer.{n}.weight" for n in layer[:n_missing]]
     r = run(tiny["deepseek_v3"], make_draft(tensors=lambda t: {k: v for k, v in t.items() if k not in gone}))
     f = next(f for f in r.errors if f.code == "keys-missing")
@@ -415,8 +473,10 @@ def test_missing_tensors_listed_up_to_eight(make_draft, tiny, n_missing):
     assert f.found.endswith(" ...") == (n_missing > 8)
 
 
-@pytest.mark.parametrize("proj", ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                  "mlp.gate_proj", "mlp.down_proj"])
+@pytest.mark.parametrize(
+    "proj",
+    ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"],
+)
 def test_wrong_tensor_shape(make_draft, tiny, proj):
     name = f"midlayer.{proj}.weight"
 
@@ -446,7 +506,12 @@ def test_speculators_unsupported_norms(make_draft, tiny, tmp_path):
     with pytest.raises(ConvertError) as info:
         convert(d, tmp_path / "out", progress=False)
     f = next(f for f in r.errors if f.code == "draft-unsupported-architecture")
-    assert (f.what, f.found, f.expected, f.fix) == (info.value.what, info.value.found, info.value.expected, info.value.fix)
+    assert (f.what, f.found, f.expected, f.fix) == (
+        info.value.what,
+        info.value.found,
+        info.value.expected,
+        info.value.fix,
+    )
 
 
 # ------------------------------------------------------------------ speculators drafts served as they are
@@ -462,13 +527,16 @@ def test_speculators_draft_served_directly_under_the_patches(tiny, tmp_path):
     assert_error(run(tiny["kimi_k25"], d, "0.5.9"), "draft-speculators-format")  # stock: cannot read it
 
 
-@pytest.mark.parametrize("disabled, version, severity", [
-    ("speculators_draft_config", "0.5.9", ERROR),
-    ("speculators_draft_config", "0.5.12", ERROR),
-    ("eagle3_draft_strict_loading", "0.5.9", ERROR),  # layers.0.* would be dropped: refused at start
-    ("eagle3_draft_strict_loading", "0.5.12", INFO),  # 0.5.12 maps layers.0.* itself
-    ("all", "0.5.12", ERROR),
-])
+@pytest.mark.parametrize(
+    "disabled, version, severity",
+    [
+        ("speculators_draft_config", "0.5.9", ERROR),
+        ("speculators_draft_config", "0.5.12", ERROR),
+        ("eagle3_draft_strict_loading", "0.5.9", ERROR),  # layers.0.* would be dropped: refused at start
+        ("eagle3_draft_strict_loading", "0.5.12", INFO),  # 0.5.12 maps layers.0.* itself
+        ("all", "0.5.12", ERROR),
+    ],
+)
 def test_speculators_draft_with_a_patch_disabled(tiny, make_draft, monkeypatch, disabled, version, severity):
     from eagle3_patches import settings
 
@@ -491,7 +559,11 @@ def test_float32_or_unstated_draft_dtype(make_draft, tiny, edit):
 
 
 def test_dtype_flag_fixes_it(make_draft, tiny):
-    r = run(tiny["deepseek_v3"], make_draft(config={"torch_dtype": "float32"}), launch=["--speculative-algorithm", "EAGLE3", "--dtype", "bfloat16"])
+    r = run(
+        tiny["deepseek_v3"],
+        make_draft(config={"torch_dtype": "float32"}),
+        launch=["--speculative-algorithm", "EAGLE3", "--dtype", "bfloat16"],
+    )
     assert "dtype-mismatch" not in r.codes()
 
 
@@ -504,7 +576,9 @@ def test_integer_weight_dtype(make_draft, tiny):
 
 # ------------------------------------------------------------------ target and release
 def test_kimi_wrapper_on_059_without_patches(tiny):
-    r = run(tiny["kimi_k25"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "EAGLE3", "--disable-cuda-graph"])
+    r = run(
+        tiny["kimi_k25"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "EAGLE3", "--disable-cuda-graph"]
+    )
     assert_error(r, "kimi-k25-delegation")
     assert "eagle3-patches run" in next(f for f in r.errors if f.code == "kimi-k25-delegation").fix
     assert "kimi-k25-delegation" not in run(tiny["kimi_k25"], tiny["draft"], "0.5.10").codes()
@@ -522,8 +596,15 @@ def test_tp_with_allreduce_fusion(tiny):
     assert "tp-allreduce-fusion" in run(tiny["deepseek_v3"], tiny["draft"], tp=2, with_patches=True).codes(INFO)
     # dp-attention keeps sglang from turning it on; the explicit flag turns it on anyway
     flags = ["--speculative-algorithm", "EAGLE3", "--tp", "2"]
-    assert "tp-allreduce-fusion" not in run(tiny["deepseek_v3"], tiny["draft"], launch=flags + ["--enable-dp-attention"]).codes()
-    r = run(tiny["deepseek_v3"], tiny["draft"], launch=flags + ["--enable-dp-attention", "--enable-flashinfer-allreduce-fusion"])
+    assert (
+        "tp-allreduce-fusion"
+        not in run(tiny["deepseek_v3"], tiny["draft"], launch=flags + ["--enable-dp-attention"]).codes()
+    )
+    r = run(
+        tiny["deepseek_v3"],
+        tiny["draft"],
+        launch=flags + ["--enable-dp-attention", "--enable-flashinfer-allreduce-fusion"],
+    )
     assert_error(r, "tp-allreduce-fusion")
 
 
@@ -531,13 +612,25 @@ def test_tp_allreduce_fusion_names_who_turned_it_on(tiny):
     """The finding points at the flag the user passed, or at --tp-size when sglang turns the fusion on by itself,
     and its fix fits: drop the flag, or (0.5.9 has no flag to turn the automatic fusion off) the patch."""
     flags = ["--speculative-algorithm", "EAGLE3", "--tp", "2"]
-    explicit = next(f for f in run(tiny["kimi_k25"], tiny["draft"], launch=flags + ["--enable-dp-attention",
-                    "--enable-flashinfer-allreduce-fusion"]).errors if f.code == "tp-allreduce-fusion")
-    assert (explicit.where, explicit.found) == ("--enable-flashinfer-allreduce-fusion", "--enable-flashinfer-allreduce-fusion")
+    explicit = next(
+        f
+        for f in run(
+            tiny["kimi_k25"],
+            tiny["draft"],
+            launch=flags + ["--enable-dp-attention", "--enable-flashinfer-allreduce-fusion"],
+        ).errors
+        if f.code == "tp-allreduce-fusion"
+    )
+    assert (explicit.where, explicit.found) == (
+        "--enable-flashinfer-allreduce-fusion",
+        "--enable-flashinfer-allreduce-fusion",
+    )
     assert explicit.fix.endswith("; or drop --enable-flashinfer-allreduce-fusion"), explicit.fix
     auto = next(f for f in run(tiny["kimi_k25"], tiny["draft"], launch=flags).errors if f.code == "tp-allreduce-fusion")
     assert auto.where == "--tp-size"
-    assert auto.found.startswith("sglang turns it on by itself for KimiK25ForConditionalGeneration on sm90/sm100"), auto.found
+    assert auto.found.startswith("sglang turns it on by itself for KimiK25ForConditionalGeneration on sm90/sm100"), (
+        auto.found
+    )
     assert auto.fix.endswith("(0.5.9 has no flag to turn the automatic fusion off)"), auto.fix
 
 
@@ -551,26 +644,50 @@ def test_tp_allreduce_fusion_follows_the_releases_list(make_target, tiny):
     assert "tp-allreduce-fusion" in run(target, tiny["draft"], "0.5.10", launch=flags).codes(ERROR)
 
 
-@pytest.mark.parametrize("launch", [
-    ["--tp", "2"],  # no speculation: nothing is captured mid-model
-    ["--speculative-algorithm", "EAGLE3", "--tp", "2", "--moe-a2a-backend", "deepep"],  # sglang leaves the fusion off
-    ["--speculative-algorithm", "EAGLE3", "--tp", "2", "--nnodes", "2"],  # so it does across nodes
-])
+@pytest.mark.parametrize(
+    "launch",
+    [
+        ["--tp", "2"],  # no speculation: nothing is captured mid-model
+        [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--tp",
+            "2",
+            "--moe-a2a-backend",
+            "deepep",
+        ],  # sglang leaves the fusion off
+        ["--speculative-algorithm", "EAGLE3", "--tp", "2", "--nnodes", "2"],  # so it does across nodes
+    ],
+)
 def test_no_tp_allreduce_fusion_finding_where_nothing_breaks(tiny, launch):
     assert "tp-allreduce-fusion" not in run(tiny["deepseek_v3"], tiny["draft"], launch=launch).codes()
 
 
 def test_two_batch_overlap(cli, tiny):
     rc, out, _ = cli(
-        "doctor", "--sglang-version", CLEAN, "--",
-        "python", "-m", "sglang.launch_server", "--model-path", tiny["deepseek_v3"],
-        "--speculative-draft-model-path", tiny["draft"], "--speculative-algorithm", "EAGLE3", "--enable-two-batch-overlap",
+        "doctor",
+        "--sglang-version",
+        CLEAN,
+        "--",
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        tiny["deepseek_v3"],
+        "--speculative-draft-model-path",
+        tiny["draft"],
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--enable-two-batch-overlap",
     )
     assert rc == 1 and "[two-batch-overlap]" in out
 
 
 def test_pipeline_parallel(tiny):
-    assert_error(run(tiny["deepseek_v3"], tiny["draft"], launch="--speculative-algorithm EAGLE3 --pp-size 2"), "pipeline-parallel")
+    assert_error(
+        run(tiny["deepseek_v3"], tiny["draft"], launch="--speculative-algorithm EAGLE3 --pp-size 2"),
+        "pipeline-parallel",
+    )
     assert_error(run(tiny["deepseek_v3"], tiny["draft"], pp=2), "pipeline-parallel")
 
 
@@ -578,14 +695,24 @@ def test_pipeline_parallel(tiny):
 def test_parallel_modes_judged_only_where_eagle3_capture_runs(tiny, flags):
     """Not for the converter's check of its output (checkpoints only), nor where no aux capture runs (STANDALONE)."""
     for algorithm, checkpoint_only in (("EAGLE3", True), ("STANDALONE", False)):
-        r = run(tiny["deepseek_v3"], tiny["draft"], launch=f"--speculative-algorithm {algorithm} {flags}", checkpoint_only=checkpoint_only)
+        r = run(
+            tiny["deepseek_v3"],
+            tiny["draft"],
+            launch=f"--speculative-algorithm {algorithm} {flags}",
+            checkpoint_only=checkpoint_only,
+        )
         assert not {"two-batch-overlap", "pipeline-parallel"} & set(r.codes()), r.format()
 
 
 def test_cuda_graph_capture_order(tiny):
     r = run(tiny["deepseek_v3"], tiny["draft"], "0.5.9")
     assert_error(r, "cuda-graph-capture-order")
-    ok = run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "EAGLE3", "--disable-cuda-graph"])
+    ok = run(
+        tiny["deepseek_v3"],
+        tiny["draft"],
+        "0.5.9",
+        launch=["--speculative-algorithm", "EAGLE3", "--disable-cuda-graph"],
+    )
     assert_clean(ok)
     assert "cuda-graph-capture-order" in run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", with_patches=True).codes(INFO)
 
@@ -608,16 +735,26 @@ def test_cuda_graph_capture_order_fires_whichever_side_the_configured_layers_lie
 
 def test_cuda_graph_capture_order_silent_where_graphs_capture_what_eager_does(make_draft, make_target, tiny, DELETE):
     """Each case differs from the firing one (tiny DeepSeek-V3 + aux ids [1, 2, 3] on 0.5.9) in one thing."""
-    eagle1 = make_draft("eagle1", config={"architectures": ["LlamaForCausalLMEagle"], "eagle_config": {"use_aux_hidden_state": DELETE}})
+    eagle1 = make_draft(
+        "eagle1", config={"architectures": ["LlamaForCausalLMEagle"], "eagle_config": {"use_aux_hidden_state": DELETE}}
+    )
     cases = {
         "only the checkpoints judged": run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", checkpoint_only=True),
-        "STANDALONE: no aux capture at all": run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "STANDALONE"]),
-        "the draft names no ids (the defaults both ways)": run(
-            tiny["deepseek_v3"], make_draft("defaults", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": DELETE}}), "0.5.9"
+        "STANDALONE: no aux capture at all": run(
+            tiny["deepseek_v3"], tiny["draft"], "0.5.9", launch=["--speculative-algorithm", "STANDALONE"]
         ),
-        "a speculators draft stock 0.5.9 cannot read (that error first)": run(tiny["deepseek_v3"], make_draft("spec", speculators=True), "0.5.9"),
+        "the draft names no ids (the defaults both ways)": run(
+            tiny["deepseek_v3"],
+            make_draft("defaults", config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": DELETE}}),
+            "0.5.9",
+        ),
+        "a speculators draft stock 0.5.9 cannot read (that error first)": run(
+            tiny["deepseek_v3"], make_draft("spec", speculators=True), "0.5.9"
+        ),
         "an EAGLE-1 draft (not an EAGLE-3 one)": run(tiny["deepseek_v3"], eagle1, "0.5.9"),
-        "the target's layer count unknown": run(make_target(config={"num_hidden_layers": DELETE}), tiny["draft"], "0.5.9"),
+        "the target's layer count unknown": run(
+            make_target(config={"num_hidden_layers": DELETE}), tiny["draft"], "0.5.9"
+        ),
     }
     for why, r in cases.items():
         assert "cuda-graph-capture-order" not in r.codes(), f"{why}: {r.format()}"
@@ -635,7 +772,11 @@ def test_wrapped_launch_command_means_patches(tiny):
 
 
 def test_path_differs_from_launch(tiny):
-    r = run(tiny["deepseek_v3"], tiny["draft"], launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["kimi_k25"])])
+    r = run(
+        tiny["deepseek_v3"],
+        tiny["draft"],
+        launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["kimi_k25"])],
+    )
     assert "path-differs-from-launch" in r.codes(WARNING)
 
 
@@ -800,12 +941,27 @@ def test_kv_scales_in_their_checkpoint_spellings_are_not_unknown_keys(tiny, tmp_
 #: what quantizers write next to a projection's weight: fp8 (sglang's Fp8Config: weight_scale, input_scale; the
 #: block-quantized DeepSeek layout: weight_scale_inv) and compressed-tensors (weight_packed, weight_shape, the
 #: asymmetric weight_zero_point, GPTQ's act-order weight_g_idx)
-QUANTIZER_SUFFIXES = ["weight_scale", "weight_scale_inv", "input_scale", "weight_packed", "weight_shape",
-                      "weight_zero_point", "weight_g_idx"]
+QUANTIZER_SUFFIXES = [
+    "weight_scale",
+    "weight_scale_inv",
+    "input_scale",
+    "weight_packed",
+    "weight_shape",
+    "weight_zero_point",
+    "weight_g_idx",
+]
 #: kv-cache scales as checkpoints spell them (sglang's maybe_remap_kv_scale_name: modelopt, compressed-tensors, quark)
-KV_SCALE_SPELLINGS = ["self_attn.k_scale", "self_attn.v_scale", "self_attn.kv_scale", "self_attn.k_proj.k_scale",
-                      "self_attn.v_proj.v_scale", "self_attn.q_proj.output_scale", "self_attn.k_proj.output_scale",
-                      "self_attn.v_proj.output_scale", "self_attn.prob_output_scale"]
+KV_SCALE_SPELLINGS = [
+    "self_attn.k_scale",
+    "self_attn.v_scale",
+    "self_attn.kv_scale",
+    "self_attn.k_proj.k_scale",
+    "self_attn.v_proj.v_scale",
+    "self_attn.q_proj.output_scale",
+    "self_attn.k_proj.output_scale",
+    "self_attn.v_proj.output_scale",
+    "self_attn.prob_output_scale",
+]
 
 
 def test_every_quantizer_and_kv_scale_spelling_is_a_known_tensor(tiny, tmp_path):
@@ -814,8 +970,13 @@ def test_every_quantizer_and_kv_scale_spelling_is_a_known_tensor(tiny, tmp_path)
 
     t = QUANT_TENSORS["fp8"](tm.eagle3_draft_tensors(tm.TinyDraftSpec()))
     for proj in ("self_attn.q_proj", "mlp.up_proj"):
-        t.update({f"midlayer.{proj}.{suffix}": torch.tensor(1.0) for suffix in QUANTIZER_SUFFIXES
-                  if f"midlayer.{proj}.{suffix}" not in t})
+        t.update(
+            {
+                f"midlayer.{proj}.{suffix}": torch.tensor(1.0)
+                for suffix in QUANTIZER_SUFFIXES
+                if f"midlayer.{proj}.{suffix}" not in t
+            }
+        )
     t.update({f"midlayer.{name}": torch.tensor(1.0) for name in KV_SCALE_SPELLINGS})
     r = run(tiny["deepseek_v3"], build_quantized_draft(tmp_path / "every-spelling", "fp8", tensors=t))
     assert "keys-unknown" not in r.codes(), r.format()
@@ -890,21 +1051,39 @@ CHECKS = {
     "draft-config-field": (ERROR, dict(config=_without("model_type")), dict(config={"model_type": "llama"})),
     "draft-architecture": (WARNING, dict(config={"architectures": ["MyEagle3Draft"]}), dict()),
     "draft-not-eagle3": (WARNING, dict(config=_MODEL), dict(config=_EAGLE1)),
-    "algorithm-eagle3-with-non-eagle3-draft": (ERROR, dict(config=_EAGLE1, tensors=_eagle1_fc), dict(config=_MODEL, tensors=_eagle1_fc)),
+    "algorithm-eagle3-with-non-eagle3-draft": (
+        ERROR,
+        dict(config=_EAGLE1, tensors=_eagle1_fc),
+        dict(config=_MODEL, tensors=_eagle1_fc),
+    ),
     "hidden-mismatch": (ERROR, dict(spec=tm.TinyDraftSpec(hidden=2 * tm.HIDDEN)), dict()),
     "t2d-missing": (WARNING, dict(tensors=lambda t: t.pop("t2d")), dict(spec=tm.TinyDraftSpec(draft_vocab=tm.VOCAB))),
     "embed-from-target": (INFO, dict(), dict(tensors=_embed)),
     "dtype-float32-draft": (WARNING, dict(config={"torch_dtype": "float32"}, target=None), dict(target=None)),
     # sglang's auto rule runs a float32 draft in float16: fine with a float16 target
-    "dtype-mismatch": (ERROR, dict(config={"torch_dtype": "float32"}),
-                       dict(config={"torch_dtype": "float32"}, target={"torch_dtype": "float16"})),
+    "dtype-mismatch": (
+        ERROR,
+        dict(config={"torch_dtype": "float32"}),
+        dict(config={"torch_dtype": "float32"}, target={"torch_dtype": "float16"}),
+    ),
     "aux-ids-capture": (INFO, dict(), dict(target=None)),
     "aux-ids-convention-assumed": (INFO, dict(), dict(config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}})),
-    "target-hidden-size": (ERROR, dict(config={"target_hidden_size": 2 * tm.HIDDEN}), dict(config={"target_hidden_size": tm.HIDDEN})),
-    "tensor-dtype-cast": (INFO, dict(tensors=lambda t: t.update({k: v.float() for k, v in t.items() if v.is_floating_point()})), dict()),
+    "target-hidden-size": (
+        ERROR,
+        dict(config={"target_hidden_size": 2 * tm.HIDDEN}),
+        dict(config={"target_hidden_size": tm.HIDDEN}),
+    ),
+    "tensor-dtype-cast": (
+        INFO,
+        dict(tensors=lambda t: t.update({k: v.float() for k, v in t.items() if v.is_floating_point()})),
+        dict(),
+    ),
     "algorithm-not-eagle": (INFO, dict(speculative_algorithm="STANDALONE"), dict(speculative_algorithm="EAGLE3")),
-    "sglang-version-unknown": (INFO, dict(version=".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))),
-                               dict(version=".".join(map(str, releases.NEWEST_KNOWN)))),
+    "sglang-version-unknown": (
+        INFO,
+        dict(version=".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))),
+        dict(version=".".join(map(str, releases.NEWEST_KNOWN))),
+    ),
     "aux-ids-invalid": (ERROR, dict(config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": []}}), dict()),
     "draft-vocab-missing": (WARNING, dict(config=_without("draft_vocab_size")), dict()),
 }
@@ -916,7 +1095,9 @@ def setup(make_draft, make_target, tiny):
 
     def go(name, config=None, tensors=None, spec=tm.TinyDraftSpec(), speculators=False, target="", version=CLEAN, **kw):
         t = None if target is None else make_target(config=target, name=f"t-{name}") if target else tiny["deepseek_v3"]
-        return run(t, make_draft(name, spec=spec, config=config, tensors=tensors, speculators=speculators), version, **kw)
+        return run(
+            t, make_draft(name, spec=spec, config=config, tensors=tensors, speculators=speculators), version, **kw
+        )
 
     return go
 
@@ -930,15 +1111,22 @@ def test_each_check_fires_on_its_fault_only(setup, code):
     assert code not in r.codes() and "internal-error" not in r.codes(), r.format()
 
 
-@pytest.mark.parametrize("spec, tp, found", [
-    (tm.TinyDraftSpec(), 8, "num_attention_heads 4"),  # 4 heads over 8 ranks
-    (tm.TinyDraftSpec(), 4, None),
-    (tm.TinyDraftSpec(num_heads=6, num_kv_heads=3), 2, "num_key_value_heads 3"),
-    (tm.TinyDraftSpec(num_heads=6, num_kv_heads=2), 2, None),
-    (tm.TinyDraftSpec(num_heads=6, num_kv_heads=3, intermediate_size=96), 6, None),  # fewer kv heads than ranks: replicated
-    (tm.TinyDraftSpec(intermediate_size=129), 2, "intermediate_size 129"),
-    (tm.TinyDraftSpec(intermediate_size=129), 1, None),
-])
+@pytest.mark.parametrize(
+    "spec, tp, found",
+    [
+        (tm.TinyDraftSpec(), 8, "num_attention_heads 4"),  # 4 heads over 8 ranks
+        (tm.TinyDraftSpec(), 4, None),
+        (tm.TinyDraftSpec(num_heads=6, num_kv_heads=3), 2, "num_key_value_heads 3"),
+        (tm.TinyDraftSpec(num_heads=6, num_kv_heads=2), 2, None),
+        (
+            tm.TinyDraftSpec(num_heads=6, num_kv_heads=3, intermediate_size=96),
+            6,
+            None,
+        ),  # fewer kv heads than ranks: replicated
+        (tm.TinyDraftSpec(intermediate_size=129), 2, "intermediate_size 129"),
+        (tm.TinyDraftSpec(intermediate_size=129), 1, None),
+    ],
+)
 def test_tp_draft_split(setup, spec, tp, found):
     r = setup("d", spec=spec, tp=tp)
     if found is None:
@@ -949,12 +1137,15 @@ def test_tp_draft_split(setup, spec, tp, found):
     assert f.what == f"the draft cannot be split over tp {tp}" and f.where.endswith("config.json")
 
 
-@pytest.mark.parametrize("edit, fires", [
-    ({"vocab_size": tm.VOCAB + 1}, True),  # more tokens than the embedding has rows
-    ({"vocab_size": tm.VOCAB - 1}, False),  # a padded embedding is fine
-    ({"hidden_size": tm.HIDDEN // 2}, True),
-    ({"hidden_size": tm.HIDDEN * 2}, True),
-])
+@pytest.mark.parametrize(
+    "edit, fires",
+    [
+        ({"vocab_size": tm.VOCAB + 1}, True),  # more tokens than the embedding has rows
+        ({"vocab_size": tm.VOCAB - 1}, False),  # a padded embedding is fine
+        ({"hidden_size": tm.HIDDEN // 2}, True),
+        ({"hidden_size": tm.HIDDEN * 2}, True),
+    ],
+)
 def test_target_config_against_its_embedding_and_head(make_target, edit, fires):
     cfg = {"vocab_size": tm.VOCAB, "hidden_size": tm.HIDDEN, **edit}
     r = run(make_target(config=edit), None)
@@ -964,7 +1155,8 @@ def test_target_config_against_its_embedding_and_head(make_target, edit, fires):
         return
     assert {f.where.rsplit(": ", 1)[1] for f in bad} == {"model.embed_tokens.weight", "lm_head.weight"}, r.format()
     assert {(f.severity, f.found, f.expected) for f in bad} == {
-        (ERROR, str([tm.VOCAB, tm.HIDDEN]), f"[{cfg['vocab_size']}, {cfg['hidden_size']}] (vocab_size, hidden_size)")}
+        (ERROR, str([tm.VOCAB, tm.HIDDEN]), f"[{cfg['vocab_size']}, {cfg['hidden_size']}] (vocab_size, hidden_size)")
+    }
 
 
 def test_target_architecture_note_points_at_the_top_level_of_a_wrapper(make_target):
@@ -987,31 +1179,55 @@ def test_nothing_to_check():
 @pytest.mark.parametrize("n", [MAX_FINDINGS_PER_CODE, MAX_FINDINGS_PER_CODE + 1])
 def test_findings_of_one_code_are_listed_up_to_the_cap_then_counted(setup, n):
     """Each integer tensor is a tensor-dtype error; past the cap one summary says how many more there are."""
-    r = setup("ints", tensors=lambda t: t.update({f"extra_{i}.weight": torch.ones(4, dtype=torch.int16) for i in range(n)}))
+    r = setup(
+        "ints", tensors=lambda t: t.update({f"extra_{i}.weight": torch.ones(4, dtype=torch.int16) for i in range(n)})
+    )
     listed = [f for f in r.findings if f.code == "tensor-dtype"]
     assert len(listed) == min(n, MAX_FINDINGS_PER_CODE) + (n > MAX_FINDINGS_PER_CODE), r.format()
     summary = [f for f in listed if "more [tensor-dtype]" in f.what]
-    assert [f.what for f in summary] == ([f"{n - MAX_FINDINGS_PER_CODE} more [tensor-dtype] finding(s) like the above are not listed"]
-                                         if n > MAX_FINDINGS_PER_CODE else [])
+    assert [f.what for f in summary] == (
+        [f"{n - MAX_FINDINGS_PER_CODE} more [tensor-dtype] finding(s) like the above are not listed"]
+        if n > MAX_FINDINGS_PER_CODE
+        else []
+    )
     assert all(f.severity == ERROR for f in listed)
 
 
 def _resize(name, rows=None, cols=None):
     def edit(t):
         t[name] = torch.ones(rows or t[name].shape[0], cols or t[name].shape[1], dtype=torch.bfloat16)
+
     return edit
 
 
-@pytest.mark.parametrize("tensors, name, asserts, fix", [
-    (_resize("lm_head.weight", rows=tm.DRAFT_VOCAB // 2), "lm_head.weight", True, "draft_vocab_size must equal the rows of lm_head.weight"),
-    (_resize("midlayer.self_attn.q_proj.weight", cols=tm.HIDDEN), "midlayer.self_attn.q_proj.weight", True,
-     "the config.json does not belong to these weights (hidden_size, heads, head_dim, intermediate_size)"),
-    (lambda t: _resize("embed_tokens.weight", cols=tm.HIDDEN // 2)(_embed(t) or t), "embed_tokens.weight", False,
-     "the config.json does not belong to these weights (hidden_size, heads, head_dim, intermediate_size)"),
-])
+@pytest.mark.parametrize(
+    "tensors, name, asserts, fix",
+    [
+        (
+            _resize("lm_head.weight", rows=tm.DRAFT_VOCAB // 2),
+            "lm_head.weight",
+            True,
+            "draft_vocab_size must equal the rows of lm_head.weight",
+        ),
+        (
+            _resize("midlayer.self_attn.q_proj.weight", cols=tm.HIDDEN),
+            "midlayer.self_attn.q_proj.weight",
+            True,
+            "the config.json does not belong to these weights (hidden_size, heads, head_dim, intermediate_size)",
+        ),
+        (
+            lambda t: _resize("embed_tokens.weight", cols=tm.HIDDEN // 2)(_embed(t) or t),
+            "embed_tokens.weight",
+            False,
+            "the config.json does not belong to these weights (hidden_size, heads, head_dim, intermediate_size)",
+        ),
+    ],
+)
 def test_tensor_shape_finding_says_whether_sglang_asserts_and_what_to_fix(setup, tensors, name, asserts, fix):
     f = _one(setup("d", tensors=tensors), "tensor-shape")
-    assert f.what == f"{name} has the wrong shape for the draft config" + (" (sglang's loader asserts on it at start)" if asserts else "")
+    assert f.what == f"{name} has the wrong shape for the draft config" + (
+        " (sglang's loader asserts on it at start)" if asserts else ""
+    )
     assert f.fix == fix and f.where.endswith(f": {name}")
 
 
@@ -1022,21 +1238,45 @@ def test_a_t2d_of_the_wrong_shape_only_warns(setup):
     assert (f.found, f.expected) == (f"BOOL [{tm.VOCAB // 2}]", f"BOOL [{tm.VOCAB}]")
 
 
-@pytest.mark.parametrize("config, draft_vocab", [
-    (None, tm.DRAFT_VOCAB),
-    (_without("draft_vocab_size"), tm.VOCAB),  # no draft_vocab_size: sglang's draft vocabulary is vocab_size
-])
+@pytest.mark.parametrize(
+    "config, draft_vocab",
+    [
+        (None, tm.DRAFT_VOCAB),
+        (_without("draft_vocab_size"), tm.VOCAB),  # no draft_vocab_size: sglang's draft vocabulary is vocab_size
+    ],
+)
 def test_a_two_dimensional_d2t_is_invalid(setup, config, draft_vocab):
-    f = _one(setup("d", config=config, tensors=lambda t: t.update(d2t=t["d2t"].reshape(2, -1).contiguous())), "d2t-invalid")
+    f = _one(
+        setup("d", config=config, tensors=lambda t: t.update(d2t=t["d2t"].reshape(2, -1).contiguous())), "d2t-invalid"
+    )
     assert f.severity == ERROR and (f.found, f.expected) == (f"I64 [2, {tm.DRAFT_VOCAB // 2}]", f"I64 [{draft_vocab}]")
 
 
-@pytest.mark.parametrize("shape, what, expected", [
-    ([tm.HIDDEN * 3 * tm.HIDDEN], "fc.weight is not a matrix", f"[{tm.HIDDEN}, {len(tm.DRAFT_AUX_IDS)} x {tm.HIDDEN}]"),
-    ([tm.HIDDEN // 2, 3 * tm.HIDDEN], "fc.weight's output width is not the draft's hidden size", f"[{tm.HIDDEN}, {3 * tm.HIDDEN}]"),
-    ([tm.HIDDEN, 3 * tm.HIDDEN, 1], "fc.weight is not a matrix", f"[{tm.HIDDEN}, {len(tm.DRAFT_AUX_IDS)} x {tm.HIDDEN}]"),
-    ([2 * tm.HIDDEN, 3 * tm.HIDDEN], "fc.weight's output width is not the draft's hidden size", f"[{tm.HIDDEN}, {3 * tm.HIDDEN}]"),
-])
+@pytest.mark.parametrize(
+    "shape, what, expected",
+    [
+        (
+            [tm.HIDDEN * 3 * tm.HIDDEN],
+            "fc.weight is not a matrix",
+            f"[{tm.HIDDEN}, {len(tm.DRAFT_AUX_IDS)} x {tm.HIDDEN}]",
+        ),
+        (
+            [tm.HIDDEN // 2, 3 * tm.HIDDEN],
+            "fc.weight's output width is not the draft's hidden size",
+            f"[{tm.HIDDEN}, {3 * tm.HIDDEN}]",
+        ),
+        (
+            [tm.HIDDEN, 3 * tm.HIDDEN, 1],
+            "fc.weight is not a matrix",
+            f"[{tm.HIDDEN}, {len(tm.DRAFT_AUX_IDS)} x {tm.HIDDEN}]",
+        ),
+        (
+            [2 * tm.HIDDEN, 3 * tm.HIDDEN],
+            "fc.weight's output width is not the draft's hidden size",
+            f"[{tm.HIDDEN}, {3 * tm.HIDDEN}]",
+        ),
+    ],
+)
 def test_fc_shape(setup, shape, what, expected):
     r = setup("d", tensors=lambda t: t.update({"fc.weight": torch.ones(*shape, dtype=torch.bfloat16)}))
     f = next(f for f in r.findings if f.code == "tensor-shape" and f.where.endswith(": fc.weight"))
@@ -1064,13 +1304,19 @@ def test_speculators_ids_against_the_target(setup, top_output, in_range):
     n = tm.NUM_LAYERS
     if in_range:
         f = _one(r, "aux-ids-capture")
-        assert f.severity == INFO and f.what.startswith(f"ids {[i + 1 for i in spec.aux_ids]} (speculators' meaning) are the outputs "
-                                                        f"of layers {list(spec.aux_ids)} of {n}"), f.what
+        assert f.severity == INFO and f.what.startswith(
+            f"ids {[i + 1 for i in spec.aux_ids]} (speculators' meaning) are the outputs "
+            f"of layers {list(spec.aux_ids)} of {n}"
+        ), f.what
         assert "aux-ids-out-of-range" not in r.codes()
     else:
         f = _one(r, "aux-ids-out-of-range")
-        assert f.severity == ERROR and f.expected == f"ids in 1..{n - 1}" and f.found == str([i + 1 for i in spec.aux_ids])
-    assert not {"aux-ids-capture", "aux-ids-out-of-range"} & set(setup("alone", spec=spec, speculators=True, target=None).codes())
+        assert (
+            f.severity == ERROR and f.expected == f"ids in 1..{n - 1}" and f.found == str([i + 1 for i in spec.aux_ids])
+        )
+    assert not {"aux-ids-capture", "aux-ids-out-of-range"} & set(
+        setup("alone", spec=spec, speculators=True, target=None).codes()
+    )
 
 
 def test_draft_tensors_under_model_prefix_load_as_sglang_strips_it(setup):
@@ -1088,16 +1334,23 @@ def test_report_text_shows_the_setup_the_checkpoints_and_every_finding(tiny, mak
     lines = r.format().splitlines()
     assert lines[1].endswith(", stock sglang (no eagle3-patches)"), lines[1]
     assert run(tiny["deepseek_v3"], d, with_patches=True).format().splitlines()[1].endswith(", with eagle3-patches")
-    assert lines[2] == (f"  target: {tiny['deepseek_v3']} (DeepseekV3ForCausalLM, {tm.NUM_LAYERS} layers, hidden {tm.HIDDEN}, "
-                        f"vocab {tm.VOCAB}, dtype bfloat16)")
-    assert lines[3] == (f"  draft:  {d} (sglang-eagle3 format, LlamaForCausalLMEagle3, hidden {tm.HIDDEN}, draft vocab {tm.DRAFT_VOCAB}, "
-                        f"aux ids {list(tm.DRAFT_AUX_IDS)} (output-of-layer))")
+    assert lines[2] == (
+        f"  target: {tiny['deepseek_v3']} (DeepseekV3ForCausalLM, {tm.NUM_LAYERS} layers, hidden {tm.HIDDEN}, "
+        f"vocab {tm.VOCAB}, dtype bfloat16)"
+    )
+    assert lines[3] == (
+        f"  draft:  {d} (sglang-eagle3 format, LlamaForCausalLMEagle3, hidden {tm.HIDDEN}, draft vocab {tm.DRAFT_VOCAB}, "
+        f"aux ids {list(tm.DRAFT_AUX_IDS)} (output-of-layer))"
+    )
     assert (r.facts["target_path"], r.facts["draft_path"]) == (str(tiny["deepseek_v3"]), str(d))
     # a note is printed (unless hidden), each field on its own line under the finding, 8 columns in
     note = _one(r, "embed-from-target")
     at = lines.index(f"info    [embed-from-target] {note.what}")
     assert lines[at + 1] == f"{' ' * 8}{'where:':<10}{note.where}"
-    assert lines[-2:] == ["", f"OK: 0 error(s), 0 warning(s), {len(r.findings)} note(s). Read {lines[-1].split(' Read ')[1]}"]
+    assert lines[-2:] == [
+        "",
+        f"OK: 0 error(s), 0 warning(s), {len(r.findings)} note(s). Read {lines[-1].split(' Read ')[1]}",
+    ]
     assert r.format(show_info=False).splitlines()[-3:-1] == [lines[3], ""]  # nothing shown: one blank line, not two
     hidden = run(tiny["deepseek_v3"], d, speculative_algorithm="EAGLE").format(show_info=False)
     assert "[algorithm-eagle-with-eagle3-draft]" in hidden and "[embed-from-target]" not in hidden, hidden
@@ -1106,15 +1359,25 @@ def test_report_text_shows_the_setup_the_checkpoints_and_every_finding(tiny, mak
     assert "draft_path" not in r.facts and not any(line.startswith("  draft:") for line in r.format().splitlines())
     no_ids = make_draft("no-ids", config=lambda c: {**c, "eagle_config": {"use_aux_hidden_state": True}})
     assert run(None, no_ids).facts["draft"].endswith(", no aux ids)")
-    assert run(make_target(config=_without("architectures")), None).facts["target"].endswith(
-        f" (deepseek_v3, {tm.NUM_LAYERS} layers, hidden {tm.HIDDEN}, vocab {tm.VOCAB}, dtype bfloat16)")
+    assert (
+        run(make_target(config=_without("architectures")), None)
+        .facts["target"]
+        .endswith(f" (deepseek_v3, {tm.NUM_LAYERS} layers, hidden {tm.HIDDEN}, vocab {tm.VOCAB}, dtype bfloat16)")
+    )
 
 
 def test_report_summary_line_reads_bytes_in_human_units(tiny):
     r = run(tiny["deepseek_v3"], tiny["draft"])
     r.facts["seconds"] = 0.5
-    for n, shown in [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KB"), (1536, "1.5 KB"), (1024**2, "1.0 MB"),
-                     (1024**3, "1.0 GB"), (5 * 1024**4, "5120.0 GB")]:
+    for n, shown in [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KB"),
+        (1536, "1.5 KB"),
+        (1024**2, "1.0 MB"),
+        (1024**3, "1.0 GB"),
+        (5 * 1024**4, "5120.0 GB"),
+    ]:
         r.facts["bytes_read"] = n
         assert r.format().endswith(f"note(s). Read {shown} in 0.50 s."), (n, r.format().splitlines()[-1])
 
@@ -1136,11 +1399,15 @@ def test_the_time_taken_is_kept_to_a_tenth_of_a_millisecond(tiny, monkeypatch):
 def test_the_release_checked_when_none_is_given(tiny, monkeypatch, installed):
     import eagle3_patches.doctor.run as doctor_run
 
-    monkeypatch.setattr(doctor_run, "installed_sglang_version", lambda: None if installed is None else releases.parse_version(installed))
+    monkeypatch.setattr(
+        doctor_run, "installed_sglang_version", lambda: None if installed is None else releases.parse_version(installed)
+    )
     r = doctor(tiny["deepseek_v3"], tiny["draft"])
     assert r.facts["sglang_version"] == str(releases.PINNED if installed is None else installed)
     notes = [f.what for f in r.findings if f.code == "sglang-version-assumed"]
-    assert notes == ([f"sglang is not installed here; checking against {releases.PINNED}"] if installed is None else []), r.format()
+    assert notes == (
+        [f"sglang is not installed here; checking against {releases.PINNED}"] if installed is None else []
+    ), r.format()
 
 
 def test_raise_for_errors_counts_the_other_errors(make_draft, tiny):
@@ -1150,8 +1417,9 @@ def test_raise_for_errors_counts_the_other_errors(make_draft, tiny):
     assert len(r.errors) >= 2, r.format()
     with pytest.raises(Eagle3ConfigError) as info:
         r.raise_for_errors()
-    assert info.value.diagnostic.what == (f"{r.errors[0].what} (and {len(r.errors) - 1} more error(s): "
-                                          "run `eagle3-patches doctor` for all)")
+    assert info.value.diagnostic.what == (
+        f"{r.errors[0].what} (and {len(r.errors) - 1} more error(s): run `eagle3-patches doctor` for all)"
+    )
 
 
 def _pickle_only(tmp_path, checkpoint):
@@ -1181,7 +1449,9 @@ def test_weight_files_the_doctor_cannot_use(make_draft, tiny, tmp_path):
     # a draft index naming a tensor its shard does not hold
     d = make_draft("index", shards=2)
     index = json.loads((d / "model.safetensors.index.json").read_text())
-    index["weight_map"]["norm.weight"] = next(f for f in index["weight_map"].values() if f != index["weight_map"]["norm.weight"])
+    index["weight_map"]["norm.weight"] = next(
+        f for f in index["weight_map"].values() if f != index["weight_map"]["norm.weight"]
+    )
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     f = _one(run(tiny["deepseek_v3"], d), "safetensors-index")
     assert (f.severity, f.found) == (ERROR, "norm.weight") and f.what.startswith("1 tensor(s) in the draft's index")
@@ -1192,7 +1462,9 @@ def test_an_implausibly_large_d2t_is_not_read(setup):
 
     n = MAX_MAP_BYTES // 8 + 1  # int64 entries: one past the limit
     f = _one(setup("d", tensors=lambda t: t.update(d2t=torch.zeros(n, dtype=torch.int64))), "d2t-invalid")
-    assert f.severity == ERROR and f.what == f"d2t is implausibly large ({8 * n} bytes); not read" and f.found == str([n])
+    assert (
+        f.severity == ERROR and f.what == f"d2t is implausibly large ({8 * n} bytes); not read" and f.found == str([n])
+    )
 
 
 # ---- mutation survivors (fifth session)
@@ -1218,8 +1490,10 @@ def _target_with(tmp_path, name, tensors, config=None, shards=1):
 
 
 def _embed_and_head(embed=(tm.VOCAB, tm.HIDDEN), head=(tm.VOCAB, tm.HIDDEN)):
-    return {"model.embed_tokens.weight": torch.ones(*embed, dtype=torch.bfloat16),
-            "lm_head.weight": torch.ones(*head, dtype=torch.bfloat16)}
+    return {
+        "model.embed_tokens.weight": torch.ones(*embed, dtype=torch.bfloat16),
+        "lm_head.weight": torch.ones(*head, dtype=torch.bfloat16),
+    }
 
 
 def test_path_differs_from_launch_whichever_way_the_paths_sort(tiny):
@@ -1229,7 +1503,11 @@ def test_path_differs_from_launch_whichever_way_the_paths_sort(tiny):
         assert (f.severity, f.where, f.found, f.expected) == (WARNING, "--model-path", str(named), str(checked))
         assert f.what == "the target checked is not the one the launch command names"
         assert r.facts["target_path"] == str(checked)
-    r = run(tiny["deepseek_v3"], tiny["draft"], launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["deepseek_v3"])])
+    r = run(
+        tiny["deepseek_v3"],
+        tiny["draft"],
+        launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["deepseek_v3"])],
+    )
     assert "path-differs-from-launch" not in r.codes(), r.format()
 
 
@@ -1238,7 +1516,11 @@ def test_a_target_embedding_that_is_not_a_matrix(tmp_path, embed):
     t = _target_with(tmp_path, "t", _embed_and_head(embed=embed))
     r = run(t, None)
     f = _one(r, "target-config-vs-weights")
-    assert (f.severity, f.found, f.where) == (ERROR, str(list(embed)), f"{t / 'model.safetensors'}: model.embed_tokens.weight")
+    assert (f.severity, f.found, f.where) == (
+        ERROR,
+        str(list(embed)),
+        f"{t / 'model.safetensors'}: model.embed_tokens.weight",
+    )
     assert f.what == "the target's model.embed_tokens.weight does not match its config"
     assert "internal-error" not in r.codes(), r.format()
 
@@ -1249,7 +1531,11 @@ def test_a_t2d_that_is_not_a_bool_mask_only_warns(setup, dtype):
     assert r.ok and r.codes(WARNING) == ["t2d-invalid"], r.format()
     f = _one(r, "t2d-invalid")
     shown = {torch.uint8: "U8", torch.bfloat16: "BF16", torch.float32: "F32"}[dtype]
-    assert (f.what, f.found, f.expected) == ("t2d is not a bool mask over the target vocabulary", f"{shown} [{tm.VOCAB}]", f"BOOL [{tm.VOCAB}]")
+    assert (f.what, f.found, f.expected) == (
+        "t2d is not a bool mask over the target vocabulary",
+        f"{shown} [{tm.VOCAB}]",
+        f"BOOL [{tm.VOCAB}]",
+    )
     assert "tensor-dtype-cast" not in r.codes()  # the map is not one of the weights cast at load
 
 
@@ -1266,8 +1552,10 @@ def test_a_t2d_marking_one_token_more_than_d2t_maps_to(setup):
 
     f = _one(setup("d", tensors=extra), "t2d-invalid")
     assert f.severity == WARNING and f.what.startswith("t2d does not mark exactly the target ids that d2t maps to")
-    assert (f.found, f.expected) == (f"{tm.DRAFT_VOCAB + 1} marked, {tm.DRAFT_VOCAB} of d2t's targets marked",
-                                     f"{tm.DRAFT_VOCAB} marked, all of d2t's targets")
+    assert (f.found, f.expected) == (
+        f"{tm.DRAFT_VOCAB + 1} marked, {tm.DRAFT_VOCAB} of d2t's targets marked",
+        f"{tm.DRAFT_VOCAB} marked, all of d2t's targets",
+    )
 
 
 def test_a_scalar_d2t_is_invalid(setup):
@@ -1281,19 +1569,29 @@ def test_a_short_d2t_is_one_length_error_not_a_shape_one(setup):
     assert r.codes(ERROR) == ["d2t-length"], r.format()
 
 
-@pytest.mark.parametrize("draft_dtype, target_dtype, draft_why", [
-    ("float32", "bfloat16", "config dtype float32 -> float16 (sglang's auto rule)"),
-    ("float", "bfloat16", "config dtype float -> float16 (sglang's auto rule)"),  # the config's own word
-    (None, "bfloat16", "no dtype in config -> float32 -> float16 (sglang's auto rule)"),
-    ("bfloat16", "float16", "config dtype bfloat16"),
-])
+@pytest.mark.parametrize(
+    "draft_dtype, target_dtype, draft_why",
+    [
+        ("float32", "bfloat16", "config dtype float32 -> float16 (sglang's auto rule)"),
+        ("float", "bfloat16", "config dtype float -> float16 (sglang's auto rule)"),  # the config's own word
+        (None, "bfloat16", "no dtype in config -> float32 -> float16 (sglang's auto rule)"),
+        ("bfloat16", "float16", "config dtype bfloat16"),
+    ],
+)
 def test_dtype_mismatch_says_what_each_side_runs_in_and_why(setup, DELETE, draft_dtype, target_dtype, draft_why):
     ddt = "float16" if draft_dtype != "bfloat16" else "bfloat16"
     r = setup("d", config={"torch_dtype": draft_dtype if draft_dtype else DELETE}, target={"torch_dtype": target_dtype})
     f = _one(r, "dtype-mismatch")
-    assert f.severity == ERROR and f.what.startswith(f"the draft would run in {ddt} but the target's aux hidden states are {target_dtype}")
-    assert (f.found, f.expected) == (f"draft: {draft_why}; target: config dtype {target_dtype}", f"the draft running in {target_dtype}")
-    assert f.fix == f'set "torch_dtype": "{target_dtype}" in the draft config.json (or launch with --dtype {target_dtype})'
+    assert f.severity == ERROR and f.what.startswith(
+        f"the draft would run in {ddt} but the target's aux hidden states are {target_dtype}"
+    )
+    assert (f.found, f.expected) == (
+        f"draft: {draft_why}; target: config dtype {target_dtype}",
+        f"the draft running in {target_dtype}",
+    )
+    assert (
+        f.fix == f'set "torch_dtype": "{target_dtype}" in the draft config.json (or launch with --dtype {target_dtype})'
+    )
 
 
 @pytest.mark.parametrize("draft_dtype", ["float32", "float"])
@@ -1302,21 +1600,31 @@ def test_a_float32_draft_runs_in_float16_as_a_float16_target_does(setup, draft_d
     assert "dtype-mismatch" not in r.codes(), r.format()
 
 
-@pytest.mark.parametrize("config, launch, warns", [
-    ({"torch_dtype": "float32"}, None, True),
-    ({"torch_dtype": "float"}, None, True),
-    ({"torch_dtype": None}, None, True),  # no dtype: sglang's auto rule reads float32
-    ({"torch_dtype": "float16"}, None, False),  # stated float16: no guess about the target
-    ({"torch_dtype": "float32"}, ["--speculative-algorithm", "EAGLE3", "--dtype", "bfloat16"], False),
-])
+@pytest.mark.parametrize(
+    "config, launch, warns",
+    [
+        ({"torch_dtype": "float32"}, None, True),
+        ({"torch_dtype": "float"}, None, True),
+        ({"torch_dtype": None}, None, True),  # no dtype: sglang's auto rule reads float32
+        ({"torch_dtype": "float16"}, None, False),  # stated float16: no guess about the target
+        ({"torch_dtype": "float32"}, ["--speculative-algorithm", "EAGLE3", "--dtype", "bfloat16"], False),
+    ],
+)
 def test_a_float32_draft_without_a_target_warns_unless_its_dtype_is_stated_or_forced(setup, config, launch, warns):
     r = setup("d", config=config, target=None, launch=launch)
     if not warns:
         assert "dtype-float32-draft" not in r.codes(), r.format()
         return
     f = _one(r, "dtype-float32-draft")
-    why = f"config dtype {config['torch_dtype']} -> float16 (sglang's auto rule)" if config["torch_dtype"] else "no dtype in config -> float32 -> float16 (sglang's auto rule)"
-    assert (f.severity, f.what) == (WARNING, f"sglang runs this draft in float16 ({why}); with a bfloat16 target the fc raises a dtype error")
+    why = (
+        f"config dtype {config['torch_dtype']} -> float16 (sglang's auto rule)"
+        if config["torch_dtype"]
+        else "no dtype in config -> float32 -> float16 (sglang's auto rule)"
+    )
+    assert (f.severity, f.what) == (
+        WARNING,
+        f"sglang runs this draft in float16 ({why}); with a bfloat16 target the fc raises a dtype error",
+    )
 
 
 def test_bfloat16_weights_of_a_float16_draft_are_cast_at_load(setup):
@@ -1327,7 +1635,9 @@ def test_bfloat16_weights_of_a_float16_draft_are_cast_at_load(setup):
 def test_integer_weights_are_a_dtype_error_not_a_cast(setup):
     r = setup("d", tensors=lambda t: t.update({"norm.weight": t["norm.weight"].to(torch.int16)}))
     f = _one(r, "tensor-dtype")
-    assert (f.severity, f.found) == (ERROR, "I16") and f.what.startswith("norm.weight is stored as I16, not a floating-point dtype")
+    assert (f.severity, f.found) == (ERROR, "I16") and f.what.startswith(
+        "norm.weight is stored as I16, not a floating-point dtype"
+    )
     assert "tensor-dtype-cast" not in r.codes(), r.format()
 
 
@@ -1343,7 +1653,12 @@ def test_a_draft_vocab_smaller_than_the_targets(setup):
 
 def test_draft_vocab_size_larger_than_vocab_size(setup):
     f = _one(setup("d", config={"draft_vocab_size": 2 * tm.VOCAB}), "draft-vocab-size")
-    assert (f.severity, f.what, f.found, f.expected) == (ERROR, "draft_vocab_size is larger than vocab_size", str(2 * tm.VOCAB), f"<= {tm.VOCAB}")
+    assert (f.severity, f.what, f.found, f.expected) == (
+        ERROR,
+        "draft_vocab_size is larger than vocab_size",
+        str(2 * tm.VOCAB),
+        f"<= {tm.VOCAB}",
+    )
     assert f.where.endswith("config.json: draft_vocab_size")
     assert "draft-vocab-size" not in setup("same", config={"draft_vocab_size": tm.VOCAB}).codes()
 
@@ -1353,7 +1668,9 @@ def test_a_draft_with_no_decoder_layer(setup):
     assert (f.severity, f.found, f.expected) == (ERROR, "0", "1")
 
 
-@pytest.mark.parametrize("algorithm, fires", [("EAGLE", True), ("EAGLE3", True), ("NEXTN", True), ("STANDALONE", False)])
+@pytest.mark.parametrize(
+    "algorithm, fires", [("EAGLE", True), ("EAGLE3", True), ("NEXTN", True), ("STANDALONE", False)]
+)
 def test_kimi_k25_on_058_for_every_algorithm_that_loads_the_target_as_eagle_does(tiny, algorithm, fires):
     r = run(tiny["kimi_k25"], tiny["draft"], "0.5.8", speculative_algorithm=algorithm, with_patches=True)
     if not fires:
@@ -1369,7 +1686,9 @@ def test_check_draft_leaves_the_server_setup_out(tiny):
     from eagle3_patches.doctor import check_draft
 
     # on 0.5.9 doctor() also reports the CUDA-graph capture order and the Kimi delegation: the launch, not the checkpoints
-    assert {"cuda-graph-capture-order", "kimi-k25-delegation"} <= set(run(tiny["kimi_k25"], tiny["draft"], "0.5.9").codes(ERROR))
+    assert {"cuda-graph-capture-order", "kimi-k25-delegation"} <= set(
+        run(tiny["kimi_k25"], tiny["draft"], "0.5.9").codes(ERROR)
+    )
     r = check_draft(tiny["draft"], target=tiny["kimi_k25"], sglang_version="0.5.9")
     assert_clean(r)
     assert not {"cuda-graph-capture-order", "kimi-k25-delegation"} & set(r.codes()), r.format()
@@ -1393,12 +1712,16 @@ def test_one_checkpoint_alone_is_something_to_check(tiny, side):
     assert "nothing-to-check" not in r.codes(), r.format()
 
 
-@pytest.mark.parametrize("architectures, shown", [(["LlavaForConditionalGeneration"], "LlavaForConditionalGeneration"), (None, "?")])
+@pytest.mark.parametrize(
+    "architectures, shown", [(["LlavaForConditionalGeneration"], "LlavaForConditionalGeneration"), (None, "?")]
+)
 def test_target_architecture_note_names_the_architecture(make_target, DELETE, architectures, shown):
     t = make_target(config={"architectures": architectures or DELETE, "model_type": "llava"})
     f = _one(run(t, None), "target-architecture")
-    assert f.what == (f"target architecture {shown} is not in the DeepSeek-V3 family; capture rules are checked as "
-                      "sglang's DeepseekV2ForCausalLM applies them")
+    assert f.what == (
+        f"target architecture {shown} is not in the DeepSeek-V3 family; capture rules are checked as "
+        "sglang's DeepseekV2ForCausalLM applies them"
+    )
 
 
 def test_speculators_id_zero_is_the_embeddings_which_sglang_cannot_capture(setup):
@@ -1406,8 +1729,10 @@ def test_speculators_id_zero_is_the_embeddings_which_sglang_cannot_capture(setup
     f = _one(setup("d", spec=spec, speculators=True, with_patches=True), "aux-ids-out-of-range")
     n = tm.NUM_LAYERS
     assert f.severity == ERROR and f.found == "[0, 2, 3]" and f.expected == f"ids in 1..{n - 1}"
-    assert f.what == (f"speculators ids [0] (HF hidden_states index) have no capture point in sglang on a {n}-layer "
-                      f"target (valid 1..{n - 1})")
+    assert f.what == (
+        f"speculators ids [0] (HF hidden_states index) have no capture point in sglang on a {n}-layer "
+        f"target (valid 1..{n - 1})"
+    )
 
 
 def test_target_shards_missing_from_the_index_are_listed_up_to_five(tmp_path):
@@ -1420,7 +1745,11 @@ def test_target_shards_missing_from_the_index_are_listed_up_to_five(tmp_path):
         (t / name).unlink()
     r = run(t, None)
     f = _one(r, "safetensors-index")
-    assert (f.severity, f.what, f.where) == (ERROR, "6 shard(s) named by the target's index are missing", str(t / "model.safetensors.index.json"))
+    assert (f.severity, f.what, f.where) == (
+        ERROR,
+        "6 shard(s) named by the target's index are missing",
+        str(t / "model.safetensors.index.json"),
+    )
     assert f.found == ", ".join(shards[:5]) and f.fix == "finish the download"
     assert r.facts["target_headers_read"] == "1 of 7 shard header(s), 1 tensors"
     bad = _one(r, "target-config-vs-weights")  # the shard that is there is still checked
@@ -1478,9 +1807,14 @@ def test_a_draft_with_only_pickle_weights(tmp_path, tiny):
 
 def test_two_names_for_one_draft_parameter(setup):
     """layers.0.* (speculators' naming) next to midlayer.*: one finding, and every other tensor is still checked."""
-    r = setup("d", tensors=lambda t: t.update({"layers.0.hidden_norm.weight": t["midlayer.hidden_norm.weight"].clone()}))
+    r = setup(
+        "d", tensors=lambda t: t.update({"layers.0.hidden_norm.weight": t["midlayer.hidden_norm.weight"].clone()})
+    )
     f = _one(r, "duplicate-tensor")
-    assert (f.severity, f.what) == (ERROR, "tensors layers.0.hidden_norm.weight and midlayer.hidden_norm.weight load into the same parameter")
+    assert (f.severity, f.what) == (
+        ERROR,
+        "tensors layers.0.hidden_norm.weight and midlayer.hidden_norm.weight load into the same parameter",
+    )
     assert f.fix == "keep one of them"
     assert not {"keys-missing", "tensor-shape"} & set(r.codes()), r.format()
 
@@ -1505,30 +1839,49 @@ def test_an_unreadable_draft_shard_is_one_finding_not_a_list_of_absent_tensors(m
 
 def test_report_setup_line_names_the_algorithm_and_tp(tiny):
     r = run(tiny["deepseek_v3"], tiny["draft"], tp=4)
-    assert r.format().splitlines()[1] == (f"  setup:  sglang {CLEAN} (--sglang-version), --speculative-algorithm EAGLE3 (assumed), "
-                                          "tp 4, stock sglang (no eagle3-patches)")
+    assert r.format().splitlines()[1] == (
+        f"  setup:  sglang {CLEAN} (--sglang-version), --speculative-algorithm EAGLE3 (assumed), "
+        "tp 4, stock sglang (no eagle3-patches)"
+    )
     r = run(tiny["deepseek_v3"], tiny["draft"], launch=["--tp", "2"])
-    assert r.format().splitlines()[1] == f"  setup:  sglang {CLEAN} (--sglang-version), tp 2, stock sglang (no eagle3-patches)"
+    assert (
+        r.format().splitlines()[1]
+        == f"  setup:  sglang {CLEAN} (--sglang-version), tp 2, stock sglang (no eagle3-patches)"
+    )
 
 
 def test_report_lists_errors_then_warnings_then_notes(make_draft, tiny):
     """Findings are made in check order (a note on the release first, then a warning on the paths, then errors):
     the report, text and JSON, leads with the errors."""
     newer = ".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))
-    r = run(tiny["deepseek_v3"], make_draft(config={"num_hidden_layers": 2}), newer,
-            launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["kimi_k25"])])
+    r = run(
+        tiny["deepseek_v3"],
+        make_draft(config={"num_hidden_layers": 2}),
+        newer,
+        launch=["--speculative-algorithm", "EAGLE3", "--model-path", str(tiny["kimi_k25"])],
+    )
     made = [f.severity for f in r.findings]
     assert made.index(INFO) < made.index(WARNING) < made.index(ERROR), r.format()  # the order they were made in
-    shown = [line.split(" [", 1)[0].strip() for line in r.format().splitlines() if line.startswith(("ERROR", "WARNING", "info"))]
+    shown = [
+        line.split(" [", 1)[0].strip()
+        for line in r.format().splitlines()
+        if line.startswith(("ERROR", "WARNING", "info"))
+    ]
     want = ["ERROR"] * len(r.errors) + ["WARNING"] * len(r.warnings) + ["info"] * len(r.by_severity(INFO))
     assert shown == want, r.format()
-    assert [f["severity"] for f in json.loads(r.to_json())["findings"]] == sorted(made, key=[ERROR, WARNING, INFO].index)
+    assert [f["severity"] for f in json.loads(r.to_json())["findings"]] == sorted(
+        made, key=[ERROR, WARNING, INFO].index
+    )
     lines = r.format().splitlines()
-    assert lines[4] == "" and lines[5].startswith("ERROR   ["), lines  # one blank line between the header and the findings
+    assert lines[4] == "" and lines[5].startswith("ERROR   ["), (
+        lines
+    )  # one blank line between the header and the findings
 
 
 def test_cli_json_is_indented(cli, tiny):
-    rc, out, _ = cli("doctor", "--json", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN)
+    rc, out, _ = cli(
+        "doctor", "--json", "--target", tiny["deepseek_v3"], "--draft", tiny["draft"], "--sglang-version", CLEAN
+    )
     assert rc == 0 and out.splitlines()[:2] == ["{", '  "ok": true,'], out[:200]
 
 
@@ -1581,7 +1934,12 @@ def test_a_d2t_the_safetensors_library_cannot_read(setup, monkeypatch):
     monkeypatch.setattr(safetensors, "safe_open", DataUnreadable)
     r = setup("d")
     f = _one(r, "d2t-invalid")
-    assert (f.severity, f.what, f.found, f.fix) == (ERROR, "d2t cannot be read", "OSError: Input/output error", "re-export it")
+    assert (f.severity, f.what, f.found, f.fix) == (
+        ERROR,
+        "d2t cannot be read",
+        "OSError: Input/output error",
+        "re-export it",
+    )
     assert f.where.endswith("model.safetensors: d2t") and "internal-error" not in r.codes(), r.format()
 
 
@@ -1613,7 +1971,9 @@ def test_d2t_of_64_mib_is_read_and_one_entry_more_is_not(tmp_path, tiny, extra, 
     r = run(tiny["deepseek_v3"], _sparse_draft_with_d2t_of(tmp_path / "d", entries))
     if read:
         f = _one(r, "d2t-length")  # read, and judged: one entry per draft token
-        assert f.what.startswith(f"d2t has {entries} entries but the draft config says draft_vocab_size={tm.DRAFT_VOCAB}"), f.what
+        assert f.what.startswith(
+            f"d2t has {entries} entries but the draft config says draft_vocab_size={tm.DRAFT_VOCAB}"
+        ), f.what
         assert "d2t-invalid" not in r.codes(), r.format()
     else:
         f = _one(r, "d2t-invalid")
@@ -1629,7 +1989,9 @@ def test_a_report_closed_again_does_not_repeat_its_summary():
         r.add(WARNING, "w", f"finding {i}")
     r.close()
     r.close()
-    assert [f.what for f in r.findings][MAX_FINDINGS_PER_CODE:] == ["2 more [w] finding(s) like the above are not listed"]
+    assert [f.what for f in r.findings][MAX_FINDINGS_PER_CODE:] == [
+        "2 more [w] finding(s) like the above are not listed"
+    ]
 
 
 def test_draft_index_naming_tensors_its_shards_do_not_hold_lists_five(make_draft, tiny):

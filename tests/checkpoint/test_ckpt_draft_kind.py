@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3_patches.doctor import doctor
 from eagle3_patches.checkpoint.draft_kind import eagle3_draft_evidence
+from eagle3_patches.doctor import doctor
 from eagle3_patches.testing import tiny_models as tm
 
 H = tm.HIDDEN
@@ -22,7 +22,9 @@ def _eagle_draft(path, *, hidden, width, fc_key="fc.weight"):
     """An EAGLE-1-format draft (``LlamaForCausalLMEagle``, no eagle_config): only its fc tells what it is."""
     path.mkdir()
     (path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle"], "hidden_size": hidden}))
-    save_file({fc_key: torch.zeros(max(hidden, 1) if isinstance(hidden, int) else H, width)}, str(path / "model.safetensors"))
+    save_file(
+        {fc_key: torch.zeros(max(hidden, 1) if isinstance(hidden, int) else H, width)}, str(path / "model.safetensors")
+    )
     return path
 
 
@@ -40,17 +42,20 @@ def test_the_eagle3_formats_are_evidence_and_other_checkpoints_not(tiny, tmp_pat
     assert eagle3_draft_evidence(tmp_path / "nowhere") is None
 
 
-@pytest.mark.parametrize("hidden, width, fc_key, states", [
-    (H, 3 * H, "fc.weight", 3),
-    (H, 4 * H, "fc.weight", 4),  # four aux layers
-    (H, 3 * H, "model.fc.weight", 3),  # saved with the model prefix
-    (1, 3, "fc.weight", 3),
-    (H, 2 * H, "fc.weight", None),  # EAGLE-1/2: the embedding and one hidden state
-    (H, H, "fc.weight", None),
-    (H, 3 * H - 8, "fc.weight", None),  # not a multiple of hidden
-    (0, 3 * H, "fc.weight", None),  # a config's nonsense is no evidence, and no crash
-    (str(H), 3 * H, "fc.weight", None),
-])
+@pytest.mark.parametrize(
+    "hidden, width, fc_key, states",
+    [
+        (H, 3 * H, "fc.weight", 3),
+        (H, 4 * H, "fc.weight", 4),  # four aux layers
+        (H, 3 * H, "model.fc.weight", 3),  # saved with the model prefix
+        (1, 3, "fc.weight", 3),
+        (H, 2 * H, "fc.weight", None),  # EAGLE-1/2: the embedding and one hidden state
+        (H, H, "fc.weight", None),
+        (H, 3 * H - 8, "fc.weight", None),  # not a multiple of hidden
+        (0, 3 * H, "fc.weight", None),  # a config's nonsense is no evidence, and no crash
+        (str(H), 3 * H, "fc.weight", None),
+    ],
+)
 def test_an_fc_of_k_hidden_states_is_evidence_from_three_on(tmp_path, hidden, width, fc_key, states):
     draft = _eagle_draft(tmp_path / "d", hidden=hidden, width=width, fc_key=fc_key)
     expected = None if states is None else f"fc.weight takes {width} = {states} x hidden ({hidden}) inputs"
@@ -72,8 +77,18 @@ def test_the_doctor_judges_the_draft_as_the_guard_does(tiny, make_draft, DELETE,
 
     draft = make_draft("eagle", config={"architectures": ["LlamaForCausalLMEagle"], "eagle_config": DELETE}, tensors=fc)
     assert (eagle3_draft_evidence(draft) is not None) == is_eagle3
-    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["deepseek_v3"]),
-              "--speculative-draft-model-path", str(draft), "--speculative-algorithm"]
-    eagle, eagle3 = (doctor(launch=[*launch, algo], sglang_version="0.5.9").codes("error") for algo in ("EAGLE", "EAGLE3"))
+    launch = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(tiny["deepseek_v3"]),
+        "--speculative-draft-model-path",
+        str(draft),
+        "--speculative-algorithm",
+    ]
+    eagle, eagle3 = (
+        doctor(launch=[*launch, algo], sglang_version="0.5.9").codes("error") for algo in ("EAGLE", "EAGLE3")
+    )
     assert ("algorithm-eagle-with-eagle3-draft" in eagle) == is_eagle3, eagle
     assert ("algorithm-eagle3-with-non-eagle3-draft" in eagle3) != is_eagle3, eagle3

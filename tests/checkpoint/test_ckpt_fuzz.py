@@ -34,24 +34,57 @@ interesting_ints = st.sampled_from([0, 1, 2, 3, 5, 6, 7, 64, 255, 256, 1024, -1,
 values = st.one_of(st.just(DELETE), json_values, interesting_ints, st.lists(interesting_ints, max_size=5))
 
 DRAFT_PATHS = [
-    ("architectures",), ("model_type",), ("hidden_size",), ("vocab_size",), ("draft_vocab_size",), ("target_hidden_size",),
-    ("num_hidden_layers",), ("num_attention_heads",), ("num_key_value_heads",), ("head_dim",), ("intermediate_size",),
-    ("torch_dtype",), ("dtype",), ("tie_word_embeddings",), ("bias",), ("eagle_config",),
-    ("eagle_config", "eagle_aux_hidden_state_layer_ids"), ("eagle_config", "use_aux_hidden_state"),
-    ("eagle_config", "eagle3_patches_layer_id_convention"), ("eagle_aux_hidden_state_layer_ids",),
-    ("speculators_model_type",), ("transformer_layer_config",),
+    ("architectures",),
+    ("model_type",),
+    ("hidden_size",),
+    ("vocab_size",),
+    ("draft_vocab_size",),
+    ("target_hidden_size",),
+    ("num_hidden_layers",),
+    ("num_attention_heads",),
+    ("num_key_value_heads",),
+    ("head_dim",),
+    ("intermediate_size",),
+    ("torch_dtype",),
+    ("dtype",),
+    ("tie_word_embeddings",),
+    ("bias",),
+    ("eagle_config",),
+    ("eagle_config", "eagle_aux_hidden_state_layer_ids"),
+    ("eagle_config", "use_aux_hidden_state"),
+    ("eagle_config", "eagle3_patches_layer_id_convention"),
+    ("eagle_aux_hidden_state_layer_ids",),
+    ("speculators_model_type",),
+    ("transformer_layer_config",),
 ]
 TARGET_PATHS = [
-    ("architectures",), ("model_type",), ("num_hidden_layers",), ("hidden_size",), ("vocab_size",), ("torch_dtype",),
-    ("first_k_dense_replace",), ("text_config",), ("text_config", "num_hidden_layers"), ("text_config", "hidden_size"),
+    ("architectures",),
+    ("model_type",),
+    ("num_hidden_layers",),
+    ("hidden_size",),
+    ("vocab_size",),
+    ("torch_dtype",),
+    ("first_k_dense_replace",),
+    ("text_config",),
+    ("text_config", "num_hidden_layers"),
+    ("text_config", "hidden_size"),
     ("quantization_config",),
 ]
 SPECULATORS_PATHS = [
-    ("eagle_aux_hidden_state_layer_ids",), ("draft_vocab_size",), ("target_hidden_size",), ("dtype",), ("norm_before_fc",),
-    ("norm_output",), ("tie_word_embeddings",), ("transformer_layer_config",),
-    ("transformer_layer_config", "hidden_size"), ("transformer_layer_config", "num_hidden_layers"),
-    ("transformer_layer_config", "model_type"), ("transformer_layer_config", "rope_parameters"),
-    ("transformer_layer_config", "vocab_size"), ("speculators_config",),
+    ("eagle_aux_hidden_state_layer_ids",),
+    ("draft_vocab_size",),
+    ("target_hidden_size",),
+    ("dtype",),
+    ("norm_before_fc",),
+    ("norm_output",),
+    ("tie_word_embeddings",),
+    ("transformer_layer_config",),
+    ("transformer_layer_config", "hidden_size"),
+    ("transformer_layer_config", "num_hidden_layers"),
+    ("transformer_layer_config", "model_type"),
+    ("transformer_layer_config", "rope_parameters"),
+    ("transformer_layer_config", "vocab_size"),
+    ("speculators_config",),
 ]
 
 
@@ -96,11 +129,18 @@ def workdir(tmp_path_factory, tiny):
     return root
 
 
-_settings = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_settings = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @_settings
-@given(draft_muts=mutations(DRAFT_PATHS), target_muts=mutations(TARGET_PATHS), version=st.sampled_from(["0.5.8", "0.5.9", "0.5.12", "0.5.13", "0.5.23", "0.6.0"]), tp=st.sampled_from([1, 2, 8]))
+@given(
+    draft_muts=mutations(DRAFT_PATHS),
+    target_muts=mutations(TARGET_PATHS),
+    version=st.sampled_from(["0.5.8", "0.5.9", "0.5.12", "0.5.13", "0.5.23", "0.6.0"]),
+    tp=st.sampled_from([1, 2, 8]),
+)
 def test_config_mutations_never_crash(tiny, link_file, draft_muts, target_muts, version, tp):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -123,7 +163,17 @@ def _header_mutation():
         st.tuples(st.just("flip"), st.floats(min_value=0, max_value=1), st.integers(0, 255)),
         st.tuples(
             st.just("entry"),
-            st.sampled_from(["fc.weight", "d2t", "t2d", "lm_head.weight", "norm.weight", "midlayer.self_attn.q_proj.weight", "__metadata__"]),
+            st.sampled_from(
+                [
+                    "fc.weight",
+                    "d2t",
+                    "t2d",
+                    "lm_head.weight",
+                    "norm.weight",
+                    "midlayer.self_attn.q_proj.weight",
+                    "__metadata__",
+                ]
+            ),
             st.sampled_from(["dtype", "shape", "data_offsets", None]),
             st.one_of(
                 json_values,
@@ -132,7 +182,11 @@ def _header_mutation():
                 st.lists(st.integers(-5, 10**12), min_size=2, max_size=2),
             ),
         ),
-        st.tuples(st.just("rename"), st.sampled_from(["fc.weight", "d2t", "t2d", "midlayer.mlp.up_proj.weight"]), st.text(max_size=12)),
+        st.tuples(
+            st.just("rename"),
+            st.sampled_from(["fc.weight", "d2t", "t2d", "midlayer.mlp.up_proj.weight"]),
+            st.text(max_size=12),
+        ),
         st.tuples(st.just("length"), st.integers(0, 2**64 - 1)),
     )
 
@@ -191,7 +245,9 @@ def test_header_mutations_never_crash(tiny, muts, shards):
         check(doctor(tiny["deepseek_v3"], d, sglang_version="0.5.9"))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(muts=mutations(SPECULATORS_PATHS))
 def test_convert_mutated_speculators_config(tiny, link_file, muts):
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,11 +31,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eagle3_patches.doctor import doctor
 from eagle3_patches.checkpoint.safe_io import RSS_BUDGET, CheckpointError, open_checkpoint_file
 from eagle3_patches.checkpoint.safetensors_header import read_header
-from eagle3_patches.terminal import escape_terminal
+from eagle3_patches.doctor import doctor
 from eagle3_patches.errors import Eagle3Error
+from eagle3_patches.terminal import escape_terminal
 from eagle3_patches.testing import tiny_models as tm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,8 +89,15 @@ class Proc:
         self.out, self.err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
         # SIGINT at its default, as for a command typed at a terminal: a shell's background job (a test run started
         # with `&`) inherits it ignored, and the command then rightly ignores Ctrl-C's signal too
-        self.p = subprocess.Popen(argv, stdout=self.out, stderr=self.err, cwd=cwd, env=_env(), start_new_session=True,
-                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        self.p = subprocess.Popen(
+            argv,
+            stdout=self.out,
+            stderr=self.err,
+            cwd=cwd,
+            env=_env(),
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
 
     def finish(self, timeout: float = 120) -> Run:
         hung = threading.Event()
@@ -266,7 +273,13 @@ def test_special_files_named_like_weights_are_refused_by_name(draft, tmp_path, k
         os.symlink("gone.safetensors", f)
     run = doctor_cli("--draft", draft, timeout=60)
     assert run.rc == 1 and "model.safetensors" in run.out
-    assert {"fifo": "FIFO", "directory": "is a directory", "device": "character device", "loop": "symlink loop", "dangling": "dangling link"}[kind] in run.out
+    assert {
+        "fifo": "FIFO",
+        "directory": "is a directory",
+        "device": "character device",
+        "loop": "symlink loop",
+        "dangling": "dangling link",
+    }[kind] in run.out
     assert "holds no *.safetensors" not in run.out
 
 
@@ -289,7 +302,9 @@ def test_kernel_state_is_no_checkpoint(tiny):
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):  # a tmpfs models are copied to: fine
         shm = Path(tempfile.mkdtemp(dir="/dev/shm"))
         try:
-            report = in_process(lambda: doctor(tiny["deepseek_v3"], copy_checkpoint(tiny["draft"], shm / "draft"), sglang_version=CLEAN))
+            report = in_process(
+                lambda: doctor(tiny["deepseek_v3"], copy_checkpoint(tiny["draft"], shm / "draft"), sglang_version=CLEAN)
+            )
             assert report.ok, report.format()
         finally:
             shutil.rmtree(shm, ignore_errors=True)
@@ -358,14 +373,22 @@ def _rss_case(root: Path, tiny, kind: str) -> Path:
             entries.append(e)
             size += len(e)
             i += 1
-        (d / "model.safetensors.index.json").write_text('{"weight_map": {\n' + "".join(entries).rstrip(",\n") + "\n}}\n")
+        (d / "model.safetensors.index.json").write_text(
+            '{"weight_map": {\n' + "".join(entries).rstrip(",\n") + "\n}}\n"
+        )
         return d
     if kind == "header-40MB-rank":
         raw = b'{"x":{"dtype":"U8","shape":[' + b",".join([b"1"] * 19_999_980) + b'],"data_offsets":[0,1]}}'
         data = b"\0"
     else:  # a 40 MB header of 100k tensors with long names: within the parse budget, so parsed
         n, pad = 100_000, "x" * 330
-        raw = ("{" + ",".join(f'"{pad}.{i:07d}.weight":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}' for i in range(n)) + "}").encode()
+        raw = (
+            "{"
+            + ",".join(
+                f'"{pad}.{i:07d}.weight":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}' for i in range(n)
+            )
+            + "}"
+        ).encode()
         raw += b" " * (40_000_000 - len(raw))
         data = b"\0" * n
     write_header(d / "model.safetensors", raw, data)
@@ -392,12 +415,18 @@ def test_absurd_numbers_and_nesting_are_messages(tmp_path, tiny, where):
     d = tmp_path / "draft"
     copy_checkpoint(tiny["draft"], d)
     if where.startswith("header"):
-        shape, offs = ((big, "0,2") if where == "header-shape" else ("1", f"0,{big}"))
-        write_header(d / "model.safetensors", f'{{"fc.weight":{{"dtype":"BF16","shape":[{shape}],"data_offsets":[{offs}]}}}}'.encode(), b"\0\0")
+        shape, offs = (big, "0,2") if where == "header-shape" else ("1", f"0,{big}")
+        write_header(
+            d / "model.safetensors",
+            f'{{"fc.weight":{{"dtype":"BF16","shape":[{shape}],"data_offsets":[{offs}]}}}}'.encode(),
+            b"\0\0",
+        )
         needle = "[safetensors-header]"
     elif where == "index-metadata":
         wm = {n: "model.safetensors" for n in tm.tensor_names(d)}
-        (d / "model.safetensors.index.json").write_text('{"metadata": {"total_size": ' + big + '}, "weight_map": ' + json.dumps(wm) + "}")
+        (d / "model.safetensors.index.json").write_text(
+            '{"metadata": {"total_size": ' + big + '}, "weight_map": ' + json.dumps(wm) + "}"
+        )
         needle = "absurd number"
     else:
         text = (d / "config.json").read_text()
@@ -456,7 +485,9 @@ def test_read_only_parent_as_a_non_root_user(tiny):
         ro = root / "ro"
         ro.mkdir(mode=0o555)
         os.chmod(ro, 0o555)
-        probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "true"], capture_output=True)
+        probe = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "true"], capture_output=True
+        )
         if probe.returncode != 0:
             pytest.skip(f"cannot drop to uid 65534 here: {probe.stderr.decode().strip()}")
         run = cli("convert", s, ro / "out", "--no-progress", user=True)
@@ -488,7 +519,11 @@ def test_zero_dim_tensor_where_a_matrix_is_expected(make_draft, tmp_path, tiny, 
         assert_no_leak(tmp_path, dst=tmp_path / "out")
     else:
         run = doctor_cli("--target", tiny["deepseek_v3"], "--draft", d)
-    assert run.rc == 1 and name in run.text and ("not a matrix" in run.text or "wrong shape" in run.text or "1-D" in run.text), run.text
+    assert (
+        run.rc == 1
+        and name in run.text
+        and ("not a matrix" in run.text or "wrong shape" in run.text or "1-D" in run.text)
+    ), run.text
 
 
 def test_refused_conversion_removes_the_parents_it_created(src, tmp_path, secret):
@@ -637,15 +672,38 @@ def test_every_guard_is_silent_on_a_correct_setup(tmp_path, tiny, src):
     assert "\\x" not in run.out and "unsafe-file" not in run.out and "more [" not in run.out
     run = cli("convert", src, tmp_path / "new" / "out", "--no-progress", "--target", tiny["kimi_k25"])
     assert run.rc == 0 and "note:" not in run.out, run.text  # nothing stale to remove
-    assert {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} <= {p.name for p in (tmp_path / "new" / "out").iterdir()}
+    assert {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"} <= {
+        p.name for p in (tmp_path / "new" / "out").iterdir()
+    }
     assert_no_leak(tmp_path)
 
 
 # ====================================================================== fuzzing (in process)
-_fuzz = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12) | st.sampled_from(["fc.weight", "d2t", "x\x1b[2J"])
+_fuzz = settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+names = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12) | st.sampled_from(
+    ["fc.weight", "d2t", "x\x1b[2J"]
+)
 BITS = {"U8": 8, "BF16": 16, "F32": 32, "I64": 64, "BOOL": 8, "F4": 4}
-MUTATIONS = ["none", "none", "dim", "offset", "dtype", "duplicate", "huge-dims", "huge-with-zero", "rank-65", "metadata", "extra-field", "trailing", "truncated", "gap", "bigint", "pad"]
+MUTATIONS = [
+    "none",
+    "none",
+    "dim",
+    "offset",
+    "dtype",
+    "duplicate",
+    "huge-dims",
+    "huge-with-zero",
+    "rank-65",
+    "metadata",
+    "extra-field",
+    "trailing",
+    "truncated",
+    "gap",
+    "bigint",
+    "pad",
+]
 
 
 @st.composite
@@ -683,7 +741,10 @@ def headers(draw):
         elif mutation == "extra-field":
             first["extra"] = [1, 2]
     if mutation == "metadata":
-        header = {"__metadata__": draw(st.dictionaries(st.text(max_size=3), st.text(max_size=3) | st.integers(), max_size=2)), **header}
+        header = {
+            "__metadata__": draw(st.dictionaries(st.text(max_size=3), st.text(max_size=3) | st.integers(), max_size=2)),
+            **header,
+        }
     raw = json.dumps(header).encode()
     if mutation == "duplicate" and tensors:
         name, entry = next(iter(tensors.items()))
@@ -718,11 +779,25 @@ def test_fuzzed_headers_are_at_least_as_strict_as_safetensors(tmp_path, case):
         assert result.what and result.where == str(f), result
 
 
-index_values = st.text(max_size=20) | st.sampled_from(["model.safetensors", "./model.safetensors", "../x.safetensors", "/etc/passwd", "sub/../model.safetensors", "a\x1b.safetensors", ".", ""])
+index_values = st.text(max_size=20) | st.sampled_from(
+    [
+        "model.safetensors",
+        "./model.safetensors",
+        "../x.safetensors",
+        "/etc/passwd",
+        "sub/../model.safetensors",
+        "a\x1b.safetensors",
+        ".",
+        "",
+    ]
+)
 
 
 @_fuzz
-@given(wm=st.dictionaries(names, index_values | st.integers() | st.none(), max_size=6), meta=st.one_of(st.none(), st.integers(), st.text(max_size=5), st.dictionaries(st.text(max_size=3), st.integers())))
+@given(
+    wm=st.dictionaries(names, index_values | st.integers() | st.none(), max_size=6),
+    meta=st.one_of(st.none(), st.integers(), st.text(max_size=5), st.dictionaries(st.text(max_size=3), st.integers())),
+)
 def test_fuzzed_indexes_never_crash(tiny, wm, meta):
     with tempfile.TemporaryDirectory() as tmp:
         d = copy_checkpoint(tiny["draft"], Path(tmp) / "draft")
@@ -733,12 +808,33 @@ def test_fuzzed_indexes_never_crash(tiny, wm, meta):
         json.loads(report.to_json())
 
 
-config_values = st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.sampled_from([2**31, 2**64, -(2**63), 10**19]), st.text(max_size=6), st.floats(allow_nan=True), st.lists(st.integers(-5, 2**65), max_size=4), st.none())
-CONFIG_KEYS = ["hidden_size", "vocab_size", "draft_vocab_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size", "target_hidden_size", "num_hidden_layers", "architectures"]
+config_values = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([2**31, 2**64, -(2**63), 10**19]),
+    st.text(max_size=6),
+    st.floats(allow_nan=True),
+    st.lists(st.integers(-5, 2**65), max_size=4),
+    st.none(),
+)
+CONFIG_KEYS = [
+    "hidden_size",
+    "vocab_size",
+    "draft_vocab_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "target_hidden_size",
+    "num_hidden_layers",
+    "architectures",
+]
 
 
 @_fuzz
-@given(edits=st.dictionaries(st.sampled_from(CONFIG_KEYS), config_values, min_size=1, max_size=4), ids=st.lists(st.integers(-(2**65), 2**65), max_size=4))
+@given(
+    edits=st.dictionaries(st.sampled_from(CONFIG_KEYS), config_values, min_size=1, max_size=4),
+    ids=st.lists(st.integers(-(2**65), 2**65), max_size=4),
+)
 def test_fuzzed_configs_never_crash(tiny, edits, ids):
     with tempfile.TemporaryDirectory() as tmp:
         d = copy_checkpoint(tiny["draft"], Path(tmp) / "draft")
@@ -756,7 +852,9 @@ def test_fuzzed_configs_never_crash(tiny, edits, ids):
 def test_zz_hostile_summary(figure):
     if TALLY["run"] == 0:
         pytest.skip("no hostile case ran (deselected)")
-    figure(f"hostile cases run {TALLY['run']}, tracebacks {TALLY['tracebacks']}, hangs {TALLY['hangs']}, files leaked {TALLY['leaked']}")
+    figure(
+        f"hostile cases run {TALLY['run']}, tracebacks {TALLY['tracebacks']}, hangs {TALLY['hangs']}, files leaked {TALLY['leaked']}"
+    )
     assert TALLY["tracebacks"] == TALLY["hangs"] == TALLY["leaked"] == 0, dict(TALLY)
 
 
@@ -846,10 +944,13 @@ def test_a_missing_file_is_named_by_what_it_is(tmp_path, what, code):
     assert named.what == f"{what} vocab.txt is missing", named.what
 
 
-@pytest.mark.parametrize("error, reason", [
-    (PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "permission denied"),
-    (OSError("a filesystem's error without a number"), "OSError"),  # no errno, no strerror: named by its type
-])
+@pytest.mark.parametrize(
+    "error, reason",
+    [
+        (PermissionError(errno.EACCES, os.strerror(errno.EACCES)), "permission denied"),
+        (OSError("a filesystem's error without a number"), "OSError"),  # no errno, no strerror: named by its type
+    ],
+)
 def test_an_open_that_fails_is_refused_by_name(tmp_path, monkeypatch, error, reason):
     (tmp_path / "config.json").write_bytes(b"{}")
 
@@ -911,7 +1012,10 @@ def test_a_large_json_document_of_few_structures_is_parsed_a_deep_one_is_refused
     assert safe_io.load_json(big, what="config.json", where="w", code="config-json")["k"].startswith("xxx")
     nested = b"[" * (len(big) // 2) + b"]" * (len(big) // 2)
     d = _refusal(safe_io.load_json, nested, what="config.json", where="w", code="config-json")
-    assert "too complex to parse" in d.what and d.expected == f"<= {safe_io.JSON_PARSE_BUDGET >> 20} MiB (docs/security.md)"
+    assert (
+        "too complex to parse" in d.what
+        and d.expected == f"<= {safe_io.JSON_PARSE_BUDGET >> 20} MiB (docs/security.md)"
+    )
     assert d.found == f"{len(nested)} bytes, estimated {safe_io.json_parse_cost(nested) >> 20} MiB to parse"
 
 
@@ -935,11 +1039,16 @@ def test_a_document_that_is_not_utf8_is_refused_with_the_bad_byte():
 def test_numbers_are_bounded_at_their_stated_lengths():
     ok_int, long_int = "9" * safe_io.MAX_INT_DIGITS, "9" * (safe_io.MAX_INT_DIGITS + 1)
     ok_float = "0." + "1" * (safe_io.MAX_FLOAT_CHARS - 2)
-    assert safe_io.load_json(f"[{ok_int}, -{ok_int}, {ok_float}]".encode(), what="c", where="w", code="c")[0] == int(ok_int)
+    assert safe_io.load_json(f"[{ok_int}, -{ok_int}, {ok_float}]".encode(), what="c", where="w", code="c")[0] == int(
+        ok_int
+    )
     for raw in (f"[{long_int}]", f"[{ok_float}1]"):
         assert "absurd number" in _refusal(safe_io.load_json, raw.encode(), what="c", where="w", code="c").what
     huge_int, huge_float = "1234567890" * 3, "0." + "1234567890" * 7
-    shown = [_refusal(safe_io.load_json, f"[{n}]".encode(), what="c", where="w", code="c").found for n in (huge_int, huge_float)]
+    shown = [
+        _refusal(safe_io.load_json, f"[{n}]".encode(), what="c", where="w", code="c").found
+        for n in (huge_int, huge_float)
+    ]
     assert shown[0] == f"an integer with 30 digits (at most {safe_io.MAX_INT_DIGITS} accepted): {huge_int[:24]}..."
     assert shown[1] == f"a number of 72 characters (at most {safe_io.MAX_FLOAT_CHARS} accepted): {huge_float[:24]}..."
 
@@ -958,7 +1067,11 @@ def test_the_budgets_are_the_ones_docs_security_md_states():
     assert f"| {safe_io.JSON_PARSE_BUDGET >> 20} MiB, estimated before parsing |" in doc
     assert safe_io.RSS_BUDGET % (1 << 20) == 0 and safe_io.JSON_PARSE_BUDGET % (1 << 20) == 0
     assert f"(no document costs more than {safe_io._PER_BYTE} bytes per byte)" in doc
-    assert (f"({safe_io._COST_OBJECT} bytes per `{{`, {safe_io._COST_MEMBER} per `[` or `:`, {safe_io._COST_ITEM} per "
-            f"`,`, and {safe_io._COST_BYTE} per byte of text)") in doc
-    assert (f"| numbers | integers of at most {safe_io.MAX_INT_DIGITS} digits, float literals of at most "
-            f"{safe_io.MAX_FLOAT_CHARS} characters |") in doc
+    assert (
+        f"({safe_io._COST_OBJECT} bytes per `{{`, {safe_io._COST_MEMBER} per `[` or `:`, {safe_io._COST_ITEM} per "
+        f"`,`, and {safe_io._COST_BYTE} per byte of text)"
+    ) in doc
+    assert (
+        f"| numbers | integers of at most {safe_io.MAX_INT_DIGITS} digits, float literals of at most "
+        f"{safe_io.MAX_FLOAT_CHARS} characters |"
+    ) in doc

@@ -12,10 +12,25 @@ import torch
 from safetensors.torch import load_file
 
 from eagle3_patches.checkpoint import layer_ids as L
-from eagle3_patches.checkpoint.formats import SGLANG_EAGLE3, SPECULATORS, CheckpointError, detect_format, draft_view, read_config, target_view
+from eagle3_patches.checkpoint.formats import (
+    SGLANG_EAGLE3,
+    SPECULATORS,
+    CheckpointError,
+    detect_format,
+    draft_view,
+    read_config,
+    target_view,
+)
 from eagle3_patches.checkpoint.launch_args import LaunchArgsError, parse_launch_args
 from eagle3_patches.checkpoint.releases import facts
-from eagle3_patches.checkpoint.safetensors_header import HeaderError, alignment_order, bytes_read, encode_header, read_header, reset_bytes_read
+from eagle3_patches.checkpoint.safetensors_header import (
+    HeaderError,
+    alignment_order,
+    bytes_read,
+    encode_header,
+    read_header,
+    reset_bytes_read,
+)
 from eagle3_patches.errors import Eagle3ConfigError
 from eagle3_patches.testing import tiny_models as tm
 
@@ -38,7 +53,11 @@ def test_encode_header_is_readable_by_safetensors(tmp_path):
     entries = alignment_order([("b", "BOOL", [3]), ("a", "BF16", [2, 2]), ("c", "I64", [2])])
     assert [e[0] for e in entries] == ["c", "a", "b"]  # widest first
     header, offsets = encode_header(entries, {"format": "pt"})
-    data = torch.arange(2, dtype=torch.int64).numpy().tobytes() + torch.ones(2, 2, dtype=torch.bfloat16).view(torch.uint8).numpy().tobytes() + bytes([1, 0, 1])
+    data = (
+        torch.arange(2, dtype=torch.int64).numpy().tobytes()
+        + torch.ones(2, 2, dtype=torch.bfloat16).view(torch.uint8).numpy().tobytes()
+        + bytes([1, 0, 1])
+    )
     f = tmp_path / "x.safetensors"
     f.write_bytes(header + data)
     assert len(header) % 8 == 0
@@ -48,10 +67,27 @@ def test_encode_header_is_readable_by_safetensors(tmp_path):
 
 
 #: every safetensors dtype torch can store, by its torch name
-TORCH_DTYPES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn",
-                "F8_E8M0": "float8_e8m0fnu", "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
-                "I16": "int16", "U16": "uint16", "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32",
-                "F32": "float32", "C64": "complex64", "F64": "float64", "I64": "int64", "U64": "uint64"}
+TORCH_DTYPES = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E8M0": "float8_e8m0fnu",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "I16": "int16",
+    "U16": "uint16",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I32": "int32",
+    "U32": "uint32",
+    "F32": "float32",
+    "C64": "complex64",
+    "F64": "float64",
+    "I64": "int64",
+    "U64": "uint64",
+}
 
 
 def test_headers_are_written_byte_for_byte_as_the_safetensors_library_writes_them(tmp_path):
@@ -117,7 +153,13 @@ _U64 = (1 << 64) - 1
         ({"x": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}, "non-negative"),
         ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, "does not match"),
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, "gap"),
-        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}, "overlaps"),
+        (
+            {
+                "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]},
+            },
+            "overlaps",
+        ),
         ({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}, "truncated"),
         ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "__metadata__": {"a": 1}}, "__metadata__"),
         ([1, 2], "not a JSON object"),
@@ -135,41 +177,129 @@ def test_bad_headers(tmp_path, body, needle):
     "body, data_len, what, found, expected",
     [
         # a span longer than dtype x shape, and shorter, and one for a tensor with a zero dimension
-        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}}, 8,
-         "tensor 'x': data_offsets span does not match dtype and shape", "8 bytes ([0, 8])", "4 bytes for F32 [1]"),
-        ({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, 4,
-         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "8 bytes for F32 [2]"),
-        ({"__metadata__": {"format": "pt"}, "x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, 4,
-         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "8 bytes for F32 [2]"),
-        ({"x": {"dtype": "F32", "shape": [0], "data_offsets": [0, 4]}}, 4,
-         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "0 bytes for F32 [0]"),
-        ({"x": {"dtype": "U8", "shape": [_U64, 0], "data_offsets": [0, 4]}}, 4,
-         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", f"0 bytes for U8 [{_U64}, 0]"),
+        (
+            {"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 8]}},
+            8,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "8 bytes ([0, 8])",
+            "4 bytes for F32 [1]",
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}},
+            4,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "4 bytes ([0, 4])",
+            "8 bytes for F32 [2]",
+        ),
+        (
+            {"__metadata__": {"format": "pt"}, "x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}},
+            4,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "4 bytes ([0, 4])",
+            "8 bytes for F32 [2]",
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": [0], "data_offsets": [0, 4]}},
+            4,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "4 bytes ([0, 4])",
+            "0 bytes for F32 [0]",
+        ),
+        (
+            {"x": {"dtype": "U8", "shape": [_U64, 0], "data_offsets": [0, 4]}},
+            4,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "4 bytes ([0, 4])",
+            f"0 bytes for U8 [{_U64}, 0]",
+        ),
         # the sub-byte dtypes' widths
-        ({"x": {"dtype": "F4", "shape": [4], "data_offsets": [0, 3]}}, 3,
-         "tensor 'x': data_offsets span does not match dtype and shape", "3 bytes ([0, 3])", "2 bytes for F4 [4]"),
-        ({"x": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [0, 4]}}, 4,
-         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "3 bytes for F6_E2M3 [4]"),
-        ({"x": {"dtype": "F6_E3M2", "shape": [4], "data_offsets": [0, 4]}}, 4,
-         "tensor 'x': data_offsets span does not match dtype and shape", "4 bytes ([0, 4])", "3 bytes for F6_E3M2 [4]"),
-        ({"x": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, 2, "tensor 'x': 3 elements of F4 do not fill whole bytes", "[3]", ""),
+        (
+            {"x": {"dtype": "F4", "shape": [4], "data_offsets": [0, 3]}},
+            3,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "3 bytes ([0, 3])",
+            "2 bytes for F4 [4]",
+        ),
+        (
+            {"x": {"dtype": "F6_E2M3", "shape": [4], "data_offsets": [0, 4]}},
+            4,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "4 bytes ([0, 4])",
+            "3 bytes for F6_E2M3 [4]",
+        ),
+        (
+            {"x": {"dtype": "F6_E3M2", "shape": [4], "data_offsets": [0, 4]}},
+            4,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            "4 bytes ([0, 4])",
+            "3 bytes for F6_E3M2 [4]",
+        ),
+        (
+            {"x": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}},
+            2,
+            "tensor 'x': 3 elements of F4 do not fill whole bytes",
+            "[3]",
+            "",
+        ),
         # the tiling of the data region
-        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, 8, "tensor 'x': data leaves a gap before it", "begins at 4", "begins at 0"),
-        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}, 6,
-         "tensor 'y': data overlaps the previous tensor", "begins at 2", "begins at 4"),
-        ({"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}}, 8,
-         "safetensors file is truncated: the header declares more data than the file holds", "8 data bytes", "12 data bytes"),
-        ({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, 2,
-         "safetensors file has trailing bytes after the last tensor", "2 data bytes", "1 data bytes"),
+        (
+            {"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}},
+            8,
+            "tensor 'x': data leaves a gap before it",
+            "begins at 4",
+            "begins at 0",
+        ),
+        (
+            {
+                "x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                "y": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]},
+            },
+            6,
+            "tensor 'y': data overlaps the previous tensor",
+            "begins at 2",
+            "begins at 4",
+        ),
+        (
+            {"x": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}},
+            8,
+            "safetensors file is truncated: the header declares more data than the file holds",
+            "8 data bytes",
+            "12 data bytes",
+        ),
+        (
+            {"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}},
+            2,
+            "safetensors file has trailing bytes after the last tensor",
+            "2 data bytes",
+            "1 data bytes",
+        ),
         # offsets that are no [begin, end]: not a list, missing, three numbers (whose first two would fit), one,
         # a begin of -1 (whose span would fit)
-        *[({"x": {"dtype": "F32", "shape": [1], **({} if offsets is None else {"data_offsets": offsets})}}, 4,
-           "tensor 'x': data_offsets is not [begin, end] with 0 <= begin <= end", repr(offsets), "")
-          for offsets in (7, None, [0, 4, 8], [4], [-1, 3])],
-        ({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": [1]}, 4, "tensor 'y': header entry is not an object", "[1]", ""),
+        *[
+            (
+                {"x": {"dtype": "F32", "shape": [1], **({} if offsets is None else {"data_offsets": offsets})}},
+                4,
+                "tensor 'x': data_offsets is not [begin, end] with 0 <= begin <= end",
+                repr(offsets),
+                "",
+            )
+            for offsets in (7, None, [0, 4, 8], [4], [-1, 3])
+        ],
+        (
+            {"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "y": [1]},
+            4,
+            "tensor 'y': header entry is not an object",
+            "[1]",
+            "",
+        ),
         # the largest end a u64 holds is an end (and then far from what one U8 needs)
-        ({"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, _U64]}}, 1,
-         "tensor 'x': data_offsets span does not match dtype and shape", f"{_U64} bytes ([0, {_U64}])", "1 bytes for U8 [1]"),
+        (
+            {"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, _U64]}},
+            1,
+            "tensor 'x': data_offsets span does not match dtype and shape",
+            f"{_U64} bytes ([0, {_U64}])",
+            "1 bytes for U8 [1]",
+        ),
     ],
 )
 def test_a_refused_header_says_what_was_found_and_what_was_expected(tmp_path, body, data_len, what, found, expected):
@@ -182,9 +312,18 @@ def test_a_refused_header_says_what_was_found_and_what_was_expected(tmp_path, bo
 #: shapes at the library's overflow: elements x bits past 2^64 - 1 or not, and (its product runs in order) a 0
 #: after the element count overflowed or before it could
 _OVERFLOW_CASES = [
-    ("U8", [_U64]), ("U8", [1 << 61]), ("U8", [(1 << 61) - 1]), ("BOOL", [(1 << 61) - 1]),
-    ("F32", [1 << 59]), ("F32", [(1 << 59) - 1]), ("F4", [1 << 62]), ("F4", [(1 << 62) - 2]),
-    ("U8", [1 << 32, 1 << 32, 0]), ("U8", [1 << 32, (1 << 32) - 1, 0]), ("U8", [0, 1 << 32, 1 << 32]), ("U8", [_U64, 0]),
+    ("U8", [_U64]),
+    ("U8", [1 << 61]),
+    ("U8", [(1 << 61) - 1]),
+    ("BOOL", [(1 << 61) - 1]),
+    ("F32", [1 << 59]),
+    ("F32", [(1 << 59) - 1]),
+    ("F4", [1 << 62]),
+    ("F4", [(1 << 62) - 2]),
+    ("U8", [1 << 32, 1 << 32, 0]),
+    ("U8", [1 << 32, (1 << 32) - 1, 0]),
+    ("U8", [0, 1 << 32, 1 << 32]),
+    ("U8", [_U64, 0]),
 ]
 
 
@@ -202,8 +341,10 @@ def test_dtype_x_shape_overflows_exactly_where_the_librarys_checked_product_does
 
 def test_the_overflow_cases_hold_both_answers(tmp_path):
     """The table above is no vacuous agreement: the library overflows on some of its shapes and not on others."""
-    said = {"overflow" in _library_refusal(_header_file(tmp_path, {"x": {"dtype": d, "shape": s, "data_offsets": [0, 0]}}))
-            for d, s in _OVERFLOW_CASES}
+    said = {
+        "overflow" in _library_refusal(_header_file(tmp_path, {"x": {"dtype": d, "shape": s, "data_offsets": [0, 0]}}))
+        for d, s in _OVERFLOW_CASES
+    }
     assert said == {True, False}
 
 
@@ -239,8 +380,16 @@ def test_the_dtype_classes_are_torchs():
         ({"dtype": "F32", "shape": [-1] * 100, "data_offsets": [0, 4]}, "found", lambda e: repr(e["shape"])[:200]),
         ({"dtype": "F32", "shape": [1], "data_offsets": [0] * 100}, "found", lambda e: repr(e["data_offsets"])[:200]),
         ({"dtype": "F4", "shape": [1] * 100 + [3], "data_offsets": [0, 2]}, "found", lambda e: repr(e["shape"])[:200]),
-        ({"dtype": "U8", "shape": [1 << 32] * 100, "data_offsets": [0, 0]}, "found", lambda e: "U8 " + repr(e["shape"])[:200]),
-        ({"dtype": "F32", "shape": [1] * 100, "data_offsets": [0, 8]}, "expected", lambda e: "4 bytes for F32 " + repr(e["shape"])[:200]),
+        (
+            {"dtype": "U8", "shape": [1 << 32] * 100, "data_offsets": [0, 0]},
+            "found",
+            lambda e: "U8 " + repr(e["shape"])[:200],
+        ),
+        (
+            {"dtype": "F32", "shape": [1] * 100, "data_offsets": [0, 8]},
+            "expected",
+            lambda e: "4 bytes for F32 " + repr(e["shape"])[:200],
+        ),
         ([0] * 100, "found", lambda e: repr(e)[:200]),
     ],
 )
@@ -263,7 +412,9 @@ def test_long_metadata_and_a_long_library_message_are_shown_cut(tmp_path):
 
 def test_a_file_of_a_header_only_is_read(tmp_path):
     """No data at all (8 + N bytes exactly): a valid file of no tensors, or of empty ones."""
-    f = _header_file(tmp_path, {"__metadata__": {"format": "pt"}, "x": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}})
+    f = _header_file(
+        tmp_path, {"__metadata__": {"format": "pt"}, "x": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}}
+    )
     h = read_header(f)
     assert (h.names, h.metadata, h.data_len, h.tensors["x"].shape) == (["x"], {"format": "pt"}, 0, (0, 3))
 
@@ -275,7 +426,11 @@ def test_a_header_cut_by_one_byte_is_truncated_before_it_is_read(tmp_path):
     n = len(raw) - 8
     reset_bytes_read()
     err = _refusal(f)
-    assert (err.what, err.found, err.expected) == ("safetensors header is truncated", f"file of {n + 7} bytes", f"at least {n + 8} bytes (header length {n})")
+    assert (err.what, err.found, err.expected) == (
+        "safetensors header is truncated",
+        f"file of {n + 7} bytes",
+        f"at least {n + 8} bytes (header length {n})",
+    )
     assert bytes_read() == 8  # the length only
 
 
@@ -310,7 +465,13 @@ def test_nothing_is_counted_read_before_anything_is_read():
     import sys
 
     code = "from eagle3_patches.checkpoint.safetensors_header import bytes_read; print(bytes_read())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
     assert out.stdout.strip() == "0"
 
 
@@ -330,8 +491,10 @@ def test_a_duplicate_name_is_refused_where_an_escaped_key_hides_one_entrys_offse
     """Two entries named ``x``, the second spelling ``data_offsets`` with a JSON escape: the library keeps the
     last and loads the file; the literal ``"data_offsets"`` count matches its one name, so only a parse of the
     header (which a backslash forces) sees the duplicate."""
-    raw = (b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, '
-           b'"x": {"dtype": "U8", "shape": [1], "data\\u005foffsets": [0, 1]}}')
+    raw = (
+        b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, '
+        b'"x": {"dtype": "U8", "shape": [1], "data\\u005foffsets": [0, 1]}}'
+    )
     assert json.loads(raw.replace(b'"x"', b'"y"', 1))["x"]["data_offsets"] == [0, 1]  # the escape is the key
     f = tmp_path / "dup.safetensors"
     f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0")
@@ -368,18 +531,23 @@ def test_what_captures_names_every_failure():
     assert cap.outputs == (2, 58) and cap.n_states == 2
 
 
-@pytest.mark.parametrize("ids, failure", [
-    ([-1, 30, 58], "crash_points"),  # capture before layer 0
-    ([2, 30, 60], "never_reached"),  # before layer 61 of 61
-    ([-2, 30, 58], "never_reached"),  # before layer -1
-    ([2, 2, 30], "duplicates"),
-    ([30, 2, 58], "reordered"),
-    ([2, 30, 58], None),
-])
+@pytest.mark.parametrize(
+    "ids, failure",
+    [
+        ([-1, 30, 58], "crash_points"),  # capture before layer 0
+        ([2, 30, 60], "never_reached"),  # before layer 61 of 61
+        ([-2, 30, 58], "never_reached"),  # before layer -1
+        ([2, 2, 30], "duplicates"),
+        ([30, 2, 58], "reordered"),
+        ([2, 30, 58], None),
+    ],
+)
 def test_each_failure_alone_makes_the_capture_broken(ids, failure):
     """Any one failure is enough for the doctor to leave the ids to aux_capture_validation's rule (``broken``)."""
     cap = L.what_captures(ids, 61, "0.5.9")
-    assert [f for f in ("crash_points", "never_reached", "duplicates", "reordered") if getattr(cap, f)] == ([failure] if failure else [])
+    assert [f for f in ("crash_points", "never_reached", "duplicates", "reordered") if getattr(cap, f)] == (
+        [failure] if failure else []
+    )
     assert cap.broken == (failure is not None)
 
 
@@ -398,11 +566,17 @@ def test_defaults_when_no_ids():
 def test_the_capture_is_described_as_the_doctor_prints_it():
     assert L.what_captures([2, 30, 58], 61, "0.5.9").describe() == (
         "on sglang 0.5.9, ids [2, 30, 58] -> capture before layers [3, 31, 59]: "
-        "the outputs of layers [2, 30, 58] of 61 (3 state(s), in layer order)")
+        "the outputs of layers [2, 30, 58] of 61 (3 state(s), in layer order)"
+    )
     assert L.what_captures(None, 61, "0.5.13").describe() == (
         "on sglang 0.5.13, no ids (sglang's defaults) -> capture before layers [2, 30, 58]: "
-        "the outputs of layers [1, 29, 57] of 61 (3 state(s), in layer order)")
-    assert L.what_captures([2, 30], None, "0.5.9").describe().endswith("the outputs of layers [2, 30] (2 state(s), in layer order)")
+        "the outputs of layers [1, 29, 57] of 61 (3 state(s), in layer order)"
+    )
+    assert (
+        L.what_captures([2, 30], None, "0.5.9")
+        .describe()
+        .endswith("the outputs of layers [2, 30] (2 state(s), in layer order)")
+    )
 
 
 def test_conventions_round_trip():
@@ -440,8 +614,9 @@ def test_release_facts():
         facts("banana")
 
 
-@pytest.mark.parametrize("fact, first", [("has_kimi_k25", "0.5.9"), ("loads_layers0_keys", "0.5.12"),
-                                         ("fc_width_from_ids", "0.5.12")])
+@pytest.mark.parametrize(
+    "fact, first", [("has_kimi_k25", "0.5.9"), ("loads_layers0_keys", "0.5.12"), ("fc_width_from_ids", "0.5.12")]
+)
 def test_a_release_fact_starts_at_the_release_that_brought_it(fact, first):
     """The release table (docs/compat.md): each fact holds from its release on, not one release earlier."""
     major, minor, patch = map(int, first.split("."))
@@ -495,32 +670,49 @@ def test_parse_full_command():
         "--mem-fraction-static 0.8 --pp-size=2 --disable-cuda-graph --dtype bfloat16"
     )
     assert la.with_patches and la.program == "python -m sglang.launch_server"
-    assert (la.model_path, la.draft_path, la.algorithm, la.tp, la.pp, la.dtype) == ("/m", "/d", "EAGLE3", 8, 2, "bfloat16")
+    assert (la.model_path, la.draft_path, la.algorithm, la.tp, la.pp, la.dtype) == (
+        "/m",
+        "/d",
+        "EAGLE3",
+        8,
+        2,
+        "bfloat16",
+    )
     assert la.enable_two_batch_overlap and la.disable_cuda_graph
     assert la.unknown == ["--mem-fraction-static", "0.8"]
 
 
-@pytest.mark.parametrize("argv, program, with_patches", [
-    ("A=1 env B=2 python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
-    ("python3.11 -X importtime -W ignore -u -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
-    ("python3 -Q new -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
-    ("python launch_server.py --tp 4", "python -m sglang.launch_server", False),
-    ("/usr/bin/python3 /srv/sglang/launch_server.py --tp 4", "python -m sglang.launch_server", False),
-    ("sglang serve --tp 4", "sglang serve", False),
-    ("eagle3-patches run python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", True),
-    ("eagle3-patches run --some-option -- sglang serve --tp 4", "sglang serve", True),
-    ("eagle3-patches run -v sglang serve --tp 4", "sglang serve", True),
-    ("eagle3-patches run sglang serve --tp 4", "sglang serve", True),
-    ("python3 -u /srv/sglang/launch_server.py --tp 4", "python -m sglang.launch_server", False),
-    ("env eagle3-patches run -- python -m eagle3_patches run -- sglang serve --tp 4", "sglang serve", True),
-    ("--tp 4", "flags", False),
-    # an argv list (what the CLI passes) and sglang's longer names of the flag
-    (["--tp-size", "4"], "flags", False),
-    (["--", "--tensor-parallel-size", "4"], "flags", False),
-    (["sglang", "serve", "--tp", "4"], "sglang serve", False),
-    (["python", "-m", "eagle3_patches", "run", "--", "python", "-m", "sglang.launch_server", "--tp", "4"],
-     "python -m sglang.launch_server", True),
-])
+@pytest.mark.parametrize(
+    "argv, program, with_patches",
+    [
+        ("A=1 env B=2 python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
+        (
+            "python3.11 -X importtime -W ignore -u -m sglang.launch_server --tp 4",
+            "python -m sglang.launch_server",
+            False,
+        ),
+        ("python3 -Q new -m sglang.launch_server --tp 4", "python -m sglang.launch_server", False),
+        ("python launch_server.py --tp 4", "python -m sglang.launch_server", False),
+        ("/usr/bin/python3 /srv/sglang/launch_server.py --tp 4", "python -m sglang.launch_server", False),
+        ("sglang serve --tp 4", "sglang serve", False),
+        ("eagle3-patches run python -m sglang.launch_server --tp 4", "python -m sglang.launch_server", True),
+        ("eagle3-patches run --some-option -- sglang serve --tp 4", "sglang serve", True),
+        ("eagle3-patches run -v sglang serve --tp 4", "sglang serve", True),
+        ("eagle3-patches run sglang serve --tp 4", "sglang serve", True),
+        ("python3 -u /srv/sglang/launch_server.py --tp 4", "python -m sglang.launch_server", False),
+        ("env eagle3-patches run -- python -m eagle3_patches run -- sglang serve --tp 4", "sglang serve", True),
+        ("--tp 4", "flags", False),
+        # an argv list (what the CLI passes) and sglang's longer names of the flag
+        (["--tp-size", "4"], "flags", False),
+        (["--", "--tensor-parallel-size", "4"], "flags", False),
+        (["sglang", "serve", "--tp", "4"], "sglang serve", False),
+        (
+            ["python", "-m", "eagle3_patches", "run", "--", "python", "-m", "sglang.launch_server", "--tp", "4"],
+            "python -m sglang.launch_server",
+            True,
+        ),
+    ],
+)
 def test_each_launch_form_finds_the_flags_and_the_wrapper(argv, program, with_patches):
     la = parse_launch_args(argv)
     assert (la.tp, la.program, la.with_patches, la.unknown) == (4, program, with_patches, [])
@@ -534,30 +726,56 @@ def test_no_flags_mean_sglangs_defaults():
     for argv in ([], "", "--", "A=1 env"):
         la = parse_launch_args(argv)
         assert la.as_dict() == {
-            "model_path": None, "draft_path": None, "algorithm": None, "tp": 1, "pp": 1, "nnodes": 1, "dtype": "auto",
-            "enable_two_batch_overlap": False, "disable_cuda_graph": False, "enable_flashinfer_allreduce_fusion": False,
-            "enable_dp_attention": False, "moe_a2a_backend": "none", "json_model_override_args": None,
-            "with_patches": False, "program": "flags", "given": [], "unknown": []}
+            "model_path": None,
+            "draft_path": None,
+            "algorithm": None,
+            "tp": 1,
+            "pp": 1,
+            "nnodes": 1,
+            "dtype": "auto",
+            "enable_two_batch_overlap": False,
+            "disable_cuda_graph": False,
+            "enable_flashinfer_allreduce_fusion": False,
+            "enable_dp_attention": False,
+            "moe_a2a_backend": "none",
+            "json_model_override_args": None,
+            "with_patches": False,
+            "program": "flags",
+            "given": [],
+            "unknown": [],
+        }
 
 
 def test_without_a_launch_command_the_doctor_judges_stock_sglang(tiny):
     from eagle3_patches.doctor import doctor
 
-    assert "stock sglang (no eagle3-patches)" in doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9").format()
+    assert (
+        "stock sglang (no eagle3-patches)"
+        in doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9").format()
+    )
     wrapped = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9", launch="eagle3-patches run -- --tp 1")
     assert "with eagle3-patches" in wrapped.format()
 
 
 def test_every_flag_the_doctor_reads_is_parsed_and_marked_given():
-    la = parse_launch_args("--nnodes 2 --pp 2 --enable-two-batch-overlap --disable-cuda-graph "
-                           "--enable-flashinfer-allreduce-fusion --enable-dp-attention --moe-a2a-backend deepep "
-                           """--json-model-override-args '{"a": 1}' -h --speculative-alg EAGLE""")
+    la = parse_launch_args(
+        "--nnodes 2 --pp 2 --enable-two-batch-overlap --disable-cuda-graph "
+        "--enable-flashinfer-allreduce-fusion --enable-dp-attention --moe-a2a-backend deepep "
+        """--json-model-override-args '{"a": 1}' -h --speculative-alg EAGLE"""
+    )
     assert (la.nnodes, la.pp, la.moe_a2a_backend, la.json_model_override_args) == (2, 2, "deepep", '{"a": 1}')
     assert la.enable_two_batch_overlap and la.disable_cuda_graph and la.enable_flashinfer_allreduce_fusion
     assert la.enable_dp_attention
-    assert la.given == {"nnodes", "pp", "enable_two_batch_overlap", "disable_cuda_graph",
-                        "enable_flashinfer_allreduce_fusion", "enable_dp_attention", "moe_a2a_backend",
-                        "json_model_override_args"}
+    assert la.given == {
+        "nnodes",
+        "pp",
+        "enable_two_batch_overlap",
+        "disable_cuda_graph",
+        "enable_flashinfer_allreduce_fusion",
+        "enable_dp_attention",
+        "moe_a2a_backend",
+        "json_model_override_args",
+    }
     assert la.unknown == ["-h", "--speculative-alg", "EAGLE"]  # no help exit, no abbreviations: sglang's own parser
     assert la.as_dict()["given"] == sorted(la.given) and la.as_dict()["unknown"] == la.unknown
 
@@ -567,24 +785,27 @@ def test_each_speculative_algorithm_sglang_knows_is_accepted(algorithm):
     assert parse_launch_args(["--speculative-algorithm", algorithm]).algorithm == algorithm.upper()
 
 
-@pytest.mark.parametrize("argv, what", [
-    ("vllm serve x", "unrecognised launch command"),
-    ("python -m sglang.bench_one_batch", "unrecognised launch command"),
-    ("sglang", "unrecognised launch command"),
-    ("sglang --tp 4", "unrecognised launch command"),
-    ("--tp two", "cannot parse"),
-    ("--speculative-algorithm MEDUSA", "cannot parse"),
-    ("python -m", "`python -m` without a module name"),
-    ("python", "a bare `python`"),
-    ("python -X importtime", "a bare `python`"),
-    ("eagle3-patches status", "only `eagle3-patches run"),
-    ("eagle3-patches doctor --draft /d", "only `eagle3-patches run"),
-    ("eagle3-patches", "only `eagle3-patches run"),
-    ("--tp 0", "--tp must be >= 1"),
-    ("--pp 0", "--pp must be >= 1"),
-    ("--nnodes 0", "--nnodes must be >= 1"),
-    ('a "b', "cannot split"),
-])
+@pytest.mark.parametrize(
+    "argv, what",
+    [
+        ("vllm serve x", "unrecognised launch command"),
+        ("python -m sglang.bench_one_batch", "unrecognised launch command"),
+        ("sglang", "unrecognised launch command"),
+        ("sglang --tp 4", "unrecognised launch command"),
+        ("--tp two", "cannot parse"),
+        ("--speculative-algorithm MEDUSA", "cannot parse"),
+        ("python -m", "`python -m` without a module name"),
+        ("python", "a bare `python`"),
+        ("python -X importtime", "a bare `python`"),
+        ("eagle3-patches status", "only `eagle3-patches run"),
+        ("eagle3-patches doctor --draft /d", "only `eagle3-patches run"),
+        ("eagle3-patches", "only `eagle3-patches run"),
+        ("--tp 0", "--tp must be >= 1"),
+        ("--pp 0", "--pp must be >= 1"),
+        ("--nnodes 0", "--nnodes must be >= 1"),
+        ('a "b', "cannot split"),
+    ],
+)
 def test_parse_errors(argv, what):
     with pytest.raises(LaunchArgsError) as e:
         parse_launch_args(argv)
@@ -629,8 +850,10 @@ def test_read_config_errors(tmp_path):
 
 
 # ------------------------------------------------------------------ dtype classes, as the doctor applies them
-@pytest.mark.parametrize("dtype, accepted", [(torch.int64, True), (torch.int32, True), (torch.int16, True),
-                                             (torch.uint8, True), (torch.float32, False)])
+@pytest.mark.parametrize(
+    "dtype, accepted",
+    [(torch.int64, True), (torch.int32, True), (torch.int16, True), (torch.uint8, True), (torch.float32, False)],
+)
 def test_d2t_may_be_stored_in_any_integer_dtype(tiny, make_draft, dtype, accepted):
     """sglang adds d2t to an arange of any integer dtype; a float d2t is no table of offsets."""
     from eagle3_patches.doctor import doctor
@@ -654,8 +877,12 @@ IDS = "eagle_config.eagle_aux_hidden_state_layer_ids"
 IDS_EXPECTED = f"a list of at most {N} integers in -{M}..{M}"
 _GONE = object()
 #: each config kind: (its config, the view that reads it)
-KINDS = {"target": (lambda: tm.TinyTargetSpec().text_config(), target_view), "kimi": (tm.kimi_k25_config, target_view),
-         "draft": (tm.eagle3_draft_config, draft_view), "speculators": (tm.speculators_config, draft_view)}
+KINDS = {
+    "target": (lambda: tm.TinyTargetSpec().text_config(), target_view),
+    "kimi": (tm.kimi_k25_config, target_view),
+    "draft": (tm.eagle3_draft_config, draft_view),
+    "speculators": (tm.speculators_config, draft_view),
+}
 
 
 def _view(kind: str, edits: dict):
@@ -685,8 +912,10 @@ def test_the_config_bounds_are_the_ones_docs_security_md_states():
 
 @pytest.mark.parametrize("which", ["config", "index"])
 def test_a_config_or_index_of_its_cap_is_read_and_one_byte_more_refused(tmp_path, which):
-    cap, name, body = {"config": (F.MAX_CONFIG_BYTES, "config.json", {"hidden_size": 64}),
-                       "index": (F.MAX_INDEX_BYTES, F.INDEX_NAME, {"weight_map": {"a": "model.safetensors"}})}[which]
+    cap, name, body = {
+        "config": (F.MAX_CONFIG_BYTES, "config.json", {"hidden_size": 64}),
+        "index": (F.MAX_INDEX_BYTES, F.INDEX_NAME, {"weight_map": {"a": "model.safetensors"}}),
+    }[which]
     read = {"config": lambda: read_config(tmp_path), "index": lambda: F.read_index(tmp_path / name)}[which]
     raw = json.dumps(body).encode()
     (tmp_path / name).write_bytes(raw + b" " * (cap - len(raw)))
@@ -700,12 +929,31 @@ def test_a_config_or_index_of_its_cap_is_read_and_one_byte_more_refused(tmp_path
 
 #: (config, field, value, accepted, the view's attribute, what the problem says is expected)
 BOUNDS = [
-    *[("target", "hidden_size", v, ok, "hidden", f"an integer in 1..{M}") for v, ok in ((1, True), (0, False), (M, True), (M + 1, False))],
-    *[("target", "first_k_dense_replace", v, ok, "first_k_dense_replace", f"an integer in 0..{M}") for v, ok in ((0, True), (-1, False))],
-    *[("draft", "num_hidden_layers", v, ok, "num_layers", f"an integer in 0..{M}") for v, ok in ((0, True), (-1, False))],
-    *[("draft", IDS, v, ok, "aux_ids", IDS_EXPECTED) for v, ok in (
-        ([M, -M], True), ([M + 1], False), ([-M - 1], False), (list(range(N)), True), (list(range(N + 1)), False),
-        ([2.0], False), ([True], False), (3, False))],
+    *[
+        ("target", "hidden_size", v, ok, "hidden", f"an integer in 1..{M}")
+        for v, ok in ((1, True), (0, False), (M, True), (M + 1, False))
+    ],
+    *[
+        ("target", "first_k_dense_replace", v, ok, "first_k_dense_replace", f"an integer in 0..{M}")
+        for v, ok in ((0, True), (-1, False))
+    ],
+    *[
+        ("draft", "num_hidden_layers", v, ok, "num_layers", f"an integer in 0..{M}")
+        for v, ok in ((0, True), (-1, False))
+    ],
+    *[
+        ("draft", IDS, v, ok, "aux_ids", IDS_EXPECTED)
+        for v, ok in (
+            ([M, -M], True),
+            ([M + 1], False),
+            ([-M - 1], False),
+            (list(range(N)), True),
+            (list(range(N + 1)), False),
+            ([2.0], False),
+            ([True], False),
+            (3, False),
+        )
+    ],
 ]
 
 
@@ -722,10 +970,14 @@ def test_typed_config_reads_accept_up_to_their_bounds(kind, field, value, accept
 LONG = "x" * 100
 #: (config, field, a value of the wrong type, what the problem says is expected); each repr is longer than the 80 shown
 WRONG_TYPES = [
-    ("target", "architectures", LONG, "a list of strings"), ("target", "model_type", [LONG], "a string"),
-    ("kimi", "text_config", [LONG], "an object"), ("target", "hidden_size", LONG, f"an integer in 1..{M}"),
-    ("draft", "tie_word_embeddings", LONG, "true or false"), ("draft", "eagle_config", [LONG], "an object"),
-    ("draft", IDS, [LONG], IDS_EXPECTED), ("draft", f"eagle_config.{L.CONVENTION_KEY}", LONG, " or ".join(L.CONVENTIONS)),
+    ("target", "architectures", LONG, "a list of strings"),
+    ("target", "model_type", [LONG], "a string"),
+    ("kimi", "text_config", [LONG], "an object"),
+    ("target", "hidden_size", LONG, f"an integer in 1..{M}"),
+    ("draft", "tie_word_embeddings", LONG, "true or false"),
+    ("draft", "eagle_config", [LONG], "an object"),
+    ("draft", IDS, [LONG], IDS_EXPECTED),
+    ("draft", f"eagle_config.{L.CONVENTION_KEY}", LONG, " or ".join(L.CONVENTIONS)),
 ]
 
 
@@ -737,9 +989,15 @@ def test_a_config_field_of_the_wrong_type_is_named_with_80_characters_of_its_val
 
 #: (config, field, whether its view reports it missing, what the problem says is expected)
 REQUIRED = [
-    *[(kind, f"{pre}{key}", True, f"an integer in 1..{M}") for kind, pre in (("target", ""), ("kimi", "text_config."))
-      for key in ("num_hidden_layers", "hidden_size", "vocab_size")],
-    *[("draft", key, True, f"an integer in 1..{M}") for key in ("hidden_size", "num_attention_heads", "vocab_size", "intermediate_size")],
+    *[
+        (kind, f"{pre}{key}", True, f"an integer in 1..{M}")
+        for kind, pre in (("target", ""), ("kimi", "text_config."))
+        for key in ("num_hidden_layers", "hidden_size", "vocab_size")
+    ],
+    *[
+        ("draft", key, True, f"an integer in 1..{M}")
+        for key in ("hidden_size", "num_attention_heads", "vocab_size", "intermediate_size")
+    ],
     ("draft", "num_hidden_layers", True, f"an integer in 0..{M}"),
     ("speculators", "transformer_layer_config.num_hidden_layers", False, None),  # speculators' drafts omit it
 ]
@@ -760,7 +1018,12 @@ VIEWS = [
     ("target", {"dtype": "", "torch_dtype": "torch.float16"}, "dtype", "float16"),
     ("kimi", {"torch_dtype": _GONE, "text_config.torch_dtype": "float16"}, "dtype", "float16"),  # the text_config's
     ("kimi", {"torch_dtype": "float16", "text_config.torch_dtype": _GONE}, "dtype", "float16"),  # the wrapper's
-    ("kimi", {"torch_dtype": "float16", "text_config.torch_dtype": "bfloat16"}, "dtype", "float16"),  # the wrapper's first
+    (
+        "kimi",
+        {"torch_dtype": "float16", "text_config.torch_dtype": "bfloat16"},
+        "dtype",
+        "float16",
+    ),  # the wrapper's first
     ("kimi", {"quantization_config": {}}, "quantized", True),
     ("kimi", {"text_config.quantization_config": {}}, "quantized", True),
     ("kimi", {}, "quantized", False),
@@ -788,17 +1051,30 @@ def test_what_the_views_read(kind, edits, attr, expected):
     assert getattr(v, attr) == (expected(cfg) if callable(expected) else expected)
 
 
-@pytest.mark.parametrize("arch, model_type, kimi, family", [
-    (F.KIMI_K25_ARCH, "other", True, True), ("X", "kimi_k25", True, True), ("DeepseekV3ForCausalLM", "other", False, True),
-    *[("X", mt, False, True) for mt in ("deepseek_v3", "deepseek_v2", "kimi_k2")], ("LlamaForCausalLM", "llama", False, False),
-])
+@pytest.mark.parametrize(
+    "arch, model_type, kimi, family",
+    [
+        (F.KIMI_K25_ARCH, "other", True, True),
+        ("X", "kimi_k25", True, True),
+        ("DeepseekV3ForCausalLM", "other", False, True),
+        *[("X", mt, False, True) for mt in ("deepseek_v3", "deepseek_v2", "kimi_k2")],
+        ("LlamaForCausalLM", "llama", False, False),
+    ],
+)
 def test_a_target_is_kimi_or_deepseek_by_architecture_or_model_type(arch, model_type, kimi, family):
     _, v, _ = _view("target", {"architectures": [arch], "model_type": model_type})
     assert (v.is_kimi_k25, v.deepseek_family) == (kimi, family)
 
 
-@pytest.mark.parametrize("config", [{"speculators_model_type": "eagle3"}, {"transformer_layer_config": {}},
-                                    {"architectures": ["Eagle3DraftModel"]}, {"architectures": ["Eagle3Speculator"]}])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"speculators_model_type": "eagle3"},
+        {"transformer_layer_config": {}},
+        {"architectures": ["Eagle3DraftModel"]},
+        {"architectures": ["Eagle3Speculator"]},
+    ],
+)
 def test_each_mark_of_the_speculators_format_is_enough(config):
     assert detect_format(config) == SPECULATORS
 
@@ -808,7 +1084,9 @@ def _write_index(d: Path, weight_map) -> Path:
     return d / F.INDEX_NAME
 
 
-@pytest.mark.parametrize("name", ["", "/etc/passwd", "a\0.safetensors", ".", "./", "..", "../x.safetensors", "a/../../x.safetensors"])
+@pytest.mark.parametrize(
+    "name", ["", "/etc/passwd", "a\0.safetensors", ".", "./", "..", "../x.safetensors", "a/../../x.safetensors"]
+)
 def test_an_index_naming_a_file_outside_the_checkpoint_is_refused(tmp_path, name):
     with pytest.raises(CheckpointError, match="outside the checkpoint directory") as e:
         F.read_index(_write_index(tmp_path, {"t": "model.safetensors", "u": name}))
@@ -829,14 +1107,20 @@ def test_an_index_shows_five_of_its_outside_names_and_the_start_of_a_map_it_cann
 
 
 def test_index_file_names_are_read_normalized(tmp_path):
-    names = {"./a.safetensors": "a.safetensors", "sub/../b.safetensors": "b.safetensors", "c//d.safetensors": "c/d.safetensors"}
+    names = {
+        "./a.safetensors": "a.safetensors",
+        "sub/../b.safetensors": "b.safetensors",
+        "c//d.safetensors": "c/d.safetensors",
+    }
     wm = {f"t{i}": n for i, n in enumerate(names)}
     assert F.read_index(_write_index(tmp_path, wm)) == {t: names[n] for t, n in wm.items()}
 
 
 def test_pickle_weights_are_listed_by_name_and_never_read(tmp_path):
     """Every suffix docs/security.md names as a pickle."""
-    suffixes = re.findall(r"`(\.\w+)`", re.search(r"No pickle is ever loaded \(([^)]*)\)", (DOCS / "security.md").read_text())[1])
+    suffixes = re.findall(
+        r"`(\.\w+)`", re.search(r"No pickle is ever loaded \(([^)]*)\)", (DOCS / "security.md").read_text())[1]
+    )
     for s in suffixes:
         (tmp_path / f"weights{s}").write_bytes(b"\x80\x04 not read")
     wf = F.list_weight_files(tmp_path)
@@ -861,7 +1145,11 @@ def test_a_missing_or_unreadable_shard_is_reported_and_the_others_still_read(mak
     assert set(scan.tensors) == {n for n, f in wm.items() if f == second} and len(scan.errors) == 1
     if fault == "missing":
         err = scan.errors[0].diagnostic
-        assert (err.code, err.what, err.found) == ("safetensors-index", "a shard named by the draft's index is missing", first)
+        assert (err.code, err.what, err.found) == (
+            "safetensors-index",
+            "a shard named by the draft's index is missing",
+            first,
+        )
 
 
 def test_an_index_naming_the_wrong_shard_is_reported_tensor_by_tensor(make_draft):
@@ -881,11 +1169,15 @@ def test_a_tensor_in_two_shards_is_a_duplicate(tmp_path):
     assert F.scan_shards(F.list_weight_files(tmp_path)).duplicates == [("x", "a.safetensors", "b.safetensors")]
 
 
-@pytest.mark.parametrize("names, hint", [
-    (["layers.1.mlp.up_proj.weight"], "one decoder layer"), (["model.midlayer.2.mlp.up_proj.weight"], "one decoder layer"),
-    (["model.lm_head.weight"], "rename model.lm_head.weight to lm_head.weight"),
-    (["layers.0.mlp.up_proj.weight", "model.midlayer.0.mlp.up_proj.weight", "lm_head.weight"], None),
-])
+@pytest.mark.parametrize(
+    "names, hint",
+    [
+        (["layers.1.mlp.up_proj.weight"], "one decoder layer"),
+        (["model.midlayer.2.mlp.up_proj.weight"], "one decoder layer"),
+        (["model.lm_head.weight"], "rename model.lm_head.weight to lm_head.weight"),
+        (["layers.0.mlp.up_proj.weight", "model.midlayer.0.mlp.up_proj.weight", "lm_head.weight"], None),
+    ],
+)
 def test_unknown_tensor_hints(names, hint):
     hints = F.unknown_tensor_hints(names)
     assert len(hints) == (hint is not None) and all(hint in h for h in hints), hints
@@ -896,7 +1188,10 @@ def test_a_path_that_cannot_be_looked_at_or_is_kernel_state_is_refused(tmp_path)
     with pytest.raises(CheckpointError) as e:
         read_config(tmp_path / "file" / "sub", "draft")
     assert (e.value.code, e.value.what, e.value.diagnostic.found) == (
-        "not-a-checkpoint", f"the draft path cannot be read: {os.strerror(errno.ENOTDIR)}", "NotADirectoryError")
+        "not-a-checkpoint",
+        f"the draft path cannot be read: {os.strerror(errno.ENOTDIR)}",
+        "NotADirectoryError",
+    )
     with pytest.raises(CheckpointError, match="kernel state"):
         read_config("/proc/self", "target")
 
@@ -911,7 +1206,11 @@ def test_each_speculators_option_sglang_lacks_is_refused():
     """The options docs/doctor.md lists for ``draft-unsupported-architecture``."""
     from eagle3_patches.checkpoint.conversion_plan import unsupported
 
-    row = next(line for line in (DOCS / "doctor.md").read_text().splitlines() if line.startswith("| `draft-unsupported-architecture`"))
+    row = next(
+        line
+        for line in (DOCS / "doctor.md").read_text().splitlines()
+        if line.startswith("| `draft-unsupported-architecture`")
+    )
     options = re.findall(r"`(\w+)`", row.split("speculators' ")[1].split(", or")[0])
     assert options, row
     for option in options:

@@ -14,7 +14,9 @@ def _py(code: str, env=None, pythonpath: str | None = None):
     e = {**os.environ, **(env or {})}
     if pythonpath:
         e["PYTHONPATH"] = pythonpath
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e, timeout=120
+    )
 
 
 def test_stand_ins_raise_not_implemented_and_hide_fallback_names():

@@ -135,8 +135,18 @@ def test_full_mask_writes_tree_columns_over_false_prefix():
     pos = torch.empty(4, dtype=torch.long)
     ri, rnt, rns = torch.full((3, 1, 4), -1, dtype=torch.long)
     build_tree_kernel_efficient(
-        torch.tensor(CHAIN["parent_list"]), torch.tensor(CHAIN["selected"]), torch.tensor(seq_lens),
-        mask, pos, ri, rnt, rns, 1, 3, n, FULL_MASK,
+        torch.tensor(CHAIN["parent_list"]),
+        torch.tensor(CHAIN["selected"]),
+        torch.tensor(seq_lens),
+        mask,
+        pos,
+        ri,
+        rnt,
+        rns,
+        1,
+        3,
+        n,
+        FULL_MASK,
     )
     assert mask.view(4, 6).int().tolist() == [[0, 0] + row for row in CHAIN_TREE]
 
@@ -145,8 +155,13 @@ def test_long_chain_bitpacked_two_bytes():
     # 10 draft tokens (9 steps, topk 1): rows take 2 bytes (uint16 buffer, as sglang allocates)
     # row i has bits 0..i set: 2**(i+1) - 1; row 9 = 1023 = bytes ff 03
     out = build(
-        parent_list=[[-1] + list(range(8))], selected=[list(range(9))], seq_lens=[4],
-        topk=1, depth=9, n=10, mode=QLEN_ONLY_BITPACKING,
+        parent_list=[[-1] + list(range(8))],
+        selected=[list(range(9))],
+        seq_lens=[4],
+        topk=1,
+        depth=9,
+        n=10,
+        mode=QLEN_ONLY_BITPACKING,
     )
     assert out["tree_mask"].dtype == torch.uint16
     assert out["tree_mask"].view(torch.uint8)[-2:].tolist() == [0xFF, 0x03]
@@ -234,22 +249,46 @@ UPSTREAM_PARENTS = [
 UPSTREAM_SCORES = [
     [[[7.1127e-01, 2.8292e-01, 2.2995e-03, 1.7357e-03]], [[9.7476e-01, 2.2219e-02, 6.5031e-04, 1.3212e-04]]],
     [
-        [[6.9142e-01, 1.2863e-02, 1.6873e-03, 1.1871e-03], [2.4787e-01, 1.8818e-02, 1.4204e-02, 9.2235e-04],
-         [2.2971e-03, 1.6700e-06, 1.8737e-07, 8.3146e-08], [1.2771e-03, 2.4374e-04, 1.7832e-04, 1.1947e-05]],
-        [[8.4832e-02, 6.6068e-02, 5.8304e-02, 5.7851e-02], [2.3616e-03, 1.1243e-03, 5.4368e-04, 2.7768e-04],
-         [2.5286e-04, 1.5578e-04, 2.8817e-05, 1.2888e-05], [1.2834e-04, 2.5417e-06, 1.1279e-06, 1.6088e-08]],
+        [
+            [6.9142e-01, 1.2863e-02, 1.6873e-03, 1.1871e-03],
+            [2.4787e-01, 1.8818e-02, 1.4204e-02, 9.2235e-04],
+            [2.2971e-03, 1.6700e-06, 1.8737e-07, 8.3146e-08],
+            [1.2771e-03, 2.4374e-04, 1.7832e-04, 1.1947e-05],
+        ],
+        [
+            [8.4832e-02, 6.6068e-02, 5.8304e-02, 5.7851e-02],
+            [2.3616e-03, 1.1243e-03, 5.4368e-04, 2.7768e-04],
+            [2.5286e-04, 1.5578e-04, 2.8817e-05, 1.2888e-05],
+            [1.2834e-04, 2.5417e-06, 1.1279e-06, 1.6088e-08],
+        ],
     ],
     [
-        [[6.6438e-01, 2.6997e-02, 2.4236e-05, 4.0821e-06], [2.4402e-01, 2.8409e-03, 5.0935e-04, 2.9022e-04],
-         [1.6178e-02, 2.0567e-03, 4.5892e-04, 3.0034e-05], [1.3023e-02, 5.0497e-04, 3.6371e-04, 8.7750e-05]],
-        [[2.3263e-02, 2.0054e-02, 9.3990e-03, 2.7783e-03], [6.4156e-02, 5.5506e-04, 1.0429e-04, 9.7211e-05],
-         [4.9950e-02, 5.0630e-03, 9.0068e-04, 3.3656e-04], [7.5817e-03, 8.5731e-04, 6.9972e-04, 6.0793e-04]],
+        [
+            [6.6438e-01, 2.6997e-02, 2.4236e-05, 4.0821e-06],
+            [2.4402e-01, 2.8409e-03, 5.0935e-04, 2.9022e-04],
+            [1.6178e-02, 2.0567e-03, 4.5892e-04, 3.0034e-05],
+            [1.3023e-02, 5.0497e-04, 3.6371e-04, 8.7750e-05],
+        ],
+        [
+            [2.3263e-02, 2.0054e-02, 9.3990e-03, 2.7783e-03],
+            [6.4156e-02, 5.5506e-04, 1.0429e-04, 9.7211e-05],
+            [4.9950e-02, 5.0630e-03, 9.0068e-04, 3.3656e-04],
+            [7.5817e-03, 8.5731e-04, 6.9972e-04, 6.0793e-04],
+        ],
     ],
     [
-        [[6.6420e-01, 1.0525e-04, 6.5864e-05, 1.2253e-06], [1.3019e-01, 1.0461e-01, 5.2083e-03, 1.6777e-03],
-         [2.0103e-02, 6.7335e-03, 1.2625e-04, 1.0364e-05], [1.5142e-02, 7.0819e-04, 9.6595e-05, 8.7951e-05]],
-        [[5.8608e-02, 1.8840e-03, 7.8535e-04, 4.4400e-04], [1.2185e-02, 2.0684e-03, 1.7418e-03, 1.4327e-03],
-         [6.2455e-03, 6.1487e-03, 2.6862e-03, 1.8034e-03], [1.8590e-03, 1.6151e-03, 1.2481e-03, 3.6038e-04]],
+        [
+            [6.6420e-01, 1.0525e-04, 6.5864e-05, 1.2253e-06],
+            [1.3019e-01, 1.0461e-01, 5.2083e-03, 1.6777e-03],
+            [2.0103e-02, 6.7335e-03, 1.2625e-04, 1.0364e-05],
+            [1.5142e-02, 7.0819e-04, 9.6595e-05, 8.7951e-05],
+        ],
+        [
+            [5.8608e-02, 1.8840e-03, 7.8535e-04, 4.4400e-04],
+            [1.2185e-02, 2.0684e-03, 1.7418e-03, 1.4327e-03],
+            [6.2455e-03, 6.1487e-03, 2.6862e-03, 1.8034e-03],
+            [1.8590e-03, 1.6151e-03, 1.2481e-03, 3.6038e-04],
+        ],
     ],
 ]
 UPSTREAM_EXPECTED = dict(
@@ -297,8 +336,18 @@ def test_cyclic_parent_list_raises_and_writes_nothing(parent_list):
     mask, pos, ri, rnt, rns = _buffers(1, 4)
     with pytest.raises(ValueError, match="loops"):
         build_tree_kernel_efficient(
-            torch.tensor(parent_list), torch.tensor([[0, 1, 2]]), torch.tensor([5]),
-            mask, pos, ri, rnt, rns, 1, 3, 4, QLEN_ONLY,
+            torch.tensor(parent_list),
+            torch.tensor([[0, 1, 2]]),
+            torch.tensor([5]),
+            mask,
+            pos,
+            ri,
+            rnt,
+            rns,
+            1,
+            3,
+            4,
+            QLEN_ONLY,
         )
     assert pos.tolist() == [-7] * 4 and ri.tolist() == [[-1] * 4] and mask.all()
 
@@ -308,8 +357,18 @@ def test_parent_slot_outside_parent_list_raises():
     with pytest.raises(ValueError, match="outside parent_list"):
         # score index 9 // topk 1 = slot 9, parent_list has 3 entries
         build_tree_kernel_efficient(
-            torch.tensor([[-1, 0, 1]]), torch.tensor([[0, 1, 9]]), torch.tensor([5]),
-            mask, pos, ri, rnt, rns, 1, 3, 4, QLEN_ONLY,
+            torch.tensor([[-1, 0, 1]]),
+            torch.tensor([[0, 1, 9]]),
+            torch.tensor([5]),
+            mask,
+            pos,
+            ri,
+            rnt,
+            rns,
+            1,
+            3,
+            4,
+            QLEN_ONLY,
         )
 
 
@@ -442,8 +501,13 @@ def test_verify_stops_after_the_step_budget():
 
 def test_verify_chain_accept_all_and_none():
     # chain 0 -> 1 -> 2 -> 3, candidates [5, 6, 7, 8]
-    chain = dict(candidates=[[5, 6, 7, 8]], retrive_index=[[0, 1, 2, 3]],
-                 next_token=[[1, 2, 3, -1]], next_sibling=[[-1] * 4], num_spec_step=4)
+    chain = dict(
+        candidates=[[5, 6, 7, 8]],
+        retrive_index=[[0, 1, 2, 3]],
+        next_token=[[1, 2, 3, -1]],
+        next_sibling=[[-1] * 4],
+        num_spec_step=4,
+    )
     predicts, accept_index, accept_num = _verify(target_predict=[[6, 7, 8, 9]], **chain)
     assert (predicts, accept_index, accept_num) == ([6, 7, 8, 9], [[0, 1, 2, 3]], [3])
     predicts, accept_index, accept_num = _verify(target_predict=[[1, 7, 8, 9]], **chain)
@@ -541,8 +605,16 @@ def _patch_checks_in_sglang():
     results = {}
     for mode in utils.TreeMaskMode:
         tree_mask, positions, r_index, r_next, r_sib, _ = utils.build_tree_kernel_efficient(
-            torch.tensor([29974, 13]), parent_list, top, draft_tokens, torch.tensor([5, 10]), 15,
-            topk=4, spec_steps=4, num_verify_tokens=8, tree_mask_mode=mode,
+            torch.tensor([29974, 13]),
+            parent_list,
+            top,
+            draft_tokens,
+            torch.tensor([5, 10]),
+            15,
+            topk=4,
+            spec_steps=4,
+            num_verify_tokens=8,
+            tree_mask_mode=mode,
         )
         results[int(mode)] = dict(
             positions=positions.tolist(),
@@ -666,7 +738,11 @@ PROMPTS = [[5, 6, 7, 8, 9], [11, 12, 13]]
 
 def _tree_mask_mode(eagle_worker) -> int:
     """The verify mask mode the worker chose (0.5.16+: ``EAGLEWorkerV2``'s draft worker holds it); -1: none."""
-    for holder in (eagle_worker, getattr(eagle_worker, "_draft_worker", None), getattr(eagle_worker, "draft_worker", None)):
+    for holder in (
+        eagle_worker,
+        getattr(eagle_worker, "_draft_worker", None),
+        getattr(eagle_worker, "draft_worker", None),
+    ):
         if hasattr(holder, "tree_mask_mode"):
             return int(holder.tree_mask_mode)
     return -1
@@ -685,16 +761,23 @@ def _eagle_decode_in_sglang(target, draft, topk, steps, num_draft, free_steps, r
         _cpu_registry().revert(list(revert))
 
     sa = h.eagle3_server_args(
-        str(target), str(draft),
-        speculative_num_steps=steps, speculative_eagle_topk=topk, speculative_num_draft_tokens=num_draft,
+        str(target),
+        str(draft),
+        speculative_num_steps=steps,
+        speculative_eagle_topk=topk,
+        speculative_num_draft_tokens=num_draft,
     )
     target_worker, eagle_worker = h.eagle_workers(sa)
     batch = h.eagle_prefill_batch(target_worker, PROMPTS)
     h.eagle_step(eagle_worker, batch)  # prefill, then what the scheduler carries to the next step
 
-    facts = {"state": _cpu_registry().status()["cpu_spec_kernels"].state.value, "accepted": [], "forced_path": None,
-             "tree_mask_mode": _tree_mask_mode(eagle_worker),
-             "mask_patch": _cpu_registry().status()["cpu_tree_mask_mode"].state.value}
+    facts = {
+        "state": _cpu_registry().status()["cpu_spec_kernels"].state.value,
+        "accepted": [],
+        "forced_path": None,
+        "tree_mask_mode": _tree_mask_mode(eagle_worker),
+        "mask_patch": _cpu_registry().status()["cpu_tree_mask_mode"].state.value,
+    }
 
     def force_first_child_chain(verify_input, batch, logits_output):
         bs, n = len(batch.reqs), verify_input.draft_token_num
@@ -780,8 +863,9 @@ def test_stock_verify_mask_breaks_greedy_outputs_on_the_triton_backend(tiny):
     QLEN_ONLY mask and the triton backend reads it as FULL_MASK; the greedy outputs leave plain decoding."""
     from eagle3_patches.testing.isolation import run_isolated
 
-    facts = run_isolated(_eagle_decode_in_sglang, tiny["deepseek_v3"], tiny["draft"], 4, 3, 8, 1, ["cpu_tree_mask_mode"],
-                         timeout=300)
+    facts = run_isolated(
+        _eagle_decode_in_sglang, tiny["deepseek_v3"], tiny["draft"], 4, 3, 8, 1, ["cpu_tree_mask_mode"], timeout=300
+    )
     assert facts["tree_mask_mode"] == QLEN_ONLY
     plain = run_isolated(_plain_greedy_in_sglang, tiny["deepseek_v3"], len(facts["free_output_ids"][0]), timeout=300)
     assert facts["free_output_ids"] != plain
@@ -827,8 +911,10 @@ def _cache_loc_ops_against_triton_in_sglang():
         al.assign_req_to_token_pool_cpu(rpi, got, start, end, loc, 64)  # the name sglang calls
         checks["assign_req_to_token_pool_cpu"] = torch.equal(ref, got)
     # the verify-slot op: in cache_locs, and (0.5.16 - 0.5.22) in spec_utils for the accepted tokens' moves
-    for patch, holder in (("cpu_cache_loc_ops_cache_locs", "sglang.kernels.ops.speculative.cache_locs"),
-                          ("cpu_cache_loc_ops_spec_utils", "sglang.srt.speculative.spec_utils")):
+    for patch, holder in (
+        ("cpu_cache_loc_ops_cache_locs", "sglang.kernels.ops.speculative.cache_locs"),
+        ("cpu_cache_loc_ops_spec_utils", "sglang.srt.speculative.spec_utils"),
+    ):
         holder = importlib.import_module(holder) if states.get(patch) == "applied" else None
         if hasattr(holder, "assign_extend_cache_locs_cpu"):
             got = torch.zeros(15, dtype=torch.int64)
@@ -836,8 +922,10 @@ def _cache_loc_ops_against_triton_in_sglang():
             equal = torch.equal(extend_cache_locs(cl.__name__), got)
             checks["assign_extend_cache_locs_cpu"] = checks.get("assign_extend_cache_locs_cpu", True) and equal
     # the draft-slot op: in cache_locs from 0.5.23, in eagle_worker_common (0.5.16 - 0.5.22)
-    for patch, holder in (("cpu_cache_loc_ops_cache_locs", "sglang.kernels.ops.speculative.cache_locs"),
-                          ("cpu_cache_loc_ops_eagle_worker_common", "sglang.srt.speculative.eagle_worker_common")):
+    for patch, holder in (
+        ("cpu_cache_loc_ops_cache_locs", "sglang.kernels.ops.speculative.cache_locs"),
+        ("cpu_cache_loc_ops_eagle_worker_common", "sglang.srt.speculative.eagle_worker_common"),
+    ):
         holder = importlib.import_module(holder) if states.get(patch) == "applied" else None
         if hasattr(holder, "assign_draft_cache_locs_contiguous_cpu"):
             seq_lens = torch.tensor([5, 9, 20], dtype=torch.int64)
@@ -878,9 +966,15 @@ def test_cpu_cache_loc_ops_match_sglang_triton_kernels():
     r = release()
     out = run_isolated(_cache_loc_ops_against_triton_in_sglang, timeout=300)
     expected = (
-        {"assign_extend_cache_locs_func"} if r < (0, 5, 16)
-        else {"assign_req_to_token_pool_cpu", "assign_extend_cache_locs_cpu", "assign_draft_cache_locs_contiguous_cpu",
-              "fill_bonus_tokens_cpu", "fill_accept_out_cache_loc_cpu"}
+        {"assign_extend_cache_locs_func"}
+        if r < (0, 5, 16)
+        else {
+            "assign_req_to_token_pool_cpu",
+            "assign_extend_cache_locs_cpu",
+            "assign_draft_cache_locs_contiguous_cpu",
+            "fill_bonus_tokens_cpu",
+            "fill_accept_out_cache_loc_cpu",
+        }
     )
     assert set(out["checks"]) == expected, out
     assert all(out["checks"].values()), out

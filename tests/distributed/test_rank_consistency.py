@@ -45,7 +45,11 @@ def test_a_rank_with_another_patch_set_is_named_and_every_rank_refuses(check):
     out = check.observations["patched"]
     assert [r["error"] for r in out] == ["Eagle3ConfigError", "Eagle3ConfigError"], out
     for r in out:
-        assert "eagle3_fc_guard" in r["message"] and "disabled on rank" in r["message"] and "applied on rank" in r["message"]
+        assert (
+            "eagle3_fc_guard" in r["message"]
+            and "disabled on rank" in r["message"]
+            and "applied on rank" in r["message"]
+        )
 
 
 def test_a_rank_without_eagle3_patches_is_named_instead_of_a_hang(tiny):

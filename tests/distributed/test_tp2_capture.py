@@ -11,6 +11,7 @@ from eagle3_patches.testing.tiny_models import HIDDEN
 
 pytestmark = [pytest.mark.sglang, pytest.mark.tp2]
 
+
 def _capture(rank: int, world_size: int, port: int, target: str):
     return tp_capture(rank, world_size, port, target, {"dtype": "float32"})  # through the Kimi delegation patch
 

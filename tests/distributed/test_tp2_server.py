@@ -16,10 +16,18 @@ from eagle3_patches.testing.server import Server, speculative_flags
 pytestmark = [pytest.mark.server, pytest.mark.tp2]
 
 EAGLE3_DEFAULTS = [
-    "kimi_k25_eagle3_delegation", "aux_capture_validation", "cuda_graph_capture_order", "tp_allreduce_fusion_capture",
-    "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard", "eagle3_target_capability",
+    "kimi_k25_eagle3_delegation",
+    "aux_capture_validation",
+    "cuda_graph_capture_order",
+    "tp_allreduce_fusion_capture",
+    "eagle3_draft_strict_loading",
+    "eagle3_fc_guard",
+    "eagle3_algorithm_guard",
+    "eagle3_target_capability",
 ]
-RANK_LINE = re.compile(r"eagle3-patches: tp rank (\d)/2 pid (\d+): aux layer ids \[1, 2, 3\] -> layers_to_capture \[2, 3, 4\]; (.*)")
+RANK_LINE = re.compile(
+    r"eagle3-patches: tp rank (\d)/2 pid (\d+): aux layer ids \[1, 2, 3\] -> layers_to_capture \[2, 3, 4\]; (.*)"
+)
 
 
 def _server(tiny, tmp_path, name, disable=()):

@@ -38,8 +38,12 @@ def serve_or_fail(name: str, model: str, args, tmp, prompts, **kw) -> dict:
 
 def probe_records(probe_dir) -> list[dict]:
     """The diagnostic probe's JSON lines (``EAGLE3_PATCHES_PROBE=<dir>``: one file per process)."""
-    return [json.loads(line) for f in sorted(probe_dir.glob("*.jsonl")) for line in f.read_text().splitlines()
-            if line.strip()]
+    return [
+        json.loads(line)
+        for f in sorted(probe_dir.glob("*.jsonl"))
+        for line in f.read_text().splitlines()
+        if line.strip()
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -54,8 +58,15 @@ def eagle3(models, tmp_path_factory) -> dict:
     """EAGLE3 with the patches, the diagnostic probe writing JSON lines, metrics on; greedy."""
     tmp = tmp_path_factory.mktemp("eagle3")
     probe_dir = tmp / "probe"
-    out = serve_or_fail("eagle3", models["target"], [*speculative_flags(models["draft"], "EAGLE3"), "--enable-metrics"], tmp,
-                 PROMPTS, metrics=True, env={settings.PROBE: str(probe_dir), **WATCHDOG_ENV})
+    out = serve_or_fail(
+        "eagle3",
+        models["target"],
+        [*speculative_flags(models["draft"], "EAGLE3"), "--enable-metrics"],
+        tmp,
+        PROMPTS,
+        metrics=True,
+        env={settings.PROBE: str(probe_dir), **WATCHDOG_ENV},
+    )
     out["probe"] = probe_records(probe_dir)
     return out
 
@@ -63,6 +74,13 @@ def eagle3(models, tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def eagle_unguarded(models, tmp_path_factory) -> dict:
     """``--speculative-algorithm EAGLE`` with the EAGLE-3 draft and both guards disabled: the field's symptom."""
-    return serve_or_fail("eagle-unguarded", models["target"], [*speculative_flags(models["draft"], "EAGLE"), "--enable-metrics"],
-                  tmp_path_factory.mktemp("eagle"), PROMPTS[:2], metrics=True, env=dict(WATCHDOG_ENV),
-                  disable=["eagle3_algorithm_guard", "eagle3_fc_guard"])
+    return serve_or_fail(
+        "eagle-unguarded",
+        models["target"],
+        [*speculative_flags(models["draft"], "EAGLE"), "--enable-metrics"],
+        tmp_path_factory.mktemp("eagle"),
+        PROMPTS[:2],
+        metrics=True,
+        env=dict(WATCHDOG_ENV),
+        disable=["eagle3_algorithm_guard", "eagle3_fc_guard"],
+    )

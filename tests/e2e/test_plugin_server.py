@@ -20,8 +20,11 @@ from eagle3_patches.testing import tiny_models
 from eagle3_patches.testing.releases import only_release
 from eagle3_patches.testing.server import mean_accept_length, speculative_flags
 
-pytestmark = [pytest.mark.server, pytest.mark.timeout(900),
-              only_release(">=0.5.11", "sglang.srt.plugins arrived in 0.5.11 (0.5.9 / 0.5.10: `eagle3-patches run`)")]
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.timeout(900),
+    only_release(">=0.5.11", "sglang.srt.plugins arrived in 0.5.11 (0.5.9 / 0.5.10: `eagle3-patches run`)"),
+]
 
 PLUGIN_LINE = re.compile(r"eagle3-patches: active in pid (\d+) through the sglang plugin entry point: (.*)")
 #: aux_capture_validation's line, on the releases it applies to
@@ -31,8 +34,15 @@ RANK_LINE = re.compile(r"eagle3-patches: tp rank \d+/\d+ pid (\d+): .*?; (\S+=.*
 @pytest.fixture(scope="module")
 def plain(models, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("plugin")
-    out = serve_or_fail("plain-launch-server", models["target"], speculative_flags(models["draft"]), tmp, PROMPTS[:2],
-                        wrapper=False, env={settings.PROBE: str(tmp / "probe")})
+    out = serve_or_fail(
+        "plain-launch-server",
+        models["target"],
+        speculative_flags(models["draft"]),
+        tmp,
+        PROMPTS[:2],
+        wrapper=False,
+        env={settings.PROBE: str(tmp / "probe")},
+    )
     assert settings.APPLY not in out["env"] and "eagle3_patches run" not in " ".join(out["command"])
     out["said"] = {int(pid): _states(states) for pid, states in PLUGIN_LINE.findall(out["log"])}
     out["probe"] = probe_records(tmp / "probe")

@@ -27,8 +27,10 @@ def served(tiny_root, tiny, tmp_path_factory) -> dict:
     target = str(build_qwen3_vl(tiny_root / "tiny-qwen3-vl-dense"))
     tmp = tmp_path_factory.mktemp("qwen3-vl")
     out = {}
-    for name, args, env in (("baseline", [], {}),
-                            ("eagle3", speculative_flags(str(tiny["draft"])), {"EAGLE3_PATCHES_PROBE": str(tmp / "probe")})):
+    for name, args, env in (
+        ("baseline", [], {}),
+        ("eagle3", speculative_flags(str(tiny["draft"])), {"EAGLE3_PATCHES_PROBE": str(tmp / "probe")}),
+    ):
         server = Server(target, args, log_path=tmp / f"{name}.log", env=env, text_only=True)
         try:
             server.start()
@@ -37,7 +39,9 @@ def served(tiny_root, tiny, tmp_path_factory) -> dict:
             pytest.fail(f"{name} server did not start: {exc}")
         finally:
             server.stop()
-    out["probe"] = [json.loads(line) for f in sorted((tmp / "probe").glob("*.jsonl")) for line in f.read_text().splitlines()]
+    out["probe"] = [
+        json.loads(line) for f in sorted((tmp / "probe").glob("*.jsonl")) for line in f.read_text().splitlines()
+    ]
     return out
 
 
@@ -45,7 +49,9 @@ def test_eagle3_on_qwen3_vl_gives_the_outputs_of_no_speculation(served, figure):
     assert [r["output_ids"] for r in served["eagle3"]] == [r["output_ids"] for r in served["baseline"]]
     accept = [r["meta_info"]["spec_accept_length"] for r in served["eagle3"]]
     assert all(a >= 1.0 for a in accept)  # it speculated (verify steps happened)
-    figure(f"Qwen3-VL EAGLE3 server (tiny, random draft): accept length {sum(accept) / len(accept):.2f}, outputs identical")
+    figure(
+        f"Qwen3-VL EAGLE3 server (tiny, random draft): accept length {sum(accept) / len(accept):.2f}, outputs identical"
+    )
 
 
 def test_the_draft_fc_is_fed_3h_from_the_qwen3_vl_target(served):
@@ -57,8 +63,13 @@ def test_the_draft_fc_is_fed_3h_from_the_qwen3_vl_target(served):
 
 def test_stock_qwen3_vl_server_cannot_start_with_an_eagle3_draft(tiny_root, tiny, tmp_path):
     target = str(build_qwen3_vl(tiny_root / "tiny-qwen3-vl-dense"))
-    server = Server(target, speculative_flags(str(tiny["draft"])), log_path=tmp_path / "stock.log", text_only=True,
-                    disable=["qwen3_vl_eagle3_capture"])
+    server = Server(
+        target,
+        speculative_flags(str(tiny["draft"])),
+        log_path=tmp_path / "stock.log",
+        text_only=True,
+        disable=["qwen3_vl_eagle3_capture"],
+    )
     assert server.wait_exit(timeout=300) != 0
     log = server.log()
     assert "Qwen3VLForConditionalGeneration" in log and "qwen3_vl_eagle3_capture" in log  # the launcher names the patch

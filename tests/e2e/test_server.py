@@ -50,7 +50,9 @@ def test_eagle3_draft_fc_received_3h_inputs(eagle3, figure):
     shapes = {tuple(r["fc_input_shape"])[-1] for r in extend if r.get("fc_input_shape")}
     assert shapes == {3 * H}, draft_in
     assert "draft_input" in eagle3["log"] and "fc applied" in eagle3["log"]
-    figure(f"probe in the EAGLE3 server: draft fc inputs {sorted({tuple(r['fc_input_shape']) for r in extend if r.get('fc_input_shape')})}")
+    figure(
+        f"probe in the EAGLE3 server: draft fc inputs {sorted({tuple(r['fc_input_shape']) for r in extend if r.get('fc_input_shape')})}"
+    )
     # the patch status line: every default patch applied in the server's processes
     assert "eagle3_algorithm_guard=applied" in eagle3["log"]
 
@@ -77,8 +79,13 @@ def speculators_served(models, tmp_path_factory) -> dict:
     draft ModelRunner holds the same parameters bit for bit for both (tests/patches/test_speculators_draft_config.py),
     and a draft in sglang's format is what the ``eagle3`` server runs."""
     direct = tiny_models.build_speculators_fixture(tmp_path_factory.mktemp("speculators"))
-    out = serve_or_fail("speculators-direct", models["target"], speculative_flags(str(direct), "EAGLE3"),
-                        tmp_path_factory.mktemp("direct"), PROMPTS)
+    out = serve_or_fail(
+        "speculators-direct",
+        models["target"],
+        speculative_flags(str(direct), "EAGLE3"),
+        tmp_path_factory.mktemp("direct"),
+        PROMPTS,
+    )
     return {"path": direct, "direct": out}
 
 
@@ -87,8 +94,10 @@ def test_speculators_draft_served_directly_predicts(speculators_served, eagle3, 
     assert all(len(o) == MAX_NEW_TOKENS for o in direct["outputs"])
     accepts = [round(r["meta_info"]["spec_accept_length"], 2) for r in direct["responses"]]
     accept = mean_accept_length(direct["responses"])
-    figure(f"the speculators 0.9.0 draft (bf16) served as it is: accept length {accept:.2f} {accepts}; the same draft "
-           f"trained in fp32, in sglang's format: {mean_accept_length(eagle3['responses']):.2f}")
+    figure(
+        f"the speculators 0.9.0 draft (bf16) served as it is: accept length {accept:.2f} {accepts}; the same draft "
+        f"trained in fp32, in sglang's format: {mean_accept_length(eagle3['responses']):.2f}"
+    )
     assert accept >= 1.5  # the draft predicts: the aux states reach it from the layers it was trained on
 
 

@@ -39,10 +39,16 @@ SGLANG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( TP\d+)?\] ")
 
 @pytest.fixture(scope="module")
 def eagle3_sampled(models, tmp_path_factory) -> dict:
-    return serve_or_fail("eagle3-sampled", models["target"],
-                         [*speculative_flags(models["draft"], "EAGLE3"), "--enable-metrics"],
-                         tmp_path_factory.mktemp("eagle3-sampled"), held_out_prompts(8, seed=8765), temperature=1.0,
-                         metrics=True, env=dict(WATCHDOG_ENV))
+    return serve_or_fail(
+        "eagle3-sampled",
+        models["target"],
+        [*speculative_flags(models["draft"], "EAGLE3"), "--enable-metrics"],
+        tmp_path_factory.mktemp("eagle3-sampled"),
+        held_out_prompts(8, seed=8765),
+        temperature=1.0,
+        metrics=True,
+        env=dict(WATCHDOG_ENV),
+    )
 
 
 def gauges(page: str, name: str) -> dict[tuple, float]:
@@ -71,8 +77,12 @@ def _watchdog_lines(log: str) -> list[str]:
 def test_the_servers_run_this_checkout_with_the_watchdog_applied(eagle_unguarded, eagle3):
     for out in (eagle_unguarded, eagle3):
         page = out["metrics"]
-        assert gauges(page, "eagle3_patches:patch_state")[
-            (("kind", "instrument"), ("patch", "accept_watchdog"), ("state", "applied"))] == 1.0
+        assert (
+            gauges(page, "eagle3_patches:patch_state")[
+                (("kind", "instrument"), ("patch", "accept_watchdog"), ("state", "applied"))
+            ]
+            == 1.0
+        )
 
 
 # --------------------------------------------------------------------------- the misconfigured server
@@ -81,12 +91,14 @@ def test_misconfigured_server_warns_once_with_the_symptom_window_and_causes(eagl
     accept = mean_accept_length(eagle_unguarded["responses"])
     page = eagle_unguarded["metrics"]
     windows_min = one(page, "eagle3_patches:watchdog_accept_length_min")
-    figure(f"watchdog, EAGLE with the EAGLE-3 draft (guards off): requests' accept length {accept:.2f}, "
-           f"lowest {WINDOW}-step window {windows_min:.2f} (threshold {THRESHOLD})")
+    figure(
+        f"watchdog, EAGLE with the EAGLE-3 draft (guards off): requests' accept length {accept:.2f}, "
+        f"lowest {WINDOW}-step window {windows_min:.2f} (threshold {THRESHOLD})"
+    )
     warnings = [line for line in log.splitlines() if SYMPTOM in line]
     assert len(warnings) == 1, _watchdog_lines(log)  # several bad windows, one interval: one report
     assert SGLANG_LINE.match(warnings[0]), warnings[0]
-    block = log[log.index(SYMPTOM):]
+    block = log[log.index(SYMPTOM) :]
     assert f"mean accept length 1.000 over the last {WINDOW} verify steps" in block
     assert f"below the threshold {THRESHOLD:g}" in block
     assert "--speculative-algorithm EAGLE (or NEXTN) with an EAGLE-3 draft" in block
@@ -99,7 +111,7 @@ def test_misconfigured_server_logs_the_probes_first_wrong_hop(eagle_unguarded):
     log = eagle_unguarded["log"]
     (line,) = [line for line in log.splitlines() if "eagle3-patches watchdog: the probe's diagnosis" in line]
     assert SGLANG_LINE.match(line), line
-    diagnosis = log[log.index(line):]
+    diagnosis = log[log.index(line) :]
     assert "FIRST WRONG HOP: target_output in target_verify" in diagnosis
     assert "target not capturing: --speculative-algorithm EAGLE with an EAGLE-3 draft" in diagnosis
     assert "launch with --speculative-algorithm EAGLE3" in diagnosis
@@ -131,9 +143,11 @@ def test_a_working_draft_stays_silent(server, request, figure):
     windows_min = one(page, "eagle3_patches:watchdog_accept_length_min")
     lowest_request = min(r["meta_info"]["spec_accept_length"] for r in out["responses"])
     decode_steps = sum(r["meta_info"]["spec_verify_ct"] - 1 for r in out["responses"])  # the prefill counts as one
-    figure(f"watchdog, {server} ({'temperature 1.0' if server.endswith('sampled') else 'greedy'}): accept length "
-           f"{accept:.2f} (lowest request {lowest_request:.2f}), lowest of {(decode_steps - WARMUP) // WINDOW} {WINDOW}-step "
-           f"windows {windows_min:.2f} (threshold {THRESHOLD}: margin x{windows_min / THRESHOLD:.2f})")
+    figure(
+        f"watchdog, {server} ({'temperature 1.0' if server.endswith('sampled') else 'greedy'}): accept length "
+        f"{accept:.2f} (lowest request {lowest_request:.2f}), lowest of {(decode_steps - WARMUP) // WINDOW} {WINDOW}-step "
+        f"windows {windows_min:.2f} (threshold {THRESHOLD}: margin x{windows_min / THRESHOLD:.2f})"
+    )
     assert _watchdog_lines(out["log"]) == []
     assert one(page, "eagle3_patches:watchdog_degraded") == 0.0 and one(page, "eagle3_patches:watchdog_reports") == 0
     assert windows_min > THRESHOLD

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_patches import fork
 import eagle3_patches
+from eagle3_patches import fork
 from eagle3_patches.registry import SOURCE_MARKER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,12 +84,18 @@ def test_series_mirrors_the_registry_and_carries_the_markers():
         assert "import eagle3_patches" not in added and "from eagle3_patches" not in added
 
 
-@pytest.mark.parametrize("damage, needle", [
-    ("reordered", "the registry's fork-series fixes"), ("missing", "the registry's fork-series fixes"),
-    ("numbered", "is named kimi_k25_eagle3_delegation.patch"), ("stray", "does not list: leftover.patch"),
-    ("another file", "touches srt/elsewhere.py"), ("no marker", "does not add the marker comment"),
-    ("imports", "uses eagle3_patches"),
-])
+@pytest.mark.parametrize(
+    "damage, needle",
+    [
+        ("reordered", "the registry's fork-series fixes"),
+        ("missing", "the registry's fork-series fixes"),
+        ("numbered", "is named kimi_k25_eagle3_delegation.patch"),
+        ("stray", "does not list: leftover.patch"),
+        ("another file", "touches srt/elsewhere.py"),
+        ("no marker", "does not add the marker comment"),
+        ("imports", "uses eagle3_patches"),
+    ],
+)
 def test_mirror_problems_name_what_is_off(tmp_path, damage, needle):
     import copy
 
@@ -145,14 +151,24 @@ def test_the_json_report_is_the_whole_report_and_nothing_else(tree, capsys):
     assert _cli(["--sglang-root", str(tree), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got == {
-        "root": str(tree), "series": SERIES.name, "mode": "apply", "sglang": SERIES.sglang_version,
-        "patches": [{"name": n, "filename": p.filename, "state": "applied", "files": [f.path for f in p.files]}
-                    for n, p in zip(FIXES, SERIES.patches)],
-        "changed": sorted(SERIES.touched()), "recovered": [],
+        "root": str(tree),
+        "series": SERIES.name,
+        "mode": "apply",
+        "sglang": SERIES.sglang_version,
+        "patches": [
+            {"name": n, "filename": p.filename, "state": "applied", "files": [f.path for f in p.files]}
+            for n, p in zip(FIXES, SERIES.patches)
+        ],
+        "changed": sorted(SERIES.touched()),
+        "recovered": [],
     }
     assert _cli(["--sglang-root", str(tree), "--check", "--revert", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert (got["mode"], {o["state"] for o in got["patches"]}, got["changed"]) == ("check-revert", {"revertible"}, sorted(SERIES.touched()))
+    assert (got["mode"], {o["state"] for o in got["patches"]}, got["changed"]) == (
+        "check-revert",
+        {"revertible"},
+        sorted(SERIES.touched()),
+    )
 
 
 def test_apply_is_idempotent_and_revert_restores_every_byte(tree):
@@ -211,8 +227,11 @@ def test_git_apply_and_quilt_read_the_same_series(tree, tmp_path):
         pytest.skip("no git binary")
     other = tmp_path / "other"
     shutil.copytree(tree, other)
-    names = [line.strip() for line in (SERIES.directory / "series").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    names = [
+        line.strip()
+        for line in (SERIES.directory / "series").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert names == [p.filename for p in SERIES.patches]
     for name in names:
         subprocess.run(["git", "apply", "-p1", str(SERIES.directory / name)], cwd=other, check=True)
@@ -229,8 +248,11 @@ def _touch_line(path: Path, old: str, new: str) -> None:
 
 def test_a_touched_file_is_refused_naming_file_and_hunk(tree, capsys):
     target = tree / "srt/models/deepseek_v2.py"
-    _touch_line(target, "        if not self.pp_group.is_last_rank:\n            return\n\n        if layer_ids is None:",
-                "        if not self.pp_group.is_last_rank:  # local edit\n            return\n\n        if layer_ids is None:")
+    _touch_line(
+        target,
+        "        if not self.pp_group.is_last_rank:\n            return\n\n        if layer_ids is None:",
+        "        if not self.pp_group.is_last_rank:  # local edit\n            return\n\n        if layer_ids is None:",
+    )
     before = fork.tree_digest(tree)
     assert _cli(["--sglang-root", str(tree)]) == 1
     err = capsys.readouterr().err
@@ -247,8 +269,11 @@ def test_a_touched_file_is_refused_naming_file_and_hunk(tree, capsys):
 
 def test_a_change_outside_the_hunks_is_refused_too(tree):
     target = tree / "srt/models/kimi_k25.py"
-    _touch_line(target, "        pattern = MultiModalityDataPaddingPatternMultimodalTokens()\n",
-                "        pattern = MultiModalityDataPaddingPatternMultimodalTokens()  # local edit\n")
+    _touch_line(
+        target,
+        "        pattern = MultiModalityDataPaddingPatternMultimodalTokens()\n",
+        "        pattern = MultiModalityDataPaddingPatternMultimodalTokens()  # local edit\n",
+    )
     before = fork.tree_digest(tree)
     with pytest.raises(fork.ForkError) as info:
         fork.apply_series(tree)
@@ -326,7 +351,9 @@ def test_make_and_apply_unified_diffs_round_trip():
     assert fd.path == "srt/x.py"
     lines = before.decode().splitlines(keepends=True)
     assert "".join(fork.apply_hunks(lines, fd.hunks)).encode() == after
-    assert "".join(fork.apply_hunks(after.decode().splitlines(keepends=True), fd.hunks, reverse=True)).encode() == before
+    assert (
+        "".join(fork.apply_hunks(after.decode().splitlines(keepends=True), fd.hunks, reverse=True)).encode() == before
+    )
     shifted = ["0\n"] + lines
     with pytest.raises(fork.HunkMismatch):
         fork.apply_hunks(shifted, fd.hunks)
@@ -334,7 +361,9 @@ def test_make_and_apply_unified_diffs_round_trip():
 
 
 def test_default_root_is_found_without_importing_sglang(installed):
-    code = "import sys; from eagle3_patches import fork; print(fork.default_sglang_root()); print('sglang' in sys.modules)"
+    code = (
+        "import sys; from eagle3_patches import fork; print(fork.default_sglang_root()); print('sglang' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     root, imported = proc.stdout.split()
     assert Path(root) == installed and imported == "False"
@@ -350,22 +379,39 @@ def test_regen_patch_reproduces_the_series(tree, tmp_path, installed):
         import regen_patch
     finally:
         sys.path.pop(0)
-    rc = regen_patch.main(["cuda_graph_capture_order", "--edited", str(tree), "--pristine", str(installed),
-                           "--series", str(series_copy)])
+    rc = regen_patch.main(
+        ["cuda_graph_capture_order", "--edited", str(tree), "--pristine", str(installed), "--series", str(series_copy)]
+    )
     assert rc == 0
     for name in [*fork.read_series_names(SERIES.directory), fork.CHECKSUMS_FILE]:
         assert (series_copy / name).read_bytes() == (SERIES.directory / name).read_bytes(), name
 
     # an edit shows up in the regenerated diff and in the checksums; later patches still chain
-    _touch_line(tree / "srt/model_executor/model_runner.py", "        ids = list(ids)\n",
-                "        ids = list(ids)  # the configured ids, copied\n")
-    assert regen_patch.main(["cuda_graph_capture_order", "--edited", str(tree), "--pristine", str(installed),
-                             "--series", str(series_copy)]) == 0
+    _touch_line(
+        tree / "srt/model_executor/model_runner.py",
+        "        ids = list(ids)\n",
+        "        ids = list(ids)  # the configured ids, copied\n",
+    )
+    assert (
+        regen_patch.main(
+            [
+                "cuda_graph_capture_order",
+                "--edited",
+                str(tree),
+                "--pristine",
+                str(installed),
+                "--series",
+                str(series_copy),
+            ]
+        )
+        == 0
+    )
     regenerated = (series_copy / "cuda_graph_capture_order.patch").read_text()
     assert "+        ids = list(ids)  # the configured ids, copied" in regenerated
     sums = json.loads((series_copy / fork.CHECKSUMS_FILE).read_text())
-    assert sums["patches"]["cuda_graph_capture_order.patch"]["files"]["srt/model_executor/model_runner.py"]["after"] == \
-        fork.sha256((tree / "srt/model_executor/model_runner.py").read_bytes())
+    assert sums["patches"]["cuda_graph_capture_order.patch"]["files"]["srt/model_executor/model_runner.py"][
+        "after"
+    ] == fork.sha256((tree / "srt/model_executor/model_runner.py").read_bytes())
     outcomes = fork.apply_series(tree, series_copy, check=True).outcomes
     assert outcomes[FIXES.index("cuda_graph_capture_order") + 1].state == "applicable"  # the next one
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -42,8 +41,9 @@ def synth(tmp_path):
     series = tmp_path / "series" / "synth-9.9.9"
     series.mkdir(parents=True)
     (series / "01-one.patch").write_text(fork.make_unified_diff("srt/a.py", A0, A1))
-    (series / "02-two.patch").write_text(fork.make_unified_diff("srt/a.py", A1, A2)
-                                         + fork.make_unified_diff("srt/b.py", B0, B2))
+    (series / "02-two.patch").write_text(
+        fork.make_unified_diff("srt/a.py", A1, A2) + fork.make_unified_diff("srt/b.py", B0, B2)
+    )
     (series / fork.SERIES_FILE).write_text("# a comment line\n01-one.patch\n\n02-two.patch  # trailing comment\n")
     fork.write_checksums(series, fork.compute_checksums(series, root, VERSION))
     return root, series
@@ -54,8 +54,11 @@ def _files(root: Path) -> tuple[bytes, bytes]:
 
 
 def _leftovers(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if p.name.endswith((fork._TMP_SUFFIX, fork._BAK_SUFFIX)) or p.name == fork.JOURNAL)
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.name.endswith((fork._TMP_SUFFIX, fork._BAK_SUFFIX)) or p.name == fork.JOURNAL
+    )
 
 
 # --------------------------------------------------------------------------- the series files
@@ -68,8 +71,13 @@ def test_checksums_chain_each_file_through_the_patches(synth):
         "pristine": {"srt/a.py": sha(A0), "srt/b.py": sha(B0)},
         "patches": {
             "01-one.patch": {"name": "one", "files": {"srt/a.py": {"before": sha(A0), "after": sha(A1)}}},
-            "02-two.patch": {"name": "two", "files": {"srt/a.py": {"before": sha(A1), "after": sha(A2)},
-                                                     "srt/b.py": {"before": sha(B0), "after": sha(B2)}}},
+            "02-two.patch": {
+                "name": "two",
+                "files": {
+                    "srt/a.py": {"before": sha(A1), "after": sha(A2)},
+                    "srt/b.py": {"before": sha(B0), "after": sha(B2)},
+                },
+            },
         },
     }
     text = (series / fork.CHECKSUMS_FILE).read_text()
@@ -94,8 +102,17 @@ def test_series_names_skip_comments_and_blank_lines(tmp_path):
     assert fork.read_series_names(tmp_path) == ["01-x.patch", "02-y.patch"]
 
 
-@pytest.mark.parametrize("filename, name", [("01-one.patch", "one"), ("one.patch", "one"), ("12-a-b.patch", "a-b"),
-                                            ("1-2-c.patch", "2-c"), ("x-01-d.patch", "x-01-d"), ("03-e", "e")])
+@pytest.mark.parametrize(
+    "filename, name",
+    [
+        ("01-one.patch", "one"),
+        ("one.patch", "one"),
+        ("12-a-b.patch", "a-b"),
+        ("1-2-c.patch", "2-c"),
+        ("x-01-d.patch", "x-01-d"),
+        ("03-e", "e"),
+    ],
+)
 def test_patch_name_drops_the_number_and_the_suffix(filename, name):
     assert fork.patch_name(filename) == name
 
@@ -111,15 +128,18 @@ def test_a_checksum_entry_without_a_name_takes_the_file_name(synth):
     assert [p.name for p in fork.load_series(series).patches] == ["renamed", "two"]
 
 
-@pytest.mark.parametrize("damage, needle", [
-    ("no checksums", "checksums.json is missing or unreadable"),
-    ("bad json", "checksums.json is missing or unreadable"),
-    ("unlisted patch", "does not describe 02-two.patch"),
-    ("no patches key", "does not describe 01-one.patch"),
-    ("file set differs", "does not describe 02-two.patch"),
-    ("a file more", "does not describe 01-one.patch"),
-    ("missing diff", "lists 02-two.patch, which is not in"),
-])
+@pytest.mark.parametrize(
+    "damage, needle",
+    [
+        ("no checksums", "checksums.json is missing or unreadable"),
+        ("bad json", "checksums.json is missing or unreadable"),
+        ("unlisted patch", "does not describe 02-two.patch"),
+        ("no patches key", "does not describe 01-one.patch"),
+        ("file set differs", "does not describe 02-two.patch"),
+        ("a file more", "does not describe 01-one.patch"),
+        ("missing diff", "lists 02-two.patch, which is not in"),
+    ],
+)
 def test_a_broken_series_is_refused_naming_the_file(synth, damage, needle):
     root, series = synth
     sums = series / fork.CHECKSUMS_FILE
@@ -191,7 +211,8 @@ def test_a_series_name_is_looked_up_in_the_env_dir_then_the_shipped_one(synth, t
         fork.find_series("nope")
     assert str(info.value) == (
         f"eagle3-patches: no patch series 'nope'; looked in {series.parent / 'nope'}, {shipped / 'nope'}; "
-        f"known series: other-1.0, synth-9.9.9 (set {fork.SERIES_DIR_ENV} to a directory holding series directories)")
+        f"known series: other-1.0, synth-9.9.9 (set {fork.SERIES_DIR_ENV} to a directory holding series directories)"
+    )
 
 
 def test_no_env_dir_and_no_shipped_series(tmp_path, monkeypatch):
@@ -203,7 +224,8 @@ def test_no_env_dir_and_no_shipped_series(tmp_path, monkeypatch):
         fork.find_series("x")
     assert str(info.value) == (
         "eagle3-patches: no patch series 'x'; looked in the package data eagle3_patches.series (missing from this "
-        f"install of eagle3-patches: reinstall it) (set {fork.SERIES_DIR_ENV} to a directory holding series directories)")
+        f"install of eagle3-patches: reinstall it) (set {fork.SERIES_DIR_ENV} to a directory holding series directories)"
+    )
 
 
 def test_an_env_dir_that_does_not_exist_lists_no_known_series(tmp_path, monkeypatch):
@@ -223,7 +245,8 @@ def test_the_sglang_root_must_hold_srt_and_version_py(tmp_path):
         fork.check_sglang_root(root)
     assert str(info.value) == (
         f"eagle3-patches: {root} is not an sglang package directory (expected srt/ and version.py in it: "
-        "site-packages/sglang, or python/sglang in a git checkout)")
+        "site-packages/sglang, or python/sglang in a git checkout)"
+    )
     (root / "version.py").mkdir()  # a directory is not the file
     with pytest.raises(fork.ForkError, match="is not an sglang package directory"):
         fork.check_sglang_root(root)
@@ -241,8 +264,10 @@ def test_a_parent_of_the_package_gets_a_hint(tmp_path, layout):
     (tmp_path / layout / "srt").mkdir(parents=True)
     with pytest.raises(fork.ForkError) as info:
         fork.check_sglang_root(tmp_path)
-    assert str(info.value) == (f"eagle3-patches: {tmp_path} is not the sglang package directory; "
-                               f"did you mean --sglang-root {tmp_path / layout}?")
+    assert str(info.value) == (
+        f"eagle3-patches: {tmp_path} is not the sglang package directory; "
+        f"did you mean --sglang-root {tmp_path / layout}?"
+    )
 
 
 def test_the_hint_needs_an_srt_directory(tmp_path):
@@ -252,12 +277,15 @@ def test_the_hint_needs_an_srt_directory(tmp_path):
         fork.check_sglang_root(tmp_path)
 
 
-@pytest.mark.parametrize("text, version", [
-    ("__version__ = version = '0.5.9'\n", "0.5.9"),
-    ('version = "0.5.10rc1"\n', "0.5.10rc1"),
-    ("__version__  =  version='1.2'\n", "1.2"),
-    ("x = 1\nversion: str\n__version__ = version = '0.5.9'\n", "0.5.9"),
-])
+@pytest.mark.parametrize(
+    "text, version",
+    [
+        ("__version__ = version = '0.5.9'\n", "0.5.9"),
+        ('version = "0.5.10rc1"\n', "0.5.10rc1"),
+        ("__version__  =  version='1.2'\n", "1.2"),
+        ("x = 1\nversion: str\n__version__ = version = '0.5.9'\n", "0.5.9"),
+    ],
+)
 def test_the_version_is_read_from_the_generated_file(tmp_path, text, version):
     root = tmp_path / "sglang"
     root.mkdir()
@@ -299,27 +327,33 @@ class _Spec:
         self.origin, self.submodule_search_locations = origin, locations
 
 
-@pytest.mark.parametrize("spec, expected", [
-    (_Spec("{d}/sglang/__init__.py"), "{d}/sglang"),
-    (_Spec("namespace", ["{d}/ns"]), "{d}/ns"),
-    (_Spec(None, ["{d}/ns2"]), "{d}/ns2"),
-    (_Spec("", ["{d}/ns3"]), "{d}/ns3"),
-    (_Spec("built-in", ["{d}/b"]), "{d}/b"),
-    (None, None),
-    (_Spec("namespace", ["{d}/a", "{d}/b"]), None),
-    (_Spec("namespace", None), None),
-    (_Spec("namespace", []), None),
-    (ImportError("boom"), None),
-    (ValueError("sglang.__spec__ is None"), None),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (_Spec("{d}/sglang/__init__.py"), "{d}/sglang"),
+        (_Spec("namespace", ["{d}/ns"]), "{d}/ns"),
+        (_Spec(None, ["{d}/ns2"]), "{d}/ns2"),
+        (_Spec("", ["{d}/ns3"]), "{d}/ns3"),
+        (_Spec("built-in", ["{d}/b"]), "{d}/b"),
+        (None, None),
+        (_Spec("namespace", ["{d}/a", "{d}/b"]), None),
+        (_Spec("namespace", None), None),
+        (_Spec("namespace", []), None),
+        (ImportError("boom"), None),
+        (ValueError("sglang.__spec__ is None"), None),
+    ],
+)
 def test_the_default_root_from_the_import_spec(tmp_path, monkeypatch, spec, expected):
     import importlib.util
 
     d = str(tmp_path)
     if isinstance(spec, _Spec):
-        spec = _Spec(spec.origin.format(d=d) if spec.origin else spec.origin,
-                     None if spec.submodule_search_locations is None
-                     else [x.format(d=d) for x in spec.submodule_search_locations])
+        spec = _Spec(
+            spec.origin.format(d=d) if spec.origin else spec.origin,
+            None
+            if spec.submodule_search_locations is None
+            else [x.format(d=d) for x in spec.submodule_search_locations],
+        )
     (tmp_path / "sglang").mkdir()
 
     def find_spec(name):
@@ -332,8 +366,9 @@ def test_the_default_root_from_the_import_spec(tmp_path, monkeypatch, spec, expe
     if expected is None:
         with pytest.raises(fork.ForkError) as info:
             fork.default_sglang_root()
-        assert str(info.value).startswith("eagle3-patches: sglang is not installed in this Python environment; "
-                                          "pass --sglang-root PATH")
+        assert str(info.value).startswith(
+            "eagle3-patches: sglang is not installed in this Python environment; pass --sglang-root PATH"
+        )
     else:
         assert fork.default_sglang_root() == Path(expected.format(d=d))
 
@@ -400,24 +435,29 @@ def test_a_no_newline_marker_after_the_last_counted_line_is_read():
     assert fd.hunks[0].lines == [("-", "x\n"), ("+", "y")]
 
 
-@pytest.mark.parametrize("old, new, path", [
-    ("a/srt/x.py", "b/srt/x.py", "srt/x.py"),
-    ("srt/x.py", "srt/x.py", "srt/x.py"),
-    ("a/srt/old.py", "/dev/null", "srt/old.py"),  # a deletion names the old path
-    ("/dev/null", "b/srt/new.py", "srt/new.py"),
-    ("a/srt/x.py\t(date)", "b/srt/x.py\t(date)", "srt/x.py"),
-    ("a/srt/x.py  ", "  b/srt/x.py ", "srt/x.py"),
-    ("c/srt/x.py", "c/srt/x.py", "c/srt/x.py"),  # only a/ and b/ are prefixes
-    ("a/a/x.py", "b/b/x.py", "b/x.py"),  # one prefix, once
-    ("a/.old.py", "b/.new.py", ".new.py"),  # a name that sorts before "/dev/null" is still the new path
-])
+@pytest.mark.parametrize(
+    "old, new, path",
+    [
+        ("a/srt/x.py", "b/srt/x.py", "srt/x.py"),
+        ("srt/x.py", "srt/x.py", "srt/x.py"),
+        ("a/srt/old.py", "/dev/null", "srt/old.py"),  # a deletion names the old path
+        ("/dev/null", "b/srt/new.py", "srt/new.py"),
+        ("a/srt/x.py\t(date)", "b/srt/x.py\t(date)", "srt/x.py"),
+        ("a/srt/x.py  ", "  b/srt/x.py ", "srt/x.py"),
+        ("c/srt/x.py", "c/srt/x.py", "c/srt/x.py"),  # only a/ and b/ are prefixes
+        ("a/a/x.py", "b/b/x.py", "b/x.py"),  # one prefix, once
+        ("a/.old.py", "b/.new.py", ".new.py"),  # a name that sorts before "/dev/null" is still the new path
+    ],
+)
 def test_header_paths(old, new, path):
     [fd] = fork.parse_unified_diff(f"--- {old}\n+++ {new}\n")
     assert fd.path == path and fd.hunks == []
 
 
-@pytest.mark.parametrize("old, new", [("/dev/null", "/dev/null"), ("a/../x.py", "b/../x.py"), ("/etc/x", "/etc/x"),
-                                      ("a/srt/../../x", "b/srt/../../x")])
+@pytest.mark.parametrize(
+    "old, new",
+    [("/dev/null", "/dev/null"), ("a/../x.py", "b/../x.py"), ("/etc/x", "/etc/x"), ("a/srt/../../x", "b/srt/../../x")],
+)
 def test_unsafe_header_paths_are_refused(old, new):
     with pytest.raises(fork.ForkError) as info:
         fork.parse_unified_diff(f"--- {old}\n+++ {new}\n", "the.patch")
@@ -429,27 +469,51 @@ def test_a_minus_line_not_followed_by_a_plus_header_is_not_a_header():
     assert fork.parse_unified_diff("--- a/x") == []
 
 
-@pytest.mark.parametrize("text, message", [
-    ("@@ -1 +1 @@\n-x\n+y\n", "eagle3-patches: d.patch:1: hunk before any file header"),
-    ("junk\n--- a/p\n+++ b/p\n@@ -1,2 +1,2 @@\n x\n?y\n", "eagle3-patches: d.patch:6: malformed hunk line '?y\\n'"),
-    ("--- a/p\n+++ b/p\n@@ -1,2 +1,2 @@\n x\n", "eagle3-patches: d.patch: hunk @@ -1,2 +1,2 @@ has 1 old and 1 new "
-                                               "line(s), its header says 2 and 2 (truncated, or edited by hand)"),
-    ("--- a/p\n+++ b/p\n@@ -1,2 +1 @@\n x\n+y\n", "eagle3-patches: d.patch: hunk @@ -1,2 +1 @@ has 1 old and 2 new "
-                                                  "line(s), its header says 2 and 1 (truncated, or edited by hand)"),
-    ("--- a/p\n+++ b/p\n@@ -1 +1,2 @@\n-x\n", "eagle3-patches: d.patch: hunk @@ -1 +1,2 @@ has 1 old and 0 new "
-                                             "line(s), its header says 1 and 2 (truncated, or edited by hand)"),
-    ("--- a/p\n+++ b/p\n@@ -1,2 +1 @@\n x\n", "eagle3-patches: d.patch: hunk @@ -1,2 +1 @@ has 1 old and 1 new "
-                                            "line(s), its header says 2 and 1 (truncated, or edited by hand)"),
-    ("--- a/p\n+++ b/p\n@@ -1 +1 @@\n", "eagle3-patches: d.patch: hunk @@ -1 +1 @@ has 0 old and 0 new "
-                                       "line(s), its header says 1 and 1 (truncated, or edited by hand)"),
-    # more lines of one kind than the header counts, while the other kind is still short
-    ("--- a/p\n+++ b/p\n@@ -1 +1,2 @@\n-x\n-y\n+z\n+w\n", "eagle3-patches: d.patch: hunk @@ -1 +1,2 @@ has 2 old and 2 "
-                                                          "new line(s), its header says 1 and 2 (truncated, or edited "
-                                                          "by hand)"),
-    ("--- a/p\n+++ b/p\n@@ -1,2 +1 @@\n+z\n+w\n-x\n-y\n", "eagle3-patches: d.patch: hunk @@ -1,2 +1 @@ has 2 old and 2 "
-                                                          "new line(s), its header says 2 and 1 (truncated, or edited "
-                                                          "by hand)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("@@ -1 +1 @@\n-x\n+y\n", "eagle3-patches: d.patch:1: hunk before any file header"),
+        ("junk\n--- a/p\n+++ b/p\n@@ -1,2 +1,2 @@\n x\n?y\n", "eagle3-patches: d.patch:6: malformed hunk line '?y\\n'"),
+        (
+            "--- a/p\n+++ b/p\n@@ -1,2 +1,2 @@\n x\n",
+            "eagle3-patches: d.patch: hunk @@ -1,2 +1,2 @@ has 1 old and 1 new "
+            "line(s), its header says 2 and 2 (truncated, or edited by hand)",
+        ),
+        (
+            "--- a/p\n+++ b/p\n@@ -1,2 +1 @@\n x\n+y\n",
+            "eagle3-patches: d.patch: hunk @@ -1,2 +1 @@ has 1 old and 2 new "
+            "line(s), its header says 2 and 1 (truncated, or edited by hand)",
+        ),
+        (
+            "--- a/p\n+++ b/p\n@@ -1 +1,2 @@\n-x\n",
+            "eagle3-patches: d.patch: hunk @@ -1 +1,2 @@ has 1 old and 0 new "
+            "line(s), its header says 1 and 2 (truncated, or edited by hand)",
+        ),
+        (
+            "--- a/p\n+++ b/p\n@@ -1,2 +1 @@\n x\n",
+            "eagle3-patches: d.patch: hunk @@ -1,2 +1 @@ has 1 old and 1 new "
+            "line(s), its header says 2 and 1 (truncated, or edited by hand)",
+        ),
+        (
+            "--- a/p\n+++ b/p\n@@ -1 +1 @@\n",
+            "eagle3-patches: d.patch: hunk @@ -1 +1 @@ has 0 old and 0 new "
+            "line(s), its header says 1 and 1 (truncated, or edited by hand)",
+        ),
+        # more lines of one kind than the header counts, while the other kind is still short
+        (
+            "--- a/p\n+++ b/p\n@@ -1 +1,2 @@\n-x\n-y\n+z\n+w\n",
+            "eagle3-patches: d.patch: hunk @@ -1 +1,2 @@ has 2 old and 2 "
+            "new line(s), its header says 1 and 2 (truncated, or edited "
+            "by hand)",
+        ),
+        (
+            "--- a/p\n+++ b/p\n@@ -1,2 +1 @@\n+z\n+w\n-x\n-y\n",
+            "eagle3-patches: d.patch: hunk @@ -1,2 +1 @@ has 2 old and 2 "
+            "new line(s), its header says 2 and 1 (truncated, or edited "
+            "by hand)",
+        ),
+    ],
+)
 def test_malformed_diffs_are_refused_with_file_and_line(text, message):
     with pytest.raises(fork.ForkError) as info:
         fork.parse_unified_diff(text, "d.patch")
@@ -475,8 +539,9 @@ def _lines(*names) -> list[str]:
 
 
 def _diff(before: list[str], after: list[str], context: int = 1):
-    [fd] = fork.parse_unified_diff(fork.make_unified_diff("p", "".join(before).encode(), "".join(after).encode(),
-                                                          context=context))
+    [fd] = fork.parse_unified_diff(
+        fork.make_unified_diff("p", "".join(before).encode(), "".join(after).encode(), context=context)
+    )
     return fd.hunks
 
 
@@ -540,8 +605,9 @@ def test_a_later_hunk_is_looked_for_where_the_earlier_offset_puts_it():
     assert [(h.old_start, h.old()) for h in hunks] == [(3, ["c\n"]), (10, ["Y\n"])]
     # three lines more above, and a second Y nearer the header's line 10 than the offset one
     shifted = _lines("0", "1", "2", *"abcdefg", "Y", "i", "Y", "j")
-    assert fork.apply_hunks(shifted, hunks, exact=False) == _lines("0", "1", "2", "a", "b", "C", *"defg", "Y", "i",
-                                                                   "W", "j")
+    assert fork.apply_hunks(shifted, hunks, exact=False) == _lines(
+        "0", "1", "2", "a", "b", "C", *"defg", "Y", "i", "W", "j"
+    )
 
 
 def test_an_offset_far_below_and_a_block_that_occurs_twice():
@@ -554,8 +620,11 @@ def test_an_offset_far_below_and_a_block_that_occurs_twice():
 
 
 def test_the_nearest_copy_wins_and_above_is_tried_first():
-    hunks = _diff(_lines("a", "b", "c", "x", "Y", "z", "d", "e", "f"),
-                  _lines("a", "b", "c", "x", "W", "z", "d", "e", "f"), context=1)
+    hunks = _diff(
+        _lines("a", "b", "c", "x", "Y", "z", "d", "e", "f"),
+        _lines("a", "b", "c", "x", "W", "z", "d", "e", "f"),
+        context=1,
+    )
     [h] = hunks
     assert h.old_start == 4  # x Y z at lines 4-6
     lines = _lines("x", "Y", "z", "q", "r", "x", "Y", "z")  # one copy 3 lines above, one 2 lines below
@@ -621,7 +690,10 @@ def test_make_unified_diff_headers_context_and_no_final_newline():
     text = fork.make_unified_diff("p", b"a\nb\nc\nd\ne\n", b"a\nb\nC\nd\ne\n")
     assert text.splitlines()[2] == "@@ -1,5 +1,5 @@"
     text = fork.make_unified_diff("p", b"x\ny", b"x\nz")
-    assert text == "--- a/p\n+++ b/p\n@@ -1,2 +1,2 @@\n x\n-y\n\\ No newline at end of file\n+z\n\\ No newline at end of file\n"
+    assert (
+        text
+        == "--- a/p\n+++ b/p\n@@ -1,2 +1,2 @@\n x\n-y\n\\ No newline at end of file\n+z\n\\ No newline at end of file\n"
+    )
     assert fork.make_unified_diff("p", b"same\n", b"same\n") == ""
 
 
@@ -641,34 +713,58 @@ def test_check_apply_and_revert_report_every_patch(synth):
     root, series = synth
     head = f"sglang {VERSION} at {root} ({root / '_version.py'})"
     report, printed = _report(root, series, check=True)
-    assert printed == [head, _row("01-one.patch", "would apply", "srt/a.py"),
-                       _row("02-two.patch", "would apply", "srt/a.py, srt/b.py"), "dry run: 2 file(s) would change"]
-    assert (report.mode, report.series, report.changed, report.recovered) == ("check", "synth-9.9.9",
-                                                                              ["srt/a.py", "srt/b.py"], [])
+    assert printed == [
+        head,
+        _row("01-one.patch", "would apply", "srt/a.py"),
+        _row("02-two.patch", "would apply", "srt/a.py, srt/b.py"),
+        "dry run: 2 file(s) would change",
+    ]
+    assert (report.mode, report.series, report.changed, report.recovered) == (
+        "check",
+        "synth-9.9.9",
+        ["srt/a.py", "srt/b.py"],
+        [],
+    )
     assert report.root == root and report.version == VERSION
     assert _files(root) == (A0, B0)
 
     report, printed = _report(root, series)
-    assert printed == [head, _row("01-one.patch", "applied", "srt/a.py"),
-                       _row("02-two.patch", "applied", "srt/a.py, srt/b.py"), "2 file(s) changed"]
+    assert printed == [
+        head,
+        _row("01-one.patch", "applied", "srt/a.py"),
+        _row("02-two.patch", "applied", "srt/a.py, srt/b.py"),
+        "2 file(s) changed",
+    ]
     assert [o.state for o in report.outcomes] == ["applied", "applied"]
     assert _files(root) == (A2, B2) and _leftovers(root) == []
 
     report, printed = _report(root, series)
-    assert printed == [head, _row("01-one.patch", "already applied", "srt/a.py"),
-                       _row("02-two.patch", "already applied", "srt/a.py, srt/b.py"), "nothing changed"]
+    assert printed == [
+        head,
+        _row("01-one.patch", "already applied", "srt/a.py"),
+        _row("02-two.patch", "already applied", "srt/a.py, srt/b.py"),
+        "nothing changed",
+    ]
     report, printed = _report(root, series, check=True)
     assert printed[-1] == "dry run: nothing to change" and report.changed == []
 
     report, printed = _report(root, series, check=True, revert=True)
-    assert printed == [head, _row("01-one.patch", "would revert", "srt/a.py"),
-                       _row("02-two.patch", "would revert", "srt/a.py, srt/b.py"), "dry run: 2 file(s) would change"]
+    assert printed == [
+        head,
+        _row("01-one.patch", "would revert", "srt/a.py"),
+        _row("02-two.patch", "would revert", "srt/a.py, srt/b.py"),
+        "dry run: 2 file(s) would change",
+    ]
     assert report.mode == "check-revert" and [o.state for o in report.outcomes] == ["revertible", "revertible"]
     assert _files(root) == (A2, B2)
 
     report, printed = _report(root, series, revert=True)
-    assert printed == [head, _row("01-one.patch", "reverted", "srt/a.py"),
-                       _row("02-two.patch", "reverted", "srt/a.py, srt/b.py"), "2 file(s) changed"]
+    assert printed == [
+        head,
+        _row("01-one.patch", "reverted", "srt/a.py"),
+        _row("02-two.patch", "reverted", "srt/a.py, srt/b.py"),
+        "2 file(s) changed",
+    ]
     assert report.mode == "revert"
     assert _files(root) == (A0, B0) and _leftovers(root) == []
 
@@ -692,10 +788,18 @@ def test_a_partly_applied_tree_is_completed_and_partly_reverted(synth):
 
     # (a.py, b.py) on disk -> (states, writes) applying, then reverting
     half_applied = {
-        (A2, B0): (["already applied", "applicable"], {"srt/b.py": B2},  # 02-two's a.py half only
-                   ["revertible", "revertible"], {"srt/a.py": A0}),
-        (A0, B2): (["applicable", "applicable"], {"srt/a.py": A2},  # 02-two's b.py half only
-                   ["not applied", "revertible"], {"srt/b.py": B0}),
+        (A2, B0): (
+            ["already applied", "applicable"],
+            {"srt/b.py": B2},  # 02-two's a.py half only
+            ["revertible", "revertible"],
+            {"srt/a.py": A0},
+        ),
+        (A0, B2): (
+            ["applicable", "applicable"],
+            {"srt/a.py": A2},  # 02-two's b.py half only
+            ["not applied", "revertible"],
+            {"srt/b.py": B0},
+        ),
     }
     for (a, b), (states, writes, revert_states, revert_writes) in half_applied.items():
         (root / "srt/a.py").write_bytes(a)
@@ -745,7 +849,8 @@ def test_another_release_is_refused_before_anything_is_read(synth, other):
     assert str(info.value) == (
         f"eagle3-patches: the series synth-9.9.9 is for sglang {VERSION}, but {root} is sglang {other} (read from "
         f"{root / '_version.py'}); nothing was changed. Use the series for that release, or the runtime patches "
-        "(`eagle3-patches run`), which probe the installed release.")
+        "(`eagle3-patches run`), which probe the installed release."
+    )
 
 
 def test_a_tree_without_a_version_is_identified_by_its_checksums(synth):
@@ -762,8 +867,10 @@ def test_a_missing_touched_file_is_refused(synth):
     (root / "srt/b.py").unlink()
     with pytest.raises(fork.ForkError) as info:
         fork.apply_series(root, series)
-    assert str(info.value) == (f"eagle3-patches: {root / 'srt/b.py'} does not exist; {root} is not a complete sglang "
-                               f"{VERSION} tree; nothing was changed")
+    assert str(info.value) == (
+        f"eagle3-patches: {root / 'srt/b.py'} does not exist; {root} is not a complete sglang "
+        f"{VERSION} tree; nothing was changed"
+    )
     assert (root / "srt/a.py").read_bytes() == A0
 
 
@@ -786,7 +893,8 @@ def test_an_edited_file_is_refused_naming_the_hunk_that_does_not_fit(synth):
         f"({fork.load_series(series).patches[0].files[0].hunks[0].header}) does not fit it (neither its old nor its "
         "new text is there, even at an offset). Nothing was written. Reinstall sglang (pip install --force-reinstall "
         f"--no-deps sglang=={VERSION}) or check out the release tag, then run again; to carry local edits, regenerate "
-        "the series with tools/regen_patch.py.")
+        "the series with tools/regen_patch.py."
+    )
     assert "Nothing was reverted" in _refusal(root, series, revert=True)
 
 
@@ -805,8 +913,10 @@ def test_the_hunk_named_is_the_first_that_fits_neither_way(synth):
     # shifted by a line above, otherwise pristine: every hunk fits at an offset
     (root / "srt/a.py").write_bytes(b"# local\n" + A2)
     message = _refusal(root, series)
-    assert "; every hunk of the series fits, so it was changed outside the lines the series touches (a local edit, " \
-           "or another sglang build). Nothing was written." in message
+    assert (
+        "; every hunk of the series fits, so it was changed outside the lines the series touches (a local edit, "
+        "or another sglang build). Nothing was written." in message
+    )
     # only b.py differs: a.py's patches are not consulted for it
     (root / "srt/a.py").write_bytes(A0)
     (root / "srt/b.py").write_bytes(B0.replace(b"b 2\n", b"b 2 (local)\n"))
@@ -825,9 +935,11 @@ def test_a_series_whose_diff_no_longer_fits_its_checksums(synth):
     diff = series / "01-one.patch"
     diff.write_text(diff.read_text().replace(" line 2\n", " line 2 (edited)\n"))
     message = _refusal(root, series)
-    assert message == (f"eagle3-patches: 01-one.patch hunk #1 (@@ -1,6 +1,6 @@) does not fit {root / 'srt/a.py'} "
-                       "although its checksum matches: the series is inconsistent (regenerate it with "
-                       "tools/regen_patch.py)")
+    assert message == (
+        f"eagle3-patches: 01-one.patch hunk #1 (@@ -1,6 +1,6 @@) does not fit {root / 'srt/a.py'} "
+        "although its checksum matches: the series is inconsistent (regenerate it with "
+        "tools/regen_patch.py)"
+    )
 
 
 def _other_texts(base: bytes, old: bytes) -> tuple[str, str]:
@@ -852,8 +964,10 @@ def test_a_series_whose_diff_gives_another_text(synth, side):
     original = diff.read_text()
     text = _other_texts(A1, b"line 3 (one)\n")[side]
     diff.write_text(original.replace("+line 3 (one)\n", f"+line 3 (one) ({text})\n"))
-    message = (f"eagle3-patches: 01-one.patch applied to {root / 'srt/a.py'} does not give the recorded checksum: the "
-               "series is inconsistent (regenerate it with tools/regen_patch.py)")
+    message = (
+        f"eagle3-patches: 01-one.patch applied to {root / 'srt/a.py'} does not give the recorded checksum: the "
+        "series is inconsistent (regenerate it with tools/regen_patch.py)"
+    )
     assert _refusal(root, series) == message
     text = _other_texts(A0, b"line 3\n")[side]
     diff.write_text(original.replace("-line 3\n", f"-line 3 ({text})\n"))
@@ -871,8 +985,10 @@ def test_a_read_only_tree_is_refused_without_a_traceback(synth, monkeypatch):
     with pytest.raises(fork.ForkError) as info:
         fork.apply_series(root, series)
     assert str(info.value).startswith(f"eagle3-patches: cannot write in {root} ([Errno 13] Permission denied: ")
-    assert str(info.value).endswith("); nothing was changed. Run as the owner of the sglang installation (or apply "
-                                    "to a copy, see docs/fork.md (installed: eagle3-patches docs fork))")
+    assert str(info.value).endswith(
+        "); nothing was changed. Run as the owner of the sglang installation (or apply "
+        "to a copy, see docs/fork.md (installed: eagle3-patches docs fork))"
+    )
     assert info.value.__cause__ is None and info.value.__suppress_context__
     assert _files(root) == (A0, B0) and _leftovers(root) == []
     report = fork.apply_series(root, series, check=True)  # a dry run writes nothing, so it is not refused
@@ -898,8 +1014,13 @@ def test_the_write_keeps_modes_drops_stale_backups_and_old_bytecode(synth):
     (root / "srt" / ("b.py" + fork._BAK_SUFFIX)).write_bytes(b"stale backup of another run")
     cache = root / "srt" / "__pycache__"
     cache.mkdir()
-    for name in ("a.cpython-311.pyc", "a.cpython-312.opt-1.pyc", "b.cpython-311.pyc", "ab.cpython-311.pyc",
-                 "c.cpython-311.pyc"):
+    for name in (
+        "a.cpython-311.pyc",
+        "a.cpython-312.opt-1.pyc",
+        "b.cpython-311.pyc",
+        "ab.cpython-311.pyc",
+        "c.cpython-311.pyc",
+    ):
         (cache / name).write_bytes(b"")
     fork.write_atomically(root, {"srt/a.py": b"new a\n", "srt/b.py": b"new b\n"})
     assert _files(root) == (b"new a\n", b"new b\n")
@@ -949,8 +1070,10 @@ def test_the_journal_lists_the_files_and_the_backups_are_the_originals_while_ren
     (root / "srt" / ("b.py" + fork._BAK_SUFFIX)).write_bytes(b"stale backup of another run")  # removed, then linked
     fork.write_atomically(root, {"srt/a.py": b"A\n", "srt/b.py": b"B\n"})
     files = {"files": ["srt/a.py", "srt/b.py"]}
-    assert seen == [(files, "a.py" + fork._TMP_SUFFIX, "a.py", A0, True),
-                    (files, "b.py" + fork._TMP_SUFFIX, "b.py", B0, True)]
+    assert seen == [
+        (files, "a.py" + fork._TMP_SUFFIX, "a.py", A0, True),
+        (files, "b.py" + fork._TMP_SUFFIX, "b.py", B0, True),
+    ]
     assert _leftovers(root) == []
 
 
@@ -1075,8 +1198,9 @@ def test_an_unreadable_journal_is_named_with_the_fix(synth, journal):
         fork.apply_series(root, series, check=True)
     message = str(info.value)
     assert message.startswith(f"eagle3-patches: {root / fork.JOURNAL} is left from an interrupted run but unreadable (")
-    assert message.endswith(f"); restore the *{fork._BAK_SUFFIX} files next to the sglang sources by hand, then "
-                            "delete it")
+    assert message.endswith(
+        f"); restore the *{fork._BAK_SUFFIX} files next to the sglang sources by hand, then delete it"
+    )
     assert info.value.__suppress_context__ and (root / fork.JOURNAL).exists()
 
 
@@ -1095,13 +1219,23 @@ def test_every_run_recovers_first_and_reports_it(synth):
 
 
 def _lines_without_recovery(report: fork.Report) -> list[str]:
-    return fork.Report(report.root, report.series, report.mode, report.version, report.version_source,
-                       report.outcomes, report.changed, []).lines()
+    return fork.Report(
+        report.root,
+        report.series,
+        report.mode,
+        report.version,
+        report.version_source,
+        report.outcomes,
+        report.changed,
+        [],
+    ).lines()
 
 
 def test_report_lines_name_two_recovered_files_and_pass_unknown_states_through(tmp_path):
-    outcomes = [fork.PatchOutcome("x", "01-x.patch", "already applied", ["srt/a.py"]),
-                fork.PatchOutcome("y", "02-y.patch", "some new state", ["srt/b.py", "srt/c.py"])]
+    outcomes = [
+        fork.PatchOutcome("x", "01-x.patch", "already applied", ["srt/a.py"]),
+        fork.PatchOutcome("y", "02-y.patch", "some new state", ["srt/b.py", "srt/c.py"]),
+    ]
     report = fork.Report(tmp_path, "s", "revert", "1.0", "here", outcomes, ["srt/b.py"], ["srt/a.py", "srt/b.py"])
     assert report.lines() == [
         "recovered from an interrupted run: restored srt/a.py, srt/b.py",
@@ -1112,8 +1246,11 @@ def test_report_lines_name_two_recovered_files_and_pass_unknown_states_through(t
     ]
     long = fork.PatchOutcome("z", "z" * 45 + ".patch", "revertible", ["f"])
     report = fork.Report(tmp_path, "s", "check-revert", None, "ignored", [long], [], [])
-    assert report.lines() == [f"sglang unrecorded at {tmp_path} (identified by checksums)",
-                              f"  {'z' * 45}.patch would revert     f", "dry run: nothing to change"]
+    assert report.lines() == [
+        f"sglang unrecorded at {tmp_path} (identified by checksums)",
+        f"  {'z' * 45}.patch would revert     f",
+        "dry run: nothing to change",
+    ]
 
 
 # --------------------------------------------------------------------------- the maintainer side
@@ -1121,12 +1258,17 @@ def test_tree_states_walk_the_series(synth):
     root, series = synth
     loaded = fork.load_series(series)
     states = fork.tree_states(loaded, {"srt/a.py": A0, "srt/b.py": B0})
-    assert states == [{"srt/a.py": A0, "srt/b.py": B0}, {"srt/a.py": A1, "srt/b.py": B0},
-                      {"srt/a.py": A2, "srt/b.py": B2}]
+    assert states == [
+        {"srt/a.py": A0, "srt/b.py": B0},
+        {"srt/a.py": A1, "srt/b.py": B0},
+        {"srt/a.py": A2, "srt/b.py": B2},
+    ]
     with pytest.raises(fork.ForkError) as info:
         fork.tree_states(loaded, {"srt/a.py": A2, "srt/b.py": B0})
-    assert str(info.value) == ("eagle3-patches: 01-one.patch hunk #1 (@@ -1,6 +1,6 @@) does not fit srt/a.py after the "
-                               "patches before it; regenerate it")
+    assert str(info.value) == (
+        "eagle3-patches: 01-one.patch hunk #1 (@@ -1,6 +1,6 @@) does not fit srt/a.py after the "
+        "patches before it; regenerate it"
+    )
 
 
 def test_checksums_of_a_series_that_does_not_chain(synth, tmp_path):
@@ -1134,8 +1276,10 @@ def test_checksums_of_a_series_that_does_not_chain(synth, tmp_path):
     (root / "srt/a.py").write_bytes(A1)
     with pytest.raises(fork.ForkError) as info:
         fork.compute_checksums(series, root, VERSION)
-    assert str(info.value) == ("eagle3-patches: 01-one.patch hunk #1 (@@ -1,6 +1,6 @@) does not fit srt/a.py after "
-                               "the patches before it; regenerate that patch first")
+    assert str(info.value) == (
+        "eagle3-patches: 01-one.patch hunk #1 (@@ -1,6 +1,6 @@) does not fit srt/a.py after "
+        "the patches before it; regenerate that patch first"
+    )
     (root / "srt/a.py").write_bytes(A0)
     (series / "02-two.patch").write_text(fork.make_unified_diff("srt/a.py", A0, A1))  # written against the release
     with pytest.raises(fork.ForkError, match=r"^eagle3-patches: 02-two.patch hunk #1 "):
@@ -1149,10 +1293,16 @@ def test_tree_digest_skips_bytecode_directories(tmp_path):
     (tmp_path / "top").write_bytes(b"t")
     (tmp_path / "e" / "skip").mkdir(parents=True)
     (tmp_path / "e" / "skip" / "f").write_bytes(b"f")
-    assert fork.tree_digest(tmp_path) == {"d/x.py": fork.sha256(b"x"), "top": fork.sha256(b"t"),
-                                          "e/skip/f": fork.sha256(b"f")}
+    assert fork.tree_digest(tmp_path) == {
+        "d/x.py": fork.sha256(b"x"),
+        "top": fork.sha256(b"t"),
+        "e/skip/f": fork.sha256(b"f"),
+    }
     assert fork.tree_digest(str(tmp_path), ignore=("skip",)) == {
-        "d/__pycache__/x.pyc": fork.sha256(b"1"), "d/x.py": fork.sha256(b"x"), "top": fork.sha256(b"t")}
+        "d/__pycache__/x.pyc": fork.sha256(b"1"),
+        "d/x.py": fork.sha256(b"x"),
+        "top": fork.sha256(b"t"),
+    }
     assert list(fork.tree_digest(tmp_path, ignore=())) == ["top", "d/x.py", "d/__pycache__/x.pyc", "e/skip/f"]
 
 

@@ -44,7 +44,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _run(args, *, env: dict[str, str] | None = None, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env or _env(), cwd=cwd, timeout=300)
+    out = subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, env=env or _env(), cwd=cwd, timeout=300
+    )
     if check:
         assert out.returncode == 0, f"{args}: rc {out.returncode}\n{out.stdout}\n{out.stderr}"
     return out
@@ -79,12 +81,16 @@ def _link_distributions(names: set[str], dest: Path) -> Path:
 
 
 def _purelib(python: Path) -> Path:
-    return Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=python.parent).stdout.strip())
+    return Path(
+        _run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=python.parent).stdout.strip()
+    )
 
 
 def _venv(path: Path, *deps: Path, system_site_packages: bool = False) -> Path:
     """A venv without pip whose only packages are the links in ``deps``; returns its python."""
-    args = [sys.executable, "-m", "venv", "--without-pip", path] + (["--system-site-packages"] if system_site_packages else [])
+    args = [sys.executable, "-m", "venv", "--without-pip", path] + (
+        ["--system-site-packages"] if system_site_packages else []
+    )
     _run(args, cwd=path.parent)
     python = path / "bin" / "python"
     (_purelib(python) / "_eagle3_test_deps.pth").write_text("".join(f"{d}\n" for d in deps))
@@ -144,8 +150,16 @@ def sglang_root() -> Path:
 
 def _check_layout(cli: list, python: Path, install: Path, env: dict[str, str], cwd: Path, sglang_root: Path) -> None:
     """The series and the docs come from inside ``install``; apply --check, docs and the dist-info's LICENSE work."""
-    found = _run([python, "-c", "from eagle3_patches import fork, _shipped\n"
-                  "print(fork.find_series()); print(_shipped.shipped_dir(_shipped.DOCS_PACKAGE))"], env=env, cwd=cwd)
+    found = _run(
+        [
+            python,
+            "-c",
+            "from eagle3_patches import fork, _shipped\n"
+            "print(fork.find_series()); print(_shipped.shipped_dir(_shipped.DOCS_PACKAGE))",
+        ],
+        env=env,
+        cwd=cwd,
+    )
     series_dir, docs_dir = map(Path, found.stdout.split())
     assert series_dir.is_relative_to(install) and series_dir.name == fork.DEFAULT_SERIES, found.stdout
     assert docs_dir.is_relative_to(install), found.stdout
@@ -157,8 +171,16 @@ def _check_layout(cli: list, python: Path, install: Path, env: dict[str, str], c
     page = _run([*cli, "docs", "doctor"], env=env, cwd=cwd)
     assert page.stdout.rstrip("\n") == (REPO / "docs" / "doctor.md").read_text().rstrip("\n")
 
-    license_text = _run([python, "-c", "import importlib.metadata as m\n"
-                         "print(m.distribution('eagle3-patches').read_text('licenses/LICENSE'), end='')"], env=env, cwd=cwd)
+    license_text = _run(
+        [
+            python,
+            "-c",
+            "import importlib.metadata as m\n"
+            "print(m.distribution('eagle3-patches').read_text('licenses/LICENSE'), end='')",
+        ],
+        env=env,
+        cwd=cwd,
+    )
     assert license_text.stdout == (REPO / "LICENSE").read_text()
 
 
@@ -166,8 +188,12 @@ def _check_layout(cli: list, python: Path, install: Path, env: dict[str, str], c
 def test_the_wheel_ships_every_module(wheel):
     """pyproject.toml lists the packages (a package-dir mapping rules out packages.find): none forgotten."""
     with zipfile.ZipFile(wheel) as zf:
-        modules = {n for n in zf.namelist() if n.endswith(".py")} - {n for n in zf.namelist() if n.startswith(("eagle3_patches/series/", "eagle3_patches/docs/"))}
-    source = {p.relative_to(REPO).as_posix() for p in (REPO / "eagle3_patches").rglob("*.py") if "__pycache__" not in p.parts}
+        modules = {n for n in zf.namelist() if n.endswith(".py")} - {
+            n for n in zf.namelist() if n.startswith(("eagle3_patches/series/", "eagle3_patches/docs/"))
+        }
+    source = {
+        p.relative_to(REPO).as_posix() for p in (REPO / "eagle3_patches").rglob("*.py") if "__pycache__" not in p.parts
+    }
     assert modules == source
 
 
@@ -196,7 +222,14 @@ def test_fresh_venv_without_torch(work, wheel, deps, sglang_root, tiny):
     python = _venv(venv, deps)
     # pip resolves the declared dependencies from the linked ones: nothing else is needed
     _pip("--python", python, "install", "--no-index", "-q", wheel, cwd=work)
-    missing = _run([python, "-c", "import importlib.util as u; print([m for m in ('torch', 'transformers', 'sglang') if u.find_spec(m)])"], cwd=work)
+    missing = _run(
+        [
+            python,
+            "-c",
+            "import importlib.util as u; print([m for m in ('torch', 'transformers', 'sglang') if u.find_spec(m)])",
+        ],
+        cwd=work,
+    )
     assert missing.stdout.strip() == "[]"
     cli = [venv / "bin" / "eagle3-patches"]
     _check_layout(cli, python, _purelib(python), _env(), work, sglang_root)
@@ -205,7 +238,20 @@ def test_fresh_venv_without_torch(work, wheel, deps, sglang_root, tiny):
     assert "sglang (not installed)" in status.stdout and "not-applicable" in status.stdout
     converted = work / "converted-draft"
     _run([*cli, "convert", tiny["speculators_draft"], converted], cwd=work)
-    doctor = _run([*cli, "doctor", "--target", tiny["kimi_k25"], "--draft", converted, "--sglang-version", "0.5.9", "--with-patches"], cwd=work)
+    doctor = _run(
+        [
+            *cli,
+            "doctor",
+            "--target",
+            tiny["kimi_k25"],
+            "--draft",
+            converted,
+            "--sglang-version",
+            "0.5.9",
+            "--with-patches",
+        ],
+        cwd=work,
+    )
     assert "OK: 0 error(s)" in doctor.stdout
 
 
@@ -214,7 +260,23 @@ def test_pip_install_user(work, wheel, deps, sglang_root):
     python = _venv(work / "venv-user", deps, system_site_packages=True)
     userbase = work / "userbase"
     env = _env(PYTHONUSERBASE=str(userbase))
-    _run([sys.executable, "-m", "pip", "--python", python, "install", "--user", "--no-index", "-q", "--no-warn-script-location", wheel], env=env, cwd=work)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--user",
+            "--no-index",
+            "-q",
+            "--no-warn-script-location",
+            wheel,
+        ],
+        env=env,
+        cwd=work,
+    )
     _check_layout([userbase / "bin" / "eagle3-patches"], python, userbase, env, work, sglang_root)
 
 
@@ -228,8 +290,17 @@ def test_pip_install_target(work, wheel, deps, sglang_root):
 
 def test_editable_install(work, source, deps, sglang_root):
     # the editable build runs setuptools in the venv's Python: link it in next to the dependencies
-    python = _venv(work / "venv-editable", deps, _link_distributions(_closure(["setuptools"]), work / "deps-setuptools"))
+    python = _venv(
+        work / "venv-editable", deps, _link_distributions(_closure(["setuptools"]), work / "deps-setuptools")
+    )
     _pip("--python", python, "install", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-e", source, cwd=work)
-    mapped = _run([python, "-c", "import importlib.resources as r\nprint(r.files('eagle3_patches.series')); print(r.files('eagle3_patches.docs'))"], cwd=work)
+    mapped = _run(
+        [
+            python,
+            "-c",
+            "import importlib.resources as r\nprint(r.files('eagle3_patches.series')); print(r.files('eagle3_patches.docs'))",
+        ],
+        cwd=work,
+    )
     assert mapped.stdout.split() == [str(source / "patches"), str(source / "docs")]
     _check_layout([work / "venv-editable" / "bin" / "eagle3-patches"], python, source, _env(), work, sglang_root)

@@ -89,8 +89,13 @@ def test_patched_forward_check_names_the_lost_capture(tiny):
 
 def test_patched_forward_check_names_a_capture_lost_entirely(tiny):
     """Every state lost: sglang's model returns the hidden state alone (a two-token prompt: a tensor of two rows)."""
-    kind, message = run_isolated(_capture_lost, str(tiny["deepseek_v3"]), (NUM_LAYERS + 1, NUM_LAYERS + 2, NUM_LAYERS + 3),
-                                 (5, 6), patches=["aux_capture_validation"])
+    kind, message = run_isolated(
+        _capture_lost,
+        str(tiny["deepseek_v3"]),
+        (NUM_LAYERS + 1, NUM_LAYERS + 2, NUM_LAYERS + 3),
+        (5, 6),
+        patches=["aux_capture_validation"],
+    )
     assert kind == "Eagle3CaptureError"
     assert "no aux states" in message and "3 states of width 64" in message
 
@@ -116,9 +121,13 @@ def _stored_width_checked(target: str, case: str):
     lp = runner.model.logits_processor
     original = lp.forward
     if case == "final-state":
-        lp.forward = lambda input_ids, hidden, head, meta, aux=None, *a, **kw: original(input_ids, hidden, head, meta, None, *a, **kw)
+        lp.forward = lambda input_ids, hidden, head, meta, aux=None, *a, **kw: original(
+            input_ids, hidden, head, meta, None, *a, **kw
+        )
     if case == "extra-state":
-        lp.forward = lambda input_ids, hidden, head, meta, aux=None, *a, **kw: original(input_ids, hidden, head, meta, [*aux, hidden], *a, **kw)
+        lp.forward = lambda input_ids, hidden, head, meta, aux=None, *a, **kw: original(
+            input_ids, hidden, head, meta, [*aux, hidden], *a, **kw
+        )
     try:
         h.prefill(runner, [[5, 6, 7, 8, 9]], return_hidden_states=case != "no-states")
     except Exception as exc:  # noqa: BLE001
@@ -128,14 +137,17 @@ def _stored_width_checked(target: str, case: str):
 
 @pytest.mark.parametrize("case, width", [("final-state", 64), ("extra-state", 256)])
 def test_patched_refuses_a_stored_state_of_the_wrong_width(tiny, case, width):
-    kind, message, _ = run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), case, patches=["aux_capture_validation"])
+    kind, message, _ = run_isolated(
+        _stored_width_checked, str(tiny["deepseek_v3"]), case, patches=["aux_capture_validation"]
+    )
     assert kind == "Eagle3CaptureError", message
     assert f"found:    width {width}\n" in message and "192 = 3 aux layers x hidden 64" in message
 
 
 def test_patched_target_served_without_eagle3_runs_unchecked(tiny):
-    kind, message, _ = run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), "capture-off",
-                                    patches=["aux_capture_validation"])
+    kind, message, _ = run_isolated(
+        _stored_width_checked, str(tiny["deepseek_v3"]), "capture-off", patches=["aux_capture_validation"]
+    )
     assert (kind, message) == ("ok", None)
 
 
@@ -146,8 +158,9 @@ def test_stock_stores_the_final_state_for_the_draft_silently(tiny):
 
 @pytest.mark.runtime_only  # the evidence lines come from the runtime patch's logger
 def test_patched_checks_nothing_where_no_state_is_stored_and_logs_each_configuration_once(tiny):
-    kind, message, lines = run_isolated(_stored_width_checked, str(tiny["deepseek_v3"]), "no-states",
-                                        patches=["aux_capture_validation"])
+    kind, message, lines = run_isolated(
+        _stored_width_checked, str(tiny["deepseek_v3"]), "no-states", patches=["aux_capture_validation"]
+    )
     assert (kind, message) == ("ok", None)
     evidence = [line for line in lines if "aux layer ids" in line]
     assert len(evidence) == 2, lines  # [1, 2, 3] once, [0, 2, 3] once (the process and model are the same)
@@ -177,8 +190,9 @@ def _parallelism_refusal(target: str, draft: str, flag: str):
 
 @pytest.mark.parametrize("flag, needle", [("tbo", "--enable-two-batch-overlap"), ("pp", "--pp-size 2"), ("none", None)])
 def test_patched_refuses_two_batch_overlap_and_pipeline_parallel(tiny, flag, needle):
-    kind, message = run_isolated(_parallelism_refusal, str(tiny["deepseek_v3"]), str(tiny["draft"]), flag,
-                                 patches=["aux_capture_validation"])
+    kind, message = run_isolated(
+        _parallelism_refusal, str(tiny["deepseek_v3"]), str(tiny["draft"]), flag, patches=["aux_capture_validation"]
+    )
     if needle is None:
         assert (kind, message) == ("ok", None)  # silent on a correct setup
     else:

@@ -229,19 +229,27 @@ def test_upstream_probe_reads_the_call_order():
     # ids set first but the graph runner still resets them to the defaults: not fixed
     assert not cgo.ids_configured_before_graphs(_INIT_0511, _GRAPH_RUNNER_059)
     # a comment mentioning init_device_graphs() is not a call
-    assert not cgo.ids_configured_before_graphs(_INIT_059.replace("    self.init_attention", "    # init_device_graphs()\n    self.init_attention"), None)
+    assert not cgo.ids_configured_before_graphs(
+        _INIT_059.replace("    self.init_attention", "    # init_device_graphs()\n    self.init_attention"), None
+    )
 
 
 def test_upstream_probe_reads_calls_not_text():
     # no init_device_graphs call, or no configuring call: nothing says the ids come first
-    assert not cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_aux_hidden_state_capture()\n", None)
+    assert not cgo.ids_configured_before_graphs(
+        "def initialize(self):\n    self.init_aux_hidden_state_capture()\n", None
+    )
     assert not cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_device_graphs()\n", None)
     # bare names and the ids passed to the setter (0.5.11's own shape) count as calls
     src = "def initialize(self):\n    set_eagle3_layers_to_capture(ids)\n    init_device_graphs()\n"
     assert cgo.ids_configured_before_graphs(src, None)
     # on one line, the column decides
-    assert cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_aux_hidden_state_capture(); self.init_device_graphs()\n", None)
-    assert not cgo.ids_configured_before_graphs("def initialize(self):\n    self.init_device_graphs(); self.init_aux_hidden_state_capture()\n", None)
+    assert cgo.ids_configured_before_graphs(
+        "def initialize(self):\n    self.init_aux_hidden_state_capture(); self.init_device_graphs()\n", None
+    )
+    assert not cgo.ids_configured_before_graphs(
+        "def initialize(self):\n    self.init_device_graphs(); self.init_aux_hidden_state_capture()\n", None
+    )
     # a graph runner that passes ids (positionally or by keyword) does not reset them
     for call in ("set_eagle3_layers_to_capture(ids)", "set_eagle3_layers_to_capture(layer_ids=ids)"):
         assert cgo.ids_configured_before_graphs(_INIT_0511, f"def __init__(self, runner):\n    self.model.{call}\n")
@@ -278,7 +286,9 @@ def test_upstream_reads_the_releases_model_runner_and_graph_runner(tmp_path, mon
     assert cgo.PATCH.upstream(_runner_module(tmp_path, "mr_reset", _INIT_0511, _GRAPH_RUNNER_059)) is None
     # the graph runner not imported into model_runner: read from its own module where loaded
     assert cgo.PATCH.upstream(_runner_module(tmp_path, "mr_alone", _INIT_0511))
-    graph_module = _load(tmp_path, "cgr_059", "class CudaGraphRunner:\n" + textwrap.indent(textwrap.dedent(_GRAPH_RUNNER_059), "    "))
+    graph_module = _load(
+        tmp_path, "cgr_059", "class CudaGraphRunner:\n" + textwrap.indent(textwrap.dedent(_GRAPH_RUNNER_059), "    ")
+    )
     monkeypatch.setitem(sys.modules, CGR_MODULE, graph_module)
     assert cgo.PATCH.upstream(_runner_module(tmp_path, "mr_alone2", _INIT_0511)) is None
 

@@ -39,7 +39,9 @@ def test_guard_refuses_nextn_with_an_eagle3_draft_naming_the_flag(tiny):
     cases = {"NEXTN": (str(tiny["kimi_k25"]), str(tiny["draft"]), "NEXTN")}
     kind, message = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])["NEXTN"]
     assert kind == "Eagle3ConfigError"
-    assert "--speculative-algorithm NEXTN with an EAGLE-3 draft" in message and "--speculative-algorithm EAGLE3" in message
+    assert (
+        "--speculative-algorithm NEXTN with an EAGLE-3 draft" in message and "--speculative-algorithm EAGLE3" in message
+    )
 
 
 def _eagle1_format_draft(tiny, path, states: int):
@@ -63,20 +65,33 @@ def _eagle1_format_draft(tiny, path, states: int):
 
 
 def test_guard_lets_an_eagle1_draft_run_with_eagle_and_refuses_an_eagle3_one(tiny, tmp_path):
-    cases = {states: (str(tiny["kimi_k25"]), _eagle1_format_draft(tiny, tmp_path / f"fc-{states}", states), "EAGLE")
-             for states in (2, 3)}
+    cases = {
+        states: (str(tiny["kimi_k25"]), _eagle1_format_draft(tiny, tmp_path / f"fc-{states}", states), "EAGLE")
+        for states in (2, 3)
+    }
     out = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])
     assert out[2] == ("ok", "EAGLE"), out[2]
     kind, message = out[3]
-    assert kind == "Eagle3ConfigError" and f"fc.weight takes {3 * HIDDEN} = 3 x hidden ({HIDDEN}) inputs" in message, out[3]
+    assert kind == "Eagle3ConfigError" and f"fc.weight takes {3 * HIDDEN} = 3 x hidden ({HIDDEN}) inputs" in message, (
+        out[3]
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["EAGLE", "NEXTN"])
 def test_doctor_names_eagle_and_nextn_with_an_eagle3_draft(tiny, algorithm):
     from eagle3_patches.doctor import doctor
 
-    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["kimi_k25"]), "--speculative-algorithm",
-              algorithm, "--speculative-draft-model-path", str(tiny["draft"])]
+    launch = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(tiny["kimi_k25"]),
+        "--speculative-algorithm",
+        algorithm,
+        "--speculative-draft-model-path",
+        str(tiny["draft"]),
+    ]
     report = doctor(launch=launch, sglang_version="0.5.9")
     assert "algorithm-eagle-with-eagle3-draft" in report.codes("error")
     eagle3 = doctor(launch=[*launch[:-3], "EAGLE3", *launch[-2:]], sglang_version="0.5.9")
@@ -92,8 +107,17 @@ def test_doctor_for_a_patched_server_says_refused_or_upgraded(tiny, monkeypatch,
 
     monkeypatch.setenv(settings.UPGRADE_ALGORITHM, upgrade)
     settings.reload()
-    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["kimi_k25"]), "--speculative-algorithm",
-              "EAGLE", "--speculative-draft-model-path", str(tiny["draft"])]
+    launch = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(tiny["kimi_k25"]),
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-draft-model-path",
+        str(tiny["draft"]),
+    ]
     report = doctor(launch=launch, sglang_version="0.5.9", with_patches=True)
     (finding,) = [f for f in report.findings if f.code == "algorithm-eagle-with-eagle3-draft"]
     if upgrade == "1":
@@ -122,11 +146,16 @@ def _outcomes_and_warnings(cases: dict) -> tuple[dict, list[str]]:
 @pytest.mark.runtime_only  # the fork diff's copy writes its warning to stderr, not through the eagle3_patches logger
 def test_guard_upgrades_when_opted_in_and_says_so(tiny):
     cases = {"EAGLE": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE")}
-    out, warnings = run_isolated(_outcomes_and_warnings, cases, patches=["eagle3_algorithm_guard"],
-                                 env={"EAGLE3_PATCHES_UPGRADE_ALGORITHM": "1"})
+    out, warnings = run_isolated(
+        _outcomes_and_warnings, cases, patches=["eagle3_algorithm_guard"], env={"EAGLE3_PATCHES_UPGRADE_ALGORITHM": "1"}
+    )
     assert out["EAGLE"] == ("ok", "EAGLE3")
-    assert [w for w in warnings if "--speculative-algorithm EAGLE with an EAGLE-3 draft" in w
-            and "upgraded to EAGLE3 because EAGLE3_PATCHES_UPGRADE_ALGORITHM is set" in w]
+    assert [
+        w
+        for w in warnings
+        if "--speculative-algorithm EAGLE with an EAGLE-3 draft" in w
+        and "upgraded to EAGLE3 because EAGLE3_PATCHES_UPGRADE_ALGORITHM is set" in w
+    ]
 
 
 # --------------------------------------------------------------------------- EAGLE3 without a draft (sglang issue 36528)
@@ -134,8 +163,14 @@ def _without_draft(target: str):
     from eagle3_patches.testing import sglang_harness as h
 
     try:
-        sa = h.launcher_server_args(h.server_args, target, speculative_algorithm="EAGLE3", speculative_num_steps=3,
-                                    speculative_eagle_topk=1, speculative_num_draft_tokens=4)
+        sa = h.launcher_server_args(
+            h.server_args,
+            target,
+            speculative_algorithm="EAGLE3",
+            speculative_num_steps=3,
+            speculative_eagle_topk=1,
+            speculative_num_draft_tokens=4,
+        )
     except Exception as exc:  # noqa: BLE001
         return (type(exc).__name__, str(exc))
     return ("ok", sa.speculative_draft_model_path)
@@ -159,8 +194,18 @@ def test_guard_refuses_eagle3_without_a_draft_naming_the_flag(tiny):
 def test_doctor_names_eagle3_without_a_draft_and_stays_silent_with_one(tiny):
     from eagle3_patches.doctor import doctor
 
-    launch = ["python", "-m", "sglang.launch_server", "--model-path", str(tiny["deepseek_v3"]), "--speculative-algorithm", "EAGLE3"]
+    launch = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(tiny["deepseek_v3"]),
+        "--speculative-algorithm",
+        "EAGLE3",
+    ]
     assert "algorithm-eagle3-without-draft" in doctor(launch=launch, sglang_version="0.5.9").codes("error")
     with_draft = doctor(launch=[*launch, "--speculative-draft-model-path", str(tiny["draft"])], sglang_version="0.5.9")
     assert "algorithm-eagle3-without-draft" not in with_draft.codes()
-    assert "algorithm-eagle3-without-draft" not in doctor(tiny["deepseek_v3"], sglang_version="0.5.9").codes()  # no launch given
+    assert (
+        "algorithm-eagle3-without-draft" not in doctor(tiny["deepseek_v3"], sglang_version="0.5.9").codes()
+    )  # no launch given

@@ -100,8 +100,13 @@ def _load_then_update(target: str, first: str, second: str):
 
     sa = h.eagle3_server_args(target, first)
     tr = h.model_runner(sa)
-    dr = h.model_runner(sa, is_draft=True, model_path=first, req_to_token_pool=tr.req_to_token_pool,
-                        token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator)
+    dr = h.model_runner(
+        sa,
+        is_draft=True,
+        model_path=first,
+        req_to_token_pool=tr.req_to_token_pool,
+        token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
+    )
     dr.model.load_weights(iter(load_file(f"{second}/model.safetensors").items()))
     return {n: p.detach().clone() for n, p in dr.model.named_parameters()}
 
@@ -110,8 +115,9 @@ def test_patched_draft_takes_a_weight_update_bit_exactly(tiny, tiny_root, drafts
     """The loaders the strict load wraps are put back as they were: a second load_weights (a weight update)
     loads every tensor of the new checkpoint."""
     update = draft_variant(tiny_root / "strict-loading-update", "update", spec=tm.TinyDraftSpec(seed=7))
-    params = run_isolated(_load_then_update, str(tiny["deepseek_v3"]), str(drafts["midlayer_draft"]), str(update),
-                          patches=PATCH)
+    params = run_isolated(
+        _load_then_update, str(tiny["deepseek_v3"]), str(drafts["midlayer_draft"]), str(update), patches=PATCH
+    )
     assert bit_exact_mismatches(params, update) == []
     assert bit_exact_mismatches(params, drafts["midlayer_draft"])  # the update really differs from the first load
 
@@ -127,7 +133,9 @@ def test_patched_refuses_a_draft_without_its_lm_head(tiny, tiny_root):
 
 @pytest.mark.stock
 def test_stock_loads_a_draft_without_its_lm_head_silently(tiny, tiny_root):
-    no_head = draft_variant(tiny_root / "strict-loading-no-head-stock", "no-head", edit=lambda t: t.pop("lm_head.weight"))
+    no_head = draft_variant(
+        tiny_root / "strict-loading-no-head-stock", "no-head", edit=lambda t: t.pop("lm_head.weight")
+    )
     (result,) = run_isolated(load_drafts, str(tiny["deepseek_v3"]), [str(no_head)])
     assert result["ok"]
 
@@ -190,18 +198,27 @@ def quantized_drafts(tiny_root, drafts):
         "midlayer": drafts["midlayer_draft"],
         "unknown": drafts["unknown_key_draft"],
         "kv_scales": draft_variant(root, "kv-scales", edit=kv_scales),
-        "kv_scale_deprecated": draft_variant(root, "kv-scale-deprecated",
-                                             edit=lambda t: t.update({"midlayer.self_attn.kv_scale": torch.tensor(K_SCALE)})),
+        "kv_scale_deprecated": draft_variant(
+            root, "kv-scale-deprecated", edit=lambda t: t.update({"midlayer.self_attn.kv_scale": torch.tensor(K_SCALE)})
+        ),
         "tied": draft_variant(root, "tied", spec=tied_spec, edit=tied),
         "missing_v": draft_variant(root, "missing-v", edit=lambda t: t.pop("midlayer.self_attn.v_proj.weight")),
-        "missing_q_k": draft_variant(root, "missing-q-k", edit=lambda t: [t.pop(f"midlayer.self_attn.{p}_proj.weight")
-                                                                          for p in "qk"]),
+        "missing_q_k": draft_variant(
+            root, "missing-q-k", edit=lambda t: [t.pop(f"midlayer.self_attn.{p}_proj.weight") for p in "qk"]
+        ),
         "fused": draft_variant(root, "fused", edit=fused),
         "prefixed_d2t": draft_variant(root, "prefixed-d2t", edit=prefixed_absolute_d2t),
-        "head_from_target": draft_variant(root, "head-from-target", spec=head_spec, edit=lambda t: t.pop("lm_head.weight")),
-        "two_missing": draft_variant(root, "two-missing", edit=lambda t: [t.pop(f"midlayer.{n}.weight")
-                                                                          for n in ("self_attn.o_proj", "mlp.down_proj")]),
-        "thirteen_unknown": draft_variant(root, "thirteen-unknown", edit=lambda t: t.update({n: torch.ones(4) for n in STRAY})),
+        "head_from_target": draft_variant(
+            root, "head-from-target", spec=head_spec, edit=lambda t: t.pop("lm_head.weight")
+        ),
+        "two_missing": draft_variant(
+            root,
+            "two-missing",
+            edit=lambda t: [t.pop(f"midlayer.{n}.weight") for n in ("self_attn.o_proj", "mlp.down_proj")],
+        ),
+        "thirteen_unknown": draft_variant(
+            root, "thirteen-unknown", edit=lambda t: t.update({n: torch.ones(4) for n in STRAY})
+        ),
     }
     for kind in qd.QUANT_CONFIGS:
         built[kind] = qd.build_quantized_draft(root / kind, kind)
@@ -228,7 +245,12 @@ def _load_quantized_variants(tiny, quantized_drafts, patches):
         cases = [c for c, (_, args) in QUANTIZED.items() if json.dumps(args, sort_keys=True) == flags]
         drafts = [str(quantized_drafts[QUANTIZED[c][0]]) for c in cases]
         results = run_isolated(_load_quantized, str(tiny["deepseek_v3"]), drafts, json.loads(flags), patches=patches)
-        out.update({c: dict(r, loaded=_canonical(r["loaded"]), loaders=_canonical(r["loaders"])) for c, r in zip(cases, results)})
+        out.update(
+            {
+                c: dict(r, loaded=_canonical(r["loaded"]), loaders=_canonical(r["loaders"]))
+                for c, r in zip(cases, results)
+            }
+        )
     return out
 
 
@@ -242,15 +264,27 @@ def quantized_patched(tiny, quantized_drafts):
     return _load_quantized_variants(tiny, quantized_drafts, PATCH)
 
 
-@pytest.mark.parametrize("case", ["online-fp8", "fp8-checkpoint", "compressed-tensors-w8a8-fp8",
-                                  "compressed-tensors-w4a16", "tied-with-lm-head", "unquantized-kv-scales",
-                                  "pre-fused-projections", "head-from-target"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "online-fp8",
+        "fp8-checkpoint",
+        "compressed-tensors-w8a8-fp8",
+        "compressed-tensors-w4a16",
+        "tied-with-lm-head",
+        "unquantized-kv-scales",
+        "pre-fused-projections",
+        "head-from-target",
+    ],
+)
 def test_patched_loads_what_stock_serves_identically(quantized_stock, quantized_patched, case):
     stock, patched = quantized_stock[case], quantized_patched[case]
     assert stock["loaded"] is not None, stock  # stock sglang loads the draft ...
     assert patched.get("type") != "Eagle3ConfigError", patched["message"]  # ... and the patch set does not refuse it
     assert (patched["ok"], patched.get("type")) == (stock["ok"], stock.get("type"))  # the same end (CPU kernels)
-    unset = {"lm_head.weight"} if case == "head-from-target" else set()  # at its init: the worker sets the target's later
+    unset = (
+        {"lm_head.weight"} if case == "head-from-target" else set()
+    )  # at its init: the worker sets the target's later
     assert [n for n in differing_tensors(stock["loaded"], patched["loaded"]) if n not in unset] == []
 
 
@@ -275,8 +309,9 @@ def test_stock_drops_kv_scales_under_their_checkpoint_spellings(quantized_stock)
     assert float(loaded["model.midlayer.self_attn.attn.v_scale"]) == -1.0
 
 
-@pytest.mark.parametrize("case, k, v", [("online-fp8-kv-scales", K_SCALE, V_SCALE),
-                                        ("online-fp8-kv-scale-deprecated", K_SCALE, -1.0)])
+@pytest.mark.parametrize(
+    "case, k, v", [("online-fp8-kv-scales", K_SCALE, V_SCALE), ("online-fp8-kv-scale-deprecated", K_SCALE, -1.0)]
+)
 def test_patched_loads_kv_scales_as_sglangs_llama_loader_maps_them(quantized_patched, case, k, v):
     """`k_proj.k_scale` / `kv_scale` land in the attention's k/v scales (a lone kv_scale is duplicated into
     v_scale by sglang's BaseKVCacheMethod after loading), where stock dropped them."""
@@ -327,11 +362,19 @@ def test_patched_leaves_each_parameter_the_weight_loader_stock_leaves(quantized_
 
 
 @pytest.mark.runtime_only  # the fork diff's copy logs through sglang's logger, not eagle3_patches'
-@pytest.mark.parametrize("case, needle", [("tied-with-lm-head", "lm_head.weight (tie_word_embeddings"),
-                                          ("unquantized-kv-scales", "k_proj.k_scale (a kv-cache scale"),
-                                          ("online-fp8", None), ("compressed-tensors-w4a16", None)])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("tied-with-lm-head", "lm_head.weight (tie_word_embeddings"),
+        ("unquantized-kv-scales", "k_proj.k_scale (a kv-cache scale"),
+        ("online-fp8", None),
+        ("compressed-tensors-w4a16", None),
+    ],
+)
 def test_patched_logs_the_tensors_ignored_as_sglang_ignores_them(quantized_patched, case, needle):
-    ignored = [line for line in quantized_patched[case]["log"] if "ignored as sglang's Llama loader ignores them" in line]
+    ignored = [
+        line for line in quantized_patched[case]["log"] if "ignored as sglang's Llama loader ignores them" in line
+    ]
     if needle is None:
         assert ignored == []
     else:
@@ -352,9 +395,12 @@ def test_patched_refuses_a_bad_d2t_for_itself_alone(patched, drafts, variant):
     from eagle3_patches.checkpoint.d2t import check_d2t
 
     message = patched[variant]["message"]
-    assert "d2t: " in message and "left at their initial value" not in message and "drop silently" not in message, message
-    problem = check_d2t(load_file(f"{drafts[variant]}/model.safetensors")["d2t"], target_vocab=tm.VOCAB,
-                        draft_vocab=tm.DRAFT_VOCAB)
+    assert "d2t: " in message and "left at their initial value" not in message and "drop silently" not in message, (
+        message
+    )
+    problem = check_d2t(
+        load_file(f"{drafts[variant]}/model.safetensors")["d2t"], target_vocab=tm.VOCAB, draft_vocab=tm.DRAFT_VOCAB
+    )
     assert problem.what in message  # the d2t checker's own words
 
 

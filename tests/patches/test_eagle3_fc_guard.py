@@ -57,8 +57,12 @@ def _draft_forward_widths(target: str, draft: str, widths: list):
 
     sa = h.eagle3_server_args(target, draft, load_format="dummy")
     target_runner = h.model_runner(sa)
-    runner = h.model_runner(sa, is_draft=True, req_to_token_pool=target_runner.req_to_token_pool,
-                            token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator)
+    runner = h.model_runner(
+        sa,
+        is_draft=True,
+        req_to_token_pool=target_runner.req_to_token_pool,
+        token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator,
+    )
     fc_inputs = h.record_fc_inputs(SimpleWorker(runner))
     results = []
     for case in widths:
@@ -87,8 +91,16 @@ class SimpleWorker:
 
 @pytest.fixture(scope="module")
 def kimi_width_draft(tiny_root):
-    spec = tm.TinyDraftSpec(hidden=KIMI_HIDDEN, target_hidden=KIMI_HIDDEN, aux_ids=KIMI_AUX_IDS, num_heads=2,
-                            num_kv_heads=2, intermediate_size=64, vocab=tm.VOCAB, draft_vocab=tm.DRAFT_VOCAB)
+    spec = tm.TinyDraftSpec(
+        hidden=KIMI_HIDDEN,
+        target_hidden=KIMI_HIDDEN,
+        aux_ids=KIMI_AUX_IDS,
+        num_heads=2,
+        num_kv_heads=2,
+        intermediate_size=64,
+        vocab=tm.VOCAB,
+        draft_vocab=tm.DRAFT_VOCAB,
+    )
     cfg = tm.eagle3_draft_config(spec)
     cfg["head_dim"] = 128  # SpecForge's Kimi-K2.5 draft: head_dim 128
     path = tiny_root / "kimi-width-draft"
@@ -104,8 +116,13 @@ def kimi_width_draft(tiny_root):
 def test_kimi_width_draft_fc_receives_21504_and_refuses_7168_and_28672(tiny, kimi_width_draft):
     """3 x hidden passes; one layer's width (EAGLE, or no capture) and four layers' (a target capturing four aux
     layers for a draft whose fc takes three) are refused before fc, each with its own fix, a one-token prompt too."""
-    out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft),
-                       [3 * KIMI_HIDDEN, KIMI_HIDDEN, 4 * KIMI_HIDDEN, (KIMI_HIDDEN, 1)], patches=["eagle3_fc_guard"])
+    out = run_isolated(
+        _draft_forward_widths,
+        str(tiny["deepseek_v3"]),
+        str(kimi_width_draft),
+        [3 * KIMI_HIDDEN, KIMI_HIDDEN, 4 * KIMI_HIDDEN, (KIMI_HIDDEN, 1)],
+        patches=["eagle3_fc_guard"],
+    )
     assert out["fc_in_features"] == 21504
     assert out["fc_inputs"] == [(4, 21504)]
     assert out["results"][0] is None
@@ -122,15 +139,22 @@ def test_a_mixed_chunk_batch_is_checked_like_an_extend_one(tiny, kimi_width_draf
     """A MIXED batch (chunked prefill mixed with decode: sglang 0.5.9 turns it off under speculative decoding, later
     releases keep it for EAGLE3) carries target states too: 3 x hidden reaches fc, a 7168-wide one is refused
     before fc like an EXTEND batch."""
-    out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft),
-                       [(3 * KIMI_HIDDEN, 4, "MIXED"), (KIMI_HIDDEN, 4, "MIXED")], patches=["eagle3_fc_guard"])
+    out = run_isolated(
+        _draft_forward_widths,
+        str(tiny["deepseek_v3"]),
+        str(kimi_width_draft),
+        [(3 * KIMI_HIDDEN, 4, "MIXED"), (KIMI_HIDDEN, 4, "MIXED")],
+        patches=["eagle3_fc_guard"],
+    )
     assert out["results"][0] is None and out["fc_inputs"] == [(4, 21504)]
     assert out["results"][1].startswith("Eagle3CaptureError") and "7168-wide" in out["results"][1]
 
 
 @pytest.mark.stock
 def test_kimi_width_draft_on_stock_skips_fc_for_7168(tiny, kimi_width_draft):
-    out = run_isolated(_draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft), [KIMI_HIDDEN], patches=None)
+    out = run_isolated(
+        _draft_forward_widths, str(tiny["deepseek_v3"]), str(kimi_width_draft), [KIMI_HIDDEN], patches=None
+    )
     assert out["results"] == [None] and out["fc_inputs"] == []  # silent skip: the bug
 
 
@@ -159,8 +183,13 @@ def _capture_draft_extend(target: str, draft: str, worker: str) -> dict:
         return {"skip": str(exc)}
     except Exception as exc:  # noqa: BLE001 - returned to the test
         return {"error": type(exc).__name__, "message": str(exc), "fc_inputs": fc_inputs}
-    return {"error": None, "mode": runner.forward_mode.name, "buffer": h.draft_extend_buffer_width(runner),
-            "fc_in_features": fc.in_features, "fc_inputs": fc_inputs}
+    return {
+        "error": None,
+        "mode": runner.forward_mode.name,
+        "buffer": h.draft_extend_buffer_width(runner),
+        "fc_in_features": fc.in_features,
+        "fc_inputs": fc_inputs,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +206,9 @@ def _skip_if_asked(out: dict) -> dict:
 
 @pytest.mark.parametrize("worker", WORKERS)
 def test_draft_extend_graph_capture_feeds_fc_3h_and_the_guard_passes(tiny, worker):
-    out = _skip_if_asked(run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(tiny["draft"]), worker, patches="all"))
+    out = _skip_if_asked(
+        run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(tiny["draft"]), worker, patches="all")
+    )
     assert out["error"] is None, out.get("message")
     assert out["mode"] == {"v1": "DRAFT_EXTEND", "v2": "DRAFT_EXTEND_V2"}[worker]
     assert out["buffer"] == out["fc_in_features"] == 3 * tm.HIDDEN
@@ -187,15 +218,18 @@ def test_draft_extend_graph_capture_feeds_fc_3h_and_the_guard_passes(tiny, worke
 @pytest.mark.stock
 @pytest.mark.parametrize("worker", WORKERS)
 def test_stock_draft_extend_graph_capture_without_aux_states_skips_fc_silently(tiny, no_aux_draft, worker):
-    out = _skip_if_asked(run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(no_aux_draft), worker, patches=None))
+    out = _skip_if_asked(
+        run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(no_aux_draft), worker, patches=None)
+    )
     assert out["error"] is None and out["buffer"] == tm.HIDDEN
     assert out["fc_inputs"] == []  # fc never ran: the graphs would bake the skip in
 
 
 @pytest.mark.parametrize("worker", WORKERS)
 def test_draft_extend_graph_capture_without_aux_states_is_refused_in_our_words(tiny, no_aux_draft, worker):
-    out = _skip_if_asked(run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(no_aux_draft), worker,
-                                      patches="all"))
+    out = _skip_if_asked(
+        run_isolated(_capture_draft_extend, str(tiny["deepseek_v3"]), str(no_aux_draft), worker, patches="all")
+    )
     assert out["error"] == "Eagle3CaptureError", out
     assert "Capture cuda graph failed" not in out["message"]  # not sglang's graph-memory advice
     assert f"{3 * tm.HIDDEN} = fc.in_features" in out["message"]

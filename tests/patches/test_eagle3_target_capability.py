@@ -24,14 +24,19 @@ def check(run_check):
 
 @pytest.fixture(scope="module")
 def cases(tiny):
-    return {"kimi": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE3"),
-            "deepseek": (str(tiny["deepseek_v3"]), str(tiny["draft"]), "EAGLE3")}
+    return {
+        "kimi": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE3"),
+        "deepseek": (str(tiny["deepseek_v3"]), str(tiny["draft"]), "EAGLE3"),
+    }
 
 
 @pytest.mark.stock
 def test_stock_accepts_a_target_that_cannot_capture(check):
     """Nothing in sglang checks the target class at start: the launcher resolves EAGLE3 for GPT-2."""
-    assert check.observations["stock"]["missing"]["no_capture"] == ["set_eagle3_layers_to_capture", "get_embed_and_head"]
+    assert check.observations["stock"]["missing"]["no_capture"] == [
+        "set_eagle3_layers_to_capture",
+        "get_embed_and_head",
+    ]
     assert check.observations["stock"]["outcomes"]["no_capture"] == ("ok", "EAGLE3")
     assert check.bug == "present"
 
@@ -48,8 +53,9 @@ def test_a_target_that_cannot_capture_is_refused_and_capable_ones_pass_silently(
 @pytest.mark.runtime_only
 @stock_bug("kimi_k25_eagle3_delegation")  # from 0.5.10 the Kimi class has the hooks itself
 def test_kimi_without_the_delegation_is_refused_in_the_launcher(cases):
-    out = run_isolated(launcher_outcomes, cases, patches="all",
-                       env={"EAGLE3_PATCHES_DISABLE": "kimi_k25_eagle3_delegation"})
+    out = run_isolated(
+        launcher_outcomes, cases, patches="all", env={"EAGLE3_PATCHES_DISABLE": "kimi_k25_eagle3_delegation"}
+    )
     kind, message = out["kimi"]
     assert kind == "Eagle3TargetError"
     assert "KimiK25ForConditionalGeneration" in message and "set_eagle3_layers_to_capture" in message
@@ -99,12 +105,20 @@ def test_only_eagle3_with_a_target_class_it_can_name_is_checked(tiny_root, tmp_p
     (tmp_path / "bad-json" / "config.json").write_text('{"architectures": ["GPT2LMHeadModel"]')
     (tmp_path / "unknown").mkdir()
     (tmp_path / "unknown" / "config.json").write_text(json.dumps({"architectures": ["NoSuchModelForCausalLM"]}))
-    cases = {"eagle3": (gpt2, "EAGLE3"), "eagle": (gpt2, "EAGLE"), "standalone": (gpt2, "STANDALONE"), "none": (gpt2, None),
-             "hub_id": ("some-org/some-model", "EAGLE3"), "bad_json": (str(tmp_path / "bad-json"), "EAGLE3"),
-             "unknown": (str(tmp_path / "unknown"), "EAGLE3")}
+    cases = {
+        "eagle3": (gpt2, "EAGLE3"),
+        "eagle": (gpt2, "EAGLE"),
+        "standalone": (gpt2, "STANDALONE"),
+        "none": (gpt2, None),
+        "hub_id": ("some-org/some-model", "EAGLE3"),
+        "bad_json": (str(tmp_path / "bad-json"), "EAGLE3"),
+        "unknown": (str(tmp_path / "unknown"), "EAGLE3"),
+    }
     out = run_isolated(_check_outcomes, cases)
     kind, message = out.pop("eagle3")
     assert kind == "Eagle3TargetError" and "GPT2LMHeadModel cannot serve an EAGLE-3 draft" in message
     kind, message = out.pop("unknown")
     assert kind == "Eagle3TargetError" and "TransformersForCausalLM cannot serve an EAGLE-3 draft" in message
-    assert out == {name: ("ok", None) for name in [*cases, "unknown_without_backend"] if name not in ("eagle3", "unknown")}
+    assert out == {
+        name: ("ok", None) for name in [*cases, "unknown_without_backend"] if name not in ("eagle3", "unknown")
+    }

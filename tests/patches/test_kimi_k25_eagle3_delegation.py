@@ -65,16 +65,24 @@ def _next_token_with_a_swapped_head(target: str, draft: str) -> dict:
     torch.cuda.synchronize = lambda *args, **kwargs: None
     runner.model.set_embed_and_head(embed, torch.nn.Parameter(swapped, requires_grad=False))
     after = int(h.prefill(runner, prompt).next_token_ids[0])
-    return {"before": before, "other": other, "after": after,
-            "head_is_the_new_one": runner.model.get_embed_and_head()[1].data_ptr() == swapped.data_ptr()}
+    return {
+        "before": before,
+        "other": other,
+        "after": after,
+        "head_is_the_new_one": runner.model.get_embed_and_head()[1].data_ptr() == swapped.data_ptr(),
+    }
 
 
 @requires_patch("kimi_k25_eagle3_delegation")
 def test_patched_kimi_target_serves_with_the_embed_and_head_it_is_given(tiny):
     """All three hooks work on the patched Kimi-K2.5, set_embed_and_head included: the target's next token follows
     the head it was handed."""
-    out = run_isolated(_next_token_with_a_swapped_head, str(tiny["kimi_k25"]), str(tiny["draft"]),
-                       patches=["kimi_k25_eagle3_delegation"])
+    out = run_isolated(
+        _next_token_with_a_swapped_head,
+        str(tiny["kimi_k25"]),
+        str(tiny["draft"]),
+        patches=["kimi_k25_eagle3_delegation"],
+    )
     assert out["head_is_the_new_one"]
     assert out["after"] == out["other"] != out["before"]
 
@@ -135,5 +143,6 @@ def test_status_on_a_release_that_delegates_itself_names_the_release():
 
     fixed = types.ModuleType("sglang.srt.models.kimi_k25")
     fixed.KimiK25ForConditionalGeneration = KimiK25ForConditionalGeneration
-    assert PATCH.upstream(fixed) == ("KimiK25ForConditionalGeneration defines set_eagle3_layers_to_capture itself "
-                                     "(sglang >= 0.5.10)")
+    assert PATCH.upstream(fixed) == (
+        "KimiK25ForConditionalGeneration defines set_eagle3_layers_to_capture itself (sglang >= 0.5.10)"
+    )

@@ -27,7 +27,10 @@ IDS = LAYER_CHECK_IDS  # output-of-layer: the outputs of layers 2, 3, 4 (capture
 
 @pytest.fixture(scope="module")
 def drafts(tiny_root):
-    return {"marked": build(tiny_root, "layer_ids_marked_draft"), "unmarked": build(tiny_root, "layer_ids_unmarked_draft")}
+    return {
+        "marked": build(tiny_root, "layer_ids_marked_draft"),
+        "unmarked": build(tiny_root, "layer_ids_unmarked_draft"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +94,10 @@ def test_unmarked_config_warns_once_naming_both_readings(captured):
     ids = list(IDS)
     warned = [m for m in captured["unmarked"]["logs"] if "+1 rule changed in 0.5.13" in m]
     assert len(warned) == 1, captured["unmarked"]["logs"]
-    assert (f"aux layer ids {ids} capture the outputs of layers {[i - 1 for i in ids]} on this sglang, but of "
-            f"layers {ids} on sglang <= 0.5.12") in warned[0]
+    assert (
+        f"aux layer ids {ids} capture the outputs of layers {[i - 1 for i in ids]} on this sglang, but of "
+        f"layers {ids} on sglang <= 0.5.12"
+    ) in warned[0]
 
 
 @pytest.mark.sglang
@@ -167,8 +172,12 @@ def test_a_hub_id_is_read_from_the_cache_only(tmp_path, monkeypatch, hub_id):
 
 
 def _marked_config() -> bytes:
-    return json.dumps({"architectures": ["LlamaForCausalLMEagle3"],
-                       "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3], CONVENTION_KEY: INPUT_OF_LAYER}}).encode()
+    return json.dumps(
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3], CONVENTION_KEY: INPUT_OF_LAYER},
+        }
+    ).encode()
 
 
 def test_a_hub_cache_snapshot_is_read_through_its_blob_link(tmp_path, monkeypatch):

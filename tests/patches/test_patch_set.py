@@ -16,8 +16,9 @@ def _apply_twice_and_revert():
     import eagle3_patches
 
     # every module a patch or an instrument hooks, imported first: a hook on a module not yet imported is pending
-    modules = {name: importlib.import_module(reg[name].module)
-               for reg in eagle3_patches.registries() for name in reg.names()}
+    modules = {
+        name: importlib.import_module(reg[name].module) for reg in eagle3_patches.registries() for name in reg.names()
+    }
 
     def snapshot():
         """Every class attribute of every patched module, by identity."""
@@ -34,12 +35,20 @@ def _apply_twice_and_revert():
     patched = snapshot()
     eagle3_patches.apply()
     again = snapshot()
-    changed = sorted(f"{m.rsplit('.', 1)[-1]}.{c}.{a}" for (m, c, a) in set(before) | set(patched)
-                     if before.get((m, c, a)) != patched.get((m, c, a)))
+    changed = sorted(
+        f"{m.rsplit('.', 1)[-1]}.{c}.{a}"
+        for (m, c, a) in set(before) | set(patched)
+        if before.get((m, c, a)) != patched.get((m, c, a))
+    )
     eagle3_patches.revert()
     after = snapshot()
-    return {"states": first, "changed": changed, "idempotent": patched == again, "restored": before == after,
-            "after_revert": {n: s.state.value for n, s in eagle3_patches.status().items()}}
+    return {
+        "states": first,
+        "changed": changed,
+        "idempotent": patched == again,
+        "restored": before == after,
+        "after_revert": {n: s.state.value for n, s in eagle3_patches.status().items()},
+    }
 
 
 @pytest.mark.runtime_only

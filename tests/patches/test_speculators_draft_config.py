@@ -65,7 +65,10 @@ def drafts(tiny_root):
         "norm_before_fc": variant("norm-before-fc", config={"norm_before_fc": True}),
         "norm_output": variant("norm-output", config={"norm_output": True}),
         "qwen3": variant("qwen3", config={"transformer_layer_config": {"model_type": "qwen3"}}),
-        "input_norm": variant("input-norm", tensors=lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)})),
+        "input_norm": variant(
+            "input-norm",
+            tensors=lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}),
+        ),
     }
 
 
@@ -83,7 +86,10 @@ def _draft_configs(target: str, paths: list[str]) -> dict:
     assert sa.trust_remote_code
     for path in paths:
         try:
-            out[path] = ("ok", ModelConfig.from_server_args(sa, model_path=path, is_draft_model=True).hf_config.to_dict())
+            out[path] = (
+                "ok",
+                ModelConfig.from_server_args(sa, model_path=path, is_draft_model=True).hf_config.to_dict(),
+            )
         except Exception as exc:  # noqa: BLE001 - returned to the test
             out[path] = (type(exc).__name__, str(exc))
     out["log"] = [r.getMessage() for r in log]
@@ -99,8 +105,12 @@ def _target_runner_outcome(target: str, draft: str) -> dict:
     try:
         runner = h.model_runner(h.eagle3_server_args(target, draft))
     except Exception as exc:  # noqa: BLE001
-        return {"ok": False, "type": type(exc).__name__, "message": str(exc),
-                "frames": [f.name for f in traceback.extract_tb(exc.__traceback__)]}
+        return {
+            "ok": False,
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "frames": [f.name for f in traceback.extract_tb(exc.__traceback__)],
+        }
     model = getattr(runner.model, "language_model", runner.model)
     return {"ok": True, "layers_to_capture": list(model.model.layers_to_capture)}
 
@@ -128,8 +138,11 @@ def _reader_auto_config_identity():
     patched = vars(reader)["AutoConfig"]
     state = eagle3_patches.status()[NAME].state.value
     eagle3_patches.revert([NAME])
-    return {"state": state, "patched_is_subclass": issubclass(patched, AutoConfig) and patched is not AutoConfig,
-            "restored": vars(reader)["AutoConfig"] is AutoConfig}
+    return {
+        "state": state,
+        "patched_is_subclass": issubclass(patched, AutoConfig) and patched is not AutoConfig,
+        "restored": vars(reader)["AutoConfig"] is AutoConfig,
+    }
 
 
 def _reader_outcomes(directory: str) -> dict:
@@ -153,11 +166,20 @@ def _reader_outcomes(directory: str) -> dict:
         config = got[0] if isinstance(got, tuple) else got
         return [type(got).__name__, type(config).__name__, config.architectures]
 
-    cases = {"subfolder": {"subfolder": "sub"}, "_configuration_file": {"_configuration_file": "other.json"},
-             "gguf_file": {"gguf_file": "draft.gguf"}, "return_unused_kwargs": {"return_unused_kwargs": True}}
-    return {"cases": {name: {"patched": outcome(patched, kw), "transformers": outcome(AutoConfig, kw)}
-                      for name, kw in cases.items()},
-            "doc": patched.__doc__, "transformers_doc": AutoConfig.__doc__}
+    cases = {
+        "subfolder": {"subfolder": "sub"},
+        "_configuration_file": {"_configuration_file": "other.json"},
+        "gguf_file": {"gguf_file": "draft.gguf"},
+        "return_unused_kwargs": {"return_unused_kwargs": True},
+    }
+    return {
+        "cases": {
+            name: {"patched": outcome(patched, kw), "transformers": outcome(AutoConfig, kw)}
+            for name, kw in cases.items()
+        },
+        "doc": patched.__doc__,
+        "transformers_doc": AutoConfig.__doc__,
+    }
 
 
 # --------------------------------------------------------------------------- stock
@@ -177,7 +199,10 @@ def test_stock_cannot_serve_a_speculators_draft(tiny, drafts):
 # --------------------------------------------------------------------------- patched: the config
 @pytest.fixture(scope="module")
 def configs(tiny, drafts):
-    paths = [str(drafts[n]) for n in ("direct", "converted", "sglang", "norm_before_fc", "norm_output", "qwen3", "input_norm")]
+    paths = [
+        str(drafts[n])
+        for n in ("direct", "converted", "sglang", "norm_before_fc", "norm_output", "qwen3", "input_norm")
+    ]
     return {
         "stock": run_isolated(_draft_configs, str(tiny["kimi_k25"]), paths[1:3], patches=None),
         # the direct draft read again under another spelling of its path (sglang caches a config per argument)
@@ -228,12 +253,15 @@ def test_patched_is_silent_on_sglang_format_drafts(configs, drafts):
         assert configs["stock"][path][0] == "ok"
 
 
-@pytest.mark.parametrize("variant, needle", [
-    ("norm_before_fc", "norm_before_fc=true"),
-    ("norm_output", "norm_output=true"),
-    ("qwen3", "not a llama layer"),
-    ("input_norm", "input_norm.weight"),
-])
+@pytest.mark.parametrize(
+    "variant, needle",
+    [
+        ("norm_before_fc", "norm_before_fc=true"),
+        ("norm_output", "norm_output=true"),
+        ("qwen3", "not a llama layer"),
+        ("input_norm", "input_norm.weight"),
+    ],
+)
 def test_patched_refuses_what_sglang_cannot_run_with_the_converters_message(configs, drafts, tmp_path, variant, needle):
     kind, message = configs["patched"][str(drafts[variant])]
     assert kind == "ConvertError", message
@@ -266,7 +294,9 @@ def test_refused_where_layers0_would_be_dropped(tiny, drafts):
     """Before 0.5.12 only the strict loader maps layers.0.*: without it the draft is refused, not served half random."""
     out = run_isolated(_draft_configs, str(tiny["kimi_k25"]), [str(drafts["direct"])], patches=[NAME])
     kind, message = out[str(drafts["direct"])]
-    assert kind == "Eagle3ConfigError" and "eagle3_draft_strict_loading" in message and "eagle3-patches convert" in message
+    assert (
+        kind == "Eagle3ConfigError" and "eagle3_draft_strict_loading" in message and "eagle3-patches convert" in message
+    )
 
 
 @pytest.mark.runtime_only
@@ -283,8 +313,16 @@ def test_readings_of_another_file_go_to_transformers_untouched(tiny, drafts, tmp
     a tuple), never the speculators draft's config read in their place."""
     directory = tmp_path / "draft"
     shutil.copytree(drafts["direct"], directory)
-    plain = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
-             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 256}
+    plain = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 256,
+    }
     (directory / "sub").mkdir()
     (directory / "sub" / "config.json").write_text(json.dumps(plain))
     (directory / "other.json").write_text(json.dumps(plain))
@@ -310,8 +348,10 @@ def _reader(tmp_path, monkeypatch, name: str, source: str | None, *, file: bool 
         module = types.ModuleType(name)
         if file:
             module.__file__ = str(tmp_path / f"{name}.py")  # a .py that is not there: an install without sources
-        exec("class AutoConfig:\n    pass\n\ndef get_config(model):\n    return AutoConfig.from_pretrained(model)\n",
-             module.__dict__)
+        exec(
+            "class AutoConfig:\n    pass\n\ndef get_config(model):\n    return AutoConfig.from_pretrained(model)\n",
+            module.__dict__,
+        )
     else:
         (tmp_path / f"{name}.py").write_text(source)
         spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
@@ -326,14 +366,23 @@ _GET = "def get_config(model):\n    return AutoConfig.from_pretrained(model)\n"
 _READERS = {
     "no get_config": ("class AutoConfig:\n    pass\n", "has no get_config", NotApplicable),
     "no AutoConfig": ("def get_config(model):\n    return model\n", "has no AutoConfig", NotApplicable),
-    "reader not imported": ("def get_config(model):\n    return model\n", "? (where get_config lives) has no AutoConfig",
-                            NotApplicable),
+    "reader not imported": (
+        "def get_config(model):\n    return model\n",
+        "? (where get_config lives) has no AutoConfig",
+        NotApplicable,
+    ),
     "no source file": (None, "cannot read the source", None),
     "no source at all": (None, "cannot read the source", None),
-    "no AutoConfig.from_pretrained call": ("class AutoConfig:\n    pass\n\ndef get_config(model):\n    return model\n",
-                                           "no longer contains 'AutoConfig.from_pretrained('", None),
-    "an AutoConfig without from_pretrained": ("class AutoConfig:\n    pass\n\n" + _GET,
-                                              "AutoConfig has no from_pretrained", None),
+    "no AutoConfig.from_pretrained call": (
+        "class AutoConfig:\n    pass\n\ndef get_config(model):\n    return model\n",
+        "no longer contains 'AutoConfig.from_pretrained('",
+        None,
+    ),
+    "an AutoConfig without from_pretrained": (
+        "class AutoConfig:\n    pass\n\n" + _GET,
+        "AutoConfig has no from_pretrained",
+        None,
+    ),
 }
 
 
@@ -361,17 +410,22 @@ def test_a_reader_of_another_shape_is_not_applicable(tmp_path, monkeypatch, case
 def test_the_upstream_probe_reports_a_reader_that_knows_speculators(tmp_path, monkeypatch):
     from eagle3_patches.patches.speculators_draft_config import PATCH
 
-    module = _reader(tmp_path, monkeypatch, "future_reader_upstream",
-                     "class AutoConfig:\n    @classmethod\n    def from_pretrained(cls, model):\n        return cls()\n\n"
-                     "def get_config(model):\n    return AutoConfig.from_pretrained(model)  # reads speculators_model_type\n")
+    module = _reader(
+        tmp_path,
+        monkeypatch,
+        "future_reader_upstream",
+        "class AutoConfig:\n    @classmethod\n    def from_pretrained(cls, model):\n        return cls()\n\n"
+        "def get_config(model):\n    return AutoConfig.from_pretrained(model)  # reads speculators_model_type\n",
+    )
     assert PATCH.upstream(module) == "future_reader_upstream reads speculators_model_type itself"
     PATCH.check(module)  # the shape the patch was written for
 
 
 # --------------------------------------------------------------------------- patched: the weights and the capture
 def test_direct_and_converted_load_the_same_parameters_bit_for_bit(tiny, drafts):
-    direct, converted = run_isolated(load_drafts, str(tiny["deepseek_v3"]), [str(drafts["direct"]), str(drafts["converted"])],
-                                     patches=PATCHES)
+    direct, converted = run_isolated(
+        load_drafts, str(tiny["deepseek_v3"]), [str(drafts["direct"]), str(drafts["converted"])], patches=PATCHES
+    )
     assert direct["ok"] and converted["ok"], (direct, converted)
     assert direct["params"].keys() == converted["params"].keys()
     assert [n for n in direct["params"] if not torch.equal(direct["params"][n], converted["params"][n])] == []

@@ -69,8 +69,12 @@ def test_patched_overrides_an_explicit_flag_and_says_so(decisions):
 @pytest.mark.parametrize(
     "case",
     [
-        pytest.param("kimi_eagle3_tp1", marks=only_release("<0.5.10", "later releases do not enable the fusion at TP 1")),
-        "kimi_none_tp2", "kimi_eagle_tp2", "kimi_eagle_tp2_explicit",
+        pytest.param(
+            "kimi_eagle3_tp1", marks=only_release("<0.5.10", "later releases do not enable the fusion at TP 1")
+        ),
+        "kimi_none_tp2",
+        "kimi_eagle_tp2",
+        "kimi_eagle_tp2_explicit",
     ],
 )
 @pytest.mark.runtime_only
@@ -108,12 +112,24 @@ def test_upstream_probe_reads_deepseek_v2_as_text(tmp_path):
 def test_decision_table():
     from types import SimpleNamespace as NS
 
-    assert tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE3", tp_size=2, enable_flashinfer_allreduce_fusion=True))
-    assert tafc.fusion_breaks_capture(NS(speculative_algorithm="eagle3", tp_size=8, enable_flashinfer_allreduce_fusion=True))
-    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE3", tp_size=2, enable_flashinfer_allreduce_fusion=False))
-    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE3", tp_size=1, enable_flashinfer_allreduce_fusion=True))
-    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm="EAGLE", tp_size=2, enable_flashinfer_allreduce_fusion=True))
-    assert not tafc.fusion_breaks_capture(NS(speculative_algorithm=None, tp_size=2, enable_flashinfer_allreduce_fusion=True))
+    assert tafc.fusion_breaks_capture(
+        NS(speculative_algorithm="EAGLE3", tp_size=2, enable_flashinfer_allreduce_fusion=True)
+    )
+    assert tafc.fusion_breaks_capture(
+        NS(speculative_algorithm="eagle3", tp_size=8, enable_flashinfer_allreduce_fusion=True)
+    )
+    assert not tafc.fusion_breaks_capture(
+        NS(speculative_algorithm="EAGLE3", tp_size=2, enable_flashinfer_allreduce_fusion=False)
+    )
+    assert not tafc.fusion_breaks_capture(
+        NS(speculative_algorithm="EAGLE3", tp_size=1, enable_flashinfer_allreduce_fusion=True)
+    )
+    assert not tafc.fusion_breaks_capture(
+        NS(speculative_algorithm="EAGLE", tp_size=2, enable_flashinfer_allreduce_fusion=True)
+    )
+    assert not tafc.fusion_breaks_capture(
+        NS(speculative_algorithm=None, tp_size=2, enable_flashinfer_allreduce_fusion=True)
+    )
 
 
 def test_version_gate():
@@ -137,14 +153,25 @@ def test_the_doctor_names_the_architectures_sglang_turns_the_fusion_on_for():
     package = Path(importlib.util.find_spec("sglang").submodule_search_locations[0])  # sglang is not imported
     source = (package / "srt" / "server_args.py").read_text()
     cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
-    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_handle_model_specific_adjustments")
+    method = next(
+        n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_handle_model_specific_adjustments"
+    )
     named: set[str] = set()
     for node in ast.walk(method):
         sets_flag = isinstance(node, ast.If) and any(
-            isinstance(t, ast.Assign) and ast.unparse(t.targets[0]) == f"self.{tafc.FLAG}"
-            and isinstance(t.value, ast.Constant) and t.value.value is True for t in node.body)
+            isinstance(t, ast.Assign)
+            and ast.unparse(t.targets[0]) == f"self.{tafc.FLAG}"
+            and isinstance(t.value, ast.Constant)
+            and t.value.value is True
+            for t in node.body
+        )
         if sets_flag:
-            named |= {c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                      and c.value.endswith(("ForCausalLM", "ForConditionalGeneration"))}
+            named |= {
+                c.value
+                for c in ast.walk(node.test)
+                if isinstance(c, ast.Constant)
+                and isinstance(c.value, str)
+                and c.value.endswith(("ForCausalLM", "ForConditionalGeneration"))
+            }
     assert "KimiK25ForConditionalGeneration" in named
     assert named == tafc.auto_fusion_archs(sglang_version())

@@ -51,7 +51,9 @@ def _eagle3_prefill(target: str, draft: str) -> dict:
 def test_stock_wrapper_cannot_serve_an_eagle3_draft(wrapper, tiny):
     _, target = wrapper
     out = run_isolated(_eagle3_prefill, target, str(tiny["draft"]), patches=None)
-    assert out["error"] and any(hook in out["error"] for hook in ("set_eagle3_layers_to_capture", "get_embed_and_head")), out
+    assert out["error"] and any(
+        hook in out["error"] for hook in ("set_eagle3_layers_to_capture", "get_embed_and_head")
+    ), out
 
 
 def test_patched_wrapper_feeds_3h_to_fc_from_the_configured_layers(wrapper, tiny, figure):
@@ -126,10 +128,13 @@ def _qwen3_vl_check_on_an_edited_release(edit: str) -> dict:
     return {"refused": None}
 
 
-@pytest.mark.parametrize("edit, refusal", [
-    ("inherited", "Qwen3LLMModel.forward does not exist"),
-    ("rewritten", "no longer contains 'general_mm_embed_routine'"),
-])
+@pytest.mark.parametrize(
+    "edit, refusal",
+    [
+        ("inherited", "Qwen3LLMModel.forward does not exist"),
+        ("rewritten", "no longer contains 'general_mm_embed_routine'"),
+    ],
+)
 def test_qwen3_vl_patch_refuses_a_release_whose_forwards_it_was_not_written_for(edit, refusal):
     """The patch's check refuses a tree whose ``Qwen3LLMModel`` has no ``forward`` of its own, or whose wrapper
     ``forward`` no longer runs the multimodal embedding and the logits processor, naming what is missing: the patch

@@ -26,11 +26,10 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
     import logging
     import sys
 
-    import torch
-    from torch.overrides import TorchFunctionMode
-
     import sglang.srt.model_executor.cuda_graph_runner as cgr
     import sglang.srt.model_executor.model_runner as mr
+    import torch
+    from torch.overrides import TorchFunctionMode
 
     from eagle3_patches.instruments import hidden_state_dump as dump
     from eagle3_patches.testing import sglang_harness as h
@@ -45,7 +44,8 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             to_host = func in (torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.cpu, torch.Tensor.numpy) or (
-                func is torch.Tensor.to and any(str(a) == "cpu" for a in (*args[1:], kwargs.get("device"))))
+                func is torch.Tensor.to and any(str(a) == "cpu" for a in (*args[1:], kwargs.get("device")))
+            )
             if to_host and sys._getframe(1).f_globals.get("__name__", "").startswith("eagle3_patches."):
                 host_copies_refused.append(getattr(func, "__name__", str(func)))
                 raise RuntimeError("operation not permitted when stream is capturing")
@@ -64,7 +64,9 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
         def capture(self) -> None:  # without graph_capture()'s CUDA stream and the memory probes
             self.stream = None
             for bs in reversed(self.capture_bs):
-                self.graphs[bs], self.output_buffers[bs] = self.capture_one_batch_size(bs, self.model_runner.model.forward)
+                self.graphs[bs], self.output_buffers[bs] = self.capture_one_batch_size(
+                    bs, self.model_runner.model.forward
+                )
 
     warnings = h.eagle3_log(logging.WARNING)
 
@@ -73,8 +75,11 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
     sa = h.server_args(target, attention_backend="triton", dtype="float32", cuda_graph_bs=[1, 2])
     sa.enable_torch_compile = True  # the only way past `if device == "cpu" and not enable_torch_compile: return`
     runner = h.model_runner(sa)
-    out = {"captured": sorted(runner.graph_runner.graphs), "host_copies_refused": host_copies_refused,
-           "rows_after_capture": dump._DUMPER.n_rows if dump._DUMPER else 0}
+    out = {
+        "captured": sorted(runner.graph_runner.graphs),
+        "host_copies_refused": host_copies_refused,
+        "rows_after_capture": dump._DUMPER.n_rows if dump._DUMPER else 0,
+    }
     runner.graph_runner = None  # served steps run eagerly here (replays of real graphs never reach Python)
     runner._dummy_run(batch_size=2)  # sglang's own warm-up forward on a made-up batch (flashinfer MoE autotune)
     out["rows_after_dummy_run"] = dump._DUMPER.n_rows if dump._DUMPER else 0
@@ -88,8 +93,9 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
 def test_nothing_recorded_or_copied_to_the_host_during_graph_capture(tiny, tmp_path):
     dump_dir = tmp_path / "dump"
     env = {"EAGLE3_PATCHES_DUMP_DIR": str(dump_dir), "EAGLE3_PATCHES_DUMP_LAYER_IDS": ",".join(map(str, IDS))}
-    out = run_isolated(_dump_around_graph_capture, str(tiny["deepseek_v3"]), str(dump_dir),
-                       patches=["hidden_state_dump"], env=env)
+    out = run_isolated(
+        _dump_around_graph_capture, str(tiny["deepseek_v3"]), str(dump_dir), patches=["hidden_state_dump"], env=env
+    )
     assert out["captured"] == [1, 2]  # sglang's capture really ran, for each batch size
     assert out["host_copies_refused"] == []  # the dump made no device-to-host copy inside the capture
     assert out["rows_after_capture"] == 0  # nor recorded the capture's warm-up or captured runs

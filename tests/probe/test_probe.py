@@ -83,8 +83,15 @@ def _records(directory: Path) -> tuple[list[Path], dict]:
 @pytest.fixture(scope="module")
 def eagle3_run(tiny, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("probe-eagle3")
-    out = run_isolated(_serve, str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE3", 2,
-                       patches=_with_probe(), env={"EAGLE3_PATCHES_PROBE": str(out_dir)})
+    out = run_isolated(
+        _serve,
+        str(tiny["kimi_k25"]),
+        str(tiny["draft"]),
+        "EAGLE3",
+        2,
+        patches=_with_probe(),
+        env={"EAGLE3_PATCHES_PROBE": str(out_dir)},
+    )
     return out, out_dir
 
 
@@ -136,9 +143,15 @@ def test_probe_report_passes_the_correct_setup(eagle3_run, capsys):
 @pytest.fixture(scope="module")
 def eagle_run(tiny, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("probe-eagle")
-    out = run_isolated(_serve, str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE", 0, patches=_with_probe(),
-                       env={"EAGLE3_PATCHES_PROBE": str(out_dir),
-                            "EAGLE3_PATCHES_DISABLE": "eagle3_algorithm_guard,eagle3_fc_guard"})
+    out = run_isolated(
+        _serve,
+        str(tiny["kimi_k25"]),
+        str(tiny["draft"]),
+        "EAGLE",
+        0,
+        patches=_with_probe(),
+        env={"EAGLE3_PATCHES_PROBE": str(out_dir), "EAGLE3_PATCHES_DISABLE": "eagle3_algorithm_guard,eagle3_fc_guard"},
+    )
     return out, out_dir
 
 
@@ -188,7 +201,8 @@ def _serve_without_probe(target: str, draft: str):
     return {
         "probe_state": eagle3_patches.status()["eagle3_probe"].state.value,
         "others": {n: s.state.value for n, s in eagle3_patches.status().items() if n != "eagle3_probe"},
-        "wrapped": isinstance(fwd, wrapt.FunctionWrapper) or eagle3_patches.get_instruments().is_object_patched(ModelRunner, "forward"),
+        "wrapped": isinstance(fwd, wrapt.FunctionWrapper)
+        or eagle3_patches.get_instruments().is_object_patched(ModelRunner, "forward"),
         "sglang_function": fwd.__module__ == ModelRunner.__module__ and fwd.__qualname__ == "ModelRunner.forward",
         "counters": dict(eagle3_probe.COUNTERS),
     }
@@ -196,8 +210,9 @@ def _serve_without_probe(target: str, draft: str):
 
 @pytest.mark.sglang
 def test_probe_off_runs_no_probe_code(tiny):
-    out = run_isolated(_serve_without_probe, str(tiny["kimi_k25"]), str(tiny["draft"]), patches="all",
-                       env={"EAGLE3_PATCHES_PROBE": ""})
+    out = run_isolated(
+        _serve_without_probe, str(tiny["kimi_k25"]), str(tiny["draft"]), patches="all", env={"EAGLE3_PATCHES_PROBE": ""}
+    )
     assert out["probe_state"] == "not-selected"
     assert out["others"]["eagle3_fc_guard"] == "applied"
     assert not out["wrapped"] and out["sglang_function"]
@@ -229,8 +244,10 @@ def test_run_probe_reaches_the_command_without_importing_sglang(tmp_path):
     import subprocess
     import sys
 
-    code = ("import json, os, sys, eagle3_patches; print(json.dumps([eagle3_patches.status()['eagle3_probe'].state.value,"
-            " os.environ.get('EAGLE3_PATCHES_PROBE'), 'sglang' in sys.modules]))")
+    code = (
+        "import json, os, sys, eagle3_patches; print(json.dumps([eagle3_patches.status()['eagle3_probe'].state.value,"
+        " os.environ.get('EAGLE3_PATCHES_PROBE'), 'sglang' in sys.modules]))"
+    )
     cli = [sys.executable, "-m", "eagle3_patches", "run"]
     base = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_PATCHES_")}
     for args, extra, expected in [
@@ -238,8 +255,13 @@ def test_run_probe_reaches_the_command_without_importing_sglang(tmp_path):
         ([], {"EAGLE3_PATCHES_PROBE": "1"}, ["pending", "1", False]),
         ([], {}, ["not-selected", None, False]),
     ]:
-        out = subprocess.run([*cli, *args, "--", sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=120, env={**base, **extra})
+        out = subprocess.run(
+            [*cli, *args, "--", sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**base, **extra},
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert json.loads(out.stdout.strip().splitlines()[-1]) == expected
 
@@ -248,9 +270,12 @@ def test_probe_report_usage_errors_exit_2_without_traceback(tmp_path, capsys):
     from eagle3_patches.cli import main
 
     (tmp_path / "empty").mkdir()
-    (tmp_path / "garbage.jsonl").write_text("not json\n{\"a\": 1}\n")
-    for arg, message in [(tmp_path / "missing", "no such file"), (tmp_path / "empty", "no probe files"),
-                         (tmp_path / "garbage.jsonl", "no eagle3-patches probe records")]:
+    (tmp_path / "garbage.jsonl").write_text('not json\n{"a": 1}\n')
+    for arg, message in [
+        (tmp_path / "missing", "no such file"),
+        (tmp_path / "empty", "no probe files"),
+        (tmp_path / "garbage.jsonl", "no eagle3-patches probe records"),
+    ]:
         assert main(["probe-report", str(arg)]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
@@ -261,14 +286,36 @@ def test_probe_report_names_lost_captures_and_ranks_that_disagree(tmp_path):
     two TP ranks storing different states for the same batch: a note naming the all-reduce fusion."""
     from eagle3_patches.probe_report import report
 
-    target = {"probe": 1, "algorithm": "EAGLE3", "hop": "target_output", "mode": "extend", "hidden_size": 64,
-              "width": 128, "tokens": 8, "capture_aux_hidden_states": True, "layers_to_capture": [2, 3, 6],
-              "expected_width": 192}
-    draft = {"probe": 1, "pid": 7, "tp_rank": 0, "algorithm": "EAGLE3", "hop": "draft_input", "mode": "extend",
-             "width": 128, "fc_in_features": 192, "embed_width": 64, "fc_applied": True, "stats": {"nan": False}}
+    target = {
+        "probe": 1,
+        "algorithm": "EAGLE3",
+        "hop": "target_output",
+        "mode": "extend",
+        "hidden_size": 64,
+        "width": 128,
+        "tokens": 8,
+        "capture_aux_hidden_states": True,
+        "layers_to_capture": [2, 3, 6],
+        "expected_width": 192,
+    }
+    draft = {
+        "probe": 1,
+        "pid": 7,
+        "tp_rank": 0,
+        "algorithm": "EAGLE3",
+        "hop": "draft_input",
+        "mode": "extend",
+        "width": 128,
+        "fc_in_features": 192,
+        "embed_width": 64,
+        "fc_applied": True,
+        "stats": {"nan": False},
+    }
     rank0 = [{**target, "pid": 7, "tp_rank": 0, "stats": {"std": 1.0, "nan": False}}, draft]
     (tmp_path / "probe-7.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rank0) + '{"probe": 1, "hop"')
-    (tmp_path / "probe-8.jsonl").write_text(json.dumps({**target, "pid": 8, "tp_rank": 1, "stats": {"std": 0.4}}) + "\n")
+    (tmp_path / "probe-8.jsonl").write_text(
+        json.dumps({**target, "pid": 8, "tp_rank": 1, "stats": {"std": 0.4}}) + "\n"
+    )
     r = report([tmp_path])
     assert r.exit_code == 1 and (*hop_of(r.first), r.first.context["tp_rank"]) == ("target_output", "extend", 0)
     assert r.first.cause.startswith("2 of 3 configured states captured")
@@ -283,10 +330,27 @@ def test_probe_report_with_the_fc_guard_on_still_names_the_algorithm():
 
     base = {"probe": 1, "pid": 9, "tp_rank": 0, "algorithm": "EAGLE"}
     recs = [
-        {**base, "hop": "target_output", "mode": "extend", "hidden_size": 64, "width": 64, "tokens": 5,
-         "capture_aux_hidden_states": False, "layers_to_capture": [], "expected_width": 192},
-        {**base, "hop": "draft_input", "mode": "extend", "width": 64, "fc_in_features": 192, "embed_width": 64,
-         "fc_applied": None, "error": "Eagle3CaptureError: eagle3-patches: the EAGLE-3 draft's fc would be skipped"},
+        {
+            **base,
+            "hop": "target_output",
+            "mode": "extend",
+            "hidden_size": 64,
+            "width": 64,
+            "tokens": 5,
+            "capture_aux_hidden_states": False,
+            "layers_to_capture": [],
+            "expected_width": 192,
+        },
+        {
+            **base,
+            "hop": "draft_input",
+            "mode": "extend",
+            "width": 64,
+            "fc_in_features": 192,
+            "embed_width": 64,
+            "fc_applied": None,
+            "error": "Eagle3CaptureError: eagle3-patches: the EAGLE-3 draft's fc would be skipped",
+        },
     ]
     r = analyse(recs)
     assert [hop_of(p) for p in r.problems] == [("target_output", "extend"), ("draft_input", "extend")]

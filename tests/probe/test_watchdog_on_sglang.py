@@ -53,8 +53,10 @@ def _drive(target: str, batches: int) -> dict:
         publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
     except ImportError:
         pass
-    collector_cls(labels={"model_name": "tiny", "engine_type": "unified", "tp_rank": 0, "pp_rank": 0,
-                          "moe_ep_rank": 0}, server_args=sa)
+    collector_cls(
+        labels={"model_name": "tiny", "engine_type": "unified", "tp_rank": 0, "pp_rank": 0, "moe_ep_rank": 0},
+        server_args=sa,
+    )
 
     class Counters(owner):
         """The release's class with only the counters its update_spec_metrics adds to (0 until set)."""
@@ -84,8 +86,12 @@ def _drive(target: str, batches: int) -> dict:
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)  # what sglang's /metrics serves
-    out["samples"] = sorted((s.name, tuple(sorted(s.labels.items())), s.value)
-                            for fam in registry.collect() for s in fam.samples if s.name.startswith("eagle3_patches:"))
+    out["samples"] = sorted(
+        (s.name, tuple(sorted(s.labels.items())), s.value)
+        for fam in registry.collect()
+        for s in fam.samples
+        if s.name.startswith("eagle3_patches:")
+    )
 
     original = vars(owner)["update_spec_metrics"].__wrapped__
     eagle3_patches.revert(["accept_watchdog"])
@@ -101,8 +107,13 @@ def _value(samples, name, **labels):
 
 @pytest.mark.sglang
 def test_watchdog_fires_on_the_real_scheduler_classes_and_exports_through_sglangs_multiprocess_metrics(tiny, tmp_path):
-    out = run_isolated(_drive, str(tiny["kimi_k25"]), BATCHES, patches="all", env={
-        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), settings.WATCHDOG_WINDOW: "8", settings.WATCHDOG_WARMUP: "0"})
+    out = run_isolated(
+        _drive,
+        str(tiny["kimi_k25"]),
+        BATCHES,
+        patches="all",
+        env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), settings.WATCHDOG_WINDOW: "8", settings.WATCHDOG_WARMUP: "0"},
+    )
     assert out["state"] == "applied" and out["wrapped"] and out["collector_wrapped"], out
     assert out["owner"].endswith(("SchedulerMetricsMixin", "SchedulerMetricsReporter"))
     assert out["sglang_counted_steps"] == 2 * BATCHES  # sglang's own statistics still count
@@ -122,6 +133,11 @@ def test_watchdog_fires_on_the_real_scheduler_classes_and_exports_through_sglang
 
 @pytest.mark.sglang
 def test_watchdog_switched_off_leaves_sglang_alone(tiny, tmp_path):
-    out = run_isolated(_drive, str(tiny["kimi_k25"]), 0, patches="all", env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
-                                                      settings.WATCHDOG: "0"})
+    out = run_isolated(
+        _drive,
+        str(tiny["kimi_k25"]),
+        0,
+        patches="all",
+        env={"PROMETHEUS_MULTIPROC_DIR": str(tmp_path), settings.WATCHDOG: "0"},
+    )
     assert out["state"] == "not-selected" and not out["wrapped"] and not out["collector_wrapped"]

@@ -63,18 +63,21 @@ def _check(**kw) -> Check:
     return Check(kw.pop("name", "c"), "a check", kw.pop("run", lambda ctx: None), **kw)
 
 
-@pytest.mark.parametrize("finding, status, needed, words", [
-    (Finding(True, "ok", True, "bug", "applied"), PASSED, True, "needed"),
-    (Finding(True, "ok", False, "fine", "applied"), PASSED, False, "does not need it"),
-    (Finding(True, "ok", False, "fine", "upstream", "sglang has it"), PASSED, False, "gone on sglang"),
-    (Finding(True, "ok", False, "fine", "in-source"), PASSED, False, "fork-path diff"),
-    (Finding(True, "ok", None, "", "applied"), PASSED, None, "cannot be observed"),
-    (Finding(True, "ok", True, "bug", "upstream", "probe says fixed"), FAILED, None, "present on stock"),
-    (Finding(True, "ok", True, "bug", "not-applicable", "outside"), FAILED, None, "present on stock"),
-    (Finding(False, "fc got 64", True, "bug", "applied"), FAILED, None, "with the patch set on: fc got 64"),
-    (Finding(True, "ok", True, "bug", "failed", "boom"), FAILED, None, "is failed"),
-    (Finding(True, "ok", True, "bug", "disabled"), FAILED, None, "is disabled"),
-])
+@pytest.mark.parametrize(
+    "finding, status, needed, words",
+    [
+        (Finding(True, "ok", True, "bug", "applied"), PASSED, True, "needed"),
+        (Finding(True, "ok", False, "fine", "applied"), PASSED, False, "does not need it"),
+        (Finding(True, "ok", False, "fine", "upstream", "sglang has it"), PASSED, False, "gone on sglang"),
+        (Finding(True, "ok", False, "fine", "in-source"), PASSED, False, "fork-path diff"),
+        (Finding(True, "ok", None, "", "applied"), PASSED, None, "cannot be observed"),
+        (Finding(True, "ok", True, "bug", "upstream", "probe says fixed"), FAILED, None, "present on stock"),
+        (Finding(True, "ok", True, "bug", "not-applicable", "outside"), FAILED, None, "present on stock"),
+        (Finding(False, "fc got 64", True, "bug", "applied"), FAILED, None, "with the patch set on: fc got 64"),
+        (Finding(True, "ok", True, "bug", "failed", "boom"), FAILED, None, "is failed"),
+        (Finding(True, "ok", True, "bug", "disabled"), FAILED, None, "is disabled"),
+    ],
+)
 def test_judge(finding, status, needed, words):
     got_status, reason, got_needed = judge(_check(patch="p"), finding, "0.5.9")
     assert (got_status, got_needed) == (status, needed)
@@ -91,12 +94,15 @@ CPU = Device("cpu")
 ONE_GPU = Device("cuda", 1, "NVIDIA H200", (9, 0))
 
 
-@pytest.mark.parametrize("needs, device, words", [
-    (("cuda",), CPU, "needs a CUDA device"),
-    (("cuda", "2gpu"), ONE_GPU, "needs two visible GPUs (1 visible)"),
-    (("tp2",), ONE_GPU, "TP 2 needs two visible GPUs"),
-    (("cpu",), ONE_GPU, "observes the real one"),
-])
+@pytest.mark.parametrize(
+    "needs, device, words",
+    [
+        (("cuda",), CPU, "needs a CUDA device"),
+        (("cuda", "2gpu"), ONE_GPU, "needs two visible GPUs (1 visible)"),
+        (("tp2",), ONE_GPU, "TP 2 needs two visible GPUs"),
+        (("cpu",), ONE_GPU, "observes the real one"),
+    ],
+)
 def test_a_check_that_cannot_run_on_this_device_is_skipped_with_the_reason(tmp_path, needs, device, words):
     ran = []
     check = _check(needs=needs, instead="the_gpu_check", run=lambda ctx: ran.append(1))
@@ -120,11 +126,14 @@ def _raise(exc):
     return run
 
 
-@pytest.mark.parametrize("run, status, words", [
-    (_raise(Skip("the no-aux draft cannot be built here")), SKIPPED, "the no-aux draft cannot be built here"),
-    (_raise(CheckError("out of time")), FAILED, "out of time"),
-    (_raise(ValueError("bad shape")), FAILED, "the check itself raised ValueError: bad shape"),
-])
+@pytest.mark.parametrize(
+    "run, status, words",
+    [
+        (_raise(Skip("the no-aux draft cannot be built here")), SKIPPED, "the no-aux draft cannot be built here"),
+        (_raise(CheckError("out of time")), FAILED, "out of time"),
+        (_raise(ValueError("bad shape")), FAILED, "the check itself raised ValueError: bad shape"),
+    ],
+)
 def test_a_check_that_stops_says_why(tmp_path, run, status, words):
     result = execute(_check(run=run), Context(tmp_path, CPU, sglang_version()))
     assert result.status == status and words in result.reason
@@ -134,10 +143,20 @@ def test_a_check_that_stops_says_why(tmp_path, run, status, words):
 def _report(results) -> dict:
     from eagle3_patches.selftest.runner import _finish
 
-    report = {"schema": 1, "eagle3_patches": "0.1.0", "sglang": "0.5.9", "torch": "2.13.0", "python": "3.11",
-              "device": CPU.as_dict(), "device_text": CPU.describe(), "cpu_profile": True, "error": None,
-              "settings": {"timeout_s": 600.0, "jobs": 1, "attention_backend": None, "dtype": None},
-              "ignored_environment": [], "checks": results}
+    report = {
+        "schema": 1,
+        "eagle3_patches": "0.1.0",
+        "sglang": "0.5.9",
+        "torch": "2.13.0",
+        "python": "3.11",
+        "device": CPU.as_dict(),
+        "device_text": CPU.describe(),
+        "cpu_profile": True,
+        "error": None,
+        "settings": {"timeout_s": 600.0, "jobs": 1, "attention_backend": None, "dtype": None},
+        "ignored_environment": [],
+        "checks": results,
+    }
     return _finish(report, time.monotonic())
 
 
@@ -180,8 +199,14 @@ def _selftest(*args: str, cache, timeout: float) -> tuple[subprocess.CompletedPr
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-P", "-m", "eagle3_patches", "selftest", "--json", *args],
-                          capture_output=True, text=True, cwd=str(cache.parent), env=env, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "eagle3_patches", "selftest", "--json", *args],
+        capture_output=True,
+        text=True,
+        cwd=str(cache.parent),
+        env=env,
+        timeout=timeout,
+    )
     wall = time.monotonic() - t0  # (no CPU time: the CPU checks' processes are a forkserver's, not the command's)
     return proc, json.loads(proc.stdout), wall
 
@@ -190,8 +215,12 @@ def _selftest(*args: str, cache, timeout: float) -> tuple[subprocess.CompletedPr
 #: (its placeholder), and the GPU checks (skipped on CPU, saying so).  Every CPU check's function is asserted on by
 #: the behavioural tests (``run_check``); the whole command, every check, runs in each release's venv of
 #: ``tools/matrix.py`` (its exit status is part of the matrix's verdict), not on every change here.
-E2E_SELECTION = ["kimi_k25_eagle3_delegation", "layer_id_convention", "eagle3_probe",
-                 *(c.name for c in CHECKS if "cuda" in c.needs)]
+E2E_SELECTION = [
+    "kimi_k25_eagle3_delegation",
+    "layer_id_convention",
+    "eagle3_probe",
+    *(c.name for c in CHECKS if "cuda" in c.needs),
+]
 
 
 @pytest.mark.sglang
@@ -204,14 +233,21 @@ def test_selftest_json_end_to_end_on_cpu(tiny_root, tiny, figure):
     results = {r["name"]: r for r in report["checks"]}
     selected = [c for c in CHECKS if c.name in E2E_SELECTION]
     assert list(results) == [c.name for c in selected] + ["eagle3_probe"]
-    assert results["eagle3_probe"]["status"] == SKIPPED and results["eagle3_probe"]["reason"] == uncovered()["eagle3_probe"]
+    assert (
+        results["eagle3_probe"]["status"] == SKIPPED
+        and results["eagle3_probe"]["reason"] == uncovered()["eagle3_probe"]
+    )
     for check in selected:
         r = results[check.name]
         assert r["status"] in (PASSED, SKIPPED), (check.name, r["reason"])
         if r["status"] == SKIPPED:
             assert r["reason"], check.name  # never silently
         if "cuda" in check.needs:
-            assert r["status"] == SKIPPED and "needs a CUDA device" in r["reason"] and "GPU checks were not run" in r["reason"]
+            assert (
+                r["status"] == SKIPPED
+                and "needs a CUDA device" in r["reason"]
+                and "GPU checks were not run" in r["reason"]
+            )
         if r["status"] == PASSED and check.patch:
             assert r["bug"] in ("present", "absent", "not observable") and r["stock"] and r["patched"]
             assert r["needed"] == (r["bug"] == "present")
@@ -222,9 +258,11 @@ def test_selftest_json_end_to_end_on_cpu(tiny_root, tiny, figure):
     assert results["kimi_k25_eagle3_delegation"]["status"] == PASSED  # 3 x hidden at fc, on every release
     assert results["layer_id_convention"]["status"] == PASSED  # the configured layers, on every release
     ran = sum(1 for r in report["checks"] if r["status"] == PASSED)
-    figure(f"eagle3-patches selftest --only ({len(E2E_SELECTION)} names) on CPU (sglang {report['sglang']}): {ran} checks "
-           f"passed, {report['summary'][SKIPPED]} skipped; {wall:.0f} s wall, "
-           f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end)")
+    figure(
+        f"eagle3-patches selftest --only ({len(E2E_SELECTION)} names) on CPU (sglang {report['sglang']}): {ran} checks "
+        f"passed, {report['summary'][SKIPPED]} skipped; {wall:.0f} s wall, "
+        f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} at the end)"
+    )
 
 
 @pytest.mark.sglang

@@ -18,16 +18,57 @@ from eagle3_patches.instruments.accept_watchdog import PROBE_WAIT_BATCHES, Watch
 H = 64
 #: what the probe records in the misconfigured server's decode step (fields probe_diagnosis reads)
 EAGLE_RECORDS = [
-    {"probe": 1, "hop": "draft_input", "mode": "decode", "pid": 7, "tp_rank": 0, "algorithm": "EAGLE", "width": H,
-     "hidden_size": H, "fc_in_features": 3 * H, "fc_out_features": H, "embed_width": H, "fc_applied": False,
-     "fc_observed": "observed", "tokens": 1, "dtype": "float32"},
-    {"probe": 1, "hop": "target_output", "mode": "target_verify", "pid": 7, "tp_rank": 0, "algorithm": "EAGLE",
-     "model": "KimiK25ForConditionalGeneration", "hidden_size": H, "capture_aux_hidden_states": False,
-     "layers_to_capture": [], "width": H, "expected_width": 3 * H, "captured_states": 0, "tokens": 4,
-     "dtype": "float32"},
-    {"probe": 1, "hop": "draft_input", "mode": "draft_extend", "pid": 7, "tp_rank": 0, "algorithm": "EAGLE",
-     "width": H, "hidden_size": H, "fc_in_features": 3 * H, "fc_out_features": H, "embed_width": H,
-     "fc_applied": False, "fc_observed": "observed", "tokens": 2, "dtype": "float32"},
+    {
+        "probe": 1,
+        "hop": "draft_input",
+        "mode": "decode",
+        "pid": 7,
+        "tp_rank": 0,
+        "algorithm": "EAGLE",
+        "width": H,
+        "hidden_size": H,
+        "fc_in_features": 3 * H,
+        "fc_out_features": H,
+        "embed_width": H,
+        "fc_applied": False,
+        "fc_observed": "observed",
+        "tokens": 1,
+        "dtype": "float32",
+    },
+    {
+        "probe": 1,
+        "hop": "target_output",
+        "mode": "target_verify",
+        "pid": 7,
+        "tp_rank": 0,
+        "algorithm": "EAGLE",
+        "model": "KimiK25ForConditionalGeneration",
+        "hidden_size": H,
+        "capture_aux_hidden_states": False,
+        "layers_to_capture": [],
+        "width": H,
+        "expected_width": 3 * H,
+        "captured_states": 0,
+        "tokens": 4,
+        "dtype": "float32",
+    },
+    {
+        "probe": 1,
+        "hop": "draft_input",
+        "mode": "draft_extend",
+        "pid": 7,
+        "tp_rank": 0,
+        "algorithm": "EAGLE",
+        "width": H,
+        "hidden_size": H,
+        "fc_in_features": 3 * H,
+        "fc_out_features": H,
+        "embed_width": H,
+        "fc_applied": False,
+        "fc_observed": "observed",
+        "tokens": 2,
+        "dtype": "float32",
+    },
 ]
 
 
@@ -99,14 +140,17 @@ def test_window_rejects_nonsense():
         Window(8, warmup=-1)
 
 
-@pytest.mark.parametrize("args, kwargs, expected", [
-    ((4, 6), {}, (4, 10)),  # 0.5.9: (bs, num_accepted_tokens); 0.5.12/0.5.13: (bs, num_correct_drafts)
-    ((4,), {"num_correct_drafts": 6}, (4, 10)),
-    ((4,), {"num_accepted_drafts": 6}, (4, 10)),  # 0.5.11's name
-    ((4,), {"num_accepted_tokens": 6}, (4, 10)),
-    ((4, 6), {"num_accept_tokens": 10, "num_block_accept_tokens": 0}, (4, 10)),  # 0.5.23 passes the tokens itself
-    ((4, 6, 10), {}, (4, 10)),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, expected",
+    [
+        ((4, 6), {}, (4, 10)),  # 0.5.9: (bs, num_accepted_tokens); 0.5.12/0.5.13: (bs, num_correct_drafts)
+        ((4,), {"num_correct_drafts": 6}, (4, 10)),
+        ((4,), {"num_accepted_drafts": 6}, (4, 10)),  # 0.5.11's name
+        ((4,), {"num_accepted_tokens": 6}, (4, 10)),
+        ((4, 6), {"num_accept_tokens": 10, "num_block_accept_tokens": 0}, (4, 10)),  # 0.5.23 passes the tokens itself
+        ((4, 6, 10), {}, (4, 10)),
+    ],
+)
 def test_accept_counts_read_every_release_signature(args, kwargs, expected):
     assert accept_counts(args, kwargs) == expected
 
@@ -142,8 +186,16 @@ def test_fires_for_a_big_batch_that_fills_the_window_at_once(caplog):
 
 
 def test_a_probe_that_finds_every_hop_right_points_at_the_content(caplog):
-    ok = [dict(r, width=3 * H, fc_applied=r["mode"] != "decode", capture_aux_hidden_states=True,
-               layers_to_capture=[2, 3, 4]) for r in EAGLE_RECORDS]
+    ok = [
+        dict(
+            r,
+            width=3 * H,
+            fc_applied=r["mode"] != "decode",
+            capture_aux_hidden_states=True,
+            layers_to_capture=[2, 3, 4],
+        )
+        for r in EAGLE_RECORDS
+    ]
     ok[0]["width"] = H  # the draft's own states in decode
     dog = _dog(FakeProbe(ok))
     with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
@@ -237,25 +289,54 @@ def test_interval_zero_reports_every_bad_window_once_the_probe_has_answered():
 def test_settings_defaults_and_values():
     s = settings.reload({})
     assert (s.watchdog, s.watchdog_window, s.watchdog_threshold, s.watchdog_warmup, s.watchdog_interval) == (
-        True, 200, 1.05, 100, 600.0)
-    s = settings.reload({settings.WATCHDOG: "0", settings.WATCHDOG_WINDOW: "8", settings.WATCHDOG_THRESHOLD: "1.2",
-                         settings.WATCHDOG_WARMUP: "0", settings.WATCHDOG_INTERVAL: "30"})
+        True,
+        200,
+        1.05,
+        100,
+        600.0,
+    )
+    s = settings.reload(
+        {
+            settings.WATCHDOG: "0",
+            settings.WATCHDOG_WINDOW: "8",
+            settings.WATCHDOG_THRESHOLD: "1.2",
+            settings.WATCHDOG_WARMUP: "0",
+            settings.WATCHDOG_INTERVAL: "30",
+        }
+    )
     assert (s.watchdog, s.watchdog_window, s.watchdog_threshold, s.watchdog_warmup, s.watchdog_interval) == (
-        False, 8, 1.2, 0, 30.0)
+        False,
+        8,
+        1.2,
+        0,
+        30.0,
+    )
     dog = Watchdog.from_settings(s)
     assert (dog.window.size, dog.threshold, dog.window.warmup, dog.interval) == (8, 1.2, 0, 30.0)
 
 
-@pytest.mark.parametrize("var, raw", [(settings.WATCHDOG_WINDOW, "0"), (settings.WATCHDOG_WINDOW, "1.5"),
-                                      (settings.WATCHDOG_THRESHOLD, "1.0"), (settings.WATCHDOG_THRESHOLD, "nan"),
-                                      (settings.WATCHDOG_WARMUP, "-1"), (settings.WATCHDOG_INTERVAL, "soon"),
-                                      (settings.WATCHDOG, "maybe")])
+@pytest.mark.parametrize(
+    "var, raw",
+    [
+        (settings.WATCHDOG_WINDOW, "0"),
+        (settings.WATCHDOG_WINDOW, "1.5"),
+        (settings.WATCHDOG_THRESHOLD, "1.0"),
+        (settings.WATCHDOG_THRESHOLD, "nan"),
+        (settings.WATCHDOG_WARMUP, "-1"),
+        (settings.WATCHDOG_INTERVAL, "soon"),
+        (settings.WATCHDOG, "maybe"),
+    ],
+)
 def test_a_watchdog_setting_not_understood_is_reported(var, raw):
     s = settings.reload({var: raw})
     assert len(s.problems) == 1 and var in s.problems[0]
     defaults = settings.Settings()
     assert (s.watchdog_window, s.watchdog_threshold, s.watchdog_warmup, s.watchdog_interval) == (
-        defaults.watchdog_window, defaults.watchdog_threshold, defaults.watchdog_warmup, defaults.watchdog_interval)
+        defaults.watchdog_window,
+        defaults.watchdog_threshold,
+        defaults.watchdog_warmup,
+        defaults.watchdog_interval,
+    )
 
 
 def test_the_watchdog_is_on_by_default_and_off_with_one_variable():

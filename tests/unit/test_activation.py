@@ -16,7 +16,9 @@ CLI = [sys.executable, "-m", "eagle3_patches"]
 
 
 def _run(args, env=None, timeout=300, **kw):
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, **kw)
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, **kw
+    )
 
 
 def test_import_is_cheap_and_never_imports_sglang_or_torch():
@@ -68,7 +70,9 @@ def test_run_reaches_a_spawned_child(tmp_path):
 def test_without_run_a_spawned_child_is_stock(tmp_path):
     script = tmp_path / "spawner.py"
     script.write_text(SPAWN_SCRIPT)
-    out = _run([*CLI, "run", "--cpu-profile", "--disable", "kimi_k25_eagle3_delegation", "--", sys.executable, str(script)])
+    out = _run(
+        [*CLI, "run", "--cpu-profile", "--disable", "kimi_k25_eagle3_delegation", "--", sys.executable, str(script)]
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["has_hook"] is False and result["state"] == "disabled"
@@ -109,7 +113,9 @@ def test_status_reports_every_patch_applied_on_0_5_9():
     states = {p["name"]: p["state"] for p in report["patches"]}
     assert states == {**states, **expected_states()}, states  # every patch for this release: applied
     assert outside_states(states) == {}, states  # the others: upstream or not-applicable
-    assert len(states) == len(expected_states()) + len([s for s in states.values() if s in ("upstream", "not-applicable")])
+    assert len(states) == len(expected_states()) + len(
+        [s for s in states.values() if s in ("upstream", "not-applicable")]
+    )
 
 
 @pytest.mark.sglang

@@ -111,10 +111,21 @@ RELEASED = b"def fixed():\n    return False\n"
 FIXED = b"def fixed():\n    return True  # eagle3-patches: throwaway_fix\n"
 
 #: the repository's parts the checklist reads or writes (copied; tools/ and tests/ only the files it runs)
-PARTS = ["eagle3_patches", "patches", "docs/patches.md", "pyproject.toml", "tools/regen_patch.py", "tools/gen_docs.py",
-         "tests/conftest.py", "tests/unit/conftest.py", "tests/unit/test_registry.py",
-         "tests/unit/test_adding_a_patch.py", "tests/unit/test_patch_docs.py", "tests/fork/test_fork.py",
-         "tests/selftest/test_selftest.py"]
+PARTS = [
+    "eagle3_patches",
+    "patches",
+    "docs/patches.md",
+    "pyproject.toml",
+    "tools/regen_patch.py",
+    "tools/gen_docs.py",
+    "tests/conftest.py",
+    "tests/unit/conftest.py",
+    "tests/unit/test_registry.py",
+    "tests/unit/test_adding_a_patch.py",
+    "tests/unit/test_patch_docs.py",
+    "tests/fork/test_fork.py",
+    "tests/selftest/test_selftest.py",
+]
 
 #: the repository's tests that hold a patch to the checklist, each with the step that makes it pass
 CONTRACT = {
@@ -122,8 +133,7 @@ CONTRACT = {
     "tests/fork/test_fork.py::test_series_mirrors_the_registry_and_carries_the_markers": "the diff",
     "tests/fork/test_fork.py::test_diffs_are_standard_unified_diffs_relative_to_the_package_root": None,
     "tests/selftest/test_selftest.py::test_every_patch_is_observed_by_a_check_or_says_why": "the check module",
-    "tests/selftest/test_selftest.py::test_a_patchs_checks_are_the_module_named_after_it_found_by_listing_the_package":
-        None,
+    "tests/selftest/test_selftest.py::test_a_patchs_checks_are_the_module_named_after_it_found_by_listing_the_package": None,
     "tests/selftest/test_selftest.py::test_list_names_every_check_and_every_patch_without_one": None,
     "tests/unit/test_adding_a_patch.py::test_the_committed_patch_table_is_what_the_registries_say": "the docs",
     "tests/unit/test_patch_docs.py::test_the_committed_page_is_what_the_registries_and_the_docstrings_say": "the docs",
@@ -132,7 +142,7 @@ CONTRACT = {
     "tests/unit/test_patch_docs.py::test_the_files_a_docstring_names_exist[throwaway_fix]": None,
 }
 
-CHILD = '''
+CHILD = """
 import json, sys
 import eagle3_patches
 from eagle3_patches import fork
@@ -155,7 +165,7 @@ print(json.dumps({"names": names, "status": {p["name"]: p["state"] for p in stat
                   "mirror": fork.mirror_problems(series, eagle3_patches.get_registry().patches()),
                   "checks": [[c.name, c.patch] for c in checks.CHECKS], "by_name": sorted(checks.BY_NAME),
                   "uncovered": sorted(checks.uncovered()), "docs_fresh": with_table(page) == page}))
-'''
+"""
 
 
 def _digests(root: Path) -> dict[str, str]:
@@ -179,8 +189,11 @@ def _contract_failures(copy: Path, tmp_path: Path) -> set[str]:
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]  # ran; 1: some failed
     cases = list(ET.parse(report).iter("testcase"))
     assert len(cases) == len(tests), proc.stdout[-3000:]  # each one ran (the patch's own test file has one test)
-    return {f"{case.get('classname').replace('.', '/')}.py::{case.get('name')}" for case in cases
-            if case.find("failure") is not None or case.find("error") is not None}
+    return {
+        f"{case.get('classname').replace('.', '/')}.py::{case.get('name')}"
+        for case in cases
+        if case.find("failure") is not None or case.find("error") is not None
+    }
 
 
 def _pristine_release(tmp_path: Path) -> Path:
@@ -227,15 +240,27 @@ def test_adding_a_patch_is_the_checklist_and_nothing_else(tmp_path, tiny):
     (copy / "tests/patches").mkdir()
     (copy / "tests/patches/test_throwaway_fix.py").write_text(THROWAWAY_TEST)
     snapshot = copy / "tests/unit/test_registry.py"
-    text, before_it = snapshot.read_text(), '"eagle3_draft_strict_loading", '
+    text, before_it = snapshot.read_text(), '    "eagle3_draft_strict_loading",\n'
     assert text.count(before_it) == 1
-    snapshot.write_text(text.replace(before_it, before_it + '"throwaway_fix", '))
+    snapshot.write_text(text.replace(before_it, before_it + '    "throwaway_fix",\n'))
     # 3. its fork-path diff, by the copy's own tool
     edited = tmp_path / "edited" / "sglang"
     (edited / TARGET).parent.mkdir(parents=True)
     (edited / TARGET).write_bytes(FIXED)
-    tool = _run([str(copy / "tools/regen_patch.py"), "throwaway_fix", "--file", TARGET, "--edited", str(edited),
-                 "--pristine", str(pristine)], tmp_path, copy)
+    tool = _run(
+        [
+            str(copy / "tools/regen_patch.py"),
+            "throwaway_fix",
+            "--file",
+            TARGET,
+            "--edited",
+            str(edited),
+            "--pristine",
+            str(pristine),
+        ],
+        tmp_path,
+        copy,
+    )
     assert tool.returncode == 0, tool.stderr[-3000:]
     assert (series_dir / "throwaway_fix.patch").read_text() == fork.make_unified_diff(TARGET, RELEASED, FIXED)
     new_lines = (series_dir / fork.SERIES_FILE).read_text().splitlines()
@@ -252,8 +277,10 @@ def test_adding_a_patch_is_the_checklist_and_nothing_else(tmp_path, tiny):
     changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
     assert changed == {
         "eagle3_patches/patches/throwaway_fix.py",  # 1
-        "tests/patches/test_throwaway_fix.py", "tests/unit/test_registry.py",  # 2
-        "patches/sglang-0.5.9/throwaway_fix.patch", "patches/sglang-0.5.9/series",  # 3
+        "tests/patches/test_throwaway_fix.py",
+        "tests/unit/test_registry.py",  # 2
+        "patches/sglang-0.5.9/throwaway_fix.patch",
+        "patches/sglang-0.5.9/series",  # 3
         "patches/sglang-0.5.9/checksums.json",
         "eagle3_patches/selftest/checks/throwaway_fix.py",  # 4
         "docs/patches.md",  # 5
@@ -273,8 +300,9 @@ def test_adding_a_patch_is_the_checklist_and_nothing_else(tmp_path, tiny):
     assert got["mirror"] == [] and "throwaway_fix.patch" in got["series"]
     assert "throwaway_fix" in got["by_name"] and "throwaway_fix" not in got["uncovered"]
     patches = [patch for _, patch in got["checks"]]
-    assert patches.index("eagle3_draft_strict_loading") < patches.index("throwaway_fix") < patches.index(
-        "eagle3_fc_guard")
+    assert (
+        patches.index("eagle3_draft_strict_loading") < patches.index("throwaway_fix") < patches.index("eagle3_fc_guard")
+    )
 
 
 def test_the_committed_patch_table_is_what_the_registries_say():

@@ -14,13 +14,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
-pytestmark = pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter is not installed (requirements-test.txt)")
+pytestmark = pytest.mark.skipif(
+    not LINT_IMPORTS.exists(), reason="import-linter is not installed (requirements-test.txt)"
+)
 
 
 def _lint(root: Path, contract: str | None = None) -> subprocess.CompletedProcess:
     args = [str(LINT_IMPORTS), "--no-cache", "--no-logo", *(["--contract", contract] if contract else [])]
-    return subprocess.run(args, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        args,
+        cwd=root,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -46,19 +54,33 @@ def test_every_contract_holds_on_this_tree(tree):
     ("contract", "module", "code", "named"),
     [
         # a patch reaching up for the doctor (inside a function: import-linter reads those too)
-        ("layers", "eagle3_patches.patches.eagle3_fc_guard",
-         "def _up():\n    from ..doctor import doctor\n    return doctor\n",
-         "eagle3_patches.patches is not allowed to import eagle3_patches.doctor"),
+        (
+            "layers",
+            "eagle3_patches.patches.eagle3_fc_guard",
+            "def _up():\n    from ..doctor import doctor\n    return doctor\n",
+            "eagle3_patches.patches is not allowed to import eagle3_patches.doctor",
+        ),
         # the checkpoint readers reaching up for the registry's users
-        ("layers", "eagle3_patches.checkpoint.formats", "from ..preflight import Setup\n",
-         "eagle3_patches.checkpoint is not allowed to import eagle3_patches.preflight"),
+        (
+            "layers",
+            "eagle3_patches.checkpoint.formats",
+            "from ..preflight import Setup\n",
+            "eagle3_patches.checkpoint is not allowed to import eagle3_patches.preflight",
+        ),
         # two modules of one package importing each other
-        ("no-cycles", "eagle3_patches.checkpoint.releases",
-         "def _back():\n    from . import layer_ids\n    return layer_ids\n", "No cycles are allowed in eagle3_patches.checkpoint"),
+        (
+            "no-cycles",
+            "eagle3_patches.checkpoint.releases",
+            "def _back():\n    from . import layer_ids\n    return layer_ids\n",
+            "No cycles are allowed in eagle3_patches.checkpoint",
+        ),
         # an instrument asking the package root for the registries (the cycle the root used to close)
-        ("api-on-top", "eagle3_patches.instruments.eagle3_probe",
-         "def _root():\n    import eagle3_patches\n    return eagle3_patches.status()\n",
-         "eagle3_patches.instruments.eagle3_probe -> eagle3_patches"),
+        (
+            "api-on-top",
+            "eagle3_patches.instruments.eagle3_probe",
+            "def _root():\n    import eagle3_patches\n    return eagle3_patches.status()\n",
+            "eagle3_patches.instruments.eagle3_probe -> eagle3_patches",
+        ),
     ],
 )
 def test_each_contract_fires_on_an_import_that_breaks_it(tree, contract, module, code, named):
@@ -87,7 +109,16 @@ def test_a_serving_process_loads_none_of_the_offline_tools():
     assert out.returncode == 0, out.stderr[-2000:]
     loaded = set(out.stdout.split())
     assert {"eagle3_patches.patches.eagle3_fc_guard", "eagle3_patches.instruments.accept_watchdog"} <= loaded
-    offline = {"eagle3_patches.doctor", "eagle3_patches.convert", "eagle3_patches.fork", "eagle3_patches.cli",
-               "eagle3_patches.selftest", "eagle3_patches.testing", "eagle3_patches.probe_report",
-               "eagle3_patches.bench", "eagle3_patches.patch_docs", "eagle3_patches.preflight"}
+    offline = {
+        "eagle3_patches.doctor",
+        "eagle3_patches.convert",
+        "eagle3_patches.fork",
+        "eagle3_patches.cli",
+        "eagle3_patches.selftest",
+        "eagle3_patches.testing",
+        "eagle3_patches.probe_report",
+        "eagle3_patches.bench",
+        "eagle3_patches.patch_docs",
+        "eagle3_patches.preflight",
+    }
     assert not {m for m in loaded if m in offline or m.rsplit(".", 1)[0] in offline}, sorted(loaded)

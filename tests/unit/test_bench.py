@@ -66,7 +66,9 @@ def test_report_with_baseline(servers, capsys):
     prompts = bench.random_prompts(6, 5, 100)
     rep = bench.run([url, base], prompts, concurrency=3, max_new_tokens=8)
     s, b = rep["servers"]
-    assert s["single"]["accept_length"] == pytest.approx(2.0) and s["single"]["accept_length_pooled"] == pytest.approx(2.0)
+    assert s["single"]["accept_length"] == pytest.approx(2.0) and s["single"]["accept_length_pooled"] == pytest.approx(
+        2.0
+    )
     assert b["single"]["accept_length"] is None and s["concurrent"]["requests"] == 6
     assert s["single"]["output_tokens"] == 48 and rep["ratios"]["same_outputs"]
     table = bench.format_table(rep)
@@ -78,8 +80,24 @@ def test_cli_json_and_openai(servers):
     url, base = servers
     out = io.StringIO()
     with redirect_stdout(out):
-        rc = main(["bench", url, "--baseline", base, "--vocab-size", "50", "--num-prompts", "3", "--json", "--no-progress",
-                   "--max-new-tokens", "4", "--concurrency", "2"])
+        rc = main(
+            [
+                "bench",
+                url,
+                "--baseline",
+                base,
+                "--vocab-size",
+                "50",
+                "--num-prompts",
+                "3",
+                "--json",
+                "--no-progress",
+                "--max-new-tokens",
+                "4",
+                "--concurrency",
+                "2",
+            ]
+        )
     assert rc == 0
     rep = json.loads(out.getvalue())
     assert rep["servers"][0]["single"]["accept_length"] == pytest.approx(2.0) and "ratios" in rep

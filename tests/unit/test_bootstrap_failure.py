@@ -15,9 +15,15 @@ OTHER_PYTHON = str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info.maj
 
 
 def _run(extra_env: dict) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(BOOTSTRAP_DIR), "EAGLE3_PATCHES_APPLY": "all", **extra_env}
-    return subprocess.run([OTHER_PYTHON, "-c", "import sglang"], capture_output=True, text=True, timeout=60, env=env,
-                          cwd="/")
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": str(BOOTSTRAP_DIR),
+        "EAGLE3_PATCHES_APPLY": "all",
+        **extra_env,
+    }
+    return subprocess.run(
+        [OTHER_PYTHON, "-c", "import sglang"], capture_output=True, text=True, timeout=60, env=env, cwd="/"
+    )
 
 
 def test_another_python_refuses_sglang_with_the_reason():

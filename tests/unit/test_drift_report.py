@@ -10,6 +10,7 @@ import pytest
 
 from eagle3_patches.registry import NotApplicable, Patch, Saver, Touch, expect_attr, expect_source, recording_touches
 
+
 @pytest.fixture(scope="module")
 def drift(tool):
     return tool("drift_report")
@@ -127,8 +128,10 @@ def test_module_source_reads_modules_and_packages_from_a_wheel(drift, tmp_path):
 def _fake_sglang_module() -> types.ModuleType:
     """A module named like sglang's, with a class and a function defined in it."""
     mod = types.ModuleType("sglang.drift_fake")
-    code = "class Runner:\n    def forward(self, x):\n        return x\n\n    def init(self):\n        return 1\n\n" \
-           "def plain(a):\n    return a\n"
+    code = (
+        "class Runner:\n    def forward(self, x):\n        return x\n\n    def init(self):\n        return 1\n\n"
+        "def plain(a):\n    return a\n"
+    )
     mod.__file__ = "<fake>"
     exec(compile(code, "<fake>", "exec"), mod.__dict__)
     return mod
@@ -178,8 +181,12 @@ def test_objects_outside_sglang_are_not_recorded():
 
 def test_an_inherited_method_is_recorded_where_it_is_defined():
     mod = types.ModuleType("sglang.drift_fake_bases")
-    exec(compile("class Base:\n    def forward(self):\n        return 0\n\nclass Child(Base):\n    pass\n",
-                 "<fake>", "exec"), mod.__dict__)
+    exec(
+        compile(
+            "class Base:\n    def forward(self):\n        return 0\n\nclass Child(Base):\n    pass\n", "<fake>", "exec"
+        ),
+        mod.__dict__,
+    )
     saver = Saver()
     with recording_touches() as touches:
         saver.set(mod.Child, "forward", lambda self: 1)

@@ -12,8 +12,11 @@ def matrix(tool):
 
 
 def _release(version: str, **states: str) -> dict:
-    return {"release": version, "setup": {"ok": True},
-            "status": {"patches": [{"name": n, "state": s, "reason": ""} for n, s in states.items()]}}
+    return {
+        "release": version,
+        "setup": {"ok": True},
+        "status": {"patches": [{"name": n, "state": s, "reason": ""} for n, s in states.items()]},
+    }
 
 
 def _row(section: list[str], patch: str) -> list[str]:
@@ -22,8 +25,12 @@ def _row(section: list[str], patch: str) -> list[str]:
 
 
 def test_first_upstream_release_is_the_first_where_the_probe_saw_the_fix(matrix):
-    results = [_release("0.5.9", a="applied", b="applied"), _release("0.5.10", a="upstream", b="applied"),
-               _release("0.5.10.post1", a="upstream", b="applied"), _release("0.5.11", a="upstream", b="not-applicable")]
+    results = [
+        _release("0.5.9", a="applied", b="applied"),
+        _release("0.5.10", a="upstream", b="applied"),
+        _release("0.5.10.post1", a="upstream", b="applied"),
+        _release("0.5.11", a="upstream", b="not-applicable"),
+    ]
     section = matrix._upstream_section(results, ["a", "b"])
     assert _row(section, "a")[1:4] == ["0.5.10", "0.5.9", "-"]
     assert _row(section, "b")[1:4] == ["none in this run", "0.5.9-0.5.10.post1", "0.5.11"]
@@ -45,15 +52,20 @@ def test_releases_that_did_not_report_are_left_out(matrix):
 def test_the_fc_and_layer_columns_come_from_selftest_where_it_ran(matrix):
     passed = {"name": matrix.FC_CHECK, "status": "passed", "reason": "needed: it fixes it"}
     failed = {"name": matrix.LAYER_CHECK, "status": "failed", "reason": "with the patch set on: layers [1, 2, 3]"}
-    res = {"release": "0.5.13", "selftest": {"checks": [passed, failed]},
-           "suite": {"tests": {matrix.FC_TEST: "failed", f"{matrix.LAYER_TEST_FILE}::test_x": "passed"}}}
+    res = {
+        "release": "0.5.13",
+        "selftest": {"checks": [passed, failed]},
+        "suite": {"tests": {matrix.FC_TEST: "failed", f"{matrix.LAYER_TEST_FILE}::test_x": "passed"}},
+    }
     assert matrix._check_verdict(res, matrix.FC_CHECK) == "yes"  # the check, not the suite's stale result
     assert matrix._check_verdict(res, matrix.LAYER_CHECK).startswith("no (selftest: with the patch set on: layers")
 
 
 def test_without_selftest_the_twin_tests_give_the_columns_and_run(matrix):
-    res = {"release": "0.5.9", "suite": {"tests": {matrix.FC_TEST: "passed", f"{matrix.LAYER_TEST_FILE}::t": "passed"},
-                                         "failures": []}}
+    res = {
+        "release": "0.5.9",
+        "suite": {"tests": {matrix.FC_TEST: "passed", f"{matrix.LAYER_TEST_FILE}::t": "passed"}, "failures": []},
+    }
     assert matrix._check_verdict(res, matrix.FC_CHECK) == matrix._check_verdict(res, matrix.LAYER_CHECK) == "yes"
     assert matrix._check_verdict({"release": "0.5.9", "suite": {"tests": {}}}, matrix.FC_CHECK) == "not run"
     assert set(matrix.SELFTEST_TWINS.values()).isdisjoint(matrix.FULL_SELECTION)  # selftest runs the same checks

@@ -96,18 +96,30 @@ def test_an_instrument_docstring_without_a_required_label_is_refused_naming_it(l
         parse_docstring(_without(INSTRUMENT_DOC, label), instrument=True)
 
 
-@pytest.mark.parametrize("doc, instrument, error", [
-    ("", False, "the docstring is empty"),
-    ("made_up_fix\n\nThe bug is that ...\n\n" + PATCH_DOC.split("\n", 2)[2], False, "text before the first label"),
-    (PATCH_DOC.replace("Releases: any.", "Releases: any.\n\nBug: again."), False, "the label 'Bug' appears twice"),
-    (PATCH_DOC.replace("Releases: any.\n\nUpstream probe: none.", "Upstream probe: none.\n\nReleases: any."), False,
-     "the labels must come in this order"),
-    (PATCH_DOC, True, "an instrument's docstring has no 'Bug:', 'What users see:', 'What the patch changes:'"),
-    (INSTRUMENT_DOC, False, "a patch's docstring has no 'What it does:'"),
-    (INSTRUMENT_DOC.replace("What it does: watches.", "Bug: none.\n\nWhat users see: x.\n\nWhat the patch changes: y."
-                            "\n\nWhat it does: watches."), False, "a patch's docstring has no 'What it does:'"),
-    (PATCH_DOC.replace("Releases: any.", "Releases:"), False, "the label(s) 'Releases:' have no text"),
-])
+@pytest.mark.parametrize(
+    "doc, instrument, error",
+    [
+        ("", False, "the docstring is empty"),
+        ("made_up_fix\n\nThe bug is that ...\n\n" + PATCH_DOC.split("\n", 2)[2], False, "text before the first label"),
+        (PATCH_DOC.replace("Releases: any.", "Releases: any.\n\nBug: again."), False, "the label 'Bug' appears twice"),
+        (
+            PATCH_DOC.replace("Releases: any.\n\nUpstream probe: none.", "Upstream probe: none.\n\nReleases: any."),
+            False,
+            "the labels must come in this order",
+        ),
+        (PATCH_DOC, True, "an instrument's docstring has no 'Bug:', 'What users see:', 'What the patch changes:'"),
+        (INSTRUMENT_DOC, False, "a patch's docstring has no 'What it does:'"),
+        (
+            INSTRUMENT_DOC.replace(
+                "What it does: watches.",
+                "Bug: none.\n\nWhat users see: x.\n\nWhat the patch changes: y.\n\nWhat it does: watches.",
+            ),
+            False,
+            "a patch's docstring has no 'What it does:'",
+        ),
+        (PATCH_DOC.replace("Releases: any.", "Releases:"), False, "the label(s) 'Releases:' have no text"),
+    ],
+)
 def test_a_malformed_docstring_is_refused_saying_why(doc, instrument, error):
     with pytest.raises(ValueError, match=re.escape(error)):
         parse_docstring(doc, instrument=instrument)
@@ -115,9 +127,11 @@ def test_a_malformed_docstring_is_refused_saying_why(doc, instrument, error):
 
 def test_the_docstring_text_becomes_markdown():
     assert to_markdown("``a`` and :func:`eagle3_patches.probe_report.analyse`, :meth:`~x.Patch.enabled_by`") == (
-        "`a` and `eagle3_patches.probe_report.analyse`, `enabled_by`")  # ~: the last name, as Sphinx shows it
+        "`a` and `eagle3_patches.probe_report.analyse`, `enabled_by`"
+    )  # ~: the last name, as Sphinx shows it
     assert to_markdown("see docs/targets.md (and ``docs/e2e.md``)") == (
-        "see [targets.md](targets.md) (and `docs/e2e.md`)")
+        "see [targets.md](targets.md) (and `docs/e2e.md`)"
+    )
 
 
 def test_the_committed_page_is_what_the_registries_and_the_docstrings_say():

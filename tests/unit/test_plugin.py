@@ -28,8 +28,13 @@ print(json.dumps({"states": {n: s.state.value for n, s in eagle3_patches.status(
 
 def _activate(env: dict) -> dict:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_PATCHES_", "SGLANG_"))}
-    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120,
-                         env={**base, "PYTHONPATH": str(ROOT), **env})
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, "PYTHONPATH": str(ROOT), **env},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -39,7 +44,8 @@ def test_the_plugin_selects_the_patch_set_lazily_and_never_the_cpu_profile():
     import eagle3_patches
 
     assert {n: s for n, s in got["states"].items() if n in eagle3_patches.get_registry().names()} == {
-        n: "pending" for n in eagle3_patches.get_registry().names()}
+        n: "pending" for n in eagle3_patches.get_registry().names()
+    }
     assert got["states"]["eagle3_probe"] == "not-selected"
     assert not got["sglang_imported"] and not got["cpu_profile"]
 
@@ -48,8 +54,9 @@ def test_the_plugin_follows_the_instruments_settings():
     assert _activate({"EAGLE3_PATCHES_PROBE": "1"})["states"]["eagle3_probe"] == "pending"
 
 
-@pytest.mark.parametrize("env, state", [({"EAGLE3_PATCHES_PLUGIN": "0"}, "not-selected"),
-                                        ({"EAGLE3_PATCHES_DISABLE": "all"}, "disabled")])
+@pytest.mark.parametrize(
+    "env, state", [({"EAGLE3_PATCHES_PLUGIN": "0"}, "not-selected"), ({"EAGLE3_PATCHES_DISABLE": "all"}, "disabled")]
+)
 def test_the_documented_off_switches(env, state):
     got = _activate(env)
     assert set(got["states"].values()) == {state} | ({"not-selected"} if state == "disabled" else set())
@@ -71,9 +78,11 @@ def test_sglangs_own_load_plugins_runs_it():
     entry point of the installed distribution and applies the patch set; 0.5.9 / 0.5.10 have no plugins."""
     # sglang's package import pulls in torchvision / sgl_kernel at module level (0.5.11: sglang.srt.utils.common):
     # on a machine without them the CPU profile's import-only stand-ins go in first (none where the real one imports)
-    code = ("import json, eagle3_patches\nfrom eagle3_patches.cpu.stubs import install_stubs\ninstall_stubs()\n"
-            "from sglang.srt.plugins import load_plugins\nload_plugins()\n"
-            "print(json.dumps({n: s.state.value for n, s in eagle3_patches.status().items()}))")
+    code = (
+        "import json, eagle3_patches\nfrom eagle3_patches.cpu.stubs import install_stubs\ninstall_stubs()\n"
+        "from sglang.srt.plugins import load_plugins\nload_plugins()\n"
+        "print(json.dumps({n: s.state.value for n, s in eagle3_patches.status().items()}))"
+    )
     base = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_PATCHES_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=base)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -81,16 +90,27 @@ def test_sglangs_own_load_plugins_runs_it():
     assert states["eagle3_fc_guard"] in ("pending", "applied") and states["eagle3_probe"] == "not-selected"
 
 
-@pytest.mark.parametrize("configure, expected", [
-    ("", "[INFO] eagle3-patches: active in pid"),  # sglang 0.5.11's launcher and schedulers: logging not set up yet
-    ("import logging; logging.basicConfig(level=logging.INFO)\n", "INFO:eagle3_patches:eagle3-patches: active in pid"),
-    # 0.5.23's launcher: an import leaves the root logger at WARNING, and --log-level is applied after the plugins
-    ("import logging; logging.basicConfig(level=logging.WARNING)\n", "[INFO] eagle3-patches: active in pid"),
-])
+@pytest.mark.parametrize(
+    "configure, expected",
+    [
+        ("", "[INFO] eagle3-patches: active in pid"),  # sglang 0.5.11's launcher and schedulers: logging not set up yet
+        (
+            "import logging; logging.basicConfig(level=logging.INFO)\n",
+            "INFO:eagle3_patches:eagle3-patches: active in pid",
+        ),
+        # 0.5.23's launcher: an import leaves the root logger at WARNING, and --log-level is applied after the plugins
+        ("import logging; logging.basicConfig(level=logging.WARNING)\n", "[INFO] eagle3-patches: active in pid"),
+    ],
+)
 def test_every_process_says_what_it_runs_whether_or_not_logging_is_set_up(configure, expected):
     base = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_PATCHES_", "SGLANG_"))}
-    out = subprocess.run([sys.executable, "-c", configure + CHILD], capture_output=True, text=True, timeout=120,
-                         env={**base, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", configure + CHILD],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     said = [line for line in out.stderr.splitlines() if "active in pid" in line]
     assert len(said) == 1 and said[0].startswith(expected) and "eagle3_fc_guard=pending" in said[0], out.stderr

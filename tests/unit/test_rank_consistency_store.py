@@ -57,14 +57,21 @@ def test_each_difference_is_named_with_both_ranks():
     _publish(store, 0, mine)
     _publish(store, 2, theirs)
     err = _refusal(store, 1, 3)
-    assert err.what == "the ranks of this server run different eagle3-patches patch sets: their aux capture would differ"
-    assert err.found == "; ".join([
-        f"eagle3-patches {mine['eagle3_patches']} on rank 1, 0.0.0 on rank 2",
-        f"{names[0]}: {mine['patches'][names[0]]} on rank 1, {theirs['patches'][names[0]]} on rank 2",
-        f"{names[1]}: {mine['patches'][names[1]]} on rank 1, absent on rank 2",
-        "zz_only_there: absent on rank 1, applied on rank 2",
-    ])
-    assert (err.where, err.expected) == (f"tp rank 1 (pid {os.getpid()}), at model load", "the same patch set on all 3 ranks")
+    assert (
+        err.what == "the ranks of this server run different eagle3-patches patch sets: their aux capture would differ"
+    )
+    assert err.found == "; ".join(
+        [
+            f"eagle3-patches {mine['eagle3_patches']} on rank 1, 0.0.0 on rank 2",
+            f"{names[0]}: {mine['patches'][names[0]]} on rank 1, {theirs['patches'][names[0]]} on rank 2",
+            f"{names[1]}: {mine['patches'][names[1]]} on rank 1, absent on rank 2",
+            "zz_only_there: absent on rank 1, applied on rank 2",
+        ]
+    )
+    assert (err.where, err.expected) == (
+        f"tp rank 1 (pid {os.getpid()}), at model load",
+        "the same patch set on all 3 ranks",
+    )
     assert settings.DISABLE in err.fix
 
 
@@ -75,16 +82,25 @@ def test_many_differences_are_shown_eight_at_most():
     store = torch_dist.HashStore()
     _publish(store, 1, theirs)
     found = _refusal(store, 0, 2).found
-    assert found.endswith(" ...") and found.count("; ") == 7 and found.startswith("p00: absent on rank 0, applied on rank 1")
+    assert (
+        found.endswith(" ...")
+        and found.count("; ") == 7
+        and found.startswith("p00: absent on rank 0, applied on rank 1")
+    )
 
 
 def test_a_rank_that_never_reports_is_named_after_the_timeout():
     store = torch_dist.HashStore()
     _publish(store, 2, rc.patch_set())
     err = _refusal(store, 0, 4, timeout_s=0.25)
-    assert err.what == ("rank(s) [1, 3] of this 4-rank server did not report an eagle3-patches patch set within 0.25 s: "
-                        "they run without eagle3-patches, so the ranks would capture different states")
-    assert (err.found, err.expected) == ("no patch set from rank(s) [1, 3]", "every one of the 4 ranks under eagle3-patches with the same patch set")
+    assert err.what == (
+        "rank(s) [1, 3] of this 4-rank server did not report an eagle3-patches patch set within 0.25 s: "
+        "they run without eagle3-patches, so the ranks would capture different states"
+    )
+    assert (err.found, err.expected) == (
+        "no patch set from rank(s) [1, 3]",
+        "every one of the 4 ranks under eagle3-patches with the same patch set",
+    )
     assert err.where == f"tp rank 0 (pid {os.getpid()}), at model load"
     assert settings.RANK_CHECK_TIMEOUT in err.fix and settings.DISABLE in err.fix
 
@@ -111,7 +127,9 @@ def _hook_observations(rank: int, world: int, port: int) -> dict:
 
     target, draft = SimpleNamespace(is_draft_worker=False), SimpleNamespace(is_draft_worker=True)
     out = {"before init": hook(target)}
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+    )
     store = distributed_c10d._get_default_store()
     out["draft"] = (hook(draft), published(store))
     settings.reload({settings.RANK_CHECK_TIMEOUT: "0"})
@@ -130,13 +148,19 @@ def _hook_observations(rank: int, world: int, port: int) -> dict:
 def test_the_model_load_hook_checks_the_target_once_per_process_and_nothing_else(world):
     """Two ranks: the target's first load publishes and compares; one rank alone has no one to compare with."""
     out = run_ranks(_hook_observations, world, cpu_profile=False, timeout=180)
-    assert out == [{
-        "before init": "model 1",  # no process group: nothing to compare with
-        "draft": ("model 2", False),
-        "check off": ("model 3", False),
-        "target": ("model 4", world > 1),
-        "target again": ("model 5", False),
-    }] * world
+    assert (
+        out
+        == [
+            {
+                "before init": "model 1",  # no process group: nothing to compare with
+                "draft": ("model 2", False),
+                "check off": ("model 3", False),
+                "target": ("model 4", world > 1),
+                "target again": ("model 5", False),
+            }
+        ]
+        * world
+    )
 
 
 def test_another_version_is_named_whichever_sorts_first():
@@ -145,4 +169,7 @@ def test_another_version_is_named_whichever_sorts_first():
     mine = rc.patch_set()
     store = torch_dist.HashStore()
     _publish(store, 1, {**mine, "eagle3_patches": mine["eagle3_patches"] + "+other"})
-    assert _refusal(store, 0, 2).found == f"eagle3-patches {mine['eagle3_patches']} on rank 0, {mine['eagle3_patches']}+other on rank 1"
+    assert (
+        _refusal(store, 0, 2).found
+        == f"eagle3-patches {mine['eagle3_patches']} on rank 0, {mine['eagle3_patches']}+other on rank 1"
+    )

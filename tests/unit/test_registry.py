@@ -19,11 +19,7 @@ from eagle3_patches.registry import NotApplicable, Patch, Registry, State
 def module_name(tmp_path, monkeypatch):
     """A real importable module on disk with a class to patch."""
     name = f"fake_sglang_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(
-        "class Target:\n"
-        "    def method(self):\n"
-        "        return 'original'\n"
-    )
+    (tmp_path / f"{name}.py").write_text("class Target:\n    def method(self):\n        return 'original'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield name
     sys.modules.pop(name, None)
@@ -105,8 +101,13 @@ def test_failure_at_import_time_is_rolled_back_and_reported(module_name):
 def test_upstream_and_not_applicable_leave_the_module_untouched(module_name):
     mod = importlib.import_module(module_name)
     original = mod.Target.__dict__["method"]
-    reg = Registry("t", [_patch(module_name, name="up", upstream="fixed in 9.9"),
-                         _patch(module_name, name="na", check="signature changed")])
+    reg = Registry(
+        "t",
+        [
+            _patch(module_name, name="up", upstream="fixed in 9.9"),
+            _patch(module_name, name="na", check="signature changed"),
+        ],
+    )
     reg.apply()
     assert mod.Target.__dict__["method"] is original
     assert reg.status()["up"].state is State.UPSTREAM and reg.status()["up"].reason == "fixed in 9.9"
@@ -114,8 +115,9 @@ def test_upstream_and_not_applicable_leave_the_module_untouched(module_name):
 
 
 def test_version_gate(module_name, monkeypatch):
-    import eagle3_patches.registry as registry_module
     from packaging.version import Version
+
+    import eagle3_patches.registry as registry_module
 
     p = _patch(module_name)
     p.applies_to = SpecifierSet("<0.5.10")
@@ -155,7 +157,9 @@ def test_concurrent_apply_wraps_once(module_name):
 
 def test_in_source_marker_reports_in_source(tmp_path, monkeypatch):
     name = f"fake_forked_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text("# eagle3-patches: p\nclass Target:\n    def method(self):\n        return 'fixed'\n")
+    (tmp_path / f"{name}.py").write_text(
+        "# eagle3-patches: p\nclass Target:\n    def method(self):\n        return 'fixed'\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     reg = Registry("t", [_patch(name)])
     reg.apply()
@@ -169,10 +173,19 @@ def test_in_source_marker_reports_in_source(tmp_path, monkeypatch):
 #: is added, renamed or removed (docs/patches.md, "Adding a patch", its checklist).  Every other count or list of
 #: the patches in the tests is derived from the registries (the fork series, the selftest's checks, the docs table).
 PATCHES = [
-    "rank_consistency", "kimi_k25_eagle3_delegation", "kimi_vl_eagle3_delegation", "qwen3_vl_eagle3_capture",
-    "aux_capture_validation", "cuda_graph_capture_order", "tp_allreduce_fusion_capture", "speculators_draft_config",
-    "eagle3_draft_strict_loading", "eagle3_fc_guard", "eagle3_algorithm_guard",
-    "eagle3_target_capability", "layer_id_convention",
+    "rank_consistency",
+    "kimi_k25_eagle3_delegation",
+    "kimi_vl_eagle3_delegation",
+    "qwen3_vl_eagle3_capture",
+    "aux_capture_validation",
+    "cuda_graph_capture_order",
+    "tp_allreduce_fusion_capture",
+    "speculators_draft_config",
+    "eagle3_draft_strict_loading",
+    "eagle3_fc_guard",
+    "eagle3_algorithm_guard",
+    "eagle3_target_capability",
+    "layer_id_convention",
 ]
 INSTRUMENTS = ["accept_watchdog", "eagle3_probe", "hidden_state_dump"]
 
@@ -255,6 +268,7 @@ def _three(module_name, fail_third=True):
     """Three patches of one selection, each changing its own attribute; the third fails halfway."""
     out = []
     for i, name in enumerate(("one", "two", "three")):
+
         class P(Patch):
             summary = "test patch"
             module = module_name
@@ -300,12 +314,20 @@ def test_lazy_failure_rolls_back_the_patches_of_the_same_selection_that_landed_e
         bad = _three(other)[2]
         reg = Registry("t", [*first, bad])
         reg.apply()
-        assert {n: s.state for n, s in reg.status().items()} == {"one": State.PENDING, "two": State.PENDING, "three": State.PENDING}
+        assert {n: s.state for n, s in reg.status().items()} == {
+            "one": State.PENDING,
+            "two": State.PENDING,
+            "three": State.PENDING,
+        }
         mod = importlib.import_module(module_name)
         assert reg.is_applied("one") and reg.is_applied("two") and mod.Target.__dict__["attr0"] == "patched"
         importlib.import_module(other)  # the post-import hook: the third fails
         assert _originals_back(mod) and "attr2" not in _sys.modules[other].Target.__dict__
-        assert {n: s.state for n, s in reg.status().items()} == {"one": State.FAILED, "two": State.FAILED, "three": State.FAILED}
+        assert {n: s.state for n, s in reg.status().items()} == {
+            "one": State.FAILED,
+            "two": State.FAILED,
+            "three": State.FAILED,
+        }
         assert "sglang runs WITHOUT these patches" in caplog.text
     finally:
         _sys.path.remove(str(tmp_path))
@@ -343,10 +365,16 @@ def test_a_patch_lands_on_its_own_module_only(module_name, tmp_path):
     (whose module sorts before or after it)."""
     before, after = _second_module(tmp_path, "aaa_" + module_name), _second_module(tmp_path, "zzz_" + module_name)
     try:
-        reg = Registry("t", [_patch(before, name="on_before"), _patch(module_name, name="on_mine"), _patch(after, name="on_after")])
+        reg = Registry(
+            "t", [_patch(before, name="on_before"), _patch(module_name, name="on_mine"), _patch(after, name="on_after")]
+        )
         reg.apply()
         mod = importlib.import_module(module_name)
-        assert {n: s.state for n, s in reg.status().items()} == {"on_before": State.PENDING, "on_mine": State.APPLIED, "on_after": State.PENDING}
+        assert {n: s.state for n, s in reg.status().items()} == {
+            "on_before": State.PENDING,
+            "on_mine": State.APPLIED,
+            "on_after": State.PENDING,
+        }
         assert mod.Target().method() == "patched:original"
         assert importlib.import_module(after).Target().method() == "patched:original"
         assert reg.status()["on_after"].state is State.APPLIED and reg.status()["on_before"].state is State.PENDING
@@ -358,7 +386,9 @@ def test_a_patch_lands_on_its_own_module_only(module_name, tmp_path):
 def test_a_disabled_or_already_selected_patch_does_not_stop_the_ones_after_it(module_name, monkeypatch):
     monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", "a")
     settings.reload()
-    reg = Registry("t", [_patch(module_name, name="a"), _patch(module_name, name="b"), _patch(module_name, name="c", add=True)])
+    reg = Registry(
+        "t", [_patch(module_name, name="a"), _patch(module_name, name="b"), _patch(module_name, name="c", add=True)]
+    )
     reg.apply(["a", "b"])
     assert [reg.status()[n].state for n in "abc"] == [State.DISABLED, State.PENDING, State.NOT_SELECTED]
     reg.apply(["b", "c"])  # b is selected already
@@ -389,13 +419,16 @@ def test_queries_match_owner_and_attribute_both(module_name):
     assert reg.get_original(other, "method") is other.__dict__["method"]
 
 
-@pytest.mark.parametrize("version, spec, covered", [
-    ("0.5", "==0.5.0", True),  # a short release is padded with zeros
-    ("1", "==1.0.0", True),
-    ("0.5.9.post1", "<=0.5.9", True),  # a post release is its base release
-    ("0.5.9.1", "<=0.5.9", True),  # a fourth number too
-    ("0.5.10", "<=0.5.9", False),
-])
+@pytest.mark.parametrize(
+    "version, spec, covered",
+    [
+        ("0.5", "==0.5.0", True),  # a short release is padded with zeros
+        ("1", "==1.0.0", True),
+        ("0.5.9.post1", "<=0.5.9", True),  # a post release is its base release
+        ("0.5.9.1", "<=0.5.9", True),  # a fourth number too
+        ("0.5.10", "<=0.5.9", False),
+    ],
+)
 def test_a_release_is_compared_as_its_first_three_numbers(version, spec, covered):
     from packaging.version import Version
 
@@ -424,7 +457,6 @@ def test_a_restored_addition_that_is_gone_already_is_no_error(module_name):
     del mod.Target.added
     saver.restore()
     assert "added" not in mod.Target.__dict__ and saver.records == []
-
 
 
 def test_a_patch_is_tried_once_even_when_another_lands_on_its_module_later(module_name):

@@ -236,9 +236,7 @@ def test_a_plain_class_that_names_an_sglang_class_in_wrapped_is_not_that_class()
 
 
 def test_expect_source_passes_when_every_snippet_is_there_and_records_the_read():
-    assert _recorded(lambda: expect_source(ir.SglGen, "class SglGen", "def __init__")) == [
-        Touch("reads", IR, "SglGen")
-    ]
+    assert _recorded(lambda: expect_source(ir.SglGen, "class SglGen", "def __init__")) == [Touch("reads", IR, "SglGen")]
 
 
 def test_expect_source_refuses_a_snippet_no_longer_there():

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_patches import _shipped, fork, settings
-from eagle3_patches.cli import build_parser, main
-from eagle3_patches.cli import docs_cmd
+from eagle3_patches.cli import build_parser, docs_cmd, main
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted(p.stem for p in (REPO / "docs").glob("*.md"))
@@ -52,7 +51,9 @@ def test_missing_package_data_is_named_with_the_fix(monkeypatch):
     monkeypatch.delenv(fork.SERIES_DIR_ENV, raising=False)
     settings.reload()
     monkeypatch.setattr(fork, "shipped_dir", lambda package: None)
-    with pytest.raises(fork.ForkError, match=r"package data eagle3_patches\.series \(missing from this install.*reinstall"):
+    with pytest.raises(
+        fork.ForkError, match=r"package data eagle3_patches\.series \(missing from this install.*reinstall"
+    ):
         fork.find_series()
 
 

@@ -35,7 +35,9 @@ def test_one_cause_is_reported_once_for_every_module_it_stopped(monkeypatch, cap
             raise _missing("tqdm")
         return real(name, *a, **k)
 
-    monkeypatch.setattr(status_cmd, "installed_sglang_version", lambda: __import__("packaging.version").version.Version("0.5.9"))
+    monkeypatch.setattr(
+        status_cmd, "installed_sglang_version", lambda: __import__("packaging.version").version.Version("0.5.9")
+    )
     monkeypatch.setattr(status_cmd.importlib, "import_module", fake_import)
     try:
         report = status_cmd.resolve_status()

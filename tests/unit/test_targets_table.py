@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+
 @pytest.fixture(scope="module")
 def release(tmp_path_factory, tool):
     """The installed sglang's models/*.py, packed as the wheel the tool reads (no download)."""
@@ -27,8 +28,11 @@ def release(tmp_path_factory, tool):
 
     by_name, registered = targets_table.read_release(wheel)
     version = str(installed_sglang_version())
-    rows = {c.name: targets_table.classify(c, by_name, version, eagle3_patches.get_registry().patches())
-            for c in registered if c.name.endswith(targets_table.GENERATIVE)}
+    rows = {
+        c.name: targets_table.classify(c, by_name, version, eagle3_patches.get_registry().patches())
+        for c in registered
+        if c.name.endswith(targets_table.GENERATIVE)
+    }
     return version, rows
 
 
@@ -44,10 +48,12 @@ def test_native_patched_and_refused_follow_the_code_and_the_registry(release):
     _, rows = release
     assert rows["DeepseekV3ForCausalLM"][0] == "native"
     assert rows["LlamaForCausalLM"][0] == "native"
-    for name, patch in (("KimiK25ForConditionalGeneration", "kimi_k25_eagle3_delegation"),
-                        ("KimiVLForConditionalGeneration", "kimi_vl_eagle3_delegation"),
-                        ("Qwen3VLForConditionalGeneration", "qwen3_vl_eagle3_capture"),
-                        ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_eagle3_capture")):
+    for name, patch in (
+        ("KimiK25ForConditionalGeneration", "kimi_k25_eagle3_delegation"),
+        ("KimiVLForConditionalGeneration", "kimi_vl_eagle3_delegation"),
+        ("Qwen3VLForConditionalGeneration", "qwen3_vl_eagle3_capture"),
+        ("Qwen3VLMoeForConditionalGeneration", "qwen3_vl_eagle3_capture"),
+    ):
         if patch_applies(patch):
             assert rows[name] == ("patched", f"eagle3-patches' `{patch}`"), name
         else:

@@ -45,14 +45,21 @@ CHECKS: tuple[Check, ...] = _discover()
 BY_NAME = {c.name: c for c in CHECKS}
 
 #: patches and instruments without a check of their own, and why
-NO_CHECK = {"eagle3_probe": "an opt-in diagnostic that fixes nothing; tests/probe covers it in the repository",
-            "accept_watchdog": "it reports at run time and changes nothing; tests/unit and tests/e2e cover it in the repository"}
+NO_CHECK = {
+    "eagle3_probe": "an opt-in diagnostic that fixes nothing; tests/probe covers it in the repository",
+    "accept_watchdog": "it reports at run time and changes nothing; tests/unit and tests/e2e cover it in the repository",
+}
+
 
 def uncovered() -> dict[str, str]:
     """Every patch and instrument of the library no check observes, with the reason the report gives."""
     import eagle3_patches
 
     covered = {c.patch for c in CHECKS}
-    return {name: NO_CHECK.get(name, "no selftest check observes this patch yet "
-                               f"(eagle3_patches/selftest/checks/{name}.py)")
-            for name in eagle3_patches.known_names() if name not in covered}
+    return {
+        name: NO_CHECK.get(
+            name, f"no selftest check observes this patch yet (eagle3_patches/selftest/checks/{name}.py)"
+        )
+        for name in eagle3_patches.known_names()
+        if name not in covered
+    }

@@ -21,14 +21,32 @@ def wrapper_check(patch: str, targets: tuple[str, ...]):
             args = (ctx.path(name), ctx.path("draft"), ctx.overrides())
             stock = ctx.observe(sc.wrapper_eagle3_prefill, *args)
             patched = ctx.observe(sc.wrapper_eagle3_prefill, *args, patches=[patch])
-            missing = stock[0] != "ok" and any(h in str(stock[1]) for h in ("set_eagle3_layers_to_capture", "get_embed_and_head"))
+            missing = stock[0] != "ok" and any(
+                h in str(stock[1]) for h in ("set_eagle3_layers_to_capture", "get_embed_and_head")
+            )
             bugs.append(missing)
-            stock_text.append(f"{name}: " + ("fails at start without set_eagle3_layers_to_capture" if missing else
-                                             describe_error(stock) if stock[0] != "ok" else f"fc {stock[1]['fc_inputs']}"))
-            ok = patched[0] == "ok" and patched[1]["fc_inputs"] == want and patched[1]["layers_to_capture"] == CONFIGURED
+            stock_text.append(
+                f"{name}: "
+                + (
+                    "fails at start without set_eagle3_layers_to_capture"
+                    if missing
+                    else describe_error(stock)
+                    if stock[0] != "ok"
+                    else f"fc {stock[1]['fc_inputs']}"
+                )
+            )
+            ok = (
+                patched[0] == "ok" and patched[1]["fc_inputs"] == want and patched[1]["layers_to_capture"] == CONFIGURED
+            )
             fixed_all &= ok
-            texts.append(f"{name}: " + (f"fc received {patched[1]['fc_inputs']} from layers {patched[1]['layers_to_capture']}"
-                                        if patched[0] == "ok" else describe_error(patched)))
+            texts.append(
+                f"{name}: "
+                + (
+                    f"fc received {patched[1]['fc_inputs']} from layers {patched[1]['layers_to_capture']}"
+                    if patched[0] == "ok"
+                    else describe_error(patched)
+                )
+            )
             state = patched.patch(patch)
         return Finding(fixed_all, "; ".join(texts), all(bugs), "; ".join(stock_text), *state)
 

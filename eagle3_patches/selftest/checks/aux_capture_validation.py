@@ -18,17 +18,32 @@ def aux_validation(ctx) -> Finding:
     s, p = seen[1]["stock"], seen[1]["patched"]
     lost = [n for n in ("last", "duplicate") if s[n][0] == "ok" and s[n][1][-1] < 3 * HIDDEN]
     bug = bool(lost)
-    stock_text = (f"ids {CAPTURE_CASES['last']} and {CAPTURE_CASES['duplicate']} on a {NUM_LAYERS}-layer target: "
-                  f"{s['last'][1]} and {s['duplicate'][1]}, no error" if bug else f"last {s['last']}, duplicate {s['duplicate']}")
-    fixed = (p["good"] == ("ok", (5, 3 * HIDDEN)) and p["last"][0] == "Eagle3ConfigError"
-             and "cannot be captured" in p["last"][1] and p["duplicate"][0] == "Eagle3ConfigError")
-    patched_text = (f"valid ids capture {p['good'][1]}; {CAPTURE_CASES['last']}: {describe_error(p['last'])}; "
-                    f"{CAPTURE_CASES['duplicate']}: {p['duplicate'][0]}")
+    stock_text = (
+        f"ids {CAPTURE_CASES['last']} and {CAPTURE_CASES['duplicate']} on a {NUM_LAYERS}-layer target: "
+        f"{s['last'][1]} and {s['duplicate'][1]}, no error"
+        if bug
+        else f"last {s['last']}, duplicate {s['duplicate']}"
+    )
+    fixed = (
+        p["good"] == ("ok", (5, 3 * HIDDEN))
+        and p["last"][0] == "Eagle3ConfigError"
+        and "cannot be captured" in p["last"][1]
+        and p["duplicate"][0] == "Eagle3ConfigError"
+    )
+    patched_text = (
+        f"valid ids capture {p['good'][1]}; {CAPTURE_CASES['last']}: {describe_error(p['last'])}; "
+        f"{CAPTURE_CASES['duplicate']}: {p['duplicate'][0]}"
+    )
     return Finding(fixed, patched_text, bug, stock_text, *seen.patch("aux_capture_validation"), observations=seen[1])
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("aux_capture_validation", "uncapturable or duplicate layer ids are refused when they are set", aux_validation,
-          patch="aux_capture_validation", runs_on="<0.5.13",
-          outside="the ids mean something else from 0.5.13 (layer_id_convention's check covers them)"),
+    Check(
+        "aux_capture_validation",
+        "uncapturable or duplicate layer ids are refused when they are set",
+        aux_validation,
+        patch="aux_capture_validation",
+        runs_on="<0.5.13",
+        outside="the ids mean something else from 0.5.13 (layer_id_convention's check covers them)",
+    ),
 )

@@ -14,16 +14,26 @@ def algorithm_guard(ctx) -> Finding:
         return Finding(False, describe_error(seen), None)
     stock, patched = seen[1]["stock"], seen[1]["patched"]
     bug = stock["EAGLE"] == ("ok", "EAGLE")
-    stock_text = ("--speculative-algorithm EAGLE with the EAGLE-3 draft accepted as EAGLE" if bug
-                  else f"EAGLE with the EAGLE-3 draft: {describe_error(stock['EAGLE'])}")
+    stock_text = (
+        "--speculative-algorithm EAGLE with the EAGLE-3 draft accepted as EAGLE"
+        if bug
+        else f"EAGLE with the EAGLE-3 draft: {describe_error(stock['EAGLE'])}"
+    )
     refused = patched["EAGLE"]
-    fixed = (refused[0] == "Eagle3ConfigError" and "--speculative-algorithm EAGLE3" in refused[1]
-             and patched["EAGLE3"] == ("ok", "EAGLE3"))
+    fixed = (
+        refused[0] == "Eagle3ConfigError"
+        and "--speculative-algorithm EAGLE3" in refused[1]
+        and patched["EAGLE3"] == ("ok", "EAGLE3")
+    )
     patched_text = f"EAGLE refused ({describe_error(refused)}); EAGLE3 resolves to {patched['EAGLE3'][1]}"
     return Finding(fixed, patched_text, bug, stock_text, *seen.patch("eagle3_algorithm_guard"), observations=seen[1])
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("eagle3_algorithm_guard", "--speculative-algorithm EAGLE with an EAGLE-3 draft is refused at start",
-          algorithm_guard, patch="eagle3_algorithm_guard"),
+    Check(
+        "eagle3_algorithm_guard",
+        "--speculative-algorithm EAGLE with an EAGLE-3 draft is refused at start",
+        algorithm_guard,
+        patch="eagle3_algorithm_guard",
+    ),
 )

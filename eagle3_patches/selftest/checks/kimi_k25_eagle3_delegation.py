@@ -25,17 +25,29 @@ def kimi_fc_width(ctx) -> Finding:
         bug = True if missing and stock[0] == "AttributeError" else None
         stock_text = f"the EAGLE worker did not start: {describe_error(stock)}"
     if patched[0] != "ok":
-        return Finding(False, f"the EAGLE worker did not start: {describe_error(patched)}", bug, stock_text,
-                       observations={"stock": stock, "patched": patched})
+        return Finding(
+            False,
+            f"the EAGLE worker did not start: {describe_error(patched)}",
+            bug,
+            stock_text,
+            observations={"stock": stock, "patched": patched},
+        )
     p = patched[1]
     fixed = p["fc_inputs"] == want and p["target_width"] == want[0] and p["layers_to_capture"] == CONFIGURED
-    text = (f"target captured layers {p['layers_to_capture']} -> [{p['target_width'][0]}, {p['target_width'][1]}]; "
-            f"fc received {p['fc_inputs']} (want {want}: 3 x hidden {HIDDEN})")
-    return Finding(fixed, text, bug, stock_text, *patched.patch("kimi_k25_eagle3_delegation"),
-                   {"stock": stock, "patched": patched})
+    text = (
+        f"target captured layers {p['layers_to_capture']} -> [{p['target_width'][0]}, {p['target_width'][1]}]; "
+        f"fc received {p['fc_inputs']} (want {want}: 3 x hidden {HIDDEN})"
+    )
+    return Finding(
+        fixed, text, bug, stock_text, *patched.patch("kimi_k25_eagle3_delegation"), {"stock": stock, "patched": patched}
+    )
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("kimi_k25_eagle3_delegation", "real TpModelWorker + EAGLE worker on the tiny Kimi-K2.5: [tokens, 3 x hidden] reaches fc",
-          kimi_fc_width, patch="kimi_k25_eagle3_delegation"),
+    Check(
+        "kimi_k25_eagle3_delegation",
+        "real TpModelWorker + EAGLE worker on the tiny Kimi-K2.5: [tokens, 3 x hidden] reaches fc",
+        kimi_fc_width,
+        patch="kimi_k25_eagle3_delegation",
+    ),
 )

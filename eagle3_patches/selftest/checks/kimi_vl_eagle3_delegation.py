@@ -6,6 +6,10 @@ from ..base import Check
 from ._shared import wrapper_check
 
 CHECKS: tuple[Check, ...] = (
-    Check("kimi_vl_eagle3_delegation", "Kimi-VL (tiny) through the real EAGLE worker: [tokens, 3 x hidden] reaches fc",
-          wrapper_check("kimi_vl_eagle3_delegation", ("kimi_vl",)), patch="kimi_vl_eagle3_delegation"),
+    Check(
+        "kimi_vl_eagle3_delegation",
+        "Kimi-VL (tiny) through the real EAGLE worker: [tokens, 3 x hidden] reaches fc",
+        wrapper_check("kimi_vl_eagle3_delegation", ("kimi_vl",)),
+        patch="kimi_vl_eagle3_delegation",
+    ),
 )

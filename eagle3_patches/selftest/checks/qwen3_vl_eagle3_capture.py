@@ -7,7 +7,12 @@ from ..base import Check
 from ._shared import wrapper_check
 
 CHECKS: tuple[Check, ...] = (
-    Check("qwen3_vl_eagle3_capture", "Qwen3-VL dense and MoE (tiny) through the real EAGLE worker: 3 x hidden reaches fc",
-          wrapper_check("qwen3_vl_eagle3_capture", ("qwen3_vl", "qwen3_vl_moe")), patch="qwen3_vl_eagle3_capture",
-          runs_on="<0.5.11", outside="sglang 0.5.11 captures on Qwen3-VL itself"),
+    Check(
+        "qwen3_vl_eagle3_capture",
+        "Qwen3-VL dense and MoE (tiny) through the real EAGLE worker: 3 x hidden reaches fc",
+        wrapper_check("qwen3_vl_eagle3_capture", ("qwen3_vl", "qwen3_vl_moe")),
+        patch="qwen3_vl_eagle3_capture",
+        runs_on="<0.5.11",
+        outside="sglang 0.5.11 captures on Qwen3-VL itself",
+    ),
 )

@@ -24,22 +24,45 @@ def load_rank(rank: int, world_size: int, port: int, target: str, overrides: dic
 def rank_consistency(ctx) -> Finding:
     target = ctx.path("deepseek_v3")
     other = "eagle3_fc_guard"
-    stock = ctx.observe_ranks(load_rank, 2, target, ctx.overrides(), patches=["all", "all"],
-                              env=[{"EAGLE3_PATCHES_DISABLE": "rank_consistency"},
-                                   {"EAGLE3_PATCHES_DISABLE": f"rank_consistency,{other}"}])
-    patched = ctx.observe_ranks(load_rank, 2, target, ctx.overrides(), patches=["all", "all"],
-                                env=[{}, {"EAGLE3_PATCHES_DISABLE": other}])
+    stock = ctx.observe_ranks(
+        load_rank,
+        2,
+        target,
+        ctx.overrides(),
+        patches=["all", "all"],
+        env=[{"EAGLE3_PATCHES_DISABLE": "rank_consistency"}, {"EAGLE3_PATCHES_DISABLE": f"rank_consistency,{other}"}],
+    )
+    patched = ctx.observe_ranks(
+        load_rank, 2, target, ctx.overrides(), patches=["all", "all"], env=[{}, {"EAGLE3_PATCHES_DISABLE": other}]
+    )
     bug = all(r["error"] is None for r in stock)
-    stock_text = (f"rank 1 without {other}, rank 0 with it: both ranks started" if bug else
-                  "; ".join(f"rank {r['rank']}: {r['error']}" for r in stock))
+    stock_text = (
+        f"rank 1 without {other}, rank 0 with it: both ranks started"
+        if bug
+        else "; ".join(f"rank {r['rank']}: {r['error']}" for r in stock)
+    )
     fixed = all(r["error"] == "Eagle3ConfigError" and other in r["message"] for r in patched)
-    patched_text = ("every rank refused to start, naming the patch that differs" if fixed else
-                    "; ".join(f"rank {r['rank']}: {r['error'] or 'started'}" for r in patched))
-    return Finding(fixed, patched_text, bug, stock_text, patched[0]["states"].get("rank_consistency"),
-                   observations={"stock": stock, "patched": patched})
+    patched_text = (
+        "every rank refused to start, naming the patch that differs"
+        if fixed
+        else "; ".join(f"rank {r['rank']}: {r['error'] or 'started'}" for r in patched)
+    )
+    return Finding(
+        fixed,
+        patched_text,
+        bug,
+        stock_text,
+        patched[0]["states"].get("rank_consistency"),
+        observations={"stock": stock, "patched": patched},
+    )
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("rank_consistency", "TP 2: ranks with different patch sets refuse to start instead of serving", rank_consistency,
-          patch="rank_consistency", needs=("tp2",)),
+    Check(
+        "rank_consistency",
+        "TP 2: ranks with different patch sets refuse to start instead of serving",
+        rank_consistency,
+        patch="rank_consistency",
+        needs=("tp2",),
+    ),
 )

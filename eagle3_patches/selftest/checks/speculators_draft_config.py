@@ -13,18 +13,29 @@ def speculators_served(ctx) -> Finding:
     stock = ctx.observe(sc.load_drafts_to_host, target, drafts[:1], ctx.overrides())
     patched = ctx.observe(sc.load_drafts_to_host, target, drafts, ctx.overrides(), patches="all")
     bug = stock[0] != "ok" or not stock[1][0]["ok"]
-    stock_text = ("sglang cannot read the speculators config" if bug else "sglang loaded the speculators draft")
+    stock_text = "sglang cannot read the speculators config" if bug else "sglang loaded the speculators draft"
     if patched[0] != "ok":
         return Finding(False, describe_error(patched), bug, stock_text)
     direct, converted = patched[1]
-    diff = sc.differing_tensors(direct.get("params"), converted.get("params")) if direct["ok"] and converted["ok"] else None
+    diff = (
+        sc.differing_tensors(direct.get("params"), converted.get("params"))
+        if direct["ok"] and converted["ok"]
+        else None
+    )
     fixed = diff == []
-    text = ("served directly: the same parameters as the converted draft, bit for bit" if fixed else
-            f"direct {direct.get('message') or 'loaded'}; differs from converted in {diff}")
+    text = (
+        "served directly: the same parameters as the converted draft, bit for bit"
+        if fixed
+        else f"direct {direct.get('message') or 'loaded'}; differs from converted in {diff}"
+    )
     return Finding(fixed, text, bug, stock_text, *patched.patch("speculators_draft_config"))
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("speculators_draft_config", "a speculators-format draft served directly loads the parameters of its conversion",
-          speculators_served, patch="speculators_draft_config"),
+    Check(
+        "speculators_draft_config",
+        "a speculators-format draft served directly loads the parameters of its conversion",
+        speculators_served,
+        patch="speculators_draft_config",
+    ),
 )
