@@ -114,3 +114,63 @@ def test_every_process_says_what_it_runs_whether_or_not_logging_is_set_up(config
     assert out.returncode == 0, out.stderr[-2000:]
     said = [line for line in out.stderr.splitlines() if "active in pid" in line]
     assert len(said) == 1 and said[0].startswith(expected) and "eagle3_fc_guard=pending" in said[0], out.stderr
+
+
+@pytest.mark.parametrize("spelling", ["0", "false", "False", "no", "off", "OFF", " off "])
+def test_every_spelling_of_off_switches_the_plugin_off(spelling):
+    """EAGLE3_PATCHES_PLUGIN as a user writes "off" (settings.OFF, any case): the plugin selects nothing."""
+    got = _activate({"EAGLE3_PATCHES_PLUGIN": spelling})
+    assert set(got["states"].values()) == {"not-selected"}
+
+
+@pytest.mark.parametrize("spelling", ["", "1", "true", "yes", "on", "ON"])
+def test_every_spelling_of_on_leaves_the_plugin_on(spelling):
+    got = _activate({"EAGLE3_PATCHES_PLUGIN": spelling})
+    assert got["states"]["eagle3_fc_guard"] == "pending"
+
+
+#: a patch whose sglang module is already imported lands at once, inside plugin.activate(); this one fails there
+FAILING = """
+import sys, types
+from eagle3_patches import plugin
+from eagle3_patches.patches import kimi_k25_eagle3_delegation as target
+module = types.ModuleType(target.PATCH.module)  # the one patch on that module
+sys.modules[module.__name__] = module            # imported before the plugin runs: the patch lands at once
+target.PATCH.upstream = lambda module: None
+target.PATCH.check = lambda module: None
+def broken(module, saver):
+    raise RuntimeError("made to fail")
+target.PATCH.patch = broken
+plugin.activate()   # what sglang.srt.plugins.load_plugins() does; it catches Exception, not SystemExit
+import eagle3_patches
+print("still running:", eagle3_patches.status()["kimi_k25_eagle3_delegation"].state.value)
+"""
+
+
+def _activate_failing(env: dict) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_PATCHES_", "SGLANG_"))}
+    return subprocess.run(
+        [sys.executable, "-c", FAILING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, "PYTHONPATH": str(ROOT), **env},
+    )
+
+
+@pytest.mark.parametrize("spelling", ["raise", "RAISE", " Raise "])
+def test_on_error_raise_stops_the_process_through_the_plugin(spelling):
+    """sglang's load_plugins() swallows a plugin's exceptions; with EAGLE3_PATCHES_ON_ERROR=raise (any case) the
+    plugin exits the process instead, naming the patch that failed."""
+    out = _activate_failing({"EAGLE3_PATCHES_ON_ERROR": spelling})
+    assert out.returncode != 0
+    assert "still running" not in out.stdout
+    assert "patch 'kimi_k25_eagle3_delegation' failed: RuntimeError: made to fail" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("env", [{}, {"EAGLE3_PATCHES_ON_ERROR": "warn"}])
+def test_by_default_a_failed_patch_is_logged_and_the_process_runs_unpatched(env):
+    out = _activate_failing(env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "still running: failed" in out.stdout
+    assert "sglang runs WITHOUT eagle3-patches" in out.stderr
