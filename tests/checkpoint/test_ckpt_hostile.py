@@ -243,6 +243,40 @@ def test_shard_linked_out_of_the_checkpoint_is_not_read(src, tmp_path, tiny, sec
     assert run.rc == 1 and "[unsafe-file]" in run.out
 
 
+@pytest.mark.parametrize("sibling", ["draft-private", "draft2", "draft.bak"])
+def test_a_link_into_a_sibling_whose_name_starts_with_the_checkpoints_is_outside(tmp_path, tiny, sibling):
+    """``models/draft/config.json -> ../draft-private/config.json``: the sibling's path starts with the
+    checkpoint's as a string, but it is another directory; nothing in it is read."""
+    models = tmp_path / "models"
+    draft = copy_checkpoint(tiny["draft"], models / "draft")
+    private = models / sibling
+    private.mkdir()
+    token = f"TOP-SECRET-{uuid.uuid4().hex}"
+    (private / "config.json").write_text(json.dumps({**json.loads((draft / "config.json").read_text()), "x": token}))
+    (draft / "config.json").unlink()
+    os.symlink(f"../{sibling}/config.json", draft / "config.json")
+    with pytest.raises(CheckpointError, match="resolves outside the checkpoint directory") as refused:
+        open_checkpoint_file(draft, "config.json")
+    assert refused.value.found == f"-> {private / 'config.json'}"
+    run = doctor_cli("--draft", draft)
+    assert run.rc == 1 and "[unsafe-file]" in run.out and token not in run.text
+
+
+def test_a_hub_snapshot_may_link_into_its_blobs_but_not_into_a_sibling_named_like_it(tmp_path, tiny):
+    repo = tmp_path / "hub" / "models--org--draft"
+    snap = repo / "snapshots" / "0123abc"
+    snap.mkdir(parents=True)
+    for blobs in ("blobs", "blobs-evil"):
+        (repo / blobs).mkdir()
+        shutil.copyfile(tiny["draft"] / "config.json", repo / blobs / "c")
+    os.symlink("../../blobs/c", snap / "config.json")
+    os.symlink("../../blobs-evil/c", snap / "generation_config.json")
+    with open_checkpoint_file(snap, "config.json") as f:
+        assert f.size > 0
+    with pytest.raises(CheckpointError, match="resolves outside"):
+        open_checkpoint_file(snap, "generation_config.json")
+
+
 def test_index_path_through_a_root_link_is_refused(draft, tmp_path):
     os.symlink("/", draft / "sub")
     wm = {n: "model.safetensors" for n in tm.tensor_names(draft)}
