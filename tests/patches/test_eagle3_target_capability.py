@@ -122,3 +122,61 @@ def test_only_eagle3_with_a_target_class_it_can_name_is_checked(tiny_root, tmp_p
     assert out == {
         name: ("ok", None) for name in [*cases, "unknown_without_backend"] if name not in ("eagle3", "unknown")
     }
+
+
+def _partial_outcomes(gpt2: str, root: str) -> dict:
+    """Targets that have one of the two hooks (real sglang classes: GPT-2 with one hook added), registered in sglang's
+    own ModelRegistry, through the launcher check."""
+    import json
+    import shutil
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from sglang.srt.models.gpt2 import GPT2LMHeadModel
+    from sglang.srt.models.registry import ModelRegistry
+
+    from eagle3_patches.patches.eagle3_target_capability import check_target_supports_eagle3
+    from eagle3_patches.selftest.scenarios import outcome
+
+    class OnlyCaptureHook(GPT2LMHeadModel):
+        def set_eagle3_layers_to_capture(self, layer_ids=None):
+            pass
+
+    class OnlyEmbedAndHead(GPT2LMHeadModel):
+        def get_embed_and_head(self):
+            return None, None
+
+    class BothHooks(OnlyCaptureHook, OnlyEmbedAndHead):
+        pass
+
+    out = {}
+    for cls in (OnlyCaptureHook, OnlyEmbedAndHead, BothHooks):
+        ModelRegistry.models[cls.__name__] = cls
+        path = Path(root) / cls.__name__
+        shutil.copytree(gpt2, path)
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "architectures": [cls.__name__]}))
+        args = SimpleNamespace(model_path=str(path), speculative_algorithm="EAGLE3")
+        out[cls.__name__] = outcome(check_target_supports_eagle3, args)
+    return out
+
+
+@pytest.mark.runtime_only  # the fork path carries its own copy of the check (tests/fork)
+def test_a_target_with_one_hook_of_two_is_refused_naming_the_missing_one(tiny_root, tmp_path):
+    """A class that can capture but cannot hand over its embedding and head (or the reverse) would pass the launcher
+    and kill every TP rank with a bare AttributeError once the target has loaded: it is refused at start like one
+    with neither, naming the hook it lacks; with both it passes."""
+    from eagle3_patches.selftest.checkpoints import no_capture_target
+
+    gpt2 = str(no_capture_target(tiny_root / "tiny-gpt2-config-only"))
+    out = run_isolated(_partial_outcomes, gpt2, str(tmp_path))
+    for name, missing, present in [
+        ("OnlyCaptureHook", "get_embed_and_head", "set_eagle3_layers_to_capture"),
+        ("OnlyEmbedAndHead", "set_eagle3_layers_to_capture", "get_embed_and_head"),
+    ]:
+        kind, message = out[name]
+        assert kind == "Eagle3TargetError", (name, kind, message)
+        assert f"{name} cannot serve an EAGLE-3 draft" in message
+        assert message.split("it has no ", 1)[1].splitlines()[0] == missing, message
+        assert f"without {missing}\n" in message and present not in message.split("found:", 1)[1].splitlines()[0]
+    assert out["BothHooks"] == ("ok", None)
