@@ -235,3 +235,79 @@ def test_draft_extend_graph_capture_without_aux_states_is_refused_in_our_words(t
     assert f"{3 * tm.HIDDEN} = fc.in_features" in out["message"]
     assert "use_aux_hidden_state" in out["message"]
     assert out["fc_inputs"] == []
+
+
+def _empty_batches(target: str, draft: str) -> dict:
+    """An EXTEND batch of no rows, as data-parallel attention and other schedulers can hand a rank: through the real
+    draft ModelRunner stock and then with the guard (the outcome must be the same: the guard changes nothing for no
+    rows), and the guard itself on the real draft model and a real ForwardBatch whose states have no rows."""
+    import torch
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.speculative.eagle_info import EagleDraftInput
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from eagle3_patches.patches import eagle3_fc_guard
+    from eagle3_patches.selftest.scenarios import apply_patch_set, outcome
+    from eagle3_patches.testing import sglang_harness as h
+
+    sa = h.eagle3_server_args(target, draft, load_format="dummy")
+    target_runner = h.model_runner(sa)
+    runner = h.model_runner(
+        sa,
+        is_draft=True,
+        req_to_token_pool=target_runner.req_to_token_pool,
+        token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator,
+    )
+    hidden = runner.model.config.hidden_size
+
+    def forward_batch(rows: int, width: int):
+        batch = h.schedule_batch(
+            h.make_reqs([list(range(5, 5 + rows))] if rows else []), runner, SpeculativeAlgorithm.EAGLE3
+        )
+        batch.prepare_for_extend()
+        batch.spec_info = EagleDraftInput(hidden_states=torch.randn(rows, width))
+        batch.capture_hidden_mode = CaptureHiddenMode.LAST
+        fb = h.forward_batch(h.worker_batch(batch), runner)
+        fb.forward_mode = ForwardMode.EXTEND
+        return fb
+
+    def through_the_runner() -> dict:
+        out = {}
+        for width in (hidden, 3 * hidden):
+            with torch.no_grad():
+                kind, value = outcome(runner.forward, forward_batch(0, width))
+            out[width] = (kind, None if kind == "ok" else value)  # the logits output itself is not compared
+        return out
+
+    stock = through_the_runner()
+    states = apply_patch_set(["eagle3_fc_guard"])
+    guarded = through_the_runner()
+
+    def guard(rows: int, width: int):
+        fb = forward_batch(max(rows, 1), width)
+        fb.spec_info.hidden_states = torch.randn(rows, width)  # the rows the batch carries (none, or some)
+        return outcome(eagle3_fc_guard._guard, lambda *a, **k: "forwarded", runner.model.model, (None, None, fb), {})
+
+    return {
+        "state": states["eagle3_fc_guard"],
+        "stock": stock,
+        "guarded": guarded,
+        "guard": {
+            f"{rows}x{width // hidden}H": guard(rows, width) for rows in (0, 1) for width in (hidden, 3 * hidden)
+        },
+    }
+
+
+@pytest.mark.runtime_only
+def test_the_guard_stays_silent_on_a_batch_of_no_rows(tiny):
+    """The exemption of an empty batch: no rows of the plain hidden width are not the field's fc skip. Through the
+    real draft runner the guard changes nothing (on 0.5.9 the runner itself refuses an EXTEND batch of no requests
+    before the model runs, stock or guarded, so none reaches the guard there; later releases may let one through),
+    and the guard, handed such a batch, forwards it; one row of the same width is refused."""
+    out = run_isolated(_empty_batches, str(tiny["deepseek_v3"]), str(tiny["draft"]))
+    assert out["state"] == "applied"
+    assert out["guarded"] == out["stock"]
+    assert all(kind != "Eagle3CaptureError" for kind, _ in out["guarded"].values())
+    guard = out["guard"]
+    assert guard["0x1H"] == guard["0x3H"] == guard["1x3H"] == ("ok", "forwarded")
+    assert guard["1x1H"][0] == "Eagle3CaptureError" and f"{tm.HIDDEN}-wide hidden states" in guard["1x1H"][1]
