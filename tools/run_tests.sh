@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README's test command: set up the CPU environment if needed, then run the suite in three modes:
+# README's test command: set up the CPU environment if needed, run the linters (tools/lint.sh: ruff, mypy,
+# import-linter's layers), then run the suite in three modes:
 #   (a) stock sglang 0.5.9 + runtime patches (the whole suite);
 #   (b) sglang 0.5.9 with the fork-path diffs applied (a patched copy shadows site-packages)
 #       and runtime patching off: the behavioural patch tests again (docs/fork.md);
@@ -51,7 +52,9 @@ stream2 >"$STREAM2_LOG" 2>&1 &
 stream2_pid=$!
 trap '[ -z "$stream2_pid" ] || kill -- "-$stream2_pid" 2>/dev/null || true' EXIT
 
-rc_a=0 rc_b=0 rc_2=0
+rc_lint=0 rc_a=0 rc_b=0 rc_2=0
+echo "== the linters (tools/lint.sh)"
+bash tools/lint.sh || rc_lint=$?
 echo "== mode (a): stock sglang + runtime patches (tests/e2e runs beside it: its output follows)"
 "${PYTEST[@]}" --ignore=tests/e2e || rc_a=$?
 
@@ -63,6 +66,6 @@ PYTHONPATH="$PWD/.fork-tree" "${PYTEST[@]}" tests/patches tests/fork || rc_b=$?
 wait "$stream2_pid" || rc_2=$?
 stream2_pid=""
 cat "$STREAM2_LOG"
-for rc in "$rc_a" "$rc_b" "$rc_2"; do
+for rc in "$rc_lint" "$rc_a" "$rc_b" "$rc_2"; do
     [ "$rc" = 0 ] || exit "$rc"
 done

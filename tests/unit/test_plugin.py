@@ -136,6 +136,8 @@ from eagle3_patches import plugin
 from eagle3_patches.patches import kimi_k25_eagle3_delegation as target
 module = types.ModuleType(target.PATCH.module)  # the one patch on that module
 sys.modules[module.__name__] = module            # imported before the plugin runs: the patch lands at once
+from packaging.specifiers import SpecifierSet
+target.PATCH.applies_to = SpecifierSet()         # every release, the newest included (0.5.23 carries this fix)
 target.PATCH.upstream = lambda module: None
 target.PATCH.check = lambda module: None
 def broken(module, saver):
