@@ -18,7 +18,8 @@ command for every mutant, one at a time): ``--workers`` of them side by side (de
 the checkout (``.mutation/worker-K``; the checkout itself is never mutated), whose tests and sglang children import
 eagle3_patches from that copy; and each mutant's tests in the order that kills it soonest: the module's tests run
 once with coverage.py in every process (tools/mutation_coverage.py), and a mutant's tests start with those that
-ran its lines, the quickest first.  Every test still runs for a survivor, so the order changes the time, never the verdict.
+ran its lines, the quickest first.  Every test still runs for a survivor, so the order changes the time, never
+the verdict.
 ``--covering-only`` runs only the tests that ran the mutant's lines (a test that never runs a line cannot see it
 change; a line no test runs survives at once): much quicker where one slow test covers little (the converter's
 sglang load), but it trusts the coverage run to have seen every process, so its survivors are provisional until
@@ -39,10 +40,13 @@ its runtime path survive.  Sessions (one sqlite file per module under ``.mutatio
 docs/testing.md; the score is killed / (mutants - equivalent), a timeout counting as killed (as cosmic-ray
 counts it) and shown apart.
 
-The operators: cosmic-ray's comparison swaps limited to negation and boundary shifts, boolean keywords,
-``not`` added and removed, numbers, zero-iteration loops, exception types, plus two of this project's
-(below): a call statement deleted, and one element dropped from a literal tuple / list / set of names.
-cosmic-ray's arithmetic swaps (ten per operator, mostly in message formatting) are left out.
+The operators (``--operators-table`` writes their table into docs/testing.md): cosmic-ray's comparison swaps
+limited to negation and boundary shifts, boolean keywords, ``not`` added and removed, numbers, zero-iteration
+loops, exception types, plus this project's (tools/mutation_operators.py): the faults real refactors make and
+cosmic-ray does not (a call statement deleted, a case dropped from a literal list, a setting compared raw, a
+containment check without its separator, any/all swapped, an argument ignored for its default, an emptiness
+check's boundary moved, the other of two values returned).  cosmic-ray's arithmetic swaps (ten per operator,
+mostly in message formatting) are left out.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ import time
 from pathlib import Path
 
 import matrix  # tools/matrix.py: the release venvs, their environment
+import mutation_operators  # tools/mutation_operators.py: this project's operators
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_PY = ROOT / ".venv" / "bin" / "python"
@@ -72,6 +77,8 @@ SCOPE_GLOBS = (
     "eagle3_patches/registry.py",
     "eagle3_patches/fork.py",
     "eagle3_patches/cli/apply_cmd.py",
+    "eagle3_patches/settings.py",
+    "eagle3_patches/plugin.py",
 )
 TEST_ROOT = ROOT / "tests"
 #: test directories too slow for per-mutant runs (real servers, TP 2, the wheel in fresh venvs, the whole selftest)
@@ -90,24 +97,38 @@ COMPARISONS = {
     "Is": ("IsNot",),
     "IsNot": ("Is",),
 }
-CORE_KEPT = (
-    "AddNot",
-    "ReplaceTrueWithFalse",
-    "ReplaceFalseWithTrue",
-    "ReplaceAndWithOr",
-    "ReplaceOrWithAnd",
-    "ReplaceUnaryOperator_Delete_Not",
-    "ReplaceBreakWithContinue",
-    "ReplaceContinueWithBreak",
-    "ExceptionReplacer",
-    "NumberReplacer",
-    "ZeroIterationForLoop",
-)
+SYMBOLS = {
+    "Eq": "==",
+    "NotEq": "!=",
+    "Lt": "<",
+    "LtE": "<=",
+    "Gt": ">",
+    "GtE": ">=",
+    "In": "in",
+    "NotIn": "not in",
+    "Is": "is",
+    "IsNot": "is not",
+}
+#: cosmic-ray's other operators kept: the fault each makes and an example (docs/testing.md's table)
+CORE_KEPT = {
+    "AddNot": ("a condition negated", "`if ok:` to `if not ok:`"),
+    "ReplaceTrueWithFalse": ("a flag's value flipped", "`True` to `False`"),
+    "ReplaceFalseWithTrue": ("a flag's value flipped", "`False` to `True`"),
+    "ReplaceAndWithOr": ("a conjunction made a disjunction", "`a and b` to `a or b`"),
+    "ReplaceOrWithAnd": ("a disjunction made a conjunction", "`a or b` to `a and b`"),
+    "ReplaceUnaryOperator_Delete_Not": ("a negation dropped", "`not ok` to `ok`"),
+    "ReplaceBreakWithContinue": ("a loop that no longer stops", "`break` to `continue`"),
+    "ReplaceContinueWithBreak": ("a loop that stops early", "`continue` to `break`"),
+    "ExceptionReplacer": ("a handler that catches nothing", "`except OSError:` to `except CosmicRayTestingException:`"),
+    "NumberReplacer": ("a number one off", "`3` to `2` and `4`"),
+    "ZeroIterationForLoop": ("a loop that never runs", "`for x in xs:` to `for x in []:`"),
+}
 
 
 # ---------------------------------------------------------------------------------------------------- environment
 def ensure_environment() -> None:
-    """Run under .venv's python with cosmic-ray and coverage.py installed (tools/setup_env.sh, then the pinned tools)."""
+    """Run under .venv's python with cosmic-ray and coverage.py installed (tools/setup_env.sh, then the pinned
+    tools)."""
     try:
         in_venv = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
     except OSError:
@@ -129,66 +150,16 @@ def ensure_environment() -> None:
 
 # ---------------------------------------------------------------------------------------------------- operators
 def project_operators():
-    """This project's operators, as a cosmic-ray operator provider."""
-    import parso
+    """This project's operators (tools/mutation_operators.py), as a cosmic-ray operator provider."""
     from cosmic_ray.operators.operator import Example, Operator
 
-    def _replacement(node, text: str):
-        return parso.parse(node.get_first_leaf().prefix + text)
+    def adapt(cls):
+        def examples(_cls):
+            return tuple(Example(pre, post, *rest) for pre, post, *rest in cls.examples())
 
-    class DeleteCallStatement(Operator):
-        """A statement that is only a call (``_verify(...)``, ``saver.wrap(...)``, ``out.add(...)``) becomes ``pass``."""
+        return type(cls.__name__, (cls, Operator), {"examples": classmethod(examples)})
 
-        def mutation_positions(self, node):
-            if (
-                node.type == "atom_expr"
-                and node.parent is not None
-                and node.parent.type == "simple_stmt"
-                and node.children[-1].type == "trailer"
-                and node.children[-1].children[0].value == "("
-            ):
-                yield (node.start_pos, node.end_pos)
-
-        def mutate(self, node, index):
-            return _replacement(node, "pass")
-
-        @classmethod
-        def examples(cls):
-            return (Example("f(x)\n", "pass\n"),)
-
-    class DropLiteralElement(Operator):
-        """One element dropped from a literal tuple / list / set whose elements are all strings or numbers
-        (the hooks a wrapper delegates, the algorithms a guard covers, the forward modes it checks)."""
-
-        @staticmethod
-        def _elements(node):
-            if node.type != "atom" or len(node.children) != 3 or node.children[0].type != "operator":
-                return None
-            inner = node.children[1]
-            if inner.type not in ("testlist_comp", "dictorsetmaker"):
-                return None
-            items = [c for c in inner.children if not (c.type == "operator" and c.value == ",")]
-            if len(items) < 2 or any(c.type not in ("string", "number") for c in items):
-                return None
-            return items
-
-        def mutation_positions(self, node):
-            for item in self._elements(node) or ():
-                yield (item.start_pos, item.end_pos)
-
-        def mutate(self, node, index):
-            items = self._elements(node)
-            kept = [c.get_code(include_prefix=False) for i, c in enumerate(items) if i != index]
-            opening = node.children[0].value
-            closing = node.children[2].value
-            comma = "," if opening == "(" and len(kept) == 1 else ""
-            return _replacement(node, f"{opening}{', '.join(kept)}{comma}{closing}")
-
-        @classmethod
-        def examples(cls):
-            return (Example('("a", "b")', '("b",)'),)
-
-    ops = {"DeleteCallStatement": DeleteCallStatement, "DropLiteralElement": DropLiteralElement}
+    ops = {name: adapt(cls) for name, cls in mutation_operators.OPERATORS.items()}
 
     class Provider:
         def __iter__(self):
@@ -198,6 +169,34 @@ def project_operators():
             return ops[name]
 
     return Provider()
+
+
+def operator_rows() -> list[tuple[str, str, str]]:
+    """The operators a session runs, as (name, the fault it makes, an example): docs/testing.md's generated table."""
+    rows = [
+        (
+            f"core/ReplaceComparisonOperator_{a}_{b}",
+            "a comparison negated or its boundary moved",
+            f"`{SYMBOLS[a]}` to `{SYMBOLS[b]}`",
+        )
+        for a, bs in COMPARISONS.items()
+        for b in bs
+    ]
+    rows += [(f"core/{name}", fault, example) for name, (fault, example) in CORE_KEPT.items()]
+    for name, cls in mutation_operators.OPERATORS.items():
+        pre, post, *_ = cls.examples()[0]
+        changed = [(a, b) for a, b in zip(pre.splitlines(), post.splitlines()) if a != b]
+        a, b = changed[0] if changed else (pre.strip(), post.strip())
+        rows.append((f"eagle3/{name}", cls.fault, f"`{a.strip()}` to `{b.strip()}`"))
+    return rows
+
+
+def operators_table() -> str:
+    lines = ["| operator | the fault it makes | example |", "|---|---|---|"]
+    lines += [
+        f"| `{name}` | {fault} | {example.replace('|', chr(92) + '|')} |" for name, fault, example in operator_rows()
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def install_operators() -> list[str]:
@@ -597,6 +596,7 @@ def run_module(
     fresh: bool,
     timeout_factor: float,
     lines: list[int],
+    only: list[str] | None = None,
     retry_survivors: bool = False,
     workers: int = 1,
     release: str | None = None,
@@ -624,10 +624,15 @@ def run_module(
     source = module.read_text()
     if db_path.exists() and not fresh and meta_path.exists():
         meta = json.loads(meta_path.read_text())
-        if meta.get("source") != source or meta.get("lines", []) != lines or meta.get("release") != release:
+        if (
+            meta.get("source") != source
+            or meta.get("lines", []) != lines
+            or meta.get("operators", []) != (only or [])
+            or meta.get("release") != release
+        ):
             print(
-                f"{module.relative_to(ROOT)}: the module (or --line, or the release) changed since the session began; "
-                "starting over"
+                f"{module.relative_to(ROOT)}: the module (or --line, --operator, or the release) changed since the "
+                "session began; starting over"
             )
             fresh = True
     else:
@@ -653,7 +658,11 @@ def run_module(
             # operators outside the kept set, and mutants that change nothing in the code (a no-op edit), are skipped
             for item in list(db.pending_work_items):
                 spec = item.mutations[0]
-                if spec.operator_name not in operators or (lines and spec.start_pos[0] not in lines):
+                if (
+                    spec.operator_name not in operators
+                    or (lines and spec.start_pos[0] not in lines)
+                    or (only and spec.operator_name not in only)
+                ):
                     db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
         meta_path.write_text(
             json.dumps(
@@ -661,6 +670,7 @@ def run_module(
                     "source": source,
                     "command": command,
                     "lines": lines,
+                    "operators": only or [],
                     "release": release,
                     "started": time.strftime("%Y-%m-%d"),
                 }
@@ -761,6 +771,14 @@ def results(module: Path) -> dict | None:
     return out
 
 
+TABLE = re.compile(r"(<!-- BEGIN operators -->\n).*?(<!-- END operators -->)", re.S)
+
+
+def write_operators_table() -> None:
+    text = DOC.read_text()
+    DOC.write_text(TABLE.sub(lambda m: m.group(1) + operators_table() + m.group(2), text))
+
+
 def report(modules: list[Path]) -> None:
     print("| module | killed | timeouts | survived | equivalent | incompetent | not run | score |")
     print("|---|---|---|---|---|---|---|---|")
@@ -772,15 +790,18 @@ def report(modules: list[Path]) -> None:
         score = f"{100 * r['score']:.0f}%" if r["score"] is not None else "-"
         meta = json.loads((STATE / f"{slug(module)}.json").read_text())
         part = f" (lines {', '.join(map(str, meta['lines']))} only)" if meta.get("lines") else ""
+        part += f" (operators {', '.join(meta['operators'])} only)" if meta.get("operators") else ""
         part += f" (sglang {meta['release']})" if meta.get("release") else ""
         print(
-            f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | {len(r['survived'])} | "
+            f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | "
+            f"{len(r['survived'])} | "
             f"{r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |"
         )
         survivors += [(module, s) for s in r["survived"]]
     for module, s in survivors:
         print(
-            f"SURVIVED {module.relative_to(ROOT).as_posix()}:{s['line']} {s['operator']}\n    - {s['before']}\n    + {s['after']}"
+            f"SURVIVED {module.relative_to(ROOT).as_posix()}:{s['line']} {s['operator']}\n"
+            f"    - {s['before']}\n    + {s['after']}"
         )
 
 
@@ -796,6 +817,18 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=[],
         help="only the mutants on this line of the module (repeatable; a partial session, so said in --report)",
+    )
+    parser.add_argument(
+        "--operator",
+        action="append",
+        default=[],
+        help="only this operator's mutants, e.g. eagle3/SwapAnyAll (repeatable; a partial session, so said in "
+        "--report)",
+    )
+    parser.add_argument(
+        "--operators-table",
+        action="store_true",
+        help="write the table of the operators a session runs into docs/testing.md (no test runs)",
     )
     parser.add_argument(
         "--retry-survivors",
@@ -823,6 +856,9 @@ def main(argv: list[str] | None = None) -> int:
         "until --retry-survivors without this flag)",
     )
     args = parser.parse_args(argv)
+    if args.operators_table:
+        write_operators_table()
+        return 0
     ensure_environment()
     os.chdir(ROOT)
     all_modules = scope()
@@ -834,6 +870,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"not in scope: {', '.join(str(m) for m in unknown)}")
     STATE.mkdir(exist_ok=True)
     operators = install_operators()
+    unknown_ops = sorted(set(args.operator) - set(operators))
+    if unknown_ops:
+        parser.error(f"unknown operator(s): {', '.join(unknown_ops)}; the operators: {', '.join(operators)}")
     if args.report:
         report(modules)
         return 0
@@ -856,6 +895,7 @@ def main(argv: list[str] | None = None) -> int:
             fresh=args.fresh,
             timeout_factor=args.timeout_factor,
             lines=args.line,
+            only=args.operator,
             retry_survivors=args.retry_survivors,
             workers=max(1, args.workers),
             release=args.release,

@@ -3,8 +3,11 @@ tests) and the release a module's mutants run against."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = ["t.py::a", "t.py::b", "u.py::c", "u.py::d"]
 
 
@@ -41,7 +44,10 @@ def test_covering_only_runs_the_tests_that_ran_the_lines_and_no_other(mutation):
 
 
 def test_a_later_line_of_a_statement_belongs_to_the_tests_that_ran_its_first(mutation):
-    source = "NAMES = (\n    'a',\n    'b',\n)\n\ndef f(x):\n    if x:\n        return [\n            1,\n        ]\n    return 0\n"
+    source = (
+        "NAMES = (\n    'a',\n    'b',\n)\n\ndef f(x):\n    if x:\n        return [\n            1,\n        ]\n"
+        "    return 0\n"
+    )
     lines = {1: {""}, 6: {""}, 7: {"t.py::a", "t.py::b"}, 11: {"t.py::b"}}  # line 8 (return [...]) never ran
     got = mutation.statement_lines(lines, source)
     assert got[2] == got[3] == {""}  # the tuple's elements: imports ran them
@@ -104,7 +110,8 @@ def test_every_row_of_the_equivalents_table_is_read_with_its_pipes_and_lines(mut
 
 def test_a_timed_out_run_leaves_no_process_behind(mutation, tmp_path):
     """A test command that times out is killed with every descendant, also one that started a session of its
-    own and writes to a file of its own (as the hostile-input tests' CLI runs do): none keeps a core busy after its mutant is scored."""
+    own and writes to a file of its own (as the hostile-input tests' CLI runs do): none keeps a core busy after its
+    mutant is scored."""
     import os
     import sys
     import time
@@ -131,3 +138,107 @@ def test_a_timed_out_run_leaves_no_process_behind(mutation, tmp_path):
         time.sleep(0.1)
     else:
         raise AssertionError(f"process {grandchild} (started in its own session) outlived the timed-out run")
+
+
+# ------------------------------------------------------------------------------------------- the project's operators
+@pytest.fixture(scope="module")
+def operators(tool):
+    return tool("mutation_operators")
+
+
+def test_every_operator_makes_its_examples(operators):
+    """Each example is the mutant the operator makes at that occurrence, walked as cosmic-ray walks the tree."""
+    for name, cls in operators.OPERATORS.items():
+        assert cls.examples(), name
+        for pre, post, *occurrence in cls.examples():
+            assert operators.mutate_code(pre, cls(), occurrence[0] if occurrence else 0) == post, name
+
+
+#: the faults found surviving by hand, each on the line of this package it was found on: the operator that now makes
+#: it, the line as it is, and the line as the mutant has it
+SURVIVOR_KINDS = [
+    (
+        "DropNormalisation",
+        "eagle3_patches/settings.py",
+        'on_error = env.get(ON_ERROR, "").strip().lower() or "warn"',
+        'on_error = env.get(ON_ERROR, "").strip() or "warn"',
+    ),
+    (
+        "DropPathSeparator",
+        "eagle3_patches/checkpoint/safe_io.py",
+        "return path == root or path.startswith(root.rstrip(os.sep) + os.sep)",
+        "return path == root or path.startswith(root.rstrip(os.sep))",
+    ),
+    (
+        "SwapAnyAll",
+        "eagle3_patches/checkpoint/safe_io.py",
+        "if not any(_inside(real, r) for r in _allowed_roots(root_real)):",
+        "if not all(_inside(real, r) for r in _allowed_roots(root_real)):",
+    ),
+    (
+        "IgnoreArgument",
+        "eagle3_patches/settings.py",
+        "env = os.environ if environ is None else environ",
+        "env = os.environ if environ is None else None",
+    ),
+    (
+        "ShiftEmptinessBoundary",
+        "eagle3_patches/patches/eagle3_fc_guard.py",
+        "if width != expected and hidden_states.shape[0] > 0:",
+        "if width != expected and hidden_states.shape[0] > 1:",
+    ),
+]
+
+
+@pytest.mark.parametrize("kind", SURVIVOR_KINDS, ids=[k[0] for k in SURVIVOR_KINDS])
+def test_each_kind_of_fault_found_by_hand_is_made_by_an_operator(operators, kind):
+    """The survivors of the hand-written mutations (a setting compared raw, containment without its separator, any
+    made all, an argument ignored for its default, an emptiness check's boundary moved) are among the mutants the
+    tool makes of the lines they were found on."""
+    import difflib
+
+    name, module, before, after = kind
+    source = (ROOT / module).read_text()
+    assert before in source, f"{module} no longer holds {before!r}: update SURVIVOR_KINDS"
+    made = []
+    for mutant in operators.mutants(source, operators.OPERATORS[name]()):
+        diff = [line for line in difflib.ndiff(source.splitlines(), mutant.splitlines()) if line[:2] in ("- ", "+ ")]
+        made.append((diff[0][2:].strip(), diff[1][2:].strip()) if len(diff) == 2 else tuple(diff))
+    assert (before, after) in made
+
+
+def test_return_the_other_swaps_between_similar_names_only(operators):
+    op = operators.ReturnTheOther()
+    source = (
+        "def f(path, n):\n    resolved_path = path.resolve()\n    if n:\n        return path\n"
+        "    return resolved_path\n"
+    )
+    made = operators.mutants(source, op)
+    assert "        return resolved_path\n    return resolved_path\n" in made[0]
+    assert made[1].endswith("    return path\n")
+    assert all("return n" not in m for m in made)  # `n` shares no word with either
+
+
+def test_ignore_argument_leaves_attributes_keywords_and_parameters_without_a_default(operators):
+    source = "def f(a, env=None):\n    x.env = g(env=a)\n    return a\n"
+    assert operators.mutants(source, operators.IgnoreArgument()) == []
+
+
+def test_the_emptiness_shift_leaves_flags_and_calls(operators):
+    source = "if not self.is_eagle3 or not f(x) or not ready_enabled:\n    pass\n"
+    assert operators.mutants(source, operators.ShiftEmptinessBoundary()) == []
+    assert operators.mutants("while queue:\n    pass\n", operators.ShiftEmptinessBoundary()) == [
+        "while len(queue) > 1:\n    pass\n"
+    ]
+
+
+def test_the_operators_table_in_docs_testing_md_is_the_tools(mutation):
+    """docs/testing.md's table of operators is generated (`python tools/mutation.py --operators-table`)."""
+    import re
+
+    text = mutation.DOC.read_text()
+    table = re.search(r"<!-- BEGIN operators -->\n(.*?)<!-- END operators -->", text, re.S)
+    assert table, "docs/testing.md has no operators table"
+    assert table.group(1) == mutation.operators_table(), "run python tools/mutation.py --operators-table"
+    names = {row[0] for row in mutation.operator_rows()}
+    assert {f"eagle3/{n}" for n in mutation.mutation_operators.OPERATORS} <= names
