@@ -283,7 +283,7 @@ def write_checkout_metadata(site: Path) -> Path:
     # the version is dynamic (pyproject.toml reads it from eagle3_patches/version.py, its one place)
     version = re.search(r'^__version__ = "([^"]+)"', (ROOT / "eagle3_patches" / "version.py").read_text(), re.M)
     if version is None:
-        raise SystemExit("eagle3_patches/version.py holds no `__version__ = \"...\"` line")
+        raise SystemExit('eagle3_patches/version.py holds no `__version__ = "..."` line')
     project["version"] = version.group(1)
     for old in site.glob("eagle3_patches-*.dist-info"):
         for f in old.iterdir():

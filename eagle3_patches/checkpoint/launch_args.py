@@ -19,6 +19,14 @@ from dataclasses import dataclass, field
 from ..errors import Eagle3ConfigError
 
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+#: every spelling sglang's ``launch_server`` accepts for the flags the doctor also takes as its own options
+#: (``eagle3-patches doctor --tp-size 8`` as well as ``-- --tp-size 8``)
+SPELLINGS = {
+    "model_path": ("--model-path", "--model"),
+    "draft_path": ("--speculative-draft-model-path", "--speculative-draft-model"),
+    "tp": ("--tensor-parallel-size", "--tp-size", "--tp"),
+    "pp": ("--pipeline-parallel-size", "--pp-size", "--pp"),
+}
 
 
 class LaunchArgsError(Eagle3ConfigError):
@@ -68,11 +76,11 @@ def _algorithm(v: str) -> str:
 def _parser() -> _Parser:
     p = _Parser(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
     a = p.add_argument
-    a("--model-path", "--model", dest="model_path")
-    a("--speculative-draft-model-path", "--speculative-draft-model", dest="draft_path")
+    a(*SPELLINGS["model_path"], dest="model_path")
+    a(*SPELLINGS["draft_path"], dest="draft_path")
     a("--speculative-algorithm", dest="algorithm", type=_algorithm)
-    a("--tensor-parallel-size", "--tp-size", "--tp", dest="tp", type=int)
-    a("--pipeline-parallel-size", "--pp-size", "--pp", dest="pp", type=int)
+    a(*SPELLINGS["tp"], dest="tp", type=int)
+    a(*SPELLINGS["pp"], dest="pp", type=int)
     a("--nnodes", dest="nnodes", type=int)
     a("--dtype", dest="dtype")
     a("--enable-two-batch-overlap", dest="enable_two_batch_overlap", action="store_true", default=None)

@@ -13,6 +13,11 @@ import sys
 
 from .. import settings
 from ..errors import Eagle3Error
+from ..version import __version__
+
+
+class UsageError(Eagle3Error):
+    """A command line that cannot be run as given: the subcommand's usage line, exit status 2 (argparse's)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Make EAGLE-3 speculative decoding work on stock SGLang for Kimi-K2.5 / DeepSeek-V3 targets.",
         epilog="documentation: eagle3-patches docs (the pages), eagle3-patches docs PAGE (one page)",
     )
+    parser.add_argument("--version", action="version", version=f"eagle3-patches {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     # each module registers one subcommand; add new ones to this tuple
@@ -49,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         docs_cmd,
     ):
         module.add_parser(sub)
+    for subparser in sub.choices.values():
+        subparser.set_defaults(parser=subparser)  # a subcommand's usage error shows its own usage line
     return parser
 
 
@@ -57,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except UsageError as exc:
+        args.parser.error(str(exc))  # argparse's usage line and exit status 2
     except Eagle3Error as exc:
         if settings.current().debug:
             raise

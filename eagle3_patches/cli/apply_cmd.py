@@ -6,6 +6,7 @@ Exit codes: 0 done (or, with ``--check``, everything applies / is applied alread
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from .. import fork
@@ -15,8 +16,14 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "apply",
         help="apply the fork-path diffs to an sglang tree (checked, idempotent, atomic); --check, --revert",
-        description="Apply the patch series (one unified diff per runtime patch) to sglang's source files. "
-        "Refuses, changing nothing, unless the tree is the pinned sglang release (version and per-file checksums).",
+        description="Apply the patch series (a unified diff for each patch of the fork series: those that change "
+        "sglang's source, not the library's own checks) to sglang's source files. Refuses, changing nothing, unless "
+        "the tree is the pinned sglang release (version and per-file checksums).",
+        epilog="examples:\n"
+        "  eagle3-patches apply --check      # what would change in the installed sglang; nothing written\n"
+        "  eagle3-patches apply              # apply (idempotent, atomic)\n"
+        "  eagle3-patches apply --revert --sglang-root ~/src/sglang/python/sglang\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--sglang-root",

@@ -9,14 +9,32 @@ to stderr; the table (or ``--json``) to stdout.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
 from ..errors import Eagle3Error
 
+EPILOG = """\
+examples:
+  eagle3-patches bench http://127.0.0.1:30000                      # random prompts, the server's vocabulary
+  eagle3-patches bench http://127.0.0.1:30000 --prompts-file prompts.txt --max-new-tokens 256
+  eagle3-patches bench http://127.0.0.1:30000 --baseline http://127.0.0.1:30001 --json   # vs no speculation
+
+Exit status 0, or 1 when a request failed.
+"""
+
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="benchmark a running SGLang server: accept length, output tokens/s, latency")
+    p = sub.add_parser(
+        "bench",
+        help="benchmark a running SGLang server: accept length, output tokens/s, latency",
+        description="Send the same prompts to a running SGLang server one at a time and then --concurrency at a "
+        "time; report the accept length sglang measured, output tokens/s and latency, and with --baseline the "
+        "ratios against a second server measured in the same run.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("url", help="the server, e.g. http://127.0.0.1:30000")
     p.add_argument("--baseline", metavar="URL", help="a second server to compare with (e.g. without speculation)")
     p.add_argument(

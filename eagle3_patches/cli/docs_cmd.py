@@ -7,6 +7,7 @@ status: 0 printed, 1 the docs are missing from this install, 2 unknown page (the
 
 from __future__ import annotations
 
+import argparse
 import pydoc
 import sys
 from pathlib import Path
@@ -19,16 +20,40 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "docs",
         help="list the documentation pages, or print one (the docs/*.md pages of the repository)",
-        description="The documentation pages shipped with eagle3-patches (docs/*.md in the repository).",
+        description="The documentation pages shipped with eagle3-patches (docs/*.md in the repository): the "
+        "operator's pages first, then the contributor's.",
+        epilog="examples:\n  eagle3-patches docs              # the pages\n  eagle3-patches docs troubleshooting\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("page", nargs="?", metavar="PAGE", help="a page name, e.g. doctor (default: list the pages)")
     p.set_defaults(func=run)
 
 
+#: the operator's pages, in reading order; every other page is the contributor's (how the project is built and
+#: tested), listed after them
+USER_PAGES = (
+    "troubleshooting",
+    "doctor",
+    "upgrading",
+    "checkpoints",
+    "patches",
+    "compat",
+    "targets",
+    "distributed",
+    "fork",
+    "security",
+)
+
+
 def pages() -> dict[str, Path]:
-    """Page name -> its file, from the shipped docs (empty when this install has none)."""
+    """Page name -> its file, from the shipped docs (empty when this install has none): the operator's pages first
+    (:data:`USER_PAGES`), then the others by name."""
     directory = shipped_dir(DOCS_PACKAGE)
-    return {f.stem: f for f in sorted(directory.glob("*.md"))} if directory is not None else {}
+    if directory is None:
+        return {}
+    found = {f.stem: f for f in sorted(directory.glob("*.md"))}
+    order = [n for n in USER_PAGES if n in found] + [n for n in found if n not in USER_PAGES]
+    return {n: found[n] for n in order}
 
 
 def _title(path: Path) -> str:
@@ -40,7 +65,16 @@ def _title(path: Path) -> str:
 
 def listing(found: dict[str, Path]) -> str:
     width = max(map(len, found))
-    return "\n".join(f"  {name:<{width}}  {_title(path)}" for name, path in found.items())
+    groups = (
+        ("for operators:", [n for n in found if n in USER_PAGES]),
+        ("for contributors:", [n for n in found if n not in USER_PAGES]),
+    )
+    return "\n".join(
+        line
+        for title, names in groups
+        if names
+        for line in (title, *(f"  {n:<{width}}  {_title(found[n])}" for n in names))
+    )
 
 
 def run(args) -> int:

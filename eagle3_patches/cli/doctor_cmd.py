@@ -51,11 +51,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from ..checkpoint.launch_args import SPELLINGS
+
     p.add_argument(
-        "--target", metavar="PATH", help="the target checkpoint directory (default: --model-path of the launch flags)"
+        "--target",
+        *SPELLINGS["model_path"],
+        dest="target",
+        metavar="PATH",
+        help="the target checkpoint directory (default: --model-path of the launch flags)",
     )
     p.add_argument(
-        "--draft", metavar="PATH", help="the draft checkpoint directory (default: --speculative-draft-model-path)"
+        "--draft",
+        *SPELLINGS["draft_path"],
+        dest="draft",
+        metavar="PATH",
+        help="the draft checkpoint directory (default: --speculative-draft-model-path)",
     )
     p.add_argument(
         "--speculative-algorithm",
@@ -64,10 +74,18 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="EAGLE3, EAGLE, NEXTN, ... (default: the launch flags', else EAGLE3)",
     )
     p.add_argument(
-        "--tp", type=_positive, metavar="N", help="tensor parallel size (default: the launch flags', else 1)"
+        *SPELLINGS["tp"],
+        dest="tp",
+        type=_positive,
+        metavar="N",
+        help="tensor parallel size (default: the launch flags', else 1)",
     )
     p.add_argument(
-        "--pp", type=_positive, metavar="N", help="pipeline parallel size (default: the launch flags', else 1)"
+        *SPELLINGS["pp"],
+        dest="pp",
+        type=_positive,
+        metavar="N",
+        help="pipeline parallel size (default: the launch flags', else 1)",
     )
     p.add_argument(
         "--sglang-version", metavar="V", help="the sglang release the server runs (default: the installed one)"

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 
 from ..sglang_version import installed_sglang_version
+from ..version import __version__
+
+EPILOG = """\
+examples:
+  eagle3-patches status                  # on the serving machine: one line per patch
+  eagle3-patches status --cpu-profile    # on a machine without a GPU
+  eagle3-patches status --json           # for a deployment script
+
+Exit status 0, or 1 when a patch failed or sglang could not be imported.
+"""
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("status", help="show, for the installed sglang, what each patch does (applied/upstream/...)")
+    p = sub.add_parser(
+        "status",
+        help="show, for the installed sglang, what each patch does (applied/upstream/...)",
+        description="Apply every patch in this process and import the sglang modules they patch, then say, per "
+        "patch, what it does on the installed sglang: applied, upstream (fixed there), not-applicable, disabled, "
+        "not-selected or failed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--cpu-profile", action="store_true", help="activate the CPU profile first (machines without a GPU)")
     p.set_defaults(func=run)
@@ -20,7 +39,7 @@ def resolve_status(cpu_profile: bool = False) -> dict:
     import eagle3_patches
 
     version = installed_sglang_version()
-    report = {"sglang": str(version) if version else None, "patches": []}
+    report = {"eagle3_patches": __version__, "sglang": str(version) if version else None, "patches": []}
     if version is None:
         report["patches"] = [
             {**s.as_dict(), "state": "not-applicable", "reason": "sglang is not installed"}
@@ -67,6 +86,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
+        print(f"eagle3-patches {report['eagle3_patches']}")
         print(f"sglang {report['sglang'] or '(not installed)'}")
         width = max(len(p["name"]) for p in report["patches"])
         for p in report["patches"]:

@@ -89,17 +89,30 @@ def test_bootstrap_chains_to_an_existing_sitecustomize(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args, needle",
+    "args, needle, code",
     [
-        (["run"], "no command given"),
-        (["run", "--only", "nope", "--", "true"], "unknown patch 'nope'"),
-        (["run", "--", "/nonexistent/binary"], "cannot start"),
+        (["run"], "no command given", 2),
+        (["run", "--only", "nope", "--", "true"], "unknown patch 'nope'", 2),
+        (["run", "--disable", "nope", "--", "true"], "unknown patch 'nope'", 2),
+        (["run", "--probe", "touch", "ran"], "--probe took 'touch' as the directory", 2),
+        (["run", "--", "/nonexistent/binary"], "cannot start", 1),
     ],
 )
-def test_run_user_errors_are_messages_not_tracebacks(args, needle):
-    out = _run([*CLI, *args])
-    assert out.returncode == 1
+def test_run_user_errors_are_messages_not_tracebacks(args, needle, code, tmp_path):
+    """A command line that cannot be run as given is a usage error (exit 2, run's own usage line); a command
+    that cannot be started is the user's mistake (exit 1); neither prints a traceback or starts anything."""
+    out = _run([*CLI, *args], cwd=tmp_path)
+    assert out.returncode == code, out.stderr
     assert needle in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.startswith("usage: eagle3-patches run") == (code == 2)
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("probe", [["--probe"], ["--probe=probe-dir"], ["--probe", "probe-dir"]])
+def test_run_probe_takes_a_directory_only_before_the_separator(probe, tmp_path):
+    out = _run([*CLI, "run", *probe, "--", sys.executable, "-c", "open('ran', 'w')"], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "ran").exists()
 
 
 @pytest.mark.sglang

@@ -62,7 +62,16 @@ def test_docs_lists_every_page_with_its_title(capsys):
     assert main(["docs"]) == 0
     out = capsys.readouterr().out
     listed = re.findall(r"^  (\S+)  ", out, re.M)
-    assert listed == PAGES
+    assert sorted(listed) == PAGES
+    operators = out.index("for operators:")
+    contributors = out.index("for contributors:")
+    assert operators < contributors
+    users = [n for n in listed if n in docs_cmd.USER_PAGES]
+    assert users == [n for n in docs_cmd.USER_PAGES if n in PAGES] == listed[: len(users)]  # the operator's first
+    for page in ("troubleshooting", "doctor", "upgrading"):
+        assert out.index(f"  {page} ") < contributors
+    for page in ("testing", "development", "architecture"):
+        assert out.index(f"  {page} ") > contributors
     assert re.search(r"^  fork +The fork path: the patch set as diffs to sglang's source$", out, re.M)
 
 
@@ -76,7 +85,7 @@ def test_an_unknown_page_exits_2_with_the_list(capsys):
     assert main(["docs", "doctr"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "no page 'doctr'" in captured.err and re.findall(r"^  (\S+)  ", captured.err, re.M) == PAGES
+    assert "no page 'doctr'" in captured.err and sorted(re.findall(r"^  (\S+)  ", captured.err, re.M)) == PAGES
 
 
 def test_an_install_without_docs_says_so(monkeypatch, capsys):
