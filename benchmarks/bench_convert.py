@@ -178,7 +178,8 @@ def main() -> int:
             embed=not args.no_embed,
         )
         print(
-            f"source: {size / 1e9:.2f} GB speculators draft (hidden {args.hidden}, vocab {args.vocab}, draft vocab {args.draft_vocab}), "
+            f"source: {size / 1e9:.2f} GB speculators draft (hidden {args.hidden}, vocab {args.vocab}, draft vocab "
+            f"{args.draft_vocab}), "
             f"written in {time.perf_counter() - t0:.1f} s"
         )
         cps, convs, rss = [], [], []
@@ -215,8 +216,10 @@ def main() -> int:
                     convs.append((wall, inner))
                     rss.append(peak)
             print(
-                f"round {r + 1}: cp+sync {cps[-1]:.2f} s ({size / cps[-1] / 1e9:.2f} GB/s); convert {convs[-1][1]:.2f} s in process, "
-                f"{convs[-1][0]:.2f} s wall with interpreter start ({size / convs[-1][0] / 1e9:.2f} GB/s), ratio {cps[-1] / convs[-1][0]:.2f}x, "
+                f"round {r + 1}: cp+sync {cps[-1]:.2f} s ({size / cps[-1] / 1e9:.2f} GB/s); convert "
+                f"{convs[-1][1]:.2f} s in process, "
+                f"{convs[-1][0]:.2f} s wall with interpreter start ({size / convs[-1][0] / 1e9:.2f} GB/s), ratio "
+                f"{cps[-1] / convs[-1][0]:.2f}x, "
                 f"peak RSS {rss[-1] / 1e6:.0f} MB"
             )
         ratios = sorted(c / v[0] for c, v in zip(cps, convs))
@@ -225,11 +228,13 @@ def main() -> int:
         peak = max(rss)
         print()
         print(
-            f"throughput vs cp (wall, including interpreter start and the doctor's checks): median of rounds {median:.2f}x, "
+            "throughput vs cp (wall, including interpreter start and the doctor's checks): median of rounds "
+            f"{median:.2f}x, "
             f"best-of {best:.2f}x [goal >= 0.5x: {'met' if median >= 0.5 else 'NOT met'}]"
         )
         print(
-            f"peak RSS of the convert process: {peak / 1e6:.0f} MB [goal < 1500 MB: {'met' if peak < 1.5e9 else 'NOT met'}]"
+            f"peak RSS of the convert process: {peak / 1e6:.0f} MB [goal < 1500 MB: "
+            f"{'met' if peak < 1.5e9 else 'NOT met'}]"
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -330,7 +330,8 @@ def main() -> int:
         disk = sum(os.stat(p).st_blocks * 512 for p in work.rglob("*") if p.is_file())
         index_mb = (work / "Kimi-K2.5" / "model.safetensors.index.json").stat().st_size / 1e6
         print(
-            f"built in {build_s:.1f} s: target {n_tensors} tensors in {SHARDS} shards, {declared / 1e12:.3f} TB declared "
+            f"built in {build_s:.1f} s: target {n_tensors} tensors in {SHARDS} shards, {declared / 1e12:.3f} TB "
+            "declared "
             f"(index {index_mb:.1f} MB); draft {draft_declared / 1e9:.2f} GB declared; {disk / 1e6:.1f} MB on disk"
         )
 
@@ -364,12 +365,14 @@ def main() -> int:
         lib, read = floors(target)
         print(
             f"doctor, complete check (every header + whole index; in process, imports warm, best of 3): {dt:.3f} s, "
-            f"{report.facts['target_headers_read']}, doctor-counted read {report.facts['bytes_read'] / 1e6:.1f} MB, rchar {io / 1e6:.1f} MB"
+            f"{report.facts['target_headers_read']}, doctor-counted read {report.facts['bytes_read'] / 1e6:.1f} MB, "
+            f"rchar {io / 1e6:.1f} MB"
             f"   [goal < 1 s: {'met' if dt < 1 else 'NOT met'}]"
         )
         print(
             f"  baselines in this run: safetensors.safe_open on every shard + json.loads of the index {lib:.3f} s "
-            f"(doctor / library floor = {dt / lib:.2f}x); reading those bytes {read:.3f} s (doctor / read = {dt / read:.1f}x)"
+            f"(doctor / library floor = {dt / lib:.2f}x); reading those bytes {read:.3f} s (doctor / read = "
+            f"{dt / read:.1f}x)"
         )
 
         cold = (
@@ -393,7 +396,8 @@ def main() -> int:
         wall = time.perf_counter() - t0
         inner, read_b, rc = json.loads(out.strip().splitlines()[-1])
         print(
-            f"doctor, complete check in a cold process (interpreter + imports + doctor, no torch): {wall:.2f} s wall, {inner:.2f} s after interpreter start, exit {rc}"
+            f"doctor, complete check in a cold process (interpreter + imports + doctor, no torch): {wall:.2f} s wall, "
+            f"{inner:.2f} s after interpreter start, exit {rc}"
         )
     finally:
         if args.keep:

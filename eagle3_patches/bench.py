@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .errors import Eagle3Error
 
@@ -162,7 +163,8 @@ class Progress:
 
     def _draw(self) -> None:
         filled = int(self.width * self.done / max(self.total, 1))
-        line = f"{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {time.perf_counter() - self.t0:.1f}s"
+        bar = "#" * filled + "." * (self.width - filled)
+        line = f"{self.label} [{bar}] {self.done}/{self.total} {time.perf_counter() - self.t0:.1f}s"
         if self.tty:
             self.stream.write("\r" + line + ("\n" if self.done >= self.total else ""))
         else:
@@ -253,7 +255,7 @@ def _ratio(a, b):
 
 
 def compare(server: ServerReport, baseline: ServerReport) -> dict:
-    out = {}
+    out: dict[str, Any] = {}
     for phase in ("single", "concurrent"):
         s, b = getattr(server, phase), getattr(baseline, phase)
         if s is None or b is None:

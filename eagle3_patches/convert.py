@@ -207,7 +207,8 @@ def _remove_dirs(created: list[Path]) -> None:
 
 # ---------------------------------------------------------------- owner tokens (stale temp dirs)
 def _process_token(pid: int) -> str | None:
-    """A token naming process ``pid`` uniquely across pid reuse and reboots (Linux: boot id + start time), or None if gone."""
+    """A token naming process ``pid`` uniquely across pid reuse and reboots (Linux: boot id + start time), or None
+    if gone."""
     try:
         stat_line = Path(f"/proc/{pid}/stat").read_text()
         try:  # a kernel without the boot id (some containers): the start time alone still tells pids apart
@@ -243,7 +244,7 @@ def _remove_stale(dst: Path) -> list[str]:
     A left ``.eagle3-old-*`` directory (a killed ``--force`` run between its two renames) is
     put back as DST when DST is missing, else removed.  Returns notes on what was done.
     """
-    notes = []
+    notes: list[str] = []
     try:
         names = os.listdir(dst.parent)
     except OSError:
@@ -393,7 +394,8 @@ def _side_files(src: Path) -> list[str]:
             refused.append(exc)
     if refused:
         raise conversion_error(
-            f"the source's side file(s) {', '.join(Path(e.where).name for e in refused)} are refused: the converter copies "
+            f"the source's side file(s) {', '.join(Path(e.where).name for e in refused)} are refused: the converter "
+            "copies "
             "nothing through a link out of SRC, nothing that is not a regular file, nothing implausibly large",
             where=str(src),
             found="; ".join(f"{e.where}: {e.found or e.what}" for e in refused),
@@ -582,7 +584,8 @@ def _convert(
         cleaned=cleaned,
         notes=[
             f"read {len(src_files)} source shard(s)",
-            f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from speculators' {out_config['eagle3_patches_converted_from']['eagle_aux_hidden_state_layer_ids']}",
+            f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from "
+            f"speculators' {out_config['eagle3_patches_converted_from']['eagle_aux_hidden_state_layer_ids']}",
         ],
     )
 

@@ -36,6 +36,7 @@ import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import settings
 from ._shipped import SERIES_PACKAGE, doc_pointer, shipped_dir
@@ -217,14 +218,14 @@ def parse_unified_diff(text: str, source: str = "<diff>") -> list[FileDiff]:
                         hunk.lines[-1] = (tag, t.rstrip("\r\n"))
                     i += 1
                     continue
-                tag = body[:1] if body[:1] in (" ", "-", "+") else (" " if body in ("\n", "\r\n") else None)
-                if tag is None:
+                kind = body[:1] if body[:1] in (" ", "-", "+") else (" " if body in ("\n", "\r\n") else None)
+                if kind is None:
                     raise ForkError(f"eagle3-patches: {source}:{i + 1}: malformed hunk line {body!r}")
                 text_ = body[1:] if body[:1] in (" ", "-", "+") else body
-                hunk.lines.append((tag, text_))
-                if tag in " -":
+                hunk.lines.append((kind, text_))
+                if kind in " -":
                     seen_old += 1
-                if tag in " +":
+                if kind in " +":
                     seen_new += 1
                 i += 1
             if seen_old != old_len or seen_new != new_len:
@@ -483,7 +484,8 @@ def plan(root: Path, series: Series, *, revert: bool = False) -> Plan:
 
     ordered = list(reversed(series.patches)) if revert else series.patches
     for patch in ordered:
-        applied_files, pending_files = [], []
+        applied_files: list[FileDiff] = []
+        pending_files: list[FileDiff] = []
         for fd in patch.files:
             position = [n for n, _ in series.chain(fd.path)].index(patch.name)
             (applied_files if levels[fd.path] >= position else pending_files).append(fd)
@@ -633,7 +635,7 @@ def write_atomically(root: Path, writes: dict[str, bytes]) -> None:
     except BaseException:
         for target, bak in reversed(done):
             os.replace(bak, target)
-        for target, tmp, bak in staged:
+        for _target, tmp, bak in staged:
             for leftover in (tmp, bak):
                 try:
                     leftover.unlink()
@@ -772,7 +774,7 @@ def compute_checksums(directory: Path, pristine_root: Path, sglang_version: str)
     pristine: dict[str, str] = {}
     entries: dict[str, dict] = {}
     for filename, files in diffs:
-        entry = {"name": patch_name(filename), "files": {}}
+        entry: dict[str, Any] = {"name": patch_name(filename), "files": {}}
         for fd in files:
             if fd.path not in current:
                 data = (Path(pristine_root) / fd.path).read_bytes()

@@ -5,19 +5,18 @@ The doctor (``eagle3-patches doctor``) builds a :class:`Setup` from the target's
 every patch's :meth:`~eagle3_patches.registry.Patch.preflight` rule on it next to its own checks of
 the checkpoints (the checks that belong to no sglang bug).  Nothing here imports sglang or torch.
 
-:func:`run_rules` applies the one policy for a problem a patch covers (:meth:`~eagle3_patches.registry.Patch.when_patched`):
-where the server runs under eagle3-patches and the patch applies to the release, a problem the patch *fixes*
-becomes a note, and one it *refuses* stays an error that says the launch will stop at start with this library's
-message.  The patch set is the setup's (:attr:`Setup.patches`, handed in by the doctor), so this layer never
-reaches up for the registry.
-"""
+:func:`run_rules` applies the one policy for a problem a patch covers
+(:meth:`~eagle3_patches.registry.Patch.when_patched`): where the server runs under eagle3-patches and the patch
+applies to the release, a problem the patch *fixes* becomes a note, and one it *refuses* stays an error that says
+the launch will stop at start with this library's message.  The patch set is the setup's (:attr:`Setup.patches`,
+handed in by the doctor), so this layer never reaches up for the registry."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import settings
 from .checkpoint import layer_ids as L
@@ -28,6 +27,8 @@ from .checkpoint.releases import ReleaseFacts
 from .checkpoint.safetensors_header import TensorInfo
 from .diagnostic import Diagnostic
 from .registry import Patch
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -65,6 +66,24 @@ class Setup:
             and settings.ALL not in disabled
         )
 
+    # -- the loaded parts: a check that reads one runs only once it is loaded (the doctor's order), so a None here
+    # is a bug in that order, reported by the doctor's guard as an internal error, never a user's mistake
+    @property
+    def draft_view(self) -> DraftView:
+        return _loaded(self.draft, "the draft's config")
+
+    @property
+    def target_view(self) -> TargetView:
+        return _loaded(self.target, "the target's config")
+
+    @property
+    def draft_path(self) -> Path:
+        return _loaded(self.draft_dir, "the draft's directory")
+
+    @property
+    def target_path(self) -> Path:
+        return _loaded(self.target_dir, "the target's directory")
+
     @property
     def eagle3(self) -> bool:
         """Capture will run: EAGLE3, or EAGLE/NEXTN with an EAGLE-3 draft (judged as after the fix to EAGLE3)."""
@@ -89,13 +108,14 @@ class Setup:
 
     def fc_input(self) -> tuple[int | None, int]:
         """(the target hidden size the draft's fc is fed, the number of aux states k): fc takes k x that."""
-        dv = self.draft
+        dv = self.draft_view
         hidden = self.target.hidden if self.target and self.target.hidden else dv.effective_target_hidden
         return hidden, len(dv.aux_ids) if dv.aux_ids else 3
 
     def capture(self):
-        """What this release captures for the draft's configured ids (:class:`~eagle3_patches.checkpoint.layer_ids.Capture`),
-        or None when the draft states no ids in sglang's format."""
+        """What this release captures for the draft's configured ids
+        (:class:`~eagle3_patches.checkpoint.layer_ids.Capture`), or None when the draft states no ids in sglang's
+        format."""
         dv = self.draft
         if dv is None or not dv.is_eagle3 or dv.format != SGLANG_EAGLE3 or not dv.aux_ids:
             return None
@@ -116,7 +136,13 @@ class Setup:
 
     def draft_tensor_where(self, name: str) -> str:
         t = self.draft_tensors[name]
-        return f"{self.draft_dir / t.file}: {self.draft_raw_names[name]}"
+        return f"{self.draft_path / t.file}: {self.draft_raw_names[name]}"
+
+
+def _loaded(value: _T | None, what: str) -> _T:
+    if value is None:
+        raise RuntimeError(f"{what} was read by a check that runs before it is loaded")
+    return value
 
 
 def run_rules(setup: Setup, add: Callable[[Diagnostic], Any], guard: Callable[[str, Callable[[], None]], None]) -> None:

@@ -242,7 +242,9 @@ class Patch:
         return d.replace(what=f"{d.what} - eagle3-patches ({self.name}) refuses this at start")
 
     def enabled_by(self, s: settings.Settings) -> bool:
-        """Selected by a plain ``apply()`` under settings ``s`` (on by default, or listed in ``EAGLE3_PATCHES_ENABLE``)."""
+        """Selected by a plain ``apply()`` under settings ``s`` (on by default, or listed in
+        ``EAGLE3_PATCHES_ENABLE``).
+        """
         return self.default_enabled or self.name in s.enable
 
     def covers(self, version: Any) -> bool:

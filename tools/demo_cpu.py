@@ -64,11 +64,13 @@ def main(argv=None) -> int:
     draft = str(tiny_models.build_trained_eagle3_draft(WORK))
     cfg = json.loads((Path(draft) / "config.json").read_text())
     print(
-        f"tiny Kimi-K2.5 target: {target}\n  hidden {H}, {tiny_models.NUM_LAYERS} layers, vocab {tiny_models.VOCAB}, random weights"
+        f"tiny Kimi-K2.5 target: {target}\n  hidden {H}, {tiny_models.NUM_LAYERS} layers, vocab {tiny_models.VOCAB}, "
+        "random weights"
     )
     print(
         f"trained EAGLE-3 draft: {draft}\n  aux ids {cfg['eagle_config']['eagle_aux_hidden_state_layer_ids']}, "
-        f"fc {3 * H} -> {H}, draft vocab {cfg['draft_vocab_size']} (tools/train_tiny_draft.py, from hidden_state_dump shards)"
+        f"fc {3 * H} -> {H}, draft vocab {cfg['draft_vocab_size']} (tools/train_tiny_draft.py, from hidden_state_dump "
+        "shards)"
     )
     ps = prompts(args.prompts)
     kw = dict(api="generate", max_new_tokens=args.max_new_tokens, timeout=600)
@@ -128,11 +130,13 @@ def main(argv=None) -> int:
         elif r.get("hop") == "draft_input" and r.get("fc_applied") is not None:
             print(
                 f"  probe (in the server): draft input in {r.get('mode')}: width {r.get('width')}, "
-                f"fc {'applied' if r.get('fc_applied') else 'SKIPPED'}, fc input {r.get('fc_input_shape')} (3 x {H} = {3 * H})"
+                f"fc {'applied' if r.get('fc_applied') else 'SKIPPED'}, fc input {r.get('fc_input_shape')} (3 x {H} = "
+                f"{3 * H})"
             )
         elif r.get("hop") == "target_output" and r.get("width"):
             print(
-                f"  probe (in the server): target output in {r.get('mode')}: layers_to_capture {r.get('layers_to_capture')}, width {r.get('width')}"
+                f"  probe (in the server): target output in {r.get('mode')}: layers_to_capture "
+                f"{r.get('layers_to_capture')}, width {r.get('width')}"
             )
     print("  patch status in the server's processes:")
     for item in status_line(eagle3.log()).split(", "):

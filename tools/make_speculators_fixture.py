@@ -51,7 +51,8 @@ from eagle3_patches.testing import tiny_models as tm  # noqa: E402
 
 SPECULATORS_VERSION = "0.9.0"
 OUT = ROOT / "eagle3_patches" / "testing" / "data" / "speculators_eagle3_draft"
-#: speculators' meaning (HF hidden_states index: the input of layer N) of the output-of-layer ids the draft was trained on
+#: speculators' meaning (HF hidden_states index: the input of layer N) of the output-of-layer ids the draft was trained
+#: on
 AUX_IDS = [i + 1 for i in tm.DRAFT_AUX_IDS]
 VERIFIER = "tiny-kimi-k25"
 
@@ -121,7 +122,8 @@ def write(out: Path) -> list[str]:
     code = out / "config.py"
     if not code.is_file():
         raise SystemExit(
-            f"speculators {SPECULATORS_VERSION} no longer writes config.py: update the docstring and docs/checkpoints.md"
+            f"speculators {SPECULATORS_VERSION} no longer writes config.py: update the docstring and "
+            "docs/checkpoints.md"
         )
     code.unlink()
     return sorted(p.name for p in out.iterdir())

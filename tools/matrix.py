@@ -2,7 +2,7 @@
 """The sglang release matrix: one isolated CPU venv per release, the behavioural suite,
 ``eagle3-patches status`` and ``eagle3-patches selftest`` in each, and docs/compat.md generated from the results.
 
-    python tools/matrix.py                      # the full matrix (every release from the pinned one to the newest) -> docs/compat.md
+    python tools/matrix.py                      # the full matrix (the pinned release to the newest) -> docs/compat.md
     python tools/matrix.py --releases 0.5.9,0.5.13
     python tools/matrix.py --releases 0.5.10..0.5.14
     python tools/matrix.py --ci                 # pinned + newest known -> .matrix/ci-report.md
@@ -12,8 +12,9 @@
 
 Each release gets ``.matrix/venv-<release>`` (gitignored): requirements-test.txt with the release's
 own ``transformers`` (and ``openai``) pin read from the wheel's METADATA, the extras of
-tools/matrix_releases.json (a release inherits those of the nearest listed release before it), torch 2.13.0 (CPU) everywhere, then the sglang wheel with ``--no-deps``
-and a ``.pth`` that puts this checkout on ``sys.path`` (nothing is written into the checkout).
+tools/matrix_releases.json (a release inherits those of the nearest listed release before it), torch 2.13.0 (CPU)
+everywhere, then the sglang wheel with ``--no-deps`` and a ``.pth`` that puts this checkout on ``sys.path``
+(nothing is written into the checkout).
 A venv is rebuilt only when its inputs change.  It is built with ``uv`` (``uv venv --seed``, ``uv pip install``
 with this machine's pip configuration passed on, and pip's rule of the best match across indexes) when uv is
 installed, else with pip (``--installer`` forces one); both keep their cache in ``.matrix/cache`` for every
@@ -396,7 +397,8 @@ def setup_release(version: str, data: dict, installer: str = "pip") -> dict:
         req_file = MATRIX / f"requirements-{version}.txt"
         req_file.write_text(req_text)
         log(
-            f"{version}: installing with {installer} ({', '.join(pins.values()) or 'no pins'}) -> {venv.relative_to(ROOT)}"
+            f"{version}: installing with {installer} ({', '.join(pins.values()) or 'no pins'}) -> "
+            f"{venv.relative_to(ROOT)}"
         )
         with open(logfile, "w") as fh:
             if not py.exists():
@@ -960,7 +962,8 @@ def main(argv: list[str] | None = None) -> int:
         if Version(live) > Version(data["newest_known"]):
             log(
                 f"NOTE: sglang {live} is on PyPI, newer than newest_known {data['newest_known']} in "
-                f"{DATA_FILE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}` and update the data file"
+                f"{DATA_FILE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}` and update the data "
+                "file"
             )
     installer = "pip" if args.report_only else choose_installer(args.installer)
     t0 = time.time()

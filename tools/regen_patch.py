@@ -5,7 +5,8 @@
     python tools/make_fork_tree.py /tmp/edit --upto eagle3_draft_strict_loading
     # 2. edit /tmp/edit/sglang/srt/models/llama_eagle3.py (keep the `# eagle3-patches: <name>` marker)
     # 3. rewrite the diff from (release + earlier patches) -> edited file, and every checksum
-    python tools/regen_patch.py eagle3_draft_strict_loading --edited /tmp/edit/sglang --pristine /tmp/sglang-0.5.9/sglang
+    python tools/regen_patch.py eagle3_draft_strict_loading \\
+        --edited /tmp/edit/sglang --pristine /tmp/sglang-0.5.9/sglang
 
     python tools/regen_patch.py --checksums-only --pristine PATH   # after editing a .patch by hand
 

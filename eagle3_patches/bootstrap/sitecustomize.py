@@ -56,18 +56,20 @@ except Exception as exc:  # never break the interpreter's start-up itself; say w
         from eagle3_patches import settings as _settings
 
         _on_error, _explicit = _settings.current().on_error, _settings.current().on_error_explicit
-    except Exception:  # the library itself cannot be imported (nor its settings): the one direct read
+    except Exception:  # noqa: BLE001 - the library itself cannot be imported (nor its settings): the one direct read
         _on_error = os.environ.get("EAGLE3_PATCHES_ON_ERROR", "").strip().lower()
         _explicit = bool(_on_error)
     _explicit_warn = _explicit and _on_error == "warn"
     _bar = "=" * 100
     sys.stderr.write(
-        f"{_bar}\neagle3-patches: bootstrap FAILED in pid {os.getpid()} ({sys.executable}): EAGLE-3 patches NOT applied\n"
+        f"{_bar}\neagle3-patches: bootstrap FAILED in pid {os.getpid()} ({sys.executable}): EAGLE-3 patches NOT "
+        "applied\n"
         f"  cause: {_reason}\n"
         + (
             "  EAGLE3_PATCHES_ON_ERROR=warn: sglang runs UNPATCHED in this process\n"
             if _explicit_warn
-            else "  sglang will refuse to import in this process (set EAGLE3_PATCHES_ON_ERROR=warn to run it unpatched)\n"
+            else "  sglang will refuse to import in this process (set EAGLE3_PATCHES_ON_ERROR=warn to run it "
+            "unpatched)\n"
         )
         + f"{_bar}\n"
     )

@@ -71,8 +71,8 @@ class ConvertError(Eagle3ConfigError):
     """The source cannot be converted (or the destination cannot be written) safely."""
 
 
-def conversion_error(what: str, **kw: str) -> ConvertError:
-    return ConvertError(what, **kw)
+def conversion_error(what: str, *, where: str = "", found: str = "", expected: str = "", fix: str = "") -> ConvertError:
+    return ConvertError(what, where=where, found=found, expected=expected, fix=fix)
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,8 @@ def build_config(
         raise conversion_error(
             "the source config names no aux layer ids",
             where=f"{config_path}: eagle_aux_hidden_state_layer_ids",
-            fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for Kimi-K2.5)",
+            fix="pass --aux-layer-ids with the ids the draft was trained on (speculators' meaning, e.g. 2,30,58 for "
+            "Kimi-K2.5)",
         )
     ids_where = "--aux-layer-ids" if aux_layer_ids is not None else f"{config_path}: eagle_aux_hidden_state_layer_ids"
     if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
@@ -237,7 +238,8 @@ def build_config(
             where=ids_where,
             found=repr(list(ids))[:200],
             expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
-            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the target)",
+            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the "
+            "target)",
         )
     out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
     convention = L.OUTPUT_OF_LAYER if release is None else L.release_convention(release)
@@ -250,7 +252,8 @@ def build_config(
         )
     if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
         raise conversion_error(
-            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a {num_target_layers}-layer target",
+            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a "
+            f"{num_target_layers}-layer target",
             where=ids_where,
             found=str(ids),
             expected=f"ids in 1..{num_target_layers - 1}",
@@ -343,10 +346,12 @@ def _plan(
     if unknown:
         hints = unknown_tensor_hints(unknown)
         raise conversion_error(
-            f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop them silently)",
+            f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop "
+            "them silently)",
             where=str(src),
             found=first_few(sorted(unknown), 8),
-            expected="fc, layers.0.* (self_attn q/k/v/o, mlp gate/up/down, input_layernorm, post_attention_layernorm, hidden_norm), norm, lm_head, embed_tokens, d2t, t2d",
+            expected="fc, layers.0.* (self_attn q/k/v/o, mlp gate/up/down, input_layernorm, post_attention_layernorm, "
+            "hidden_norm), norm, lm_head, embed_tokens, d2t, t2d",
             fix="; ".join(hints)
             or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
         )
@@ -440,7 +445,7 @@ def plan_conversion(
     return Plan(src_dir, config, out_config, items, renamed, dropped, src_files)
 
 
-def served_sglang_config(path: os.PathLike | str, release: str) -> dict | None:
+def served_sglang_config(path: os.PathLike | str, release: str | None) -> dict | None:
     """The SGLang-format config sglang ``release`` is handed for the speculators draft in the local directory
     ``path`` (``speculators_draft_config``): the converter's config with the aux ids in that release's own
     convention.  None when ``path`` is not a local directory whose ``config.json`` (read through the safe

@@ -14,6 +14,7 @@ Formats of an EAGLE-3 draft (see docs/checkpoints.md):
 
 from __future__ import annotations
 
+import builtins
 import os
 import posixpath
 import stat
@@ -175,7 +176,7 @@ def read_index(path: Path) -> dict[str, str]:
         )
     if all(n == v for v, n in names.items()):
         return wm
-    return {k: names[v] for k, v in wm.items()}
+    return {k: names[v] or v for k, v in wm.items()}  # every name was checked above: none is None here
 
 
 def list_weight_files(path: os.PathLike | str, *, read_the_index: bool = True) -> WeightFiles:
@@ -301,14 +302,15 @@ class _Reader:
             return None
         return v
 
-    def bool(self, key: str, default: bool | None = None) -> bool | None:
+    # the methods below are named after the types they read, so their annotations spell the builtins out
+    def bool(self, key: builtins.str, default: builtins.bool | None = None) -> builtins.bool | None:
         v = self.d.get(key, default)
         if v is None or isinstance(v, bool):
             return v
         self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "true or false"))
         return default
 
-    def dict(self, key: str) -> dict | None:
+    def dict(self, key: builtins.str) -> builtins.dict | None:
         v = self.d.get(key)
         if v is None:
             return None
@@ -317,7 +319,7 @@ class _Reader:
             return None
         return v
 
-    def int_list(self, key: str) -> list[int] | None:
+    def int_list(self, key: builtins.str) -> list[builtins.int] | None:
         v = self.d.get(key)
         if v is None:
             return None
@@ -336,7 +338,7 @@ class _Reader:
             return None
         return list(v)
 
-    def str_list(self, key: str) -> list[str]:
+    def str_list(self, key: builtins.str) -> list[builtins.str]:
         v = self.d.get(key)
         if v is None:
             return []
@@ -496,7 +498,7 @@ def draft_view(config: dict) -> DraftView:
             problems.append(FieldProblem(f"eagle_config.{CONVENTION_KEY}", repr(conv)[:80], " or ".join(CONVENTIONS)))
             conv = None
         convention, stated = (conv, True) if conv else (OUTPUT_OF_LAYER, False)
-        use_aux = er.bool("use_aux_hidden_state")
+        use_aux = bool(er.bool("use_aux_hidden_state"))
         if "eagle_aux_hidden_state_layer_ids" in config:
             ignored_top = top.int_list("eagle_aux_hidden_state_layer_ids")
     draft_vocab = top.int("draft_vocab_size")

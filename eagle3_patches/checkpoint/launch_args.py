@@ -159,7 +159,8 @@ def _strip_program(argv: list[str]) -> tuple[list[str], str, bool]:
         raise LaunchArgsError(
             "unrecognised launch command",
             found=_shown(argv),
-            expected="sglang flags, `python -m sglang.launch_server ...`, `sglang serve ...` or `eagle3-patches run -- ...`",
+            expected="sglang flags, `python -m sglang.launch_server ...`, `sglang serve ...` or `eagle3-patches run "
+            "-- ...`",
             fix="pass the sglang command line (or only its flags) after `--`",
         )
 

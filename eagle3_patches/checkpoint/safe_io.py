@@ -75,8 +75,10 @@ class UnsafeFileError(CheckpointError):
     default_code = "unsafe-file"
 
 
-def checkpoint_error(code: str, what: str, **kw: str) -> CheckpointError:
-    return CheckpointError(what, code=code, **kw)
+def checkpoint_error(
+    code: str, what: str, *, where: str = "", found: str = "", expected: str = "", fix: str = ""
+) -> CheckpointError:
+    return CheckpointError(what, code=code, where=where, found=found, expected=expected, fix=fix)
 
 
 # ------------------------------------------------------------------ paths

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        args.parser.error(str(exc))  # argparse's usage line and exit status 2
+        args.parser.error(str(exc))  # argparse's usage line and exit status 2: it does not return
+        raise AssertionError("unreachable") from None
     except Eagle3Error as exc:
         if settings.current().debug:
             raise

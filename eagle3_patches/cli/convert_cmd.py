@@ -47,7 +47,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "convert",
         help="convert a speculators-format EAGLE-3 draft to SGLang format",
-        description="Convert a speculators EAGLE-3 draft (Eagle3DraftModel / Eagle3Speculator) to SGLang's LlamaForCausalLMEagle3 format.",
+        description="Convert a speculators EAGLE-3 draft (Eagle3DraftModel / Eagle3Speculator) to SGLang's "
+        "LlamaForCausalLMEagle3 format.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -147,7 +148,8 @@ def run(args) -> int:
         + esc(f", dropped {', '.join(res.dropped)}" if res.dropped else "")
     )
     print(
-        f"  aux layer ids {src_ids} (speculators: input of layer N) -> {ec['eagle_aux_hidden_state_layer_ids']} (output of layer N-1)"
+        f"  aux layer ids {src_ids} (speculators: input of layer N) -> {ec['eagle_aux_hidden_state_layer_ids']} "
+        "(output of layer N-1)"
     )
     for note in res.cleaned:
         print(f"  note: {esc(note)}")

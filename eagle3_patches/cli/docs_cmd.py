@@ -81,7 +81,8 @@ def run(args) -> int:
     found = pages()
     if not found:
         raise Eagle3Error(
-            f"eagle3-patches: no documentation pages in this install (the package data {DOCS_PACKAGE}); reinstall eagle3-patches"
+            f"eagle3-patches: no documentation pages in this install (the package data {DOCS_PACKAGE}); reinstall "
+            "eagle3-patches"
         )
     if args.page is None:
         print("eagle3-patches docs PAGE prints a page:\n" + listing(found))

@@ -47,7 +47,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "doctor",
         help="check a target + EAGLE-3 draft + launch flags before starting a server",
-        description="Preflight checks of an EAGLE-3 setup: configs, safetensors headers, d2t, aux layer ids, launch flags.",
+        description="Preflight checks of an EAGLE-3 setup: configs, safetensors headers, d2t, aux layer ids, launch "
+        "flags.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+from typing import Any
 
 from ..sglang_version import installed_sglang_version
 from ..version import __version__
@@ -39,7 +40,7 @@ def resolve_status(cpu_profile: bool = False) -> dict:
     import eagle3_patches
 
     version = installed_sglang_version()
-    report = {"eagle3_patches": __version__, "sglang": str(version) if version else None, "patches": []}
+    report: dict[str, Any] = {"eagle3_patches": __version__, "sglang": str(version) if version else None, "patches": []}
     if version is None:
         report["patches"] = [
             {**s.as_dict(), "state": "not-applicable", "reason": "sglang is not installed"}

@@ -25,8 +25,8 @@ copies between ``req_to_token`` rows and flat int64 slot vectors.
 
 :class:`CpuCacheLocOps` puts them in place only where sglang's module-level name *is* a stand-in,
 never over a real CPU build, and keeps the originals in the ``Saver``; an op name the release does not
-import is left out (the draft-slot op is in ``cache_locs`` only from 0.5.23, where ``eagle_worker_common`` and ``spec_utils`` import none).  Releases before 0.5.16 have no such
-names: the patches report ``not-applicable`` there.
+import is left out (the draft-slot op is in ``cache_locs`` only from 0.5.23, where ``eagle_worker_common`` and
+``spec_utils`` import none).  Releases before 0.5.16 have no such names: the patches report ``not-applicable`` there.
 """
 
 from __future__ import annotations

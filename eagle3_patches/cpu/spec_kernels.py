@@ -321,7 +321,7 @@ def verify_tree_greedy_like(original):
         verify_tree_greedy(*tensors)
         return tensors[0], tensors[1], tensors[2]
 
-    verify_tree_greedy_func.__signature__ = signature
+    verify_tree_greedy_func.__signature__ = signature  # type: ignore[attr-defined]  # inspect reads it
     verify_tree_greedy_func.__doc__ = f"CPU stand-in for {original.__module__}.verify_tree_greedy_func."
     return verify_tree_greedy_func
 
@@ -389,7 +389,7 @@ class CpuSpecKernels(Patch):
         verify = verify_tree_greedy_like(original)
         for mod in (utils, sys.modules.get(_EAGLE_INFO_V2), info):
             held = getattr(mod, "verify_tree_greedy_func", None) if mod is not None else None
-            if held is None:
+            if mod is None or held is None:
                 continue
             if held is not original:
                 raise NotApplicable(f"{mod.__name__}.verify_tree_greedy_func is no longer eagle_utils' function")

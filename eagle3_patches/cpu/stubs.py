@@ -48,10 +48,10 @@ class _StubModule(types.ModuleType):
         return value
 
 
-def _new_stub(name: str) -> types.ModuleType:
+def _new_stub(name: str) -> Any:
     mod = _StubModule(name)
     mod.__path__ = []  # a package: submodules resolve through the finder
-    mod.__spec__ = importlib.machinery.ModuleSpec(name, _StubFinder, is_package=True)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, _StubFinder, is_package=True)  # type: ignore[arg-type]
     setattr(mod, STUB_MARKER, True)
     return mod
 
@@ -92,7 +92,7 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(cls, fullname, path=None, target=None):  # noqa: D401
         root, _, rest = fullname.partition(".")
         if rest and rest.split(".")[0] not in _ABSENT.get(root, ()) and is_stub(sys.modules.get(root)):
-            return importlib.machinery.ModuleSpec(fullname, cls, is_package=True)
+            return importlib.machinery.ModuleSpec(fullname, cls, is_package=True)  # type: ignore[arg-type]
         return None
 
     @classmethod

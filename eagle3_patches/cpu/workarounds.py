@@ -159,7 +159,10 @@ class TreeMaskModeForBackend(Patch):
                 return modes.FULL_MASK
             return mode
 
-        default_tree_mask_mode.__doc__ = f"{original.__module__}.default_tree_mask_mode, FULL_MASK unless intel_amx serves verify (eagle3-patches CPU profile)."
+        default_tree_mask_mode.__doc__ = (
+            f"{original.__module__}.default_tree_mask_mode, FULL_MASK unless intel_amx serves verify"
+            " (eagle3-patches CPU profile)."
+        )
         saver.set(module, "default_tree_mask_mode", default_tree_mask_mode, imported_by="sglang.")
 
 

@@ -81,7 +81,7 @@ def load_draft(ctx: Context, path) -> None:
 
 
 def check_draft_weights(ctx: Context) -> None:
-    d = ctx.draft_dir
+    d = ctx.draft_path
     wf: WeightFiles = list_weight_files(d)
     if not wf.files:
         if wf.pickles:
@@ -147,7 +147,7 @@ def check_draft_weights(ctx: Context) -> None:
 
 
 def check_draft_format(ctx: Context) -> None:
-    dv = ctx.draft
+    dv = ctx.draft_view
     if dv.format == SPECULATORS:
         # that stock sglang cannot read it: speculators_draft_config's preflight rule; what no sglang can run,
         # in the converter's words (the converter and speculators_draft_config refuse it with the same message)
@@ -190,7 +190,8 @@ def check_draft_format(ctx: Context) -> None:
         ctx.add(
             WARNING,
             "draft-not-eagle3",
-            "the draft config does not look like an EAGLE-3 draft (no Eagle3 architecture, no eagle_config, no speculators_model_type)",
+            "the draft config does not look like an EAGLE-3 draft (no Eagle3 architecture, no eagle_config, no "
+            "speculators_model_type)",
             where=ctx.dcfg("architectures"),
             found=str(dv.architectures),
         )
@@ -198,11 +199,11 @@ def check_draft_format(ctx: Context) -> None:
 
 # ---------------------------------------------------------------- tensors
 def check_draft_tensors(ctx: Context) -> None:
-    dv = ctx.draft
+    dv = ctx.draft_view
     if not ctx.draft_weights_read and not ctx.draft_tensors:
         return
     exp = expected_draft_tensors(ctx)  # unknown / missing keys: eagle3_draft_strict_loading's preflight rule
-    d = ctx.draft_dir
+    d = ctx.draft_path
     for name, (shape, _) in exp.items():
         t = ctx.draft_tensors.get(name)
         if t is None or shape is None or name in ("d2t", "t2d", "fc.weight"):  # judged by the d2t and fc checks
@@ -237,7 +238,8 @@ def check_draft_tensors(ctx: Context) -> None:
         ctx.add(
             WARNING,
             "draft-vocab-missing",
-            "the draft config has no draft_vocab_size: sglang then replaces the draft's lm_head by the target's full one",
+            "the draft config has no draft_vocab_size: sglang then replaces the draft's lm_head by the target's full "
+            "one",
             where=ctx.dcfg("draft_vocab_size"),
             fix="set draft_vocab_size to the number of rows of lm_head.weight",
         )
@@ -245,7 +247,8 @@ def check_draft_tensors(ctx: Context) -> None:
         ctx.add(
             WARNING,
             "draft-tied-embeddings",
-            "tie_word_embeddings is true: sglang makes the draft's lm_head the target's embedding and ignores lm_head.weight",
+            "tie_word_embeddings is true: sglang makes the draft's lm_head the target's embedding and ignores "
+            "lm_head.weight",
             where=ctx.dcfg("tie_word_embeddings"),
             fix="set tie_word_embeddings to false unless the draft really was trained tied",
         )
@@ -269,17 +272,17 @@ def _read_small(ctx: Context, name: str):
             ERROR,
             f"{name}-invalid",
             f"{name} is implausibly large ({t.nbytes} bytes); not read",
-            where=f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}",
+            where=f"{ctx.draft_path / t.file}: {ctx.draft_raw_names[name]}",
             found=str(list(t.shape)),
             fix="re-export it",
         )
         return None
     from safetensors import safe_open  # a dependency
 
-    where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names[name]}"
+    where = f"{ctx.draft_path / t.file}: {ctx.draft_raw_names[name]}"
     try:
         with (
-            open_checkpoint_file(ctx.draft_dir, t.file, what="draft shard") as cf,
+            open_checkpoint_file(ctx.draft_path, t.file, what="draft shard") as cf,
             safe_open(cf.library_path, framework="np") as f,
         ):
             value = f.get_tensor(ctx.draft_raw_names[name])
@@ -298,12 +301,12 @@ def _read_small(ctx: Context, name: str):
 
 
 def check_d2t(ctx: Context) -> None:
-    dv = ctx.draft
+    dv = ctx.draft_view
     if "d2t" not in ctx.draft_tensors or not ctx.draft_weights_read:
         return
     target_vocab = ctx.target.vocab if ctx.target and ctx.target.vocab else dv.vocab
     t = ctx.draft_tensors["d2t"]
-    where = f"{ctx.draft_dir / t.file}: {ctx.draft_raw_names['d2t']}"
+    where = f"{ctx.draft_path / t.file}: {ctx.draft_raw_names['d2t']}"
     if t.dtype not in INT_DTYPES or len(t.shape) != 1:
         ctx.add(
             ERROR,
@@ -328,7 +331,7 @@ def check_d2t(ctx: Context) -> None:
     # t2d: sglang skips it, but an inconsistent one says the export went wrong
     if "t2d" in ctx.draft_tensors:
         tt = ctx.draft_tensors["t2d"]
-        twhere = f"{ctx.draft_dir / tt.file}: {ctx.draft_raw_names['t2d']}"
+        twhere = f"{ctx.draft_path / tt.file}: {ctx.draft_raw_names['t2d']}"
         if tt.dtype != "BOOL" or tt.shape != (target_vocab,):
             ctx.add(
                 WARNING,
@@ -348,7 +351,8 @@ def check_d2t(ctx: Context) -> None:
             ctx.add(
                 WARNING,
                 "t2d-invalid",
-                "t2d does not mark exactly the target ids that d2t maps to (sglang ignores t2d, but d2t and t2d came from different exports)",
+                "t2d does not mark exactly the target ids that d2t maps to (sglang ignores t2d, but d2t and t2d came "
+                "from different exports)",
                 where=twhere,
                 found=f"{int(t2d.sum())} marked, {int(t2d[hot].sum())} of d2t's targets marked",
                 expected=f"{d2t.shape[0]} marked, all of d2t's targets",
@@ -375,7 +379,7 @@ def _resolve_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str
 
 
 def check_dtypes(ctx: Context) -> None:
-    dv = ctx.draft
+    dv = ctx.draft_view
     flag = ctx.launch.dtype
     ddt, dwhy = _resolve_dtype(dv.dtype, flag)
     if ctx.target is not None:
@@ -384,7 +388,8 @@ def check_dtypes(ctx: Context) -> None:
             ctx.add(
                 ERROR,
                 "dtype-mismatch",
-                f"the draft would run in {ddt} but the target's aux hidden states are {tdt}: the draft's fc raises a dtype error at the first forward",
+                f"the draft would run in {ddt} but the target's aux hidden states are {tdt}: the draft's fc raises a "
+                "dtype error at the first forward",
                 where=ctx.dcfg("torch_dtype"),
                 found=f"draft: {dwhy}; target: {twhy}",
                 expected=f"the draft running in {tdt}",
@@ -407,8 +412,9 @@ def check_dtypes(ctx: Context) -> None:
             ctx.add(
                 ERROR,
                 "tensor-dtype",
-                f"{raw} is stored as {t.dtype}, not a floating-point dtype: the loader copies raw integers into a float parameter",
-                where=f"{ctx.draft_dir / t.file}: {raw}",
+                f"{raw} is stored as {t.dtype}, not a floating-point dtype: the loader copies raw integers into a "
+                "float parameter",
+                where=f"{ctx.draft_path / t.file}: {raw}",
                 found=t.dtype,
                 expected=" / ".join(sorted(FLOAT_DTYPES)),
                 fix="re-export the draft's weights as floats",

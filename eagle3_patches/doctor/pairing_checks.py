@@ -11,12 +11,13 @@ from .context import Context
 
 # ---------------------------------------------------------------- sizes
 def check_sizes(ctx: Context) -> None:
-    dv, tv = ctx.draft, ctx.target
+    dv, tv = ctx.draft_view, ctx.target_view
     if dv.hidden and tv.hidden and dv.hidden != tv.hidden:
         ctx.add(
             ERROR,
             "hidden-mismatch",
-            "the draft's hidden size differs from the target's: sglang gives the draft the target's embedding, so its input is the wrong width",
+            "the draft's hidden size differs from the target's: sglang gives the draft the target's embedding, so its "
+            "input is the wrong width",
             where=ctx.dcfg(dv.layer_prefix + "hidden_size"),
             found=f"draft {dv.hidden}",
             expected=f"target {tv.hidden}",
@@ -36,7 +37,8 @@ def check_sizes(ctx: Context) -> None:
         ctx.add(
             ERROR,
             "vocab-mismatch",
-            "the draft's vocab_size differs from the target's: d2t/t2d and the shared embedding index the target vocabulary",
+            "the draft's vocab_size differs from the target's: d2t/t2d and the shared embedding index the target "
+            "vocabulary",
             where=ctx.dcfg(dv.layer_prefix + "vocab_size"),
             found=f"draft {dv.vocab}",
             expected=f"target {tv.vocab}",
@@ -76,7 +78,7 @@ def check_sizes(ctx: Context) -> None:
 # ---------------------------------------------------------------- fc
 def check_fc_shape(ctx: Context) -> None:
     """fc.weight is a [hidden, k x target hidden] matrix (its width against the aux ids: eagle3_fc_guard's rule)."""
-    dv = ctx.draft
+    dv = ctx.draft_view
     fc = ctx.draft_tensors.get("fc.weight")
     th, k = ctx.fc_input()
     if fc is not None and len(fc.shape) != 2:
@@ -105,7 +107,7 @@ def check_fc_shape(ctx: Context) -> None:
 def check_layer_ids(ctx: Context) -> None:
     """The ids as the draft states them; what sglang does with them is judged by the rules of
     aux_capture_validation (ids sglang cannot capture) and layer_id_convention (what they mean)."""
-    dv = ctx.draft
+    dv = ctx.draft_view
     if not dv.is_eagle3:
         return
     n = ctx.target.num_layers if ctx.target else None
@@ -115,11 +117,12 @@ def check_layer_ids(ctx: Context) -> None:
             ctx.add(
                 ERROR,
                 "aux-ids-ignored",
-                "the layer ids are at the top level of config.json, where sglang never reads them; it uses its defaults instead",
+                "the layer ids are at the top level of config.json, where sglang never reads them; it uses its "
+                "defaults instead",
                 where=ctx.dcfg("eagle_aux_hidden_state_layer_ids"),
                 found=str(dv.ignored_top_level_ids),
                 expected="eagle_config.eagle_aux_hidden_state_layer_ids",
-                fix="move them into eagle_config (and state eagle_config.%s)" % L.CONVENTION_KEY,
+                fix=f"move them into eagle_config (and state eagle_config.{L.CONVENTION_KEY})",
             )
         defaults = L.default_capture_points(n) if n else None
         outputs = [p - 1 for p in defaults] if defaults else None
@@ -149,12 +152,13 @@ def check_layer_ids(ctx: Context) -> None:
             fix="list the 3 target layers the draft was trained on",
         )
         return
-    intended = dv.output_ids
+    intended = dv.output_ids or []  # aux_ids is a list here, so are its output ids
     if not dv.convention_stated and dv.format == SGLANG_EAGLE3:
         ctx.add(
             INFO,
             "aux-ids-convention-assumed",
-            f"the draft config does not state what its ids mean; assuming {L.OUTPUT_OF_LAYER} (sglang <= 0.5.12 / SpecForge: id i = output of layer i)",
+            f"the draft config does not state what its ids mean; assuming {L.OUTPUT_OF_LAYER} (sglang <= 0.5.12 / "
+            "SpecForge: id i = output of layer i)",
             where=where,
             fix=f'state it: eagle_config.{L.CONVENTION_KEY} = "{L.OUTPUT_OF_LAYER}" (eagle3-patches convert writes it)',
         )
@@ -166,17 +170,20 @@ def check_layer_ids(ctx: Context) -> None:
                 ctx.add(
                     ERROR,
                     "aux-ids-out-of-range",
-                    f"speculators ids {bad} (HF hidden_states index) have no capture point in sglang on a {n}-layer target (valid 1..{n - 1})",
+                    f"speculators ids {bad} (HF hidden_states index) have no capture point in sglang on a {n}-layer "
+                    f"target (valid 1..{n - 1})",
                     where=where,
                     found=str(ids),
                     expected=f"ids in 1..{n - 1}",
-                    fix="id 0 (embeddings) and id num_layers (final state) cannot be captured by sglang: retrain on inner layers",
+                    fix="id 0 (embeddings) and id num_layers (final state) cannot be captured by sglang: retrain on "
+                    "inner layers",
                 )
             else:
                 ctx.add(
                     INFO,
                     "aux-ids-capture",
-                    f"ids {ids} (speculators' meaning) are the outputs of layers {intended} of {n} (what `eagle3-patches convert` writes, and what speculators_draft_config hands sglang)",
+                    f"ids {ids} (speculators' meaning) are the outputs of layers {intended} of {n} (what "
+                    "`eagle3-patches convert` writes, and what speculators_draft_config hands sglang)",
                     where=where,
                 )
         return

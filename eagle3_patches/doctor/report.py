@@ -13,7 +13,8 @@ from ..terminal import escape_terminal
 
 _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 
-#: findings of one code listed one by one; the rest are counted in one summary finding (a hostile checkpoint can have 100k tensors)
+#: findings of one code listed one by one; the rest are counted in one summary finding (a hostile checkpoint can have
+#: 100k tensors)
 MAX_FINDINGS_PER_CODE = 20
 #: d2t / t2d larger than this are not read (a corrupted shape, not a vocabulary)
 
@@ -26,7 +27,9 @@ class Report:
 
     # -- building
     def add(self, severity: str, code: str, what: str, **kw: str) -> Diagnostic:
-        """Record a finding; past :data:`MAX_FINDINGS_PER_CODE` of one code they are only counted (see :meth:`close`)."""
+        """Record a finding; past :data:`MAX_FINDINGS_PER_CODE` of one code they are only counted (see
+        :meth:`close`).
+        """
         return self.add_diagnostic(Diagnostic.make(severity, code, what, **kw))
 
     def add_diagnostic(self, f: Diagnostic) -> Diagnostic:
@@ -131,8 +134,9 @@ class Report:
 def _human(n: int | None) -> str:
     if n is None:
         return "?"
+    size = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)

@@ -77,10 +77,10 @@ def doctor(
     if sglang_version is not None:
         version, vsrc = parse_version(sglang_version), "--sglang-version"
     else:
-        version = installed_sglang_version()
-        vsrc = "installed"
-        if version is None:
-            version, vsrc = PINNED, "assumed: sglang is not installed here"
+        installed = installed_sglang_version()
+        version, vsrc = (
+            (installed, "installed") if installed is not None else (PINNED, "assumed: sglang is not installed here")
+        )
     rf = facts(version)
 
     # algorithm

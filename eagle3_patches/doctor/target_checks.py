@@ -34,13 +34,15 @@ def load_target(ctx: Context, path) -> None:
             fix="repair the target's config.json",
         )
     ctx.report.facts["target"] = (
-        f"{d} ({tv.arch or tv.model_type or 'unknown architecture'}, {tv.num_layers} layers, hidden {tv.hidden}, vocab {tv.vocab}, dtype {tv.dtype})"
+        f"{d} ({tv.arch or tv.model_type or 'unknown architecture'}, {tv.num_layers} layers, hidden {tv.hidden}, "
+        f"vocab {tv.vocab}, dtype {tv.dtype})"
     )
     if not tv.deepseek_family:
         ctx.add(
             INFO,
             "target-architecture",
-            f"target architecture {tv.arch or '?'} is not in the DeepSeek-V3 family; capture rules are checked as sglang's DeepseekV2ForCausalLM applies them",
+            f"target architecture {tv.arch or '?'} is not in the DeepSeek-V3 family; capture rules are checked as "
+            "sglang's DeepseekV2ForCausalLM applies them",
             where=ctx.tcfg("architectures", top=True),
         )
 
@@ -50,7 +52,7 @@ _TARGET_CHECKED = ("embed_tokens.weight", "lm_head.weight")  # the target tensor
 
 def check_target_weights(ctx: Context) -> None:
     """Every shard header (validated by the safetensors library) and the whole index against them."""
-    d = ctx.target_dir
+    d = ctx.target_path
     wf = list_weight_files(d)
     if not wf.files:
         if wf.pickles:
@@ -116,7 +118,7 @@ def check_target_weights(ctx: Context) -> None:
             found=", ".join(absent[:5]),
             fix="re-download the index and shards together",
         )
-    tv = ctx.target
+    tv = ctx.target_view
     for t in ctx.target_tensors.values():
         if len(t.shape) != 2 or (tv.hidden and tv.vocab and (t.shape[1] != tv.hidden or t.shape[0] < tv.vocab)):
             ctx.add(
@@ -131,7 +133,7 @@ def check_target_weights(ctx: Context) -> None:
 
 
 def check_target_release(ctx: Context) -> None:
-    tv = ctx.target
+    tv = ctx.target_view
     if tv.is_kimi_k25 and ctx.algorithm in ("EAGLE", "EAGLE3", "NEXTN") and not ctx.rf.has_kimi_k25:
         ctx.add(
             ERROR,

@@ -259,7 +259,7 @@ class Watchdog:
 
     # -- after the probe was armed
     def _follow_probe(self) -> None:
-        self.waiting += 1
+        self.waiting = (self.waiting or 0) + 1
         records = self.probe.records()
         if not records and self.waiting < PROBE_WAIT_BATCHES:
             return
@@ -358,7 +358,9 @@ class Gauges:
         if dog.diagnosis is not None:
             d = dog.diagnosis
             key = (
-                ("none", "none", "ok") if d == "ok" else (str(d.context.get("hop")), str(d.context.get("mode")), d.code)
+                ("none", "none", "ok")
+                if isinstance(d, str)
+                else (str(d.context.get("hop")), str(d.context.get("mode")), d.code)
             )
             if key != self._verdict:
                 if self._verdict is not None:

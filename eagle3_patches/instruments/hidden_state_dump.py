@@ -288,7 +288,8 @@ def _not_a_served_forward() -> bool:
         _WARNED_GRAPHS.append(True)
         logger.warning(
             "eagle3-patches: hidden_state_dump: sglang is capturing CUDA graphs; decode steps replayed from them never "
-            "reach Python and will not be dumped (prefill rows are). Serve with --disable-cuda-graph to dump decode rows too."
+            "reach Python and will not be dumped (prefill rows are). Serve with --disable-cuda-graph to dump decode "
+            "rows too."
         )
     return True
 

@@ -178,7 +178,8 @@ def _target_cause(rec: dict, expected: int) -> tuple[str, str, list[str]]:
         if algo == "EAGLE3":
             model = rec.get("model") or "the target"
             return (
-                f"target not capturing although the algorithm is EAGLE3: set_eagle3_layers_to_capture never reached the "
+                "target not capturing although the algorithm is EAGLE3: set_eagle3_layers_to_capture never reached "
+                "the "
                 f"language model that runs the layers of {model} (a wrapper such as Kimi-K2.5's "
                 "KimiK25ForConditionalGeneration on sglang 0.5.9 without delegation, or a hand-written delegation that "
                 "sets the flag on the wrapper only)",
@@ -186,11 +187,12 @@ def _target_cause(rec: dict, expected: int) -> tuple[str, str, list[str]]:
                 ["kimi-k25-delegation"],
             )
         return (
-            f"target not capturing: --speculative-algorithm {algo or 'none'} does not make the target capture aux layers",
+            f"target not capturing: --speculative-algorithm {algo or 'none'} does not make the target capture aux "
+            "layers",
             SPEC_FIX_EAGLE3,
             ["algorithm-eagle-with-eagle3-draft"],
         )
-    if hidden and width % hidden == 0:
+    if hidden and width is not None and width % hidden == 0:
         got = width // hidden
         if k is not None and len(layers) != k and got == len(layers):
             return (
@@ -202,7 +204,8 @@ def _target_cause(rec: dict, expected: int) -> tuple[str, str, list[str]]:
             )
         return (
             f"{got} of {len(layers)} configured states captured (layers_to_capture {layers}): a layer id the forward "
-            "never reaches (out of range), duplicate ids, pipeline parallel (only the last stage captures) or two-batch "
+            "never reaches (out of range), duplicate ids, pipeline parallel (only the last stage captures) or "
+            "two-batch "
             "overlap (the overlapped layers capture nothing)",
             "run `eagle3-patches doctor --target T --draft D -- <launch flags>` and keep aux_capture_validation on",
             ["aux-ids-out-of-range", "aux-ids-duplicate", "pipeline-parallel", "two-batch-overlap"],
@@ -235,7 +238,7 @@ def _judge_draft(rec: dict, context: dict) -> Diagnostic | None:
                     "the target handed over one layer's width: --speculative-algorithm EAGLE with an EAGLE-3 draft, or "
                     "a target that does not capture its aux layers (run the probe on the target too)"
                 )
-                fix, doctor = SPEC_FIX_EAGLE3, ["algorithm-eagle-with-eagle3-draft"]
+                fix, doctor = SPEC_FIX_EAGLE3, ("algorithm-eagle-with-eagle3-draft",)
             if rec.get("error"):
                 what = (
                     f"{width}-wide states (one layer's width) entered the draft and its forward raised "
@@ -284,7 +287,9 @@ def _judge_draft(rec: dict, context: dict) -> Diagnostic | None:
 
 
 def _problem(rec: dict, kind: str, what: str, *, doctor: Iterable[str] = (), **kw: Any) -> Diagnostic:
-    """One probe finding (code ``probe-width`` / ``probe-nan``); ``doctor``: the doctor codes that check for the cause."""
+    """One probe finding (code ``probe-width`` / ``probe-nan``); ``doctor``: the doctor codes that check
+    for the cause.
+    """
     hop, mode, pid, rank = rec.get("hop", "?"), rec.get("mode", "?"), rec.get("pid"), rec.get("tp_rank")
     return Diagnostic.make(
         ERROR,
@@ -309,7 +314,8 @@ def summarize(rec: dict) -> str:
             return f"{head}: {rec.get('algorithm') or 'no speculation'}, no hidden states stored"
         ids = rec.get("aux_ids_configured")
         cap = (
-            f"aux ids {ids if ids is not None else 'sglang defaults'} -> layers_to_capture {rec.get('layers_to_capture')}, "
+            f"aux ids {ids if ids is not None else 'sglang defaults'} -> layers_to_capture "
+            f"{rec.get('layers_to_capture')}, "
             f"{rec.get('captured_states')} state(s) captured"
             if rec.get("capture_aux_hidden_states")
             else "capture off (final normed state)"

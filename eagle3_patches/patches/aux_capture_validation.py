@@ -79,7 +79,8 @@ def validate_layer_ids(layer_ids, num_layers: int) -> None:
         )
     if list(layer_ids) != sorted(set(layer_ids)):  # a duplicate or a step down
         raise Eagle3ConfigError(
-            "EAGLE-3 aux layer ids must be distinct and ascending: sglang captures in layer order and merges duplicates",
+            "EAGLE-3 aux layer ids must be distinct and ascending: sglang captures in layer order and merges "
+            "duplicates",
             where=where,
             found=repr(list(layer_ids)),
             expected=repr(sorted(set(layer_ids))),
@@ -241,7 +242,8 @@ class AuxCaptureValidation(Patch):
             out.add(
                 ERROR,
                 "aux-ids-out-of-range",
-                f"ids {[i for i, p in zip(ids, cap.points) if p in cap.never_reached]} make sglang {v} capture before layers "
+                f"ids {[i for i, p in zip(ids, cap.points) if p in cap.never_reached]} make sglang {v} capture before "
+                "layers "
                 f"{list(cap.never_reached)}, which "
                 + (f"a {n}-layer target never reaches" if n else "can never be reached")
                 + f": {len(cap.outputs)} states instead of {len(ids)} and an fc shape error",
@@ -269,7 +271,8 @@ class AuxCaptureValidation(Patch):
                 where=where,
                 found=str(ids),
                 expected=str(sorted(ids)),
-                fix="sort the ids only if the draft was trained with them sorted; otherwise it cannot be served correctly by sglang",
+                fix="sort the ids only if the draft was trained with them sorted; otherwise it cannot be served "
+                "correctly by sglang",
             )
         return out
 

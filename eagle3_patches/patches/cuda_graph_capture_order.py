@@ -185,8 +185,10 @@ class CudaGraphCaptureOrder(Patch):
             out.add(
                 ERROR,
                 "cuda-graph-capture-order",
-                f"sglang {setup.version} captures its CUDA graphs with the default layers (before {default}) before it sets the "
-                f"configured ones (before {configured}): decode batches replayed from graphs feed the draft other layers than "
+                f"sglang {setup.version} captures its CUDA graphs with the default layers (before {default}) before "
+                "it sets the "
+                f"configured ones (before {configured}): decode batches replayed from graphs feed the draft other "
+                "layers than "
                 "eager prefill (accept length drops, no error)" + setup.once_eagle3,
                 where="CUDA graphs (on by default)",
                 found=f"graphs: before layers {default}; eager: before layers {configured}",

@@ -83,7 +83,8 @@ def check_algorithm(server_args) -> None:
         return
     if settings.current().upgrade_algorithm:
         logger.warning(
-            "eagle3-patches: --speculative-algorithm %s with an EAGLE-3 draft (%s); upgraded to EAGLE3 because %s is set",
+            "eagle3-patches: --speculative-algorithm %s with an EAGLE-3 draft (%s); upgraded to EAGLE3 because %s is "
+            "set",
             algorithm,
             evidence,
             settings.UPGRADE_ALGORITHM,
@@ -96,7 +97,8 @@ def check_algorithm(server_args) -> None:
         where=f"--speculative-algorithm {server_args.speculative_algorithm} --speculative-draft-model-path {draft}",
         found=f"an EAGLE-3 draft ({evidence})",
         expected="--speculative-algorithm EAGLE3 for an EAGLE-3 draft",
-        fix=f"launch with --speculative-algorithm EAGLE3 (or set {settings.UPGRADE_ALGORITHM}=1 to upgrade automatically)",
+        fix=f"launch with --speculative-algorithm EAGLE3 (or set {settings.UPGRADE_ALGORITHM}=1 to upgrade "
+        "automatically)",
     )
 
 
@@ -108,7 +110,10 @@ def _guarded_post_init(wrapped, instance, args, kwargs):
 class Eagle3AlgorithmGuard(Patch):
     name = "eagle3_algorithm_guard"
     order = 70
-    summary = "--speculative-algorithm EAGLE with an EAGLE-3 draft, or EAGLE3 without a draft, is refused at start with the exact flag"
+    summary = (
+        "--speculative-algorithm EAGLE with an EAGLE-3 draft, or EAGLE3 without a draft, is refused at start with the"
+        " exact flag"
+    )
     module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8")
     remedy = "refused"
@@ -138,8 +143,10 @@ class Eagle3AlgorithmGuard(Patch):
         out.add(
             ERROR,
             "algorithm-eagle-with-eagle3-draft",
-            f"--speculative-algorithm {setup.algorithm} with an EAGLE-3 draft ({why}): nothing is captured, the draft gets the "
-            "final normed state, fc is skipped, its lm_head is replaced by the target's, d2t is unused; accept length ~1.0 "
+            f"--speculative-algorithm {setup.algorithm} with an EAGLE-3 draft ({why}): nothing is captured, the draft "
+            "gets the "
+            "final normed state, fc is skipped, its lm_head is replaced by the target's, d2t is unused; accept length "
+            "~1.0 "
             "and no error",
             where="--speculative-algorithm",
             found=setup.algorithm,

@@ -182,7 +182,7 @@ class _LoadLedger:
         self.params = dict(model.named_parameters())
         self.current: str | None = None
         self.writes: dict[str, set] = {}  # parameter -> shard ids written (None: the whole parameter)
-        self.sources: set[str] = set()  # checkpoint names that reached a parameter
+        self.sources: set[str | None] = set()  # checkpoint names that reached a parameter
         self.unobservable: set[str] = set()
         self._undo: list[tuple[object, str, object]] = []
 
@@ -253,7 +253,7 @@ def _defaulted_params(model) -> set[str]:
     """Parameters sglang fills itself when the checkpoint lacks them: kv-cache scales of a ``BaseKVCacheMethod``."""
     from sglang.srt.layers.quantization.kv_cache import BaseKVCacheMethod
 
-    out = set()
+    out: set[str] = set()
     for mname, module in model.named_modules():
         if isinstance(getattr(module, "quant_method", None), BaseKVCacheMethod):
             out.update(
@@ -402,7 +402,8 @@ class Eagle3DraftStrictLoading(Patch):
             out.add(
                 ERROR,
                 "keys-unknown",
-                f"{len(unknown)} tensor(s) LlamaForCausalLMEagle3 has no parameter for: sglang drops them silently (every release)",
+                f"{len(unknown)} tensor(s) LlamaForCausalLMEagle3 has no parameter for: sglang drops them silently "
+                "(every release)",
                 where=str(setup.draft_dir),
                 found=first_few(unknown, 6),
                 expected="fc, midlayer.* (or layers.0.*), norm, lm_head, embed_tokens, d2t, t2d, and the scales of the "
@@ -430,7 +431,8 @@ class Eagle3DraftStrictLoading(Patch):
                 "at their random init without a word",
                 where=str(setup.draft_dir),
                 found=first_few(missing, 8),
-                fix="re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, d2t, t2d)",
+                fix="re-export the draft with every tensor (SpecForge refuses to export without fc, norm, lm_head, "
+                "d2t, t2d)",
             )
         return out
 

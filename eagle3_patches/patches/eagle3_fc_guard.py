@@ -136,7 +136,8 @@ class Eagle3FcGuard(Patch):
             out.add(
                 ERROR,
                 "aux-ids-count",
-                f"sglang {setup.version} builds fc for exactly 3 aux states (hidden_size_in * 3), the draft lists {len(dv.aux_ids)} ids",
+                f"sglang {setup.version} builds fc for exactly 3 aux states (hidden_size_in * 3), the draft lists "
+                f"{len(dv.aux_ids)} ids",
                 where=setup.dcfg(dv.aux_ids_where),
                 found=str(dv.aux_ids),
                 expected="3 ids",

@@ -67,12 +67,16 @@ def check_target_supports_eagle3(server_args) -> None:
         if helper is not None and helper.applies_to:
             first_fixed = next((s.version for s in helper.applies_to if s.operator == "<"), None)
             fix = (
-                f"enable eagle3-patches' {helper.name} for {arch} (remove it from EAGLE3_PATCHES_DISABLE; it applies to "
+                f"enable eagle3-patches' {helper.name} for {arch} (remove it from EAGLE3_PATCHES_DISABLE; it applies "
+                "to "
                 f"sglang {', '.join(str(s) for s in helper.applies_to)})"
                 + (f", or upgrade sglang to >= {first_fixed}" if first_fixed else "")
             )
         else:
-            fix = "serve this target without an EAGLE-3 draft (no patch of eagle3-patches makes it capture on this release)"
+            fix = (
+                "serve this target without an EAGLE-3 draft (no patch of eagle3-patches makes it capture on this"
+                " release)"
+            )
         raise Eagle3TargetError(
             f"the target model {arch} cannot serve an EAGLE-3 draft: it has no {' / '.join(missing)}",
             where=f"--model-path {server_args.model_path} (architectures {archs}) with --speculative-algorithm EAGLE3",

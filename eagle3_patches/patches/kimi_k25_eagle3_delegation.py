@@ -107,11 +107,13 @@ class KimiK25Eagle3Delegation(DelegatingWrapperPatch):
         out.add(
             ERROR,
             "kimi-k25-delegation",
-            f"sglang {setup.version}'s KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture / get_embed_and_head / set_embed_and_head: the server fails at start (AttributeError)",
+            f"sglang {setup.version}'s KimiK25ForConditionalGeneration has no set_eagle3_layers_to_capture / "
+            "get_embed_and_head / set_embed_and_head: the server fails at start (AttributeError)",
             where=setup.tcfg("architectures", top=True),
             found=f"{tv.arch} on sglang {setup.version}",
             expected="sglang >= 0.5.10, or eagle3-patches",
-            fix="launch under `eagle3-patches run -- python -m sglang.launch_server ...` (kimi_k25_eagle3_delegation), or upgrade sglang to >= 0.5.10",
+            fix="launch under `eagle3-patches run -- python -m sglang.launch_server ...` "
+            "(kimi_k25_eagle3_delegation), or upgrade sglang to >= 0.5.10",
         )
         return out
 

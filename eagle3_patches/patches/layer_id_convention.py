@@ -200,7 +200,8 @@ class LayerIdConvention(Patch):
             proposal = L.ids_for_sglang(sorted(intended), setup.version)
             conv = L.OUTPUT_OF_LAYER if setup.rf.plus_one_always else L.INPUT_OF_LAYER
             fix = (
-                f'for sglang {setup.version} write {proposal} with eagle_config.{L.CONVENTION_KEY} = "{conv}" (or serve '
+                f'for sglang {setup.version} write {proposal} with eagle_config.{L.CONVENTION_KEY} = "{conv}" (or '
+                "serve "
                 "on a release that reads the ids as the draft means them)"
             )
         except Eagle3ConfigError as exc:
@@ -209,7 +210,8 @@ class LayerIdConvention(Patch):
         out.add(
             ERROR if dv.convention_stated else WARNING,
             "aux-ids-convention",
-            f"on sglang {setup.version} these ids capture the outputs of layers {list(cap.outputs)}, but the draft config "
+            f"on sglang {setup.version} these ids capture the outputs of layers {list(cap.outputs)}, but the draft "
+            "config "
             f"{stated} the {dv.convention} convention, i.e. the outputs of layers {intended}: "
             "the draft is fed states one layer off (accept length drops, no error)",
             where=setup.dcfg(dv.aux_ids_where),

@@ -89,7 +89,8 @@ def check_ranks(store, rank: int, world: int, timeout_s: float) -> None:
             where=f"tp rank {rank} (pid {os.getpid()}), at model load",
             found=f"no patch set from rank(s) {silent}",
             expected=f"every one of the {world} ranks under eagle3-patches with the same patch set",
-            fix="start every node's launcher the same way (eagle3-patches run, or the sglang plugin on sglang >= 0.5.11, "
+            fix="start every node's launcher the same way (eagle3-patches run, or the sglang plugin on sglang >= "
+            "0.5.11, "
             f"with the same {settings.DISABLE}), with the same eagle3-patches installed; {settings.RANK_CHECK_TIMEOUT} "
             "gives slow nodes longer",
         ) from None

@@ -65,6 +65,7 @@ import logging
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
@@ -118,7 +119,8 @@ def _needs_strict_loading(version) -> str | None:
     state = registry.status()[STRICT_LOADING].state
     if state in (State.APPLIED, State.PENDING, State.IN_SOURCE):
         return None
-    if in_source(importlib.util.find_spec(registry[STRICT_LOADING].module).origin, STRICT_LOADING):
+    spec = importlib.util.find_spec(registry[STRICT_LOADING].module)
+    if spec is not None and in_source(spec.origin, STRICT_LOADING):
         return None  # a fork build: the mapping is in sglang's source
     return (
         f"sglang {version} drops speculators' layers.0.* tensors (the whole midlayer) and {STRICT_LOADING}, "
@@ -162,7 +164,7 @@ def sglang_config_for(path, kwargs: dict) -> dict | None:
     return config
 
 
-def _speculators_aware(original: type) -> type:
+def _speculators_aware(original: Any) -> type:
     """A subclass of sglang's ``AutoConfig`` whose ``from_pretrained`` reads speculators drafts as SGLang ones."""
 
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
@@ -182,7 +184,8 @@ def _speculators_aware(original: type) -> type:
         (original,),
         {
             "from_pretrained": classmethod(from_pretrained),
-            "__doc__": f"{original.__doc__ or ''}\n\neagle3-patches ({NAME}): speculators-format EAGLE-3 drafts are read "
+            "__doc__": f"{original.__doc__ or ''}\n\neagle3-patches ({NAME}): speculators-format EAGLE-3 drafts are "
+            "read "
             "as the equivalent LlamaForCausalLMEagle3 config.",
             "__module__": __name__,
         },
@@ -192,7 +195,10 @@ def _speculators_aware(original: type) -> type:
 class SpeculatorsDraftConfig(Patch):
     name = NAME
     order = 45  # before the strict loader (50), which loads this config's draft
-    summary = "a speculators-format draft (speculators_model_type: eagle3) is served as it is, as vLLM serves it: no conversion"
+    summary = (
+        "a speculators-format draft (speculators_model_type: eagle3) is served as it is, as vLLM serves it: no"
+        " conversion"
+    )
     module = "sglang.srt.utils.hf_transformers_utils"
     applies_to = SpecifierSet(">=0.5.8")
     #: the change reuses the converter (eagle3_patches.checkpoint.conversion_plan), which a forked sglang without
@@ -236,7 +242,8 @@ class SpeculatorsDraftConfig(Patch):
             where=setup.dcfg("speculators_model_type"),
             found=f"architectures {dv.architectures}",
             expected='architectures ["LlamaForCausalLMEagle3"], eagle_config, midlayer.* keys',
-            fix=f"serve it under eagle3-patches (`eagle3-patches run`, or the sglang plugin from 0.5.11), which reads it "
+            fix="serve it under eagle3-patches (`eagle3-patches run`, or the sglang plugin from 0.5.11), which reads "
+            "it "
             f"as it is ({NAME}); or convert it once: eagle3-patches convert {setup.draft_dir} {setup.draft_dir}-sglang",
         )
         return out
@@ -254,7 +261,8 @@ class SpeculatorsDraftConfig(Patch):
             outputs = L.to_output_of_layer(dv.aux_ids, L.INPUT_OF_LAYER)
             ids = (
                 f"; aux ids {dv.aux_ids} (speculators' meaning) are handed to sglang {setup.version} as "
-                f"{L.from_output_of_layer(outputs, L.release_convention(setup.version))} (the outputs of layers {outputs})"
+                f"{L.from_output_of_layer(outputs, L.release_convention(setup.version))} (the outputs of layers "
+                f"{outputs})"
             )
         return d.replace(
             severity=INFO,

@@ -174,7 +174,8 @@ class TpAllreduceFusionCapture(Patch):
         out.add(
             ERROR,
             "tp-allreduce-fusion",
-            f"tp {setup.tp} with flashinfer all-reduce fusion on sglang {setup.version}: the captured hidden_states + residual "
+            f"tp {setup.tp} with flashinfer all-reduce fusion on sglang {setup.version}: the captured hidden_states + "
+            "residual "
             "is a per-rank partial sum, so the draft gets garbage (no error)" + setup.once_eagle3,
             where="--enable-flashinfer-allreduce-fusion" if explicit else "--tp-size",
             found=how,

@@ -126,7 +126,8 @@ def judge(check: Check, finding: Finding, version: str) -> tuple[str, str, bool 
     if state in ("failed", "pending", "disabled", "not-selected", None):
         return (
             FAILED,
-            f"{check.patch} is {state or 'unknown'} with the patch set on ({finding.state_reason or 'no reason given'})",
+            f"{check.patch} is {state or 'unknown'} with the patch set on "
+            f"({finding.state_reason or 'no reason given'})",
             None,
         )
     if finding.bug is True:
@@ -343,7 +344,8 @@ class Context:
             )
         except (BrokenProcessPool, TimeoutError) as exc:
             raise CheckError(f"{getattr(fn, '__name__', fn)}: {exc or type(exc).__name__} (--timeout)") from None
-        return Observed(*out["outcome"], out["states"], out["reasons"])
+        kind, value = out["outcome"]
+        return Observed(kind, value, out["states"], out["reasons"])
 
     def observe_ranks(
         self, fn: Callable[..., Any], world_size: int, *args: Any, patches: list, env: list[dict[str, str]]
@@ -356,7 +358,8 @@ class Context:
 
         if self.on_gpu:  # each rank its own GPU
             placement = [{"CUDA_VISIBLE_DEVICES": str(r)} for r in range(world_size)]
-        else:  # each rank its share of the cores (sglang >= 0.5.23 binds threads before the CPU profile's workaround can)
+        else:
+            # each rank its share of the cores (sglang >= 0.5.23 binds threads before the CPU profile's workaround can)
             from ..cpu.workarounds import split_cpus
 
             bind = os.environ.get("SGLANG_CPU_OMP_THREADS_BIND") or split_cpus(

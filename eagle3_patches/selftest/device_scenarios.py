@@ -149,8 +149,7 @@ def dump_under_graph_capture(target: str, overrides: dict) -> dict:
     from eagle3_patches.testing import sglang_harness as h
 
     warnings: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: warnings.append(record.getMessage()) if record.levelno >= logging.WARNING else None
+    handler = h.LogSink(lambda record: warnings.append(record.getMessage()), logging.WARNING)
     logging.getLogger("eagle3_patches").addHandler(handler)
 
     def rows() -> int:
@@ -165,7 +164,8 @@ def dump_under_graph_capture(target: str, overrides: dict) -> dict:
     out["rows_after_prefill"] = rows()
     h.decode(runner, step)  # a graph replay: never reaches Python, so not recorded
     out["rows_after_decode"] = rows()
-    dump._DUMPER.flush()
+    if dump._DUMPER is not None:
+        dump._DUMPER.flush()
     out["warnings"] = warnings
     return out
 

@@ -55,12 +55,14 @@ def render(report: dict) -> str:
             lines.append(f"{pad}patched: {esc(r.patched)}")
         if r.reason:
             lines.append(
-                f"{pad}{'why' if r.status == SKIPPED else 'verdict'}:{' ' if r.status == SKIPPED else ''} {esc(r.reason)}"
+                f"{pad}{'why' if r.status == SKIPPED else 'verdict'}:{' ' if r.status == SKIPPED else ''} "
+                f"{esc(r.reason)}"
             )
     s = report["summary"]
     lines.append("")
     lines.append(
-        f"{len(checks)} check{'' if len(checks) == 1 else 's'}: {s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped in "
+        f"{len(checks)} check{'' if len(checks) == 1 else 's'}: {s['passed']} passed, {s['failed']} failed, "
+        f"{s['skipped']} skipped in "
         f"{report['seconds']:.1f} s (tiny checkpoints {report.get('checkpoints_s', 0)} s; at most "
         f"{settings['timeout_s']:g} s a check); exit {report['exit_code']}"
     )

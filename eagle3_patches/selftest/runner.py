@@ -97,7 +97,7 @@ def run_selftest(
 
     given = root or os.environ.get("EAGLE3_TINY_CACHE")  # the tests' cache of tiny checkpoints (tests/conftest.py)
     own_root = not given
-    work = Path(tempfile.mkdtemp(prefix="eagle3-selftest-")) if own_root else Path(given)
+    work = Path(given) if given else Path(tempfile.mkdtemp(prefix="eagle3-selftest-"))
     logs = Path(tempfile.mkdtemp(prefix="eagle3-selftest-logs-"))
     try:
         t_build = time.monotonic()

@@ -205,8 +205,7 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
     from .checkpoints import LAYER_CHECK_IDS
 
     records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda rec: records.append(rec.getMessage())
+    handler = h.LogSink(lambda rec: records.append(rec.getMessage()))
     logger = logging.getLogger("eagle3_patches")
     logger.addHandler(handler)
     level = logger.level
@@ -245,7 +244,7 @@ def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | N
         return list(model.model.layers_to_capture)
 
     status = eagle3_patches.status()["layer_id_convention"]
-    result = {"state": status.state.value, "reason": status.reason, "patched": run()}
+    result: dict[str, Any] = {"state": status.state.value, "reason": status.reason, "patched": run()}
     result["patched"]["logs"] = logs()
 
     first_id_1 = [1, *list(LAYER_CHECK_IDS)[1:]]  # sglang >= 0.5.13 adds 1 to such a list
@@ -295,12 +294,12 @@ def layer_output_hooks(model) -> dict:
     return outputs
 
 
-def nearest_layers(aux, outputs: dict, hidden: int) -> list[int]:
+def nearest_layers(aux, outputs: dict, hidden: int) -> list[int | None]:
     """Per aux state (chunk of ``hidden`` columns of ``aux``): the decoder layer whose output it is closest to."""
     found = []
     for chunk in aux.float().split(hidden, dim=-1):
         diffs = {i: float((chunk - out.float()).abs().max()) for i, out in outputs.items() if out.shape == chunk.shape}
-        found.append(min(diffs, key=diffs.get) if diffs else None)
+        found.append(min(diffs, key=lambda i: diffs[i]) if diffs else None)
     return found
 
 
@@ -382,12 +381,7 @@ def fusion_decisions(
     from eagle3_patches.testing import sglang_harness as h
 
     records: list[logging.LogRecord] = []
-
-    class _Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logging.getLogger("eagle3_patches").addHandler(_Collect(level=logging.DEBUG))
+    logging.getLogger("eagle3_patches").addHandler(h.LogSink(records.append, logging.DEBUG))
 
     def fusion(path: str, algorithm: str | None, tp: int, **kw) -> dict:
         before = len(records)

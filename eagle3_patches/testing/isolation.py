@@ -75,7 +75,9 @@ def run_isolated(
     except FutureTimeout:
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.kill()
-        raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout}s in its isolated process")
+        raise TimeoutError(
+            f"{getattr(fn, '__name__', fn)} did not finish within {timeout}s in its isolated process"
+        ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -122,8 +124,8 @@ def run_ranks(
     pool = ProcessPoolExecutor(max_workers=world_size, mp_context=ctx)
     port = free_port()
     ranks = range(world_size)
-    patch_list = list(patches) if per_rank else [patches] * world_size
-    env_list = list(env) if per_rank else [env] * world_size
+    patch_list: list[Any] = list(patches or []) if per_rank else [patches] * world_size
+    env_list: list[Any] = list(env or []) if per_rank else [env] * world_size
     sel = [p if p in (None, "all") else list(p) for p in patch_list]
     try:
         futures = [
@@ -134,6 +136,8 @@ def run_ranks(
     except FutureTimeout:
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.kill()
-        raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish within {timeout}s on {world_size} ranks")
+        raise TimeoutError(
+            f"{getattr(fn, '__name__', fn)} did not finish within {timeout}s on {world_size} ranks"
+        ) from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

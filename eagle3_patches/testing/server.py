@@ -70,7 +70,7 @@ class ServerError(RuntimeError):
     pass
 
 
-def lacks_its_processor(model: os.PathLike) -> bool:
+def lacks_its_processor(model: os.PathLike | str) -> bool:
     """A multimodal checkpoint (its config has a ``vision_config``) without the processor files sglang builds
     its multimodal processor from: the tiny Kimi-K2.5 (Kimi's processor is remote code, which no tiny
     checkpoint here carries; from sglang 0.5.11 the Kimi-K2.5 processor reads its ``media_processor`` and the
@@ -231,7 +231,9 @@ class Server:
 
 
 def held_out_prompts(n: int, seed: int = 4321) -> list[list[int]]:
-    """``n`` random prompts of 4-12 token ids of the tiny vocabulary; the draft trainer's prompts come from seed 1234."""
+    """``n`` random prompts of 4-12 token ids of the tiny vocabulary; the draft trainer's prompts come
+    from seed 1234.
+    """
     import random
 
     from .tiny_models import VOCAB
@@ -265,6 +267,7 @@ def serve(
     server = Server(model, args, log_path=log_path, **kw)
     try:
         server.start()
+        assert server.proc is not None  # started
         pid = server.proc.pid
         responses = [server.generate(p, max_new_tokens, temperature=temperature) for p in prompts]
         page = server.metrics() if metrics else None

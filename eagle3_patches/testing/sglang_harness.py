@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -204,7 +204,9 @@ def schedule_batch(reqs, runner, spec_algorithm=None):
 
 
 def worker_batch(batch):
-    """What ``ForwardBatch.init_new`` takes: a ``ModelWorkerBatch`` (<= 0.5.12), the ``ScheduleBatch`` itself (0.5.13+)."""
+    """What ``ForwardBatch.init_new`` takes: a ``ModelWorkerBatch`` (<= 0.5.12), the ``ScheduleBatch`` itself
+    (0.5.13+).
+    """
     return era().worker_batch(batch)
 
 
@@ -287,7 +289,8 @@ def capture_draft_extend_graphs_eagerly(eagle_worker):
     if not all(hasattr(EAGLEDraftExtendCudaGraphRunner, name) for name in seams):
         raise UnsupportedHere(
             "this sglang's draft-extend graph runner was rewritten (no capture_one_batch_size / _capture_graph to run "
-            "eagerly); the CPU recreation drives the older runner (capture_one_batch_size), as sglang 0.5.9 - 0.5.15 have it"
+            "eagerly); the CPU recreation drives the older runner (capture_one_batch_size), as sglang 0.5.9 - 0.5.15 "
+            "have it"
         )
 
     class _Graph:
@@ -465,7 +468,8 @@ def verify_entry_point(eagle_worker=None) -> tuple[Any, str]:
 
 def accept_lengths(result) -> list[int]:
     """Accepted draft tokens per request of one EAGLE decode step's ``GenerationBatchResult``."""
-    # 0.5.9 - 0.5.10: accept_length_per_req_cpu; 0.5.11: num_accepted_drafts_per_req_cpu; 0.5.12: num_correct_drafts_per_req_cpu
+    # 0.5.9 - 0.5.10: accept_length_per_req_cpu; 0.5.11: num_accepted_drafts_per_req_cpu; 0.5.12:
+    # num_correct_drafts_per_req_cpu
     for name in ("accept_length_per_req_cpu", "num_accepted_drafts_per_req_cpu", "num_correct_drafts_per_req_cpu"):
         value = getattr(result, name, None)
         if value is not None:
@@ -488,13 +492,23 @@ def quiet() -> None:
     logging.getLogger("sglang").setLevel(logging.WARNING)
 
 
+class LogSink(logging.Handler):
+    """A logging handler that hands each record to ``sink`` (a list's ``append``, or a filter of the caller's)."""
+
+    def __init__(self, sink: Callable[[logging.LogRecord], object], level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink(record)
+
+
 def eagle3_log(level: int = logging.INFO) -> list[logging.LogRecord]:
     """The records the ``eagle3_patches`` logger emits at ``level`` or above from now on in this process, in a
     list that fills as they come (the logger's own level lowered to ``level``: sglang's server sets the root
     logger to INFO, a test's process does not)."""
     records: list[logging.LogRecord] = []
-    handler = logging.Handler(level)
-    handler.emit = records.append
+    handler = LogSink(records.append, level)
     log = logging.getLogger("eagle3_patches")
     log.addHandler(handler)
     log.setLevel(min(log.getEffectiveLevel(), level))
@@ -543,12 +557,12 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
         return out
 
     klass.load_weights = snapshot_after_load
-    drafts = [(d, {}) if isinstance(d, (str, os.PathLike)) else d for d in drafts]
-    sa = eagle3_server_args(target, drafts[0][0], **overrides)
+    pairs: list[tuple[Any, dict]] = [(d, {}) if isinstance(d, (str, os.PathLike)) else d for d in drafts]
+    sa = eagle3_server_args(target, pairs[0][0], **overrides)
     tr = model_runner(sa)
     results = []
-    for path, args in drafts:
-        args = {"speculative_draft_model_path": str(path), **args}
+    for path, extra in pairs:
+        args = {"speculative_draft_model_path": str(path), **extra}
         previous = {name: getattr(sa, name) for name in args}
         for name, value in args.items():
             set_server_arg(sa, name, value)

@@ -4,7 +4,8 @@ Same text dimensions as the tiny Kimi-K2.5 / DeepSeek-V3 targets (hidden 64, 6 l
 1024), so the tiny EAGLE-3 drafts of :mod:`.tiny_models` (hidden 64, aux ids [1, 2, 3]) fit them;
 a one-block vision tower that text prompts never run.  Weights: transformers' own random init
 under a fixed seed, written by ``save_pretrained`` (so the names are the real checkpoint names; the MoE
-target's fused experts in the hub layout whatever transformers wrote), then moved into place atomically with the tiny WordLevel tokenizer.
+target's fused experts in the hub layout whatever transformers wrote), then moved into place atomically with the
+tiny WordLevel tokenizer.
 """
 
 from __future__ import annotations

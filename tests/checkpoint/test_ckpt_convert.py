@@ -176,7 +176,9 @@ def test_sharded_input_and_output(make_draft, tiny, tmp_path):
 
 
 def test_two_output_shards_are_indexed(tiny, tmp_path):
-    """Two shards are listed in model.safetensors.index.json (as transformers writes them): sglang finds every tensor."""
+    """Two shards are listed in model.safetensors.index.json (as transformers writes them): sglang finds
+    every tensor.
+    """
     res = convert(tiny["speculators_draft"], tmp_path / "out", max_shard_size="100KB", progress=False)
     assert [p.name for p in res.files] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     index = json.loads((res.dst / "model.safetensors.index.json").read_text())
@@ -1064,7 +1066,9 @@ def test_plan_conversion_keeps_embed_tokens_unless_asked(tmp_path):
     ],
 )
 def test_rope_parameters_become_rope_theta_and_rope_scaling(rope, want):
-    """Only the default rope with no parameters becomes ``rope_scaling: null``; any other type is kept, even without parameters."""
+    """Only the default rope with no parameters becomes ``rope_scaling: null``; any other type is kept, even without
+    parameters.
+    """
     cfg = tm.speculators_config()
     cfg["transformer_layer_config"]["rope_parameters"] = rope
     out = conversion_plan.build_config(cfg, {})

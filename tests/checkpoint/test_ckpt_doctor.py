@@ -763,7 +763,8 @@ def test_cuda_graph_capture_order_silent_where_graphs_capture_what_eager_does(ma
 
 def test_wrapped_launch_command_means_patches(tiny):
     cmd = (
-        f"EAGLE3_PATCHES_ENABLE=x eagle3-patches run -- python3 -m sglang.launch_server --model-path {tiny['kimi_k25']} "
+        "EAGLE3_PATCHES_ENABLE=x eagle3-patches run -- python3 -m sglang.launch_server --model-path "
+        f"{tiny['kimi_k25']} "
         f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {tiny['draft']} --mem-fraction-static 0.8"
     )
     r = doctor(launch=cmd, sglang_version="0.5.9")
@@ -1339,7 +1340,8 @@ def test_report_text_shows_the_setup_the_checkpoints_and_every_finding(tiny, mak
         f"vocab {tm.VOCAB}, dtype bfloat16)"
     )
     assert lines[3] == (
-        f"  draft:  {d} (sglang-eagle3 format, LlamaForCausalLMEagle3, hidden {tm.HIDDEN}, draft vocab {tm.DRAFT_VOCAB}, "
+        f"  draft:  {d} (sglang-eagle3 format, LlamaForCausalLMEagle3, hidden {tm.HIDDEN}, draft vocab "
+        f"{tm.DRAFT_VOCAB}, "
         f"aux ids {list(tm.DRAFT_AUX_IDS)} (output-of-layer))"
     )
     assert (r.facts["target_path"], r.facts["draft_path"]) == (str(tiny["deepseek_v3"]), str(d))
@@ -1685,7 +1687,8 @@ def test_kimi_k25_on_058_for_every_algorithm_that_loads_the_target_as_eagle_does
 def test_check_draft_leaves_the_server_setup_out(tiny):
     from eagle3_patches.doctor import check_draft
 
-    # on 0.5.9 doctor() also reports the CUDA-graph capture order and the Kimi delegation: the launch, not the checkpoints
+    # on 0.5.9 doctor() also reports the CUDA-graph capture order and the Kimi delegation: the launch, not the
+    # checkpoints
     assert {"cuda-graph-capture-order", "kimi-k25-delegation"} <= set(
         run(tiny["kimi_k25"], tiny["draft"], "0.5.9").codes(ERROR)
     )
@@ -1736,7 +1739,9 @@ def test_speculators_id_zero_is_the_embeddings_which_sglang_cannot_capture(setup
 
 
 def test_target_shards_missing_from_the_index_are_listed_up_to_five(tmp_path):
-    """Seven shards named, the first six missing: the finding counts six and names five; the last shard is still read."""
+    """Seven shards named, the first six missing: the finding counts six and names five; the last shard is
+    still read.
+    """
     tensors = {f"extra_{i}.weight": torch.ones(4, dtype=torch.bfloat16) for i in range(5)}
     tensors.update(_embed_and_head(embed=(tm.VOCAB, tm.HIDDEN // 2)))
     t = _target_with(tmp_path, "t", tensors, shards=7)

@@ -403,7 +403,8 @@ def _rss_case(root: Path, tiny, kind: str) -> Path:
         shutil.copyfile(tiny["draft"] / "model.safetensors", d / "model.safetensors")
         entries, size, i = [], 0, 0
         while size < 64_000_000:
-            e = f'    "language_model.model.layers.{i % 61}.mlp.experts.{i % 384}.gate_proj.weight_packed_{i}": "model.safetensors",\n'
+            name = f"language_model.model.layers.{i % 61}.mlp.experts.{i % 384}.gate_proj.weight_packed_{i}"
+            e = f'    "{name}": "model.safetensors",\n'
             entries.append(e)
             size += len(e)
             i += 1
@@ -887,7 +888,8 @@ def test_zz_hostile_summary(figure):
     if TALLY["run"] == 0:
         pytest.skip("no hostile case ran (deselected)")
     figure(
-        f"hostile cases run {TALLY['run']}, tracebacks {TALLY['tracebacks']}, hangs {TALLY['hangs']}, files leaked {TALLY['leaked']}"
+        f"hostile cases run {TALLY['run']}, tracebacks {TALLY['tracebacks']}, hangs {TALLY['hangs']}, files leaked "
+        f"{TALLY['leaked']}"
     )
     assert TALLY["tracebacks"] == TALLY["hangs"] == TALLY["leaked"] == 0, dict(TALLY)
 

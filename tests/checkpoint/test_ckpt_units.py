@@ -349,7 +349,9 @@ def test_the_overflow_cases_hold_both_answers(tmp_path):
 
 
 def test_each_dtypes_bit_width_is_the_librarys(tmp_path):
-    """A tensor of 8 elements of each dtype, sized by DTYPE_BITS, is what the library accepts; one byte more it refuses."""
+    """A tensor of 8 elements of each dtype, sized by DTYPE_BITS, is what the library accepts; one byte more it
+    refuses.
+    """
     from eagle3_patches.checkpoint.safetensors_header import DTYPE_BITS, tensor_nbytes
 
     for dtype in DTYPE_BITS:
@@ -476,7 +478,8 @@ def test_nothing_is_counted_read_before_anything_is_read():
 
 
 def test_duplicate_keys_and_trailing_bytes(tmp_path):
-    raw = b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, "x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}'
+    entry = b'"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}'
+    raw = b"{" + entry + b", " + entry + b"}"
     f = tmp_path / "dup.safetensors"
     f.write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0")
     with pytest.raises(HeaderError, match="duplicate"):

@@ -100,7 +100,8 @@ def test_profile_sets_the_environment_and_workarounds_in_a_fresh_process():
         from eagle3_patches import cpu
         cpu.activate()
         import sglang.srt.models.deepseek_common.attention_backend_handler as h
-        print(os.environ["SGLANG_USE_CPU_ENGINE"], os.environ["TORCHDYNAMO_DISABLE"], "torch_native" in h.AttentionBackendRegistry._handlers)
+        handlers = h.AttentionBackendRegistry._handlers
+        print(os.environ["SGLANG_USE_CPU_ENGINE"], os.environ["TORCHDYNAMO_DISABLE"], "torch_native" in handlers)
         print(sorted(n for n, s in cpu.get_registry().status().items() if s.state.value == "applied"))
         """
     )

@@ -51,7 +51,8 @@ def test_eagle3_draft_fc_received_3h_inputs(eagle3, figure):
     assert shapes == {3 * H}, draft_in
     assert "draft_input" in eagle3["log"] and "fc applied" in eagle3["log"]
     figure(
-        f"probe in the EAGLE3 server: draft fc inputs {sorted({tuple(r['fc_input_shape']) for r in extend if r.get('fc_input_shape')})}"
+        "probe in the EAGLE3 server: draft fc inputs "
+        f"{sorted({tuple(r['fc_input_shape']) for r in extend if r.get('fc_input_shape')})}"
     )
     # the patch status line: every default patch applied in the server's processes
     assert "eagle3_algorithm_guard=applied" in eagle3["log"]

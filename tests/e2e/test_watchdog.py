@@ -145,7 +145,8 @@ def test_a_working_draft_stays_silent(server, request, figure):
     decode_steps = sum(r["meta_info"]["spec_verify_ct"] - 1 for r in out["responses"])  # the prefill counts as one
     figure(
         f"watchdog, {server} ({'temperature 1.0' if server.endswith('sampled') else 'greedy'}): accept length "
-        f"{accept:.2f} (lowest request {lowest_request:.2f}), lowest of {(decode_steps - WARMUP) // WINDOW} {WINDOW}-step "
+        f"{accept:.2f} (lowest request {lowest_request:.2f}), lowest of {(decode_steps - WARMUP) // WINDOW} "
+        f"{WINDOW}-step "
         f"windows {windows_min:.2f} (threshold {THRESHOLD}: margin x{windows_min / THRESHOLD:.2f})"
     )
     assert _watchdog_lines(out["log"]) == []

@@ -224,7 +224,8 @@ def test_no_env_dir_and_no_shipped_series(tmp_path, monkeypatch):
         fork.find_series("x")
     assert str(info.value) == (
         "eagle3-patches: no patch series 'x'; looked in the package data eagle3_patches.series (missing from this "
-        f"install of eagle3-patches: reinstall it) (set {fork.SERIES_DIR_ENV} to a directory holding series directories)"
+        f"install of eagle3-patches: reinstall it) (set {fork.SERIES_DIR_ENV} to a directory holding series "
+        "directories)"
     )
 
 

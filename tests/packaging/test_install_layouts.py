@@ -298,7 +298,8 @@ def test_editable_install(work, source, deps, sglang_root):
         [
             python,
             "-c",
-            "import importlib.resources as r\nprint(r.files('eagle3_patches.series')); print(r.files('eagle3_patches.docs'))",
+            "import importlib.resources as r\nprint(r.files('eagle3_patches.series')); "
+            "print(r.files('eagle3_patches.docs'))",
         ],
         cwd=work,
     )

@@ -45,8 +45,8 @@ def test_good_layer_ids_pass():
 
 @pytest.fixture(scope="module")
 def check(run_check):
-    """The selftest check: checks.CAPTURE_CASES on a real DeepseekV3ForCausalLM, stock, then the same model with the patch
-    set applied."""
+    """The selftest check: checks.CAPTURE_CASES on a real DeepseekV3ForCausalLM, stock, then the same model with the
+    patch set applied."""
     return run_check("aux_capture_validation")
 
 

@@ -158,7 +158,8 @@ def test_guard_upgrades_when_opted_in_and_says_so(tiny):
     ]
 
 
-# --------------------------------------------------------------------------- EAGLE3 without a draft (sglang issue 36528)
+# --------------------------------------------------------------------------- EAGLE3 without a draft (sglang issue
+# 36528)
 def _without_draft(target: str):
     from eagle3_patches.testing import sglang_harness as h
 

@@ -133,7 +133,7 @@ CONTRACT = {
     "tests/fork/test_fork.py::test_series_mirrors_the_registry_and_carries_the_markers": "the diff",
     "tests/fork/test_fork.py::test_diffs_are_standard_unified_diffs_relative_to_the_package_root": None,
     "tests/selftest/test_selftest.py::test_every_patch_is_observed_by_a_check_or_says_why": "the check module",
-    "tests/selftest/test_selftest.py::test_a_patchs_checks_are_the_module_named_after_it_found_by_listing_the_package": None,
+    "tests/selftest/test_selftest.py::test_a_patchs_checks_are_the_module_named_after_it_found_by_listing_the_package": None,  # noqa: E501
     "tests/selftest/test_selftest.py::test_list_names_every_check_and_every_patch_without_one": None,
     "tests/unit/test_adding_a_patch.py::test_the_committed_patch_table_is_what_the_registries_say": "the docs",
     "tests/unit/test_patch_docs.py::test_the_committed_page_is_what_the_registries_and_the_docstrings_say": "the docs",

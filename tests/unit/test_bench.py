@@ -12,6 +12,7 @@ import pytest
 
 from eagle3_patches import bench
 from eagle3_patches.cli import main
+from eagle3_patches.errors import Eagle3Error
 
 
 def _fake(accept: float | None):
@@ -109,5 +110,5 @@ def test_cli_json_and_openai(servers):
 
 def test_unreachable_server_is_an_error(capsys):
     bench_wait = bench.wait_ready
-    with pytest.raises(Exception):
+    with pytest.raises(Eagle3Error, match="no SGLang server answers at http://127.0.0.1:9"):
         bench_wait("http://127.0.0.1:9", timeout=0.5)

@@ -47,7 +47,8 @@ BY_NAME = {c.name: c for c in CHECKS}
 #: patches and instruments without a check of their own, and why
 NO_CHECK = {
     "eagle3_probe": "an opt-in diagnostic that fixes nothing; tests/probe covers it in the repository",
-    "accept_watchdog": "it reports at run time and changes nothing; tests/unit and tests/e2e cover it in the repository",
+    "accept_watchdog": "it reports at run time and changes nothing; tests/unit and tests/e2e cover it in the "
+    "repository",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 from .. import scenarios as sc
-from ..base import Finding, describe_error
+from ..base import Context, Finding, describe_error
 
 CONFIGURED = [i + 1 for i in DRAFT_AUX_IDS]  # what sglang's target captures for them (before layer id + 1)
 
@@ -14,9 +14,10 @@ def wrapper_check(patch: str, targets: tuple[str, ...]):
     """The check of ``patch``, a patch that makes multimodal wrapper targets capture: ``targets`` are its tiny
     checkpoints (one a wrapper class)."""
 
-    def check(ctx) -> Finding:
+    def check(ctx: Context) -> Finding:
         """Each tiny target of the patch's classes through the real EAGLE worker, stock and patched."""
-        want, bugs, stock_text, fixed_all, texts, state = [(5, 3 * HIDDEN)], [], [], True, [], (None, "")
+        state: tuple[str | None, str] = (None, "")
+        want, bugs, stock_text, fixed_all, texts = [(5, 3 * HIDDEN)], [], [], True, []
         for name in targets:
             args = (ctx.path(name), ctx.path("draft"), ctx.overrides())
             stock = ctx.observe(sc.wrapper_eagle3_prefill, *args)

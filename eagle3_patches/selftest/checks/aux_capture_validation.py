@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from ...testing.tiny_models import HIDDEN, NUM_LAYERS
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 CAPTURE_CASES = {"good": [1, 2, 3], "last": [1, 2, NUM_LAYERS - 1], "duplicate": [1, 1, 3]}
 
 
-def aux_validation(ctx) -> Finding:
+def aux_validation(ctx: Context) -> Finding:
     """One process: the cases on stock sglang, then on the same model with the patch set applied (the setter and
     the forward are what the fix changes)."""
     seen = ctx.observe(sc.capture_outcomes, ctx.path("deepseek_v3"), CAPTURE_CASES, ctx.overrides(), True)

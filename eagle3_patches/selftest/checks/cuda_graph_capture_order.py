@@ -6,11 +6,11 @@ from __future__ import annotations
 from ...testing.tiny_models import HIDDEN
 from .. import device_scenarios as ds
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 from ._shared import CONFIGURED
 
 
-def graph_capture_order(ctx) -> Finding:
+def graph_capture_order(ctx: Context) -> Finding:
     args = (ctx.path("deepseek_v3"), ctx.path("draft"))
     stock = ctx.observe(sc.graph_capture_sequence, *args, False)
     patched = ctx.observe(sc.graph_capture_sequence, *args, True)
@@ -34,7 +34,7 @@ def graph_capture_order(ctx) -> Finding:
     return Finding(fixed, patched_text, bug, stock_text, p["state"], p["reason"], observations=obs)
 
 
-def graph_replay(ctx) -> Finding:
+def graph_replay(ctx: Context) -> Finding:
     args = (ctx.path("deepseek_v3"), ctx.path("draft"), ctx.overrides())
     stock = ctx.observe(ds.graph_replay_vs_eager, *args)
     patched = ctx.observe(ds.graph_replay_vs_eager, *args, patches="all")

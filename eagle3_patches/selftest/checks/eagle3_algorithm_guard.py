@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 
-def algorithm_guard(ctx) -> Finding:
+def algorithm_guard(ctx: Context) -> Finding:
     kimi, draft = ctx.path("kimi_k25"), ctx.path("draft")
     cases = {"EAGLE": (kimi, draft, "EAGLE"), "EAGLE3": (kimi, draft, "EAGLE3")}
     seen = ctx.observe(sc.stock_then_patched, sc.launcher_outcomes, cases, ctx.overrides())

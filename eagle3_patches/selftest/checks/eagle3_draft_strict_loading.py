@@ -4,7 +4,7 @@ and refuses bad ones."""
 from __future__ import annotations
 
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 #: the drafts the strict-loading check loads, and what a bad one must be refused for (a needle of the message)
 STRICT_DRAFTS = (
@@ -24,7 +24,7 @@ REFUSED_FOR = {
 }
 
 
-def strict_loading(ctx) -> Finding:
+def strict_loading(ctx: Context) -> Finding:
     """Every draft of :data:`STRICT_DRAFTS` into a real draft ``ModelRunner``, stock and patched."""
     paths = {n: ctx.path(n) for n in STRICT_DRAFTS}
     target = ctx.path("deepseek_v3")
@@ -69,7 +69,7 @@ def strict_loading(ctx) -> Finding:
     )
 
 
-def quantized_loading(ctx) -> Finding:
+def quantized_loading(ctx: Context) -> Finding:
     target = ctx.path("deepseek_v3")
     drafts = [(ctx.path("midlayer_draft"), {"speculative_draft_model_quantization": "fp8"}), ctx.path("fp8_draft")]
     labels = ["online fp8 (--quantization fp8)", "fp8 checkpoint"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from ...testing.tiny_models import HIDDEN
 from .. import device_scenarios as ds
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 
-def fc_skip(ctx) -> Finding:
+def fc_skip(ctx: Context) -> Finding:
     """--speculative-algorithm EAGLE with the EAGLE-3 draft: nothing captured; is fc skipped in silence?  One process:
     stock first, then the same workers with the patch set applied.  The algorithm guard, which would refuse the
     flag before any worker exists, is disabled (a fork-path install has it in sglang's source)."""
@@ -40,7 +40,7 @@ def fc_skip(ctx) -> Finding:
     return Finding(fixed, patched_text, bug, stock_text, *seen.patch("eagle3_fc_guard"), observations=seen[1])
 
 
-def draft_extend_graph(ctx) -> Finding:
+def draft_extend_graph(ctx: Context) -> Finding:
     target, draft, no_aux = ctx.path("deepseek_v3"), ctx.path("draft"), ctx.path("no_aux_draft")
     good = ctx.observe(ds.draft_extend_graphs, target, draft, ctx.overrides(), patches="all")
     stock = ctx.observe(ds.draft_extend_graphs, target, no_aux, ctx.overrides())

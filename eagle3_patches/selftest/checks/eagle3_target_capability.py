@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 
 def capability_outcomes(cases: dict, overrides: dict) -> dict:
@@ -15,7 +15,7 @@ def capability_outcomes(cases: dict, overrides: dict) -> dict:
     }
 
 
-def target_capability(ctx) -> Finding:
+def target_capability(ctx: Context) -> Finding:
     draft = ctx.path("draft")
     cases = {
         "no_capture": (ctx.path("no_capture_target"), draft, "EAGLE3"),
@@ -41,7 +41,8 @@ def target_capability(ctx) -> Finding:
             else f"refused: {describe_error(stock['outcomes']['no_capture'])}"
         )
     refused = patched["outcomes"]["no_capture"]
-    # Eagle3TargetError; the fork-path diff (sglang's own source, no eagle3_patches import) names its class Eagle3ConfigError
+    # Eagle3TargetError; the fork-path diff (sglang's own source, no eagle3_patches import) names its class
+    # Eagle3ConfigError
     ours = refused[0] in ("Eagle3TargetError", "Eagle3ConfigError") and str(refused[1]).startswith("eagle3-patches:")
     fixed = ((ours and all(m in refused[1] for m in missing)) if missing else True) and all(
         patched["outcomes"][n] == ("ok", "EAGLE3") for n in ("kimi", "deepseek")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from ...testing.tiny_models import DRAFT_AUX_IDS
 from .. import device_scenarios as ds
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 
-def dump_graph_capture(ctx) -> Finding:
+def dump_graph_capture(ctx: Context) -> Finding:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="eagle3-selftest-dump-") as out_dir:

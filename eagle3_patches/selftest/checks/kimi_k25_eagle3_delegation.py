@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from ...testing.tiny_models import HIDDEN
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 from ._shared import CONFIGURED
 
 TOKENS = sum(len(p) for p in sc.PROMPTS)
 
 
-def kimi_fc_width(ctx) -> Finding:
+def kimi_fc_width(ctx: Context) -> Finding:
     """Stock and patched: the real TpModelWorker + EAGLE worker on the tiny Kimi-K2.5, one prefill."""
     args = (ctx.path("kimi_k25"), ctx.path("draft"))
     stock = ctx.observe(sc.eagle_prefill_fc_widths, *args, overrides=ctx.overrides())

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from ...testing.tiny_models import HIDDEN
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 from ..checkpoints import LAYER_CHECK_IDS
 
 
-def layer_ids(ctx) -> Finding:
+def layer_ids(ctx: Context) -> Finding:
     seen = ctx.observe(
         sc.captured_layers,
         ctx.path("deepseek_v3"),

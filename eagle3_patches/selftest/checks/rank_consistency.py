@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import scenarios as sc
-from ..base import Check, Finding
+from ..base import Check, Context, Finding
 
 
 def load_rank(rank: int, world_size: int, port: int, target: str, overrides: dict) -> dict:
@@ -21,7 +21,7 @@ def load_rank(rank: int, world_size: int, port: int, target: str, overrides: dic
     return {"rank": rank, "error": None, "message": "", "states": sc.patch_states()}
 
 
-def rank_consistency(ctx) -> Finding:
+def rank_consistency(ctx: Context) -> Finding:
     target = ctx.path("deepseek_v3")
     other = "eagle3_fc_guard"
     stock = ctx.observe_ranks(

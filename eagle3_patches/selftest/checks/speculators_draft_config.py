@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 
-def speculators_served(ctx) -> Finding:
+def speculators_served(ctx: Context) -> Finding:
     """The speculators fixture (written by the real speculators library) as the draft itself, and converted."""
     target = ctx.path("deepseek_v3")
     drafts = [ctx.path("speculators_draft"), ctx.path("speculators_converted")]

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from .. import device_scenarios as ds
 from .. import scenarios as sc
-from ..base import Check, Finding, describe_error
+from ..base import Check, Context, Finding, describe_error
 
 
-def fusion(ctx) -> Finding:
+def fusion(ctx: Context) -> Finding:
     seen = ctx.observe(
         sc.fusion_decisions,
         ctx.path("kimi_k25"),
@@ -50,7 +50,7 @@ def _tolerance(dtype: str) -> float:
     return 1e-3 if "32" in dtype else 2e-2
 
 
-def tp2_nccl(ctx) -> Finding:
+def tp2_nccl(ctx: Context) -> Finding:
     target = ctx.path("deepseek_v3")
     ov = ctx.overrides(disable_cuda_graph=True)
     reference = ctx.observe(ds.tp_capture, 0, 1, 0, target, ov, patches="all")
