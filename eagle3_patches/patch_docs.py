@@ -58,7 +58,8 @@ def _releases(patch) -> str:
     return ", ".join(str(s) for s in specs) or "any"
 
 
-def _replace_block(page: str, begin: str, end: str, body: str) -> str:
+def replace_block(page: str, begin: str, end: str, body: str) -> str:
+    """``page`` with the text between the lines ``begin`` and ``end`` replaced by ``body``."""
     head, sep, rest = page.partition(begin)
     if not sep or end not in rest:
         raise ValueError(f"the page has no {begin!r} ... {end!r} block")
@@ -84,7 +85,7 @@ def patch_table() -> str:
 
 def with_table(page: str) -> str:
     """``page`` with the text between the table's markers replaced by the current table."""
-    return _replace_block(page, BEGIN, END, patch_table())
+    return replace_block(page, BEGIN, END, patch_table())
 
 
 def parse_docstring(doc: str | None, instrument: bool = False) -> tuple[str, dict[str, str]]:
@@ -169,7 +170,7 @@ def patch_sections() -> str:
 
 def with_sections(page: str) -> str:
     """``page`` with the text between the sections' markers replaced by the current sections."""
-    return _replace_block(page, SECTIONS_BEGIN, SECTIONS_END, "\n" + patch_sections() + "\n")
+    return replace_block(page, SECTIONS_BEGIN, SECTIONS_END, "\n" + patch_sections() + "\n")
 
 
 def generated(page: str) -> str:

@@ -21,13 +21,18 @@ back its whole selection and is logged (sglang runs unpatched, said loudly), and
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import eagle3_patches
 
 from . import settings
+
+if TYPE_CHECKING:  # the plugin runs in every sglang process: it imports nothing it does not use there
+    from .checkpoint.releases import ReleaseFacts
 from .errors import PatchError
 
 logger = logging.getLogger("eagle3_patches")
@@ -35,6 +40,23 @@ logger = logging.getLogger("eagle3_patches")
 #: the entry point's name: what ``SGLANG_PLUGINS`` lists to allow it
 ENTRY_POINT = "eagle3_patches"
 GROUP = "sglang.srt.plugins"
+
+
+def loaded_here(rf: ReleaseFacts) -> tuple[bool, str]:
+    """Whether sglang release ``rf``, installed in this environment, loads this plugin in its processes, and why
+    (the doctor's answer to "will the server run under eagle3-patches?")."""
+    v = rf.version
+    if not rf.has_plugins:
+        return False, f"sglang {v} has no plugin entry points (0.5.11+): only `eagle3-patches run` brings the patches"
+    names = {ep.name for ep in importlib.metadata.entry_points(group=GROUP)}
+    if ENTRY_POINT not in names:
+        return False, f"eagle3-patches is not installed here as a package with its {GROUP} entry point"
+    if not settings.current().plugin:
+        return False, f"the sglang plugin is switched off ({settings.PLUGIN}=0)"
+    allowed = os.environ.get("SGLANG_PLUGINS", "").strip()
+    if allowed and ENTRY_POINT not in {n.strip() for n in allowed.split(",")}:
+        return False, f"SGLANG_PLUGINS={allowed} does not list {ENTRY_POINT}"
+    return True, f"sglang {v} loads eagle3-patches as a plugin here ({settings.PLUGIN}=0 switches it off)"
 
 
 def _say(level: int, message: str) -> None:

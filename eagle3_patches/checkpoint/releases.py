@@ -52,6 +52,11 @@ class ReleaseFacts:
         return self.release >= (0, 5, 9)
 
     @property
+    def has_plugins(self) -> bool:
+        """sglang loads the ``sglang.srt.plugins`` entry points in its processes (0.5.11+)."""
+        return self.release >= (0, 5, 11)
+
+    @property
     def loads_layers0_keys(self) -> bool:
         """``LlamaForCausalLMEagle3`` maps speculators' ``layers.0.*`` onto ``midlayer`` (0.5.12+)."""
         return self.release >= (0, 5, 12)

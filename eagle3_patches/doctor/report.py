@@ -13,6 +13,46 @@ from ..terminal import escape_terminal
 
 _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 
+#: within a severity, findings are listed by consequence, the root cause first: the speculative algorithm (EAGLE
+#: with an EAGLE-3 draft skips the draft's fc, so every other capture finding is moot) and what stops the server at
+#: start; then what feeds the draft the wrong input (the pair's sizes, the aux layers captured, a path that loses
+#: the capture); then the draft's own tensors and vocabulary map; then the rest (dtypes, release notes) in the order
+#: found.  Code prefixes, first match wins.
+CONSEQUENCE = (
+    ("algorithm-", "no-speculation"),
+    (
+        "nothing-to-check",
+        "not-a-checkpoint",
+        "internal-error",
+        "kimi-k25-",
+        "tp-draft-split",
+        "pipeline-parallel",
+    ),
+    (
+        "hidden-",
+        "target-hidden-size",
+        "fc-",
+        "aux-",
+        "draft-not-eagle3",
+        "vocab-",
+        "embed-",
+        "cuda-graph-capture-order",
+        "tp-allreduce-fusion",
+        "two-batch-overlap",
+    ),
+    ("keys-", "tensor-", "d2t-", "t2d-", "draft-", "duplicate-tensor", "safetensors-", "target-"),
+)
+
+
+def consequence(code: str) -> int:
+    """The rank of a finding's code in :data:`CONSEQUENCE` (lower first; unlisted codes last)."""
+    return next((i for i, prefixes in enumerate(CONSEQUENCE) if code.startswith(prefixes)), len(CONSEQUENCE))
+
+
+def _order(f: Diagnostic) -> tuple[int, int]:
+    return _RANK.get(f.severity, 3), consequence(f.code)
+
+
 #: findings of one code listed one by one; the rest are counted in one summary finding (a hostile checkpoint can have
 #: 100k tensors)
 MAX_FINDINGS_PER_CODE = 20
@@ -23,6 +63,9 @@ MAX_FINDINGS_PER_CODE = 20
 class Report:
     findings: list[Diagnostic] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
+    #: where it is not known whether the server runs under eagle3-patches: the report of the same setup judged
+    #: with eagle3-patches (this one is stock sglang's, and the exit status is this one's)
+    with_patches: Report | None = None
     _per_code: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     # -- building
@@ -38,6 +81,14 @@ class Report:
         if self._per_code[key] <= MAX_FINDINGS_PER_CODE:
             self.findings.append(f)
         return f
+
+    def fork(self, *, facts: dict[str, Any]) -> Report:
+        """A report holding this one's findings so far (and their counts), to be continued apart."""
+        return Report(findings=list(self.findings), facts=facts, _per_code=dict(self._per_code))
+
+    def ordered(self) -> list[Diagnostic]:
+        """The findings by severity, then by consequence (:data:`CONSEQUENCE`), then in the order found."""
+        return sorted(self.findings, key=_order)
 
     def close(self) -> None:
         """One summary finding per code whose findings were only counted."""
@@ -86,13 +137,16 @@ class Report:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "ok": self.ok,
             "exit_code": self.exit_code,
             "counts": {s: len(self.by_severity(s)) for s in (ERROR, WARNING, INFO)},
             "facts": self.facts,
-            "findings": [f.as_dict() for f in sorted(self.findings, key=lambda f: _RANK.get(f.severity, 3))],
+            "findings": [f.as_dict() for f in self.ordered()],
         }
+        if self.with_patches is not None:
+            out["with_patches"] = {k: v for k, v in self.with_patches.to_dict().items() if k != "facts"}
+        return out
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)
@@ -110,14 +164,15 @@ class Report:
             setup.append(f"--speculative-algorithm {fx['algorithm']} ({fx.get('algorithm_source')})")
         if fx.get("tp"):
             setup.append(f"tp {fx['tp']}")
-        setup.append("with eagle3-patches" if fx.get("with_patches") else "stock sglang (no eagle3-patches)")
+        differs = self.with_patches is not None and _judged(self.with_patches) != _judged(self)
+        setup.append(_patch_mode(fx, self.with_patches is not None, differs))
         lines.append("  setup:  " + escape_terminal(", ".join(setup)))
         for role in ("target", "draft"):
             if fx.get(role):
                 lines.append(f"  {role}: {'' if role == 'target' else ' '}{escape_terminal(fx[role])}")
         lines.append("")
         labels = {ERROR: paint("ERROR  ", "1;31"), WARNING: paint("WARNING", "1;33"), INFO: paint("info   ", "2")}
-        for f in sorted(self.findings, key=lambda f: _RANK.get(f.severity, 3)):
+        for f in self.ordered():
             if f.severity == INFO and not show_info:
                 continue
             lines.append(f.render(f"{labels.get(f.severity, f.severity)} [{f.code}] ", indent=8))
@@ -127,8 +182,49 @@ class Report:
         verdict = paint("FAIL", "1;31") if n_e else paint("OK", "1;32")
         if lines[-1] != "":
             lines.append("")
-        lines.append(f"{verdict}: {n_e} error(s), {n_w} warning(s), {n_i} note(s).{tail}")
+        on = " on stock sglang" if differs else ""
+        lines.append(f"{verdict}{on}: {n_e} error(s), {n_w} warning(s), {n_i} note(s).{tail}")
+        if differs:
+            lines.extend(self._with_patches_summary(paint))
         return "\n".join(lines)
+
+    def _with_patches_summary(self, paint) -> list[str]:
+        """The verdict with eagle3-patches, in a few lines: what it fixes, what stays wrong."""
+        wp = self.with_patches
+        assert wp is not None
+        n_e, n_w, n_i = (len(wp.by_severity(s)) for s in (ERROR, WARNING, INFO))
+        verdict = paint("FAIL", "1;31") if n_e else paint("OK", "1;32")
+        lines = [f"{verdict} with eagle3-patches: {n_e} error(s), {n_w} warning(s), {n_i} note(s)."]
+        still = {f.code for f in wp.errors}
+        fixed = [c for c in dict.fromkeys(f.code for f in self.ordered() if f.severity == ERROR) if c not in still]
+        if fixed:
+            lines.append("  fixed by eagle3-patches: " + ", ".join(fixed))
+        for f in wp.ordered():
+            if f.severity == ERROR:
+                lines.append(f.render(f"  {paint('ERROR', '1;31')} [{f.code}] ", indent=8))
+        lines.append(
+            "  The server runs under eagle3-patches when launched with `eagle3-patches run -- ...`, or on sglang"
+            " >= 0.5.11 with eagle3-patches installed (its plugin). Say which: --with-patches judges that launch"
+            " and exits by it; --without-patches judges stock sglang alone."
+        )
+        return lines
+
+
+def _patch_mode(fx: dict[str, Any], both: bool, differs: bool) -> str:
+    """The setup line's part that says whether the server runs under eagle3-patches, and how that is known."""
+    why = fx.get("with_patches_source") or ""
+    explicit = why in ("", "--with-patches", "--without-patches")
+    if both:
+        return "stock sglang or eagle3-patches (" + (
+            "not known from the flags: both verdicts below)" if differs else "the same verdict either way)"
+        )
+    if fx.get("with_patches"):
+        return "with eagle3-patches" + ("" if explicit else f" ({why})")
+    return "stock sglang (no eagle3-patches" + ("" if explicit else f": {why}") + ")"
+
+
+def _judged(r: Report) -> list[tuple[str, str]]:
+    return sorted((f.severity, f.code) for f in r.findings)
 
 
 def _human(n: int | None) -> str:

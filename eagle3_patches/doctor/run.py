@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -12,12 +13,14 @@ from ..checkpoint.releases import (
     NEWEST_KNOWN,
     OLDEST_KNOWN,
     PINNED,
+    ReleaseFacts,
     facts,
     parse_version,
 )
 from ..checkpoint.safetensors_header import bytes_read
 from ..diagnostic import ERROR, INFO, WARNING
 from ..patches import get_registry
+from ..plugin import loaded_here
 from ..preflight import run_rules
 from ..sglang_version import installed_sglang_version
 from .context import Context, guard
@@ -56,9 +59,12 @@ def doctor(
 
     ``launch``: sglang launch flags or a whole launch command (list or string), or a
     :class:`LaunchArgs`; explicit arguments win over what it says.  ``with_patches``:
-    whether the server runs under eagle3-patches (default: only when the launch command
-    is wrapped in ``eagle3-patches run``).  ``deep``: accepted for compatibility and ignored:
-    the target's whole index and every shard header are always read (docs/doctor.md, Cost).
+    whether the server runs under eagle3-patches.  None: judged from the launch (wrapped in
+    ``eagle3-patches run``, or sglang >= 0.5.11 installed here loads this package as a plugin);
+    where neither the launch nor the installed sglang says (bare flags, or none), the report is
+    stock sglang's and :attr:`Report.with_patches` holds the verdict with eagle3-patches.
+    ``deep``: accepted for compatibility and ignored: the target's whole index and every shard header are
+    always read (docs/doctor.md, Cost).
     ``checkpoint_only``: only the checks of the checkpoints themselves (no algorithm, release
     support or launch-flag findings), as the converter runs them on its output.
     Raises ``ValueError`` only for unusable arguments (bad version string, unknown algorithm).
@@ -98,13 +104,14 @@ def doctor(
     else:
         algo, asrc = "EAGLE3", "assumed"
 
+    patched, patched_why = patch_mode(with_patches, la, launch_given, rf, vsrc)
     ctx = Context(
         report=report,
         version=version,
         rf=rf,
         algorithm=algo,
         launch=la,
-        with_patches=bool(la.with_patches if with_patches is None else with_patches),
+        with_patches=bool(patched),
         tp=tp if tp is not None else la.tp,
         pp=pp if pp is not None else la.pp,
         checkpoint_only=checkpoint_only,
@@ -116,7 +123,8 @@ def doctor(
         sglang_version_source=vsrc,
         algorithm=algo,
         algorithm_source=asrc,
-        with_patches=ctx.with_patches,
+        with_patches=patched,
+        with_patches_source=patched_why,
         tp=ctx.tp,
         pp=ctx.pp,
         launch=la.as_dict() if launch_given else None,
@@ -163,8 +171,6 @@ def doctor(
         guard(ctx, "algorithm", check_algorithm)
         if ctx.target is not None:
             guard(ctx, "target release support", check_target_release)
-    # the preflight rule of every sglang bug this library knows (each in its patch module)
-    run_rules(ctx, ctx.report.add_diagnostic, lambda label, fn: guard(ctx, label, lambda c: fn()))
     if target is None and draft is None:
         report.add(
             ERROR,
@@ -172,11 +178,40 @@ def doctor(
             "neither a target nor a draft was given",
             fix="pass --target PATH and --draft PATH (or a launch command naming them)",
         )
-
+    if (
+        patched is None and not checkpoint_only
+    ):  # not known: the same checks, and the rules as they judge a launch under eagle3-patches
+        report.with_patches = report.fork(facts={**report.facts, "with_patches": True})
+        pctx = dataclasses.replace(ctx, report=report.with_patches, with_patches=True)
+        _rules(pctx)
+        report.with_patches.close()
+    _rules(ctx)
     report.close()
     report.facts["bytes_read"] = bytes_read() - read0
     report.facts["seconds"] = round(time.perf_counter() - t0, 4)
     return report
+
+
+def patch_mode(
+    explicit: bool | None, la: LaunchArgs, launch_given: bool, rf: ReleaseFacts, version_source: str
+) -> tuple[bool | None, str]:
+    """Whether the server runs under eagle3-patches (None: not known), and why."""
+    if explicit is not None:
+        return explicit, "--with-patches" if explicit else "--without-patches"
+    if la.with_patches:
+        return True, "the launch is wrapped in `eagle3-patches run`"
+    if version_source == "installed":
+        loaded, why = loaded_here(rf)
+        if loaded:
+            return True, why
+    if launch_given and la.program != "flags":
+        return False, f"the launch runs {la.program} without `eagle3-patches run`"
+    return None, "not known from bare flags: both verdicts, the exit status stock sglang's"
+
+
+def _rules(ctx: Context) -> None:
+    """The preflight rule of every sglang bug this library knows (each in its patch module)."""
+    run_rules(ctx, ctx.report.add_diagnostic, lambda label, fn: guard(ctx, label, lambda c: fn()))
 
 
 def check_draft(

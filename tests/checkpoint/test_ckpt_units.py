@@ -749,13 +749,13 @@ def test_no_flags_mean_sglangs_defaults():
         }
 
 
-def test_without_a_launch_command_the_doctor_judges_stock_sglang(tiny):
+def test_without_a_launch_command_the_doctor_gives_both_verdicts_and_exits_by_stock_sglangs(tiny):
     from eagle3_patches.doctor import doctor
 
-    assert (
-        "stock sglang (no eagle3-patches)"
-        in doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9").format()
-    )
+    r = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9")
+    assert "stock sglang or eagle3-patches (not known from the flags: both verdicts below)" in r.format()
+    assert r.facts["with_patches"] is None and r.with_patches is not None
+    assert (r.exit_code, r.with_patches.exit_code) == (1, 0)
     wrapped = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9", launch="eagle3-patches run -- --tp 1")
     assert "with eagle3-patches" in wrapped.format()
 

@@ -115,6 +115,7 @@ PARTS = [
     "eagle3_patches",
     "patches",
     "docs/patches.md",
+    "docs/doctor.md",  # gen_docs regenerates its example report too
     "pyproject.toml",
     "tools/regen_patch.py",
     "tools/gen_docs.py",
