@@ -1,6 +1,6 @@
 """EAGLE-3 aux layer ids: the two conventions, and what an id captures on each sglang release.
 
-Two meanings of "aux layer id ``i``" are in use (``shared/notes/eagle3-path-and-bugs.md``):
+Two meanings of "aux layer id ``i``" are in use:
 
 * ``output-of-layer`` (:data:`OUTPUT_OF_LAYER`) - this library's convention, and what
   sglang <= 0.5.12 and SpecForge mean: id ``i`` is the **output of target layer i**

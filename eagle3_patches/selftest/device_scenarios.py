@@ -3,9 +3,9 @@ real quantization kernels, TP 2 over NCCL.  Each runs inside an isolated process
 :mod:`.scenarios` and returns plain data (tensors moved to the host: a CUDA tensor does not survive
 the trip back to the parent process).
 
-WRITTEN BUT NOT YET RUN ON A GPU: no GPU was lent while they were written (docs/upgrading.md).  They
-follow sglang 0.5.9's CUDA paths as read from its source (/work/shared/notes/gpu-paths-0.5.9.md in the
-development notes) and the CPU recreations of the same situations in the test suite.
+NOT YET RUN ON A GPU (docs/upgrading.md says what is verified).  They follow sglang 0.5.9's CUDA paths
+as read from its source (``cuda_graph_runner.py``, ``model_runner.py``, ``communicator.py``) and the CPU
+recreations of the same situations in the test suite.
 """
 
 from __future__ import annotations
