@@ -669,9 +669,9 @@ def run_release(
 SHORT = {
     "applied": "applied",
     "upstream": "upstream",
-    "not-applicable": "n/a",
+    "not-applicable": "not-applicable",
     "failed": "FAILED",
-    "not-selected": "off",
+    "not-selected": "not-selected",
     "disabled": "disabled",
     "pending": "pending",
     "in-source": "in-source",
@@ -743,7 +743,7 @@ def _upstream_section(results: list[dict], names: list[str]) -> list[str]:
     out = [
         "### Where each fix is upstream, as the probe saw it",
         "",
-        "| patch | first release with the fix upstream | applied in | n/a in | other |",
+        "| patch | first release with the fix upstream | applied in | not-applicable in | other |",
         "|---|---|---|---|---|",
     ]
     for name in names:
@@ -810,9 +810,9 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         f"every venv; {total_s / 60:.1f} min in all. Test selection: `{' '.join(selection)}`.",
         "",
         "States are `eagle3-patches status --cpu-profile --json` in each release's venv: **applied** (patched "
-        "here), **upstream** (the installed sglang has the fix), **n/a** (not-applicable: the release is outside "
+        "here), **upstream** (the installed sglang has the fix), **not-applicable** (the release is outside "
         "the patch's range, or the code it targets is not what it was written for; sglang left untouched), "
-        "**off** (opt-in patch, not selected). *3 x H at fc*: the real EAGLE worker (`EAGLEWorker`; "
+        "**not-selected** (an opt-in patch, not asked for). *3 x H at fc*: the real EAGLE worker (`EAGLEWorker`; "
         "`EAGLEWorkerV2`, the only one from 0.5.13) on the tiny Kimi-K2.5 "
         f"fed `[tokens, 3 x hidden]` to the draft's `fc` (selftest's check `{FC_CHECK}`, which `{FC_TEST}` asserts "
         f"on; that test instead with --no-selftest). *Layer ids*: draft ids `[2, 3, 4]` (library convention, output "

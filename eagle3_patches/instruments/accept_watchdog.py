@@ -229,8 +229,8 @@ class Watchdog:
             where=f"{self.where}{algo}",
             found=f"mean accept length {mean:.3f} over the last {self.window.size} verify steps (below the "
             f"threshold {self.threshold:g}; 1.0 means no draft token accepted)",
-            expected="accept length = accepted draft tokens + 1 per verify step, sglang's `accept len`; a trained "
-            "EAGLE-3 drafter gives about 2.7-3.5 on Kimi-K2/K2.5",
+            expected="accept length = accepted draft tokens + 1 per verify step, sglang's `accept len`: what the "
+            "draft's publisher measured at the same --speculative-num-steps / -eagle-topk / -num-draft-tokens",
             cause=LIKELY_CAUSES,
             fix="the diagnostic probe runs once now and names the first wrong hop after the next decode batch; "
             "then `eagle3-patches doctor --target T --draft D -- <launch flags>` and "
