@@ -860,10 +860,16 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         )
     lines.append("")
     lines += _upstream_section(results, names)
+    lines += [
+        "## Appendix: the evidence, release by release",
+        "",
+        "What each release's venv held, what `status` said and what the suite and `selftest` did there.",
+        "",
+    ]
     for res in results:
         v = res["release"]
         setup = res.get("setup") or {}
-        lines += [f"## sglang {v}", ""]
+        lines += [f"### sglang {v}", ""]
         if not setup.get("ok"):
             lines += [f"Set-up failed: `{_md(setup.get('error', '?'))}`", ""]
             continue
