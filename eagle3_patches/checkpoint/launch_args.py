@@ -48,6 +48,12 @@ class LaunchArgs:
     enable_dp_attention: bool = False
     moe_a2a_backend: str = "none"
     json_model_override_args: str | None = None
+    # what the draft inherits from the target unless told otherwise (docs/doctor.md, "What the draft runs with")
+    context_length: int | None = None
+    quantization: str | None = None
+    draft_quantization: str | None = None  # --speculative-draft-model-quantization ("unquant": none)
+    attention_backend: str | None = None
+    draft_attention_backend: str | None = None  # --speculative-draft-attention-backend
     with_patches: bool = False  # wrapped in `eagle3-patches run`
     program: str = ""  # what was recognised: "flags", "python -m sglang.launch_server", ...
     given: set[str] = field(default_factory=set)  # dests set explicitly on the command line
@@ -94,6 +100,11 @@ def _parser() -> _Parser:
     a("--enable-dp-attention", dest="enable_dp_attention", action="store_true", default=None)
     a("--moe-a2a-backend", dest="moe_a2a_backend")
     a("--json-model-override-args", dest="json_model_override_args")
+    a("--context-length", dest="context_length", type=int)
+    a("--quantization", dest="quantization")
+    a("--speculative-draft-model-quantization", dest="draft_quantization")
+    a("--attention-backend", dest="attention_backend")
+    a("--speculative-draft-attention-backend", dest="draft_attention_backend")
     return p
 
 

@@ -27,6 +27,7 @@ CONSEQUENCE = (
         "kimi-k25-",
         "tp-draft-split",
         "pipeline-parallel",
+        "draft-context-length",
     ),
     (
         "hidden-",

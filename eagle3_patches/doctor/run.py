@@ -39,6 +39,7 @@ from .pairing_checks import (
     check_sizes,
 )
 from .report import Report
+from .runtime_checks import check_context, check_inherited
 from .target_checks import check_target_release, check_target_weights, load_target
 
 
@@ -171,6 +172,10 @@ def doctor(
         guard(ctx, "algorithm", check_algorithm)
         if ctx.target is not None:
             guard(ctx, "target release support", check_target_release)
+        if ctx.draft is not None and ctx.target is not None:
+            guard(ctx, "context length and RoPE", check_context)
+        if ctx.draft is not None:
+            guard(ctx, "what the draft inherits", check_inherited)
     if target is None and draft is None:
         report.add(
             ERROR,

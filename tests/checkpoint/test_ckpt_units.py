@@ -742,6 +742,11 @@ def test_no_flags_mean_sglangs_defaults():
             "enable_dp_attention": False,
             "moe_a2a_backend": "none",
             "json_model_override_args": None,
+            "context_length": None,
+            "quantization": None,
+            "draft_quantization": None,
+            "attention_backend": None,
+            "draft_attention_backend": None,
             "with_patches": False,
             "program": "flags",
             "given": [],
@@ -764,8 +769,12 @@ def test_every_flag_the_doctor_reads_is_parsed_and_marked_given():
     la = parse_launch_args(
         "--nnodes 2 --pp 2 --enable-two-batch-overlap --disable-cuda-graph "
         "--enable-flashinfer-allreduce-fusion --enable-dp-attention --moe-a2a-backend deepep "
-        """--json-model-override-args '{"a": 1}' -h --speculative-alg EAGLE"""
+        """--json-model-override-args '{"a": 1}' -h --speculative-alg EAGLE --context-length 8192 """
+        "--quantization fp8 --speculative-draft-model-quantization unquant --attention-backend trtllm_mla "
+        "--speculative-draft-attention-backend fa3"
     )
+    assert (la.context_length, la.quantization, la.draft_quantization) == (8192, "fp8", "unquant")
+    assert (la.attention_backend, la.draft_attention_backend) == ("trtllm_mla", "fa3")
     assert (la.nnodes, la.pp, la.moe_a2a_backend, la.json_model_override_args) == (2, 2, "deepep", '{"a": 1}')
     assert la.enable_two_batch_overlap and la.disable_cuda_graph and la.enable_flashinfer_allreduce_fusion
     assert la.enable_dp_attention
@@ -778,6 +787,11 @@ def test_every_flag_the_doctor_reads_is_parsed_and_marked_given():
         "enable_dp_attention",
         "moe_a2a_backend",
         "json_model_override_args",
+        "context_length",
+        "quantization",
+        "draft_quantization",
+        "attention_backend",
+        "draft_attention_backend",
     }
     assert la.unknown == ["-h", "--speculative-alg", "EAGLE"]  # no help exit, no abbreviations: sglang's own parser
     assert la.as_dict()["given"] == sorted(la.given) and la.as_dict()["unknown"] == la.unknown

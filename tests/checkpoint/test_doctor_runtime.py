@@ -1,0 +1,155 @@
+"""What the draft runs with: the doctor compares the context length it is served at with its own (sglang gives the
+draft the target's), its RoPE with the target's, and names what it inherits from the target's flags (quantization,
+attention backend), each with the flag that fixes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.diagnostic import ERROR, INFO, WARNING
+from eagle3_patches.doctor import check_draft, doctor
+from eagle3_patches.doctor.runtime_checks import ALLOW_LONGER, DEFAULT_CONTEXT_LENGTH, derived_context_length
+
+
+def run(tiny, *flags: str, draft=None, target=None, **kw):
+    launch = ["--speculative-algorithm", "EAGLE3", *flags]
+    return doctor(target or tiny["kimi_k25"], draft or tiny["draft"], sglang_version="0.5.9", launch=launch, **kw)
+
+
+def finding(report, code):
+    found = [f for f in report.findings if f.code == code]
+    assert len(found) == 1, report.format()
+    return found[0]
+
+
+# ------------------------------------------------------------------------------------------------ context length
+@pytest.mark.parametrize(
+    "config, length",
+    [
+        ({"max_position_embeddings": 4096}, 4096),
+        ({"seq_length": 1000, "max_position_embeddings": 4096}, 1000),  # sglang's key order
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, 16384),
+        (  # the scaling names its original length: the stated length is the scaled one already
+            {
+                "max_position_embeddings": 262144,
+                "rope_scaling": {"rope_type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096},
+            },
+            262144,
+        ),
+        ({"max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, 8192),
+        ({"max_position_embeddings": 4096, "rope_parameters": {"rope_type": "linear", "factor": 2.0}}, 8192),
+        ({}, DEFAULT_CONTEXT_LENGTH),
+        ({"max_position_embeddings": "4096"}, DEFAULT_CONTEXT_LENGTH),  # hostile: not an int
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": "x"}}, 4096),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 1e30}}, 4096),
+    ],
+)
+def test_the_context_length_is_derived_as_sglang_derives_it(config, length):
+    assert derived_context_length(config) == length
+
+
+def test_a_draft_as_long_as_the_target_serves_silently(tiny):
+    r = run(tiny)
+    assert not [f for f in r.findings if f.code in ("draft-context-length", "draft-rope")], r.format()
+    assert r.facts["draft_context"] == {"served": 2048, "served_from": "the target's", "draft": 2048}
+
+
+def test_a_longer_context_length_than_the_draft_is_refused_at_start_naming_the_length(tiny, monkeypatch):
+    monkeypatch.delenv(ALLOW_LONGER, raising=False)
+    r = run(tiny, "--context-length", "8192")
+    f = finding(r, "draft-context-length")
+    assert f.severity == ERROR and "sglang refuses to start" in f.what
+    assert f.found == "draft 2048 (derived as sglang does), served 8192 (--context-length)"
+    assert "--context-length 2048" in f.fix
+    assert r.with_patches is not None and "draft-context-length" in r.with_patches.codes(ERROR)  # no patch fixes it
+    assert r.format().split("ERROR")[1].startswith("   [draft-context-length]")  # it stops the server: listed first
+
+
+def test_a_draft_shorter_than_the_target_is_refused_without_any_flag(tiny, make_draft):
+    d = make_draft(config={"max_position_embeddings": 1024})
+    f = finding(run(tiny, draft=d), "draft-context-length")
+    assert f.found == "draft 1024 (derived as sglang does), served 2048 (the target's)"
+
+
+def test_allowed_longer_it_starts_and_the_doctor_warns_of_the_quiet_loss(tiny, monkeypatch):
+    monkeypatch.setenv(ALLOW_LONGER, "1")
+    f = finding(run(tiny, "--context-length", "8192"), "draft-context-length")
+    assert f.severity == WARNING and "accept length falls as contexts grow" in f.what
+
+
+# ------------------------------------------------------------------------------------------------ RoPE
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}},
+        {"rope_theta": 500000.0},
+    ],
+)
+def test_a_draft_rope_unlike_the_targets_is_a_warning(tiny, make_draft, edit):
+    f = finding(run(tiny, draft=make_draft(config=edit)), "draft-rope")
+    assert f.severity == WARNING and f.found.startswith("draft: rope_scaling")
+    assert f.expected == "the target's: rope_scaling none, rope_theta 10000.0"
+
+
+def test_a_yarn_factor_of_one_is_no_scaling(tiny, make_draft):
+    d = make_draft(config={"rope_scaling": {"rope_type": "yarn", "factor": 1.0}})
+    assert "draft-rope" not in run(tiny, draft=d).codes()
+
+
+# ------------------------------------------------------------------------------------------------ inherited flags
+def test_an_inherited_quantization_is_a_warning_with_the_flag_that_stops_it(tiny):
+    f = finding(run(tiny, "--quantization", "fp8"), "draft-quantization-inherited")
+    assert f.severity == WARNING and f.fix == "add --speculative-draft-model-quantization unquant"
+
+
+@pytest.mark.parametrize(
+    "flags, quant, source",
+    [
+        (["--quantization", "fp8", "--speculative-draft-model-quantization", "unquant"], None, "--speculative-draft"),
+        (["--quantization", "fp8", "--speculative-draft-model-quantization", "fp8"], "fp8", "--speculative-draft"),
+        ([], None, "none given"),
+    ],
+)
+def test_a_quantization_the_draft_was_given_is_stated_not_warned(tiny, flags, quant, source):
+    r = run(tiny, *flags)
+    assert "draft-quantization-inherited" not in r.codes()
+    runs = r.facts["draft_runs_with"]
+    assert runs["quantization"] == quant and runs["quantization_from"].startswith(source)
+
+
+def test_a_quantized_draft_inheriting_the_quantization_is_not_warned(tiny, make_draft):
+    d = make_draft(config={"quantization_config": {"quant_method": "fp8"}})
+    assert "draft-quantization-inherited" not in run(tiny, "--quantization", "fp8", draft=d).codes()
+
+
+@pytest.mark.parametrize("backend", ["trtllm_mla", "flashmla", "cutlass_mla"])
+def test_an_mla_only_backend_inherited_by_the_draft_is_a_warning(tiny, backend):
+    f = finding(run(tiny, "--attention-backend", backend), "draft-attention-backend")
+    assert f.severity == WARNING and "--speculative-draft-attention-backend" in f.fix
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--attention-backend", "trtllm_mla", "--speculative-draft-attention-backend", "fa3"],
+        ["--attention-backend", "fa3"],
+    ],
+)
+def test_a_draft_backend_that_serves_it_is_silent(tiny, flags):
+    assert "draft-attention-backend" not in run(tiny, *flags).codes()
+
+
+def test_the_doctor_states_what_the_draft_runs_with(tiny):
+    f = finding(run(tiny, "--quantization", "fp8", "--attention-backend", "trtllm_mla"), "draft-runs-with")
+    assert f.severity == INFO
+    assert f.what == (
+        "the draft runs with quantization fp8 (--quantization (inherited)), attention backend trtllm_mla "
+        "(--attention-backend (inherited)), context length 2048"
+    )
+
+
+def test_the_converters_check_of_a_draft_judges_no_launch(tiny, make_draft):
+    r = check_draft(
+        make_draft(config={"max_position_embeddings": 1024}), target=tiny["kimi_k25"], sglang_version="0.5.9"
+    )
+    assert not {"draft-context-length", "draft-runs-with"} & set(r.codes())
