@@ -75,7 +75,7 @@ SCOPE_GLOBS = (
     "eagle3_patches/doctor/*.py",
     "eagle3_patches/convert.py",
     "eagle3_patches/registry.py",
-    "eagle3_patches/fork.py",
+    "eagle3_patches/fork/*.py",
     "eagle3_patches/cli/apply_cmd.py",
     "eagle3_patches/settings.py",
     "eagle3_patches/plugin.py",
@@ -252,8 +252,9 @@ TESTED_THROUGH = {
 
 
 #: packages whose modules share the package's tests (the doctor: its checks, its report and its entry point are
-#: tested through ``doctor()``, by tests/checkpoint/test_ckpt_doctor.py)
-SPLIT_PACKAGES = ("doctor",)
+#: tested through ``doctor()``, by tests/checkpoint/test_ckpt_doctor.py; the fork-path applier: its diff engine,
+#: series, atomic write and planning by tests/fork/test_fork.py and test_fork_units.py)
+SPLIT_PACKAGES = ("doctor", "fork")
 
 
 def tests_for(module: Path) -> list[Path]:

@@ -19,6 +19,7 @@ import pytest
 
 import eagle3_patches
 from eagle3_patches import fork
+from eagle3_patches.fork import writing as fork_writing
 from eagle3_patches.registry import SOURCE_MARKER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -306,7 +307,7 @@ def test_a_failure_mid_write_leaves_the_tree_unchanged(tree, monkeypatch):
             raise OSError("disk full (simulated)")
         os.replace(src, dst)
 
-    monkeypatch.setattr(fork, "_replace", failing_replace)
+    monkeypatch.setattr(fork_writing, "_replace", failing_replace)
     with pytest.raises(OSError, match="simulated"):
         fork.apply_series(tree)
     assert len(calls) == 3
@@ -320,13 +321,14 @@ def test_a_run_killed_mid_write_is_undone_by_the_next_run(tree):
         import os, sys
         sys.path.insert(0, {str(REPO)!r})
         from eagle3_patches import fork
+        from eagle3_patches.fork import writing as fork_writing
         calls = []
         def dying_replace(src, dst):
             calls.append(dst)
             if len(calls) == 3:
                 os._exit(9)  # killed: no rollback runs
             os.replace(src, dst)
-        fork._replace = dying_replace
+        fork_writing._replace = dying_replace  # the name write_atomically calls
         fork.apply_series({str(tree)!r})
         """
     )

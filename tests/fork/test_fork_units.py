@@ -1,4 +1,4 @@
-"""The fork-path applier (eagle3_patches/fork.py) piece by piece, on a small synthetic series.
+"""The fork-path applier (the package eagle3_patches/fork/) piece by piece, on a small synthetic series.
 
 tests/fork/test_fork.py applies the shipped series to the installed sglang 0.5.9; this file builds its own
 tiny sglang tree (``srt/``, ``version.py``, ``_version.py``, two touched files) and a two-patch series made
@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from eagle3_patches import fork, settings
+from eagle3_patches.fork import apply as fork_apply
+from eagle3_patches.fork import series as fork_series
+from eagle3_patches.fork import writing as fork_writing
 
 A0 = "".join(f"line {i}\n" for i in range(1, 21)).encode()
 A1 = A0.replace(b"line 3\n", b"line 3 (one)\n")
@@ -201,7 +204,7 @@ def test_a_series_name_is_looked_up_in_the_env_dir_then_the_shipped_one(synth, t
     (shipped / "other-1.0").mkdir(parents=True)
     (shipped / "other-1.0" / fork.SERIES_FILE).write_text("")
     (shipped / "synth-9.9.9").mkdir()  # not a series (no series file): the env dir's one is found
-    monkeypatch.setattr(fork, "shipped_dir", lambda package: shipped)
+    monkeypatch.setattr(fork_series, "shipped_dir", lambda package: shipped)
     monkeypatch.setenv(fork.SERIES_DIR_ENV, str(series.parent))
     settings.reload()
     assert fork.series_search_path() == [series.parent, shipped]
@@ -218,7 +221,7 @@ def test_a_series_name_is_looked_up_in_the_env_dir_then_the_shipped_one(synth, t
 def test_no_env_dir_and_no_shipped_series(tmp_path, monkeypatch):
     monkeypatch.delenv(fork.SERIES_DIR_ENV, raising=False)
     settings.reload()
-    monkeypatch.setattr(fork, "shipped_dir", lambda package: None)
+    monkeypatch.setattr(fork_series, "shipped_dir", lambda package: None)
     assert fork.series_search_path() == []
     with pytest.raises(fork.ForkError) as info:
         fork.find_series("x")
@@ -232,7 +235,7 @@ def test_no_env_dir_and_no_shipped_series(tmp_path, monkeypatch):
 def test_an_env_dir_that_does_not_exist_lists_no_known_series(tmp_path, monkeypatch):
     monkeypatch.setenv(fork.SERIES_DIR_ENV, str(tmp_path / "absent"))
     settings.reload()
-    monkeypatch.setattr(fork, "shipped_dir", lambda package: None)
+    monkeypatch.setattr(fork_series, "shipped_dir", lambda package: None)
     with pytest.raises(fork.ForkError) as info:
         fork.find_series("x")
     assert f"looked in {tmp_path / 'absent' / 'x'}, the package data" in str(info.value)
@@ -982,7 +985,7 @@ def test_a_read_only_tree_is_refused_without_a_traceback(synth, monkeypatch):
     def denied(src, dst):
         raise PermissionError(13, "Permission denied", str(dst))
 
-    monkeypatch.setattr(fork, "_replace", denied)
+    monkeypatch.setattr(fork_writing, "_replace", denied)
     with pytest.raises(fork.ForkError) as info:
         fork.apply_series(root, series)
     assert str(info.value).startswith(f"eagle3-patches: cannot write in {root} ([Errno 13] Permission denied: ")
@@ -998,10 +1001,10 @@ def test_a_read_only_tree_is_refused_without_a_traceback(synth, monkeypatch):
 
 def test_the_default_root_and_series_are_used_when_none_is_given(synth, monkeypatch):
     root, series = synth
-    monkeypatch.setattr(fork, "default_sglang_root", lambda: root)
+    monkeypatch.setattr(fork_apply, "default_sglang_root", lambda: root)
     seen = []
     real = fork.load_series
-    monkeypatch.setattr(fork, "load_series", lambda name: seen.append(name) or real(series))
+    monkeypatch.setattr(fork_apply, "load_series", lambda name: seen.append(name) or real(series))
     report = fork.apply_series(check=True)
     assert report.root == root and seen == [fork.DEFAULT_SERIES]
     assert fork.DEFAULT_SERIES == "sglang-0.5.9"
@@ -1067,7 +1070,7 @@ def test_the_journal_lists_the_files_and_the_backups_are_the_originals_while_ren
         seen.append((journal, Path(src).name, Path(dst).name, bak.read_bytes(), os.path.samefile(bak, dst)))
         os.replace(src, dst)
 
-    monkeypatch.setattr(fork, "_replace", watching_replace)
+    monkeypatch.setattr(fork_writing, "_replace", watching_replace)
     (root / "srt" / ("b.py" + fork._BAK_SUFFIX)).write_bytes(b"stale backup of another run")  # removed, then linked
     fork.write_atomically(root, {"srt/a.py": b"A\n", "srt/b.py": b"B\n"})
     files = {"files": ["srt/a.py", "srt/b.py"]}
@@ -1104,7 +1107,7 @@ def test_without_hard_links_the_backups_are_copies(synth, monkeypatch):
         raise OSError("disk full (simulated)")
 
     monkeypatch.setattr(os, "link", no_links)
-    monkeypatch.setattr(fork, "_replace", watching_replace)
+    monkeypatch.setattr(fork_writing, "_replace", watching_replace)
     with pytest.raises(OSError, match="simulated"):
         fork.write_atomically(root, {"srt/a.py": b"A\n", "srt/b.py": b"B\n"})
     assert backups == [A0]
@@ -1123,7 +1126,7 @@ class SimulatedInterrupt(KeyboardInterrupt):
 def test_a_failure_at_any_step_leaves_the_tree_as_it_was(synth, monkeypatch, fail_at):
     root, series = synth
     calls = {"replace": 0}
-    real_open, real_replace, real_chmod, real_link = open, fork._replace, os.chmod, os.link
+    real_open, real_replace, real_chmod, real_link = open, fork_writing._replace, os.chmod, os.link
 
     def opener(path, *a, **kw):
         name = Path(path).name
@@ -1150,7 +1153,7 @@ def test_a_failure_at_any_step_leaves_the_tree_as_it_was(synth, monkeypatch, fai
     monkeypatch.setattr("builtins.open", opener)
     monkeypatch.setattr(os, "chmod", chmod)
     monkeypatch.setattr(os, "link", link)
-    monkeypatch.setattr(fork, "_replace", replace)
+    monkeypatch.setattr(fork_writing, "_replace", replace)
     with pytest.raises(SimulatedInterrupt if fail_at == "link" else Simulated):
         fork.write_atomically(root, {"srt/a.py": b"A\n", "srt/b.py": b"B\n"})
     monkeypatch.undo()

@@ -11,6 +11,7 @@ import pytest
 
 from eagle3_patches import _shipped, fork, settings
 from eagle3_patches.cli import build_parser, docs_cmd, main
+from eagle3_patches.fork import series as fork_series
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted(p.stem for p in (REPO / "docs").glob("*.md"))
@@ -50,7 +51,7 @@ def test_the_series_dir_env_is_searched_first(tmp_path, monkeypatch):
 def test_missing_package_data_is_named_with_the_fix(monkeypatch):
     monkeypatch.delenv(fork.SERIES_DIR_ENV, raising=False)
     settings.reload()
-    monkeypatch.setattr(fork, "shipped_dir", lambda package: None)
+    monkeypatch.setattr(fork_series, "shipped_dir", lambda package: None)
     with pytest.raises(
         fork.ForkError, match=r"package data eagle3_patches\.series \(missing from this install.*reinstall"
     ):
