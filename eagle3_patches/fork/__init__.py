@@ -31,7 +31,8 @@ the recovery of an interrupted run), :mod:`.apply` (a run's plan and the entry p
 :mod:`.checksums` (the maintainer side: ``checksums.json`` and tree digests), :mod:`.common` (:class:`ForkError`
 and the digest).  Every name is re-exported here: ``from eagle3_patches import fork; fork.apply_series(...)``.
 A seam a test replaces (``_replace``, ``shipped_dir``, ``load_series``, ``default_sglang_root``) is replaced in
-the submodule that calls it (:mod:`.writing`, :mod:`.series`, :mod:`.apply`): setting it here changes nothing.
+the submodule that calls it (:mod:`.writing`, :mod:`.series`, :mod:`.apply`): setting a name here changes
+nothing for the code that calls it (``_replace`` is therefore not re-exported).
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ from .sglang_tree import check_sglang_root, default_sglang_root, sglang_tree_ver
 from .writing import _BAK_SUFFIX as _BAK_SUFFIX
 from .writing import _TMP_SUFFIX as _TMP_SUFFIX
 from .writing import JOURNAL, recover, write_atomically
-from .writing import _replace as _replace
 
 __all__ = [
     "CHECKSUMS_FILE",
