@@ -185,6 +185,7 @@ PATCHES = [
     "eagle3_fc_guard",
     "eagle3_algorithm_guard",
     "eagle3_target_capability",
+    "eagle3_draft_config_fields",
     "layer_id_convention",
 ]
 INSTRUMENTS = ["accept_watchdog", "eagle3_probe", "hidden_state_dump"]

@@ -49,6 +49,8 @@ NO_CHECK = {
     "eagle3_probe": "an opt-in diagnostic that fixes nothing; tests/probe covers it in the repository",
     "accept_watchdog": "it reports at run time and changes nothing; tests/unit and tests/e2e cover it in the "
     "repository",
+    "eagle3_draft_config_fields": "it judges the draft's config against the installed release's own source, as the "
+    "doctor does before a launch; tests/patches covers the launcher in the repository",
 }
 
 

@@ -1,0 +1,124 @@
+"""eagle3_draft_config_fields
+
+Bug: sglang's ``LlamaForCausalLMEagle3`` reads only the draft config fields its release knows.  A draft trained
+with a field that changes its math (EAGLE-3.1's ``fc_norm`` / ``norm_output``, ``norm_before_fc`` with its
+``input_norm``, ``norm_before_residual``) loads on a release that never reads the field and is served without
+that norm: sglang 0.5.9-0.5.11 read none of them, 0.5.12-0.5.16 not ``norm_before_fc``, and no release through
+0.5.23 reads ``norm_before_residual``.
+
+What users see: a healthy server whose accept length is well below what the draft's training promised; no error,
+no warning.
+
+What the patch changes: after ``ServerArgs`` resolved the flags (``__post_init__``; ``resolve_once`` from 0.5.23),
+with ``--speculative-algorithm EAGLE3`` and a local draft directory, it reads the draft's ``config.json`` and
+raises ``Eagle3ConfigError`` in the launcher, before anything loads, for each field set true that the installed
+release's ``llama_eagle3.py`` never reads: which fields a release reads is parsed from that file
+(``eagle3_patches/checkpoint/draft_fields.py``), never a hand list; the message names the field, what it does,
+and the first release that reads it (observed from the released wheels by ``tools/draft_fields_table.py``).  The
+doctor reports the same (``draft-config-ignored``), from the installed release's source or, for another release,
+from that table.  It costs one parse of one sglang source file at start.
+
+Releases: 0.5.8 and later (each release is judged by its own source: a release that reads every field a draft
+sets lets it through).
+
+Upstream probe: none; the check is derived from the installed release's source each time.
+
+Tests: ``tests/patches/test_eagle3_draft_config_fields.py`` (the real launcher, stock and patched, on the tiny
+Kimi-K2.5 and drafts setting each field), ``tests/unit/test_draft_fields.py`` (the parser, and the table against
+the installed release's source, in CI on the pinned and the newest release),
+``tests/checkpoint/test_doctor_fields.py`` (the doctor).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+from ..checkpoint import draft_fields as F
+from ..checkpoint.formats import SGLANG_EAGLE3
+from ..diagnostic import ERROR, Diagnostics
+from ..errors import Eagle3ConfigError
+from ..registry import Patch, Saver, expect_attr
+from ..sglang_runtime import server_args_resolution_method
+from ..sglang_version import installed_sglang_version
+
+CODE = "draft-config-ignored"
+
+
+def ignored_fields(config: dict, read: frozenset[str], *, version: Any, source: str, config_path: str) -> Diagnostics:
+    """One error per draft config field set true that a release reading ``read`` never sees."""
+    out = Diagnostics()
+    for field, name, value in F.ignored(config, read):
+        first = F.first_reading(name)
+        out.add(
+            ERROR,
+            CODE,
+            f"the draft's config sets {name} ({F.MATH_FIELDS[field]}), which sglang {version}'s "
+            "LlamaForCausalLMEagle3 never reads: the draft is served without it, unlike it was trained (a lower "
+            "accept length, no error)",
+            where=f"{config_path}: {name}",
+            found=f"{name}: {value!r} (read from {source})",
+            expected=f"a release that reads it: {first}",
+            fix=(f"serve on {first}, or " if first.startswith("sglang") else "") + "use a draft trained without it",
+        )
+    return out
+
+
+def check_draft_config_fields(server_args) -> None:
+    """Refuse, in the launcher, a draft whose config sets a field the installed release never reads."""
+    if (server_args.speculative_algorithm or "").upper() != "EAGLE3":
+        return
+    path = Path(str(server_args.speculative_draft_model_path or "")) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # a hub id or an unreadable config: sglang reports those itself
+    found = F.installed_source()
+    if not isinstance(config, dict) or found is None:
+        return
+    problems = ignored_fields(
+        config, F.fields_read(found[1]), version=installed_sglang_version(), source=str(found[0]), config_path=str(path)
+    )
+    if problems:
+        raise Eagle3ConfigError(diagnostic=problems[0])
+
+
+def _checked_post_init(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    check_draft_config_fields(instance)
+    return result
+
+
+class Eagle3DraftConfigFields(Patch):
+    name = "eagle3_draft_config_fields"
+    order = 85
+    remedy = "refused"
+    in_fork_series = False  # the check reads sglang's own source at start: nothing to change in that source
+    summary = "a draft config field that changes the math and that this release never reads is refused at start"
+    module = "sglang.srt.server_args"
+    applies_to = SpecifierSet(">=0.5.8")
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.ServerArgs, server_args_resolution_method(module.ServerArgs), _checked_post_init)
+
+    def preflight(self, setup: Any) -> Diagnostics:
+        dv = setup.draft
+        if setup.checkpoint_only or dv is None or dv.format != SGLANG_EAGLE3:
+            return Diagnostics()  # a speculators draft's options: the converter's refusals (draft-speculators-format)
+        found = F.installed_source() if setup.facts.get("sglang_version_source") == "installed" else None
+        if found is not None:
+            read, source = F.fields_read(found[1]), str(found[0])
+        else:
+            read, source = F.read_by_release(setup.rf.release), "the table observed from the released wheels"
+        setup.facts["draft_fields_read_from"] = source
+        return ignored_fields(dv.config, read, version=setup.version, source=source, config_path=setup.dcfg())
+
+
+PATCH = Eagle3DraftConfigFields()

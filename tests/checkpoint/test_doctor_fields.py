@@ -1,0 +1,62 @@
+"""The doctor refuses a draft whose config sets a field that changes its math and that the release never reads
+(EAGLE-3.1's norms on an older sglang), naming the field and the first release that reads it."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.checkpoint import draft_fields as F
+from eagle3_patches.diagnostic import ERROR
+from eagle3_patches.doctor import doctor
+
+
+def run(tiny, draft, version):
+    return doctor(tiny["kimi_k25"], draft, sglang_version=version, launch=["--speculative-algorithm", "EAGLE3"])
+
+
+@pytest.mark.parametrize(
+    "edit, name, too_old, first",
+    [
+        ({"norm_output": True}, "norm_output", "0.5.11", "0.5.12"),
+        ({"fc_norm": True}, "fc_norm", "0.5.11", "0.5.12"),
+        ({"use_aux_norm": True}, "use_aux_norm", "0.5.11", "0.5.12"),
+        ({"norm_before_fc": True}, "norm_before_fc", "0.5.16", "0.5.17"),
+        ({"eagle_config": {"norm_before_fc": True}}, "eagle_config.norm_before_fc", "0.5.16", "0.5.17"),
+    ],
+)
+def test_a_field_the_release_never_reads_is_refused_naming_the_first_that_does(
+    tiny, make_draft, edit, name, too_old, first
+):
+    d = make_draft(config=edit)
+    r = run(tiny, d, too_old)
+    (f,) = [f for f in r.findings if f.code == "draft-config-ignored"]
+    assert f.severity == ERROR and f.where.endswith(f"config.json: {name}")
+    assert f.expected == f"a release that reads it: sglang >= {first}"
+    assert f.fix == f"serve on sglang >= {first}, or use a draft trained without it"
+    assert "draft-config-ignored" not in run(tiny, d, first).codes()
+
+
+def test_a_field_no_release_reads_has_no_release_to_name(tiny, make_draft):
+    f = next(
+        f
+        for f in run(tiny, make_draft(config={"norm_before_residual": True}), "0.5.23").findings
+        if f.code == "draft-config-ignored"
+    )
+    assert f.fix == "use a draft trained without it" and "0.5.23" in f.expected
+
+
+def test_fields_set_false_are_nothing(tiny, make_draft):
+    d = make_draft(config={"norm_output": False, "fc_norm": False})
+    assert "draft-config-ignored" not in run(tiny, d, "0.5.9").codes()
+
+
+def test_the_installed_release_is_judged_by_its_own_source(tiny, make_draft, monkeypatch):
+    d = make_draft(config={"norm_output": True})
+    launch = ["--speculative-algorithm", "EAGLE3"]
+    r = doctor(tiny["kimi_k25"], d, launch=launch)  # the installed sglang: its llama_eagle3.py is read
+    assert r.facts["draft_fields_read_from"].endswith("llama_eagle3.py")
+    monkeypatch.setattr(
+        F, "installed_source", lambda: ("patched/llama_eagle3.py", "x = getattr(config, 'norm_output')")
+    )
+    r = doctor(tiny["kimi_k25"], d, launch=launch)
+    assert "draft-config-ignored" not in r.codes() and r.facts["draft_fields_read_from"] == "patched/llama_eagle3.py"

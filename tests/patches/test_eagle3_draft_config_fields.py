@@ -1,0 +1,77 @@
+"""eagle3_draft_config_fields: a draft config field that changes the draft's math and that the installed release
+never reads is refused once, in the launcher, before anything loads; stock sglang serves the draft without it.
+
+On the real launcher (``ServerArgs`` resolved as ``launch_server`` resolves it) with the tiny Kimi-K2.5 target and
+drafts whose configs set each field; which fields the installed release reads comes from its own source."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from eagle3_patches.checkpoint import draft_fields as F
+from eagle3_patches.selftest.scenarios import launcher_outcomes
+from eagle3_patches.testing.isolation import run_isolated
+
+pytestmark = pytest.mark.sglang
+
+
+def _installed_reads() -> frozenset[str]:
+    found = F.installed_source()
+    assert found is not None
+    return F.fields_read(found[1])
+
+
+@pytest.fixture(scope="module")
+def drafts(tiny, tmp_path_factory):
+    """A draft per field set true, plus the tiny draft as it is: name -> (target, draft, algorithm)."""
+    root = tmp_path_factory.mktemp("draft-fields")
+    out = {"plain": (str(tiny["kimi_k25"]), str(tiny["draft"]), "EAGLE3")}
+    for name in F.candidate_names():
+        d = root / name
+        shutil.copytree(tiny["draft"], d)
+        config = json.loads((d / "config.json").read_text())
+        field = name.removeprefix(F.EAGLE_CONFIG + ".")
+        block = config.setdefault(F.EAGLE_CONFIG, {}) if name.startswith(F.EAGLE_CONFIG) else config
+        block[field] = True
+        (d / "config.json").write_text(json.dumps(config))
+        out[name] = (str(tiny["kimi_k25"]), str(d), "EAGLE3")
+    return out
+
+
+@pytest.fixture(scope="module")
+def stock(drafts):
+    return run_isolated(launcher_outcomes, drafts, patches=None)
+
+
+@pytest.fixture(scope="module")
+def patched(drafts):
+    return run_isolated(launcher_outcomes, drafts, patches="all")
+
+
+@pytest.mark.stock
+def test_stock_launches_a_draft_whose_fields_it_never_reads(stock):
+    unread = [n for n in F.candidate_names() if n not in _installed_reads()]
+    assert unread  # every release up to the newest observed ignores norm_before_residual
+    for name in unread:
+        assert stock[name] == ("ok", "EAGLE3"), name
+
+
+@pytest.mark.runtime_only
+def test_patched_refuses_each_field_the_release_never_reads_naming_the_first_that_does(patched):
+    read = _installed_reads()
+    for name in F.candidate_names():
+        if name in read:
+            assert patched[name] == ("ok", "EAGLE3"), name
+            continue
+        kind, message = patched[name]
+        assert kind == "Eagle3ConfigError", (name, kind, message)
+        assert f"config.json: {name}" in message and "never reads" in message
+        assert F.first_reading(name) in message
+
+
+@pytest.mark.runtime_only
+def test_patched_lets_a_draft_without_such_fields_through(patched):
+    assert patched["plain"] == ("ok", "EAGLE3")

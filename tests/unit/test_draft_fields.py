@@ -1,0 +1,70 @@
+"""Which draft config fields a release's LlamaForCausalLMEagle3 reads, taken from its source: the parser, and the
+observed table against the installed release's own file (in CI on the pinned and the newest release)."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.checkpoint import draft_fields as F
+from eagle3_patches.sglang_version import installed_sglang_version
+
+SOURCE = """
+class Draft:
+    def __init__(self, config, other):
+        a = config.a
+        b = self.config.b
+        c = getattr(config, "c", False)
+        d = hasattr(config, "d")
+        eagle_config = getattr(config, "eagle_config", None) or {}
+        e = eagle_config.get("e", False)
+        not_config = other.x, getattr(other, "y", 0), other.get("z"), config.get("w")
+"""
+
+
+def test_the_parser_finds_every_way_a_draft_module_reads_its_config():
+    assert F.fields_read(SOURCE) == {"a", "b", "c", "d", "eagle_config", "eagle_config.e", "get"}
+
+
+def test_the_table_is_what_the_installed_release_reads():
+    found = F.installed_source()
+    if found is None:
+        pytest.skip("sglang is not installed")
+    path, source = found
+    version = installed_sglang_version()
+    assert version is not None
+    read = F.fields_read(source) & set(F.candidate_names())
+    assert read == F.read_by_release(tuple(version.release)), (
+        f"{path} reads {sorted(read)}; FIRST_READ says {sorted(F.read_by_release(tuple(version.release)))}: "
+        "run python tools/draft_fields_table.py"
+    )
+
+
+@pytest.mark.parametrize(
+    "config, read, ignored",
+    [
+        ({"norm_output": True}, set(), [("norm_output", "norm_output", True)]),
+        ({"norm_output": True}, {"norm_output"}, []),
+        ({"norm_output": False, "fc_norm": 0, "use_aux_norm": None}, set(), []),
+        (
+            {"eagle_config": {"norm_before_fc": True}},
+            {"norm_before_fc"},
+            [("norm_before_fc", "eagle_config.norm_before_fc", True)],
+        ),
+        ({"eagle_config": {"norm_before_fc": True}}, {"eagle_config.norm_before_fc"}, []),
+        (
+            {"fc_norm": True, "norm_before_residual": True},
+            {"fc_norm"},
+            [("norm_before_residual", "norm_before_residual", True)],
+        ),
+    ],
+)
+def test_a_field_set_true_where_the_release_does_not_read_it_is_ignored(config, read, ignored):
+    assert F.ignored(config, read) == ignored
+
+
+def test_the_first_release_reading_a_field_is_named():
+    assert F.first_reading("norm_output") == "sglang >= 0.5.12"
+    assert F.first_reading("eagle_config.norm_before_fc") == "sglang >= 0.5.17"
+    assert F.first_reading("norm_before_residual") == "no sglang release up to 0.5.23 reads it"
+    assert F.read_by_release((0, 5, 16)) == {"fc_norm", "use_aux_norm", "norm_output"}
+    assert F.read_by_release((0, 5, 11, 9)) == frozenset()

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Observe which sglang release first reads each draft config field that changes the draft's math
+(eagle3_patches.checkpoint.draft_fields.MATH_FIELDS), from the released wheels' own llama_eagle3.py.
+
+    python tools/draft_fields_table.py                     # the releases of the full matrix; prints FIRST_READ
+    python tools/draft_fields_table.py --check             # exit 1 when draft_fields.FIRST_READ differs
+    python tools/draft_fields_table.py --releases 0.5.16,0.5.17
+
+Each wheel is downloaded once (``pip download --no-deps`` into .matrix/wheels, as tools/matrix.py keeps them);
+only ``sglang/srt/models/llama_eagle3.py`` is read from it, parsed, never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from eagle3_patches.checkpoint import draft_fields as F  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEELS = ROOT / ".matrix" / "wheels"
+
+
+def wheel(version: str) -> Path:
+    found = sorted(WHEELS.glob(f"sglang-{version}-*.whl"))
+    if not found:
+        WHEELS.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"sglang=={version}", "-d", str(WHEELS)]
+        subprocess.run(cmd, check=True)
+        found = sorted(WHEELS.glob(f"sglang-{version}-*.whl"))
+    return found[0]
+
+
+def names_read(version: str) -> frozenset[str]:
+    with zipfile.ZipFile(wheel(version)) as z:
+        source = z.read("sglang/" + F.DRAFT_MODULE).decode("utf-8")
+    return F.fields_read(source) & set(F.candidate_names())
+
+
+def release_tuple(version: str) -> tuple[int, int, int]:
+    from packaging.version import Version
+
+    r = tuple(Version(version).release) + (0, 0, 0)
+    return (r[0], r[1], r[2])
+
+
+def observe(versions: list[str]) -> dict[str, tuple[int, int, int]]:
+    first: dict[str, tuple[int, int, int]] = {}
+    for v in sorted(versions, key=release_tuple):
+        for name in sorted(names_read(v)):
+            first.setdefault(name, release_tuple(v))
+    return dict(sorted(first.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--releases", help="comma list (default: the full matrix's releases, tools/matrix_releases.json)")
+    ap.add_argument("--check", action="store_true", help="exit 1 when draft_fields.FIRST_READ differs")
+    args = ap.parse_args(argv)
+    if args.releases:
+        versions = args.releases.split(",")
+    else:
+        sys.path.insert(0, str(ROOT / "tools"))
+        import matrix
+
+        data = matrix.load_data()
+        versions = matrix.resolve_releases(data["full"], data, newest="known")
+    seen = observe(versions)
+    print(json.dumps({k: ".".join(map(str, v)) for k, v in seen.items()}, indent=2))
+    if args.check and seen != F.FIRST_READ:
+        print("eagle3_patches/checkpoint/draft_fields.py: FIRST_READ differs from the wheels (above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
