@@ -19,6 +19,10 @@ existing DST is refused unless ``force``.
 Every source file is read through :mod:`.checkpoint.safe_io` (no link out of SRC, regular files only);
 side files (tokenizer, generation config, chat template) are an allow-list; no DST file is
 given wider permissions than its source file.
+
+One module of a little over 600 lines, on purpose: the temporary directory, its owner token, the signal
+handlers and the final rename share one lifetime, and every step between them must leave nothing behind on
+failure; split apart, that invariant would be spread over modules.
 """
 
 from __future__ import annotations

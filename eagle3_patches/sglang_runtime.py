@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -9,6 +10,18 @@ def server_args_resolution_method(server_args_cls: type) -> str:
     """The ``ServerArgs`` method that turns the flags into a resolved configuration: ``resolve_once``
     from sglang 0.5.23 on (where ``__post_init__`` does nothing), ``__post_init__`` before."""
     return "resolve_once" if "resolve_once" in vars(server_args_cls) else "__post_init__"
+
+
+def after_resolution(check: Callable[[Any], None]) -> Callable[..., Any]:
+    """A wrapper (``Saver.wrap``) for the method :func:`server_args_resolution_method` names that runs
+    ``check(server_args)`` once the flags are resolved: in the launcher, before any rank exists."""
+
+    def checked(wrapped, instance, args, kwargs):
+        result = wrapped(*args, **kwargs)
+        check(instance)
+        return result
+
+    return checked
 
 
 def current_server_args() -> Any:

@@ -183,9 +183,8 @@ def doctor(
             "neither a target nor a draft was given",
             fix="pass --target PATH and --draft PATH (or a launch command naming them)",
         )
-    if (
-        patched is None and not checkpoint_only
-    ):  # not known: the same checks, and the rules as they judge a launch under eagle3-patches
+    if patched is None and not checkpoint_only:
+        # not known: the same checks, and the rules as they judge a launch under eagle3-patches
         report.with_patches = report.fork(facts={**report.facts, "with_patches": True})
         pctx = dataclasses.replace(ctx, report=report.with_patches, with_patches=True)
         _rules(pctx)

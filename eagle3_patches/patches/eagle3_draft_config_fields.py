@@ -43,7 +43,7 @@ from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr
-from ..sglang_runtime import server_args_resolution_method
+from ..sglang_runtime import after_resolution, server_args_resolution_method
 from ..sglang_version import installed_sglang_version
 
 CODE = "draft-config-ignored"
@@ -87,12 +87,6 @@ def check_draft_config_fields(server_args) -> None:
         raise Eagle3ConfigError(diagnostic=problems[0])
 
 
-def _checked_post_init(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)
-    check_draft_config_fields(instance)
-    return result
-
-
 class Eagle3DraftConfigFields(Patch):
     name = "eagle3_draft_config_fields"
     order = 85
@@ -106,7 +100,11 @@ class Eagle3DraftConfigFields(Patch):
         expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
-        saver.wrap(module.ServerArgs, server_args_resolution_method(module.ServerArgs), _checked_post_init)
+        saver.wrap(
+            module.ServerArgs,
+            server_args_resolution_method(module.ServerArgs),
+            after_resolution(check_draft_config_fields),
+        )
 
     def preflight(self, setup: Any) -> Diagnostics:
         dv = setup.draft

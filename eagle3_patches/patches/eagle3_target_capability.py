@@ -32,7 +32,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..errors import Eagle3TargetError
 from ..registry import Patch, Saver, expect_attr
-from ..sglang_runtime import server_args_resolution_method
+from ..sglang_runtime import after_resolution, server_args_resolution_method
 from . import get_registry
 
 #: what sglang's EAGLE-3 path calls on the target (model_runner.py, eagle_worker.py)
@@ -87,12 +87,6 @@ def check_target_supports_eagle3(server_args) -> None:
         )
 
 
-def _checked_post_init(wrapped, instance, args, kwargs):
-    result = wrapped(*args, **kwargs)
-    check_target_supports_eagle3(instance)
-    return result
-
-
 class Eagle3TargetCapability(Patch):
     name = "eagle3_target_capability"
     order = 80
@@ -105,7 +99,11 @@ class Eagle3TargetCapability(Patch):
         expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
-        saver.wrap(module.ServerArgs, server_args_resolution_method(module.ServerArgs), _checked_post_init)
+        saver.wrap(
+            module.ServerArgs,
+            server_args_resolution_method(module.ServerArgs),
+            after_resolution(check_target_supports_eagle3),
+        )
 
 
 PATCH = Eagle3TargetCapability()
