@@ -1232,3 +1232,28 @@ def test_each_speculators_option_sglang_lacks_is_refused():
     assert options, row
     for option in options:
         assert f"{option}=true" in unsupported({**tm.speculators_config(), option: True}).diagnostic.found
+
+
+# ------------------------------------------------------------------------------------------------ inputs as typed
+def test_flags_as_a_shell_quotes_them_are_read_trimmed():
+    """A value quoted with its spaces (``--command "... --speculative-algorithm ' EAGLE3 '"``) is the algorithm."""
+    assert parse_launch_args(["--speculative-algorithm", " eagle3 "]).algorithm == "EAGLE3"
+
+
+def test_a_version_pasted_with_its_newline_is_the_version():
+    """``--sglang-version "$(pip show sglang | sed -n 's/Version: //p')"`` and the like keep a newline."""
+    assert str(facts(" 0.5.13\n").version) == "0.5.13"
+
+
+def test_a_draft_config_that_enables_aux_states_is_an_eagle3_draft_whatever_its_architecture():
+    """No ``Eagle3`` in ``architectures`` but ``eagle_config.use_aux_hidden_state``: sglang's EAGLE-3 format."""
+    config = {"architectures": ["LlamaForCausalLM"], "eagle_config": {"use_aux_hidden_state": True}}
+    assert F.detect_format(config) == F.SGLANG_EAGLE3
+    assert F.detect_format({**config, "eagle_config": {"use_aux_hidden_state": False}}) == F.MODEL
+
+
+def test_a_yes_no_field_that_is_not_a_bool_is_a_problem_and_its_default():
+    """``"tie_word_embeddings": "false"`` (a string, truthy) is not read as true: the default, and a problem."""
+    view = F.draft_view(tm.eagle3_draft_config(tm.TinyDraftSpec()) | {"tie_word_embeddings": "false"})
+    assert view.tie_word_embeddings is False
+    assert any(p.where == "tie_word_embeddings" and p.found == "'false'" for p in view.problems)
