@@ -100,7 +100,7 @@ def check_context(ctx: Context) -> None:
     own = derived_context_length(draft)
     ctx.report.facts["draft_context"] = {"served": served, "served_from": source, "draft": own}
     if served > own:
-        allowed = os.environ.get(ALLOW_LONGER, "").strip().lower() in ("1", "true", "yes", "on")
+        allowed = os.environ.get(ALLOW_LONGER, "").lower() in ("true", "1", "yes", "y")  # sglang's EnvBool
         past = (
             "the draft then runs past the length it was trained at: its positions beyond it were never seen, and "
             "its accept length falls as contexts grow (no error)"

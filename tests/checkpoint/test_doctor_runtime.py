@@ -153,3 +153,9 @@ def test_the_converters_check_of_a_draft_judges_no_launch(tiny, make_draft):
         make_draft(config={"max_position_embeddings": 1024}), target=tiny["kimi_k25"], sglang_version="0.5.9"
     )
     assert not {"draft-context-length", "draft-runs-with"} & set(r.codes())
+
+
+@pytest.mark.parametrize("value, severity", [("TRUE", WARNING), ("Y", WARNING), ("0", ERROR), ("on", ERROR)])
+def test_the_allow_longer_setting_is_read_as_sglangs_envbool_reads_it(tiny, monkeypatch, value, severity):
+    monkeypatch.setenv(ALLOW_LONGER, value)
+    assert finding(run(tiny, "--context-length", "8192"), "draft-context-length").severity == severity

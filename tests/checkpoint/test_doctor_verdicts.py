@@ -207,3 +207,40 @@ def test_a_hand_edited_example_is_found_stale(tiny):
     tool = _gen_docs()
     page = tool.DOCTOR_PAGE.read_text(encoding="utf-8").replace("FAIL on stock sglang: 4", "FAIL on stock sglang: 3")
     assert not tool.same_but_timing(tool.with_doctor_example(page, tiny["kimi_k25"], tiny["draft"]), page)
+
+
+def test_sglang_plugins_listing_it_among_others_with_spaces_loads_it(tiny, installed, monkeypatch):
+    installed("0.5.11")
+    monkeypatch.delenv(settings.PLUGIN, raising=False)
+    monkeypatch.setenv("SGLANG_PLUGINS", " someone_else , eagle3_patches ")
+    settings.reload()
+    assert doctor(launch=kimi_flags(tiny)).facts["with_patches"] is True
+
+
+def test_a_single_fix_is_named_as_fixed(tiny):
+    """On 0.5.9 the DeepSeek-V3 pair at tp 1 fails stock on the CUDA-graph capture order alone."""
+    r = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9", launch=["--speculative-algorithm", "EAGLE3"])
+    assert r.codes(ERROR) == ["cuda-graph-capture-order"]
+    assert "  fixed by eagle3-patches: cuda-graph-capture-order" in r.format().splitlines()
+
+
+def test_the_json_form_takes_its_indent():
+    r = Report()
+    r.add(ERROR, "a", "a")
+    assert "\n" not in r.to_json(indent=None) and "\n" in r.to_json()
+
+
+def test_the_algorithm_argument_is_read_as_sglang_reads_the_flag(tiny):
+    r = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9", speculative_algorithm=" eagle3 ")
+    assert r.facts["algorithm"] == "EAGLE3"
+    with pytest.raises(ValueError, match="unknown speculative algorithm 'MEDUSA'"):
+        doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version="0.5.9", speculative_algorithm="MEDUSA")
+
+
+def test_the_converters_check_gives_one_verdict_for_the_setup_it_is_given(tiny):
+    from eagle3_patches.doctor import check_draft
+
+    r = check_draft(tiny["draft"], target=tiny["kimi_k25"], sglang_version="0.5.13", with_patches=True)
+    assert r.with_patches is None  # the checkpoints alone: no launch, so no second verdict
+    assert (r.facts["sglang_version"], r.facts["with_patches"]) == ("0.5.13", True)
+    assert r.facts["target"].startswith(str(tiny["kimi_k25"]))
