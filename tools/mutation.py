@@ -251,7 +251,7 @@ TESTED_THROUGH = {
     "eagle3_patches/checkpoint/draft_fields.py": ["test_doctor_fields.py", "test_eagle3_draft_config_fields.py"],
     "eagle3_patches/checkpoint/d2t.py": ["test_ckpt_doctor.py"],
     "eagle3_patches/plugin.py": ["test_doctor_verdicts.py"],
-    "eagle3_patches/settings.py": ["test_plugin.py", "test_activation.py"],
+    "eagle3_patches/settings.py": ["test_settings_as_typed.py", "test_plugin.py", "test_activation.py"],
 }
 
 
