@@ -1257,3 +1257,23 @@ def test_a_yes_no_field_that_is_not_a_bool_is_a_problem_and_its_default():
     view = F.draft_view(tm.eagle3_draft_config(tm.TinyDraftSpec()) | {"tie_word_embeddings": "false"})
     assert view.tie_word_embeddings is False
     assert any(p.where == "tie_word_embeddings" and p.found == "'false'" for p in view.problems)
+
+
+@pytest.mark.parametrize(
+    "archs, fmt",
+    [
+        (["LlamaForCausalLMEagle3", "LlamaForCausalLM"], F.SGLANG_EAGLE3),
+        (["Eagle3Speculator", "LlamaForCausalLM"], F.SPECULATORS),
+        (["LlamaForCausalLMEagle", "LlamaForCausalLM"], F.EAGLE),
+    ],
+)
+def test_one_architecture_of_several_names_the_draft_kind(archs, fmt):
+    """A config listing more than one architecture is judged by any of them naming the kind, as sglang's
+    registry resolves the first one it knows."""
+    assert F.detect_format({"architectures": archs}) == fmt
+
+
+def test_each_unknown_tensor_kind_is_explained_among_ordinary_names():
+    names = ["fc.weight", "midlayer.input_norm.weight", "midlayer.self_attn.q_norm.weight", "layers.1.mlp.up.weight"]
+    hints = " ".join(F.unknown_tensor_hints(names))
+    assert "norm_before_fc" in hints and "qwen3 decoder layer" in hints and "one decoder layer" in hints
