@@ -1277,3 +1277,24 @@ def test_each_unknown_tensor_kind_is_explained_among_ordinary_names():
     names = ["fc.weight", "midlayer.input_norm.weight", "midlayer.self_attn.q_norm.weight", "layers.1.mlp.up.weight"]
     hints = " ".join(F.unknown_tensor_hints(names))
     assert "norm_before_fc" in hints and "qwen3 decoder layer" in hints and "one decoder layer" in hints
+
+
+@pytest.mark.parametrize(
+    "header, what",
+    [
+        (
+            b'{"__metadata__": {"format": "pt", "n": 1}, "x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}',
+            "__metadata__ is not a map of strings",
+        ),
+        (b'{"x": {"dtype": "U8", "shape": [1, -1], "data_offsets": [0, 1]}}', "shape is not a list of non-negative"),
+        (b'{"x": {"dtype": "U8", "shape": [1, "1"], "data_offsets": [0, 1]}}', "shape is not a list of non-negative"),
+        (b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, "1"]}}', "data_offsets is not [begin, end]"),
+    ],
+)
+def test_one_bad_element_among_good_ones_makes_a_header_bad(tmp_path, header, what):
+    """Every element is checked: one string dimension, negative dimension, string offset or non-string metadata
+    value is refused even where the others are fine."""
+    f = tmp_path / "one-bad.safetensors"
+    f.write_bytes(len(header).to_bytes(8, "little") + header + b"\0")
+    with pytest.raises(HeaderError, match=re.escape(what)):
+        read_header(f)
