@@ -1111,3 +1111,30 @@ def test_the_budgets_are_the_ones_docs_security_md_states():
         f"| numbers | integers of at most {safe_io.MAX_INT_DIGITS} digits, float literals of at most "
         f"{safe_io.MAX_FLOAT_CHARS} characters |"
     ) in doc
+
+
+def test_a_refused_read_says_which_file_of_the_checkpoint_and_its_class_of_problem(tmp_path):
+    """The message names the kind of file the caller reads ("safetensors index"), the code is the caller's, and
+    the fix says what to do: an oversized file is refused unread, and so is one that cannot be opened."""
+    from eagle3_patches.checkpoint.safe_io import CheckpointError, read_checkpoint_bytes
+
+    (tmp_path / "model.safetensors.index.json").write_bytes(b"{" + b" " * 64 + b"}")
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint_bytes(
+            tmp_path, "model.safetensors.index.json", max_bytes=16, what="safetensors index", code="safetensors-index"
+        )
+    d = err.value.diagnostic
+    assert d.code == "safetensors-index"
+    assert d.what == "safetensors index model.safetensors.index.json is implausibly large"
+    assert d.fix == "repair or re-download model.safetensors.index.json"
+
+
+def test_an_unreadable_file_is_named_with_its_kind(tmp_path):
+    from eagle3_patches.checkpoint.safe_io import CheckpointError, read_checkpoint_bytes
+
+    (tmp_path / "locked.json").write_bytes(b"{}")
+    os.chmod(tmp_path / "locked.json", 0)
+    if os.access(tmp_path / "locked.json", os.R_OK):
+        pytest.skip("this user reads files whatever their mode (root)")
+    with pytest.raises(CheckpointError, match="draft config locked.json"):
+        read_checkpoint_bytes(tmp_path, "locked.json", max_bytes=16, what="draft config")
