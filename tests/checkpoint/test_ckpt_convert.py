@@ -196,6 +196,10 @@ def test_the_report_names_dst_not_the_temporary_directory(tiny, tmp_path):
     assert res.report.findings and all(f.where.startswith(str(dst)) for f in res.report.findings)
     assert res.report.facts["draft_path"] == str(dst) and res.report.facts["draft"].startswith(f"{dst} (")
     assert ".eagle3-" not in res.report.to_json()
+    assert (res.report.facts["sglang_version"], res.report.facts["sglang_version_source"]) == (
+        "0.5.9",
+        "--sglang-version",
+    )
 
 
 def test_keeps_embed_tokens_unless_asked(make_draft, tmp_path):
