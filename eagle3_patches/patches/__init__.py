@@ -8,9 +8,31 @@ object); a patch that needs the others' state asks it here, never the package ab
 
 from __future__ import annotations
 
-from ..registry import Registry, discover
+from types import ModuleType
+from typing import Any
+
+from ..registry import Patch, Registry, Saver, discover, expect_attr
+from ..sglang_runtime import after_resolution, server_args_resolution_method
 
 _registry: Registry | None = None
+
+
+class LauncherCheck(Patch):
+    """A patch that judges the flags once ``ServerArgs`` resolved them, in the launcher, before any rank exists:
+    :meth:`launcher_check` raises for a setup it refuses (``remedy = "refused"``)."""
+
+    module = "sglang.srt.server_args"
+    remedy = "refused"
+
+    def launcher_check(self, server_args: Any) -> None:
+        raise NotImplementedError
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        method = server_args_resolution_method(module.ServerArgs)
+        saver.wrap(module.ServerArgs, method, after_resolution(self.launcher_check))
 
 
 def get_registry() -> Registry:

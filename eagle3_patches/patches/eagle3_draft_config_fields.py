@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -42,9 +41,8 @@ from ..checkpoint import draft_fields as F
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..registry import Patch, Saver, expect_attr
-from ..sglang_runtime import after_resolution, server_args_resolution_method
 from ..sglang_version import installed_sglang_version
+from . import LauncherCheck
 
 CODE = "draft-config-ignored"
 
@@ -87,24 +85,14 @@ def check_draft_config_fields(server_args) -> None:
         raise Eagle3ConfigError(diagnostic=problems[0])
 
 
-class Eagle3DraftConfigFields(Patch):
+class Eagle3DraftConfigFields(LauncherCheck):
     name = "eagle3_draft_config_fields"
     order = 85
-    remedy = "refused"
     in_fork_series = False  # the check reads sglang's own source at start: nothing to change in that source
     summary = "a draft config field that changes the math and that this release never reads is refused at start"
-    module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8")
 
-    def check(self, module: ModuleType) -> None:
-        expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
-
-    def patch(self, module: ModuleType, saver: Saver) -> None:
-        saver.wrap(
-            module.ServerArgs,
-            server_args_resolution_method(module.ServerArgs),
-            after_resolution(check_draft_config_fields),
-        )
+    launcher_check = staticmethod(check_draft_config_fields)
 
     def preflight(self, setup: Any) -> Diagnostics:
         dv = setup.draft

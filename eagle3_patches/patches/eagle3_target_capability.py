@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
 from ..errors import Eagle3TargetError
-from ..registry import Patch, Saver, expect_attr
-from ..sglang_runtime import after_resolution, server_args_resolution_method
-from . import get_registry
+from . import LauncherCheck, get_registry
 
 #: what sglang's EAGLE-3 path calls on the target (model_runner.py, eagle_worker.py)
 REQUIRED = ("set_eagle3_layers_to_capture", "get_embed_and_head")
@@ -87,23 +84,13 @@ def check_target_supports_eagle3(server_args) -> None:
         )
 
 
-class Eagle3TargetCapability(Patch):
+class Eagle3TargetCapability(LauncherCheck):
     name = "eagle3_target_capability"
     order = 80
-    remedy = "refused"
     summary = "EAGLE3 with a target that cannot capture aux states is refused once, in the launcher"
-    module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8")
 
-    def check(self, module: ModuleType) -> None:
-        expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
-
-    def patch(self, module: ModuleType, saver: Saver) -> None:
-        saver.wrap(
-            module.ServerArgs,
-            server_args_resolution_method(module.ServerArgs),
-            after_resolution(check_target_supports_eagle3),
-        )
+    launcher_check = staticmethod(check_target_supports_eagle3)
 
 
 PATCH = Eagle3TargetCapability()
