@@ -81,20 +81,15 @@ def plan(root: Path, series: Series, *, revert: bool = False) -> Plan:
             position = [n for n, _ in series.chain(fd.path)].index(patch.name)
             (applied_files if levels[fd.path] >= position else pending_files).append(fd)
         names = [fd.path for fd in patch.files]
-        if not revert:
-            if not pending_files:
-                result.outcomes.append(PatchOutcome(patch.name, patch.filename, "already applied", names))
-                continue
-            for fd in pending_files:
-                contents[fd.path] = _transform(root, patch, fd, contents[fd.path], reverse=False)
-            result.outcomes.append(PatchOutcome(patch.name, patch.filename, "applicable", names))
-        else:
-            if not applied_files:
-                result.outcomes.append(PatchOutcome(patch.name, patch.filename, "not applied", names))
-                continue
-            for fd in applied_files:
-                contents[fd.path] = _transform(root, patch, fd, contents[fd.path], reverse=True)
-            result.outcomes.append(PatchOutcome(patch.name, patch.filename, "revertible", names))
+        todo, nothing_to_do, to_do = (
+            (applied_files, "not applied", "revertible") if revert else (pending_files, "already applied", "applicable")
+        )
+        if not todo:
+            result.outcomes.append(PatchOutcome(patch.name, patch.filename, nothing_to_do, names))
+            continue
+        for fd in todo:
+            contents[fd.path] = _transform(root, patch, fd, contents[fd.path], reverse=revert)
+        result.outcomes.append(PatchOutcome(patch.name, patch.filename, to_do, names))
     if revert:
         result.outcomes.reverse()
     result.writes = {p: c for p, c in contents.items() if c != result.originals[p]}
