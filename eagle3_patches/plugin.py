@@ -21,7 +21,6 @@ back its whole selection and is logged (sglang runs unpatched, said loudly), and
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import sys
@@ -30,10 +29,10 @@ from typing import TYPE_CHECKING
 import eagle3_patches
 
 from . import settings
+from .errors import PatchError
 
 if TYPE_CHECKING:  # the plugin runs in every sglang process: it imports nothing it does not use there
     from .checkpoint.releases import ReleaseFacts
-from .errors import PatchError
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -44,7 +43,9 @@ GROUP = "sglang.srt.plugins"
 
 def loaded_here(rf: ReleaseFacts) -> tuple[bool, str]:
     """Whether sglang release ``rf``, installed in this environment, loads this plugin in its processes, and why
-    (the doctor's answer to "will the server run under eagle3-patches?")."""
+    (the doctor's answer to "will the server run under eagle3-patches?"; never called in a serving process)."""
+    import importlib.metadata
+
     v = rf.version
     if not rf.has_plugins:
         return False, f"sglang {v} has no plugin entry points (0.5.11+): only `eagle3-patches run` brings the patches"
