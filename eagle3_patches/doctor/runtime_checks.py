@@ -88,8 +88,8 @@ def _draft_layer(ctx: Context) -> dict:
 def _describe_rope(config: dict) -> str:
     scaling = rope_scaling(config)
     kind = (scaling.get("rope_type") or scaling.get("type")) if scaling else None
-    shown = f"{kind} x{scaling.get('factor')}" if scaling else "none"
-    return f"rope_scaling {shown}, rope_theta {rope_theta(config)}"
+    shown = f"{str(kind)[:40]} x{str(scaling.get('factor'))[:40]}" if scaling else "none"
+    return f"rope_scaling {shown}, rope_theta {str(rope_theta(config))[:40]}"  # a checkpoint's values: bounded
 
 
 def check_context(ctx: Context) -> None:

@@ -60,3 +60,9 @@ def test_the_installed_release_is_judged_by_its_own_source(tiny, make_draft, mon
     )
     r = doctor(tiny["kimi_k25"], d, launch=launch)
     assert "draft-config-ignored" not in r.codes() and r.facts["draft_fields_read_from"] == "patched/llama_eagle3.py"
+
+
+def test_a_hostile_field_value_is_shown_bounded(tiny, make_draft):
+    d = make_draft(config={"norm_output": "x" * 10_000})
+    (f,) = [f for f in run(tiny, d, "0.5.11").findings if f.code == "draft-config-ignored"]
+    assert len(f.found) < 200

@@ -159,3 +159,9 @@ def test_the_converters_check_of_a_draft_judges_no_launch(tiny, make_draft):
 def test_the_allow_longer_setting_is_read_as_sglangs_envbool_reads_it(tiny, monkeypatch, value, severity):
     monkeypatch.setenv(ALLOW_LONGER, value)
     assert finding(run(tiny, "--context-length", "8192"), "draft-context-length").severity == severity
+
+
+def test_a_hostile_rope_value_is_shown_bounded(tiny, make_draft):
+    d = make_draft(config={"rope_theta": "9" * 10_000, "rope_scaling": {"rope_type": "x" * 10_000, "factor": 2.0}})
+    f = finding(run(tiny, draft=d), "draft-rope")
+    assert len(f.found) < 200
