@@ -77,14 +77,18 @@ class SpecFlags:
 def spec_flags(la: LaunchArgs, version: Version) -> SpecFlags:
     """Read :class:`SpecFlags` from the launch: :data:`SPEC_V2` from the command's own assignments, else from this
     environment (which the launch inherits), else the release's default."""
-    for value, where in ((la.env.get(SPEC_V2), "the launch command"), (os.environ.get(SPEC_V2), "the environment")):
-        parsed = env_bool(value)
-        if parsed is not None:
-            on, source = parsed, f"{SPEC_V2}={value[:20]} in {where}"
-            break
+    value, where = (
+        (la.env.get(SPEC_V2), "the launch command")
+        if SPEC_V2 in la.env
+        else (os.environ.get(SPEC_V2), "the environment")
+    )
+    parsed = env_bool(value)
+    if value is not None and parsed is not None:
+        on, source = parsed, f"{SPEC_V2}={value[:20]} in {where}"
     else:
         on = base_release(version) >= SPEC_V2_DEFAULT_ON_FROM
-        source = f"sglang {base_release(version)}'s default ({SPEC_V2} unset)"
+        unset = "unset" if value is None else f"{value[:20]!r} in {where} is not a boolean sglang reads"
+        source = f"sglang {base_release(version)}'s default ({SPEC_V2} {unset})"
     return SpecFlags(la.num_steps, la.eagle_topk, la.num_draft_tokens, la.disable_overlap_schedule, on, source)
 
 
