@@ -32,6 +32,7 @@ from .draft_checks import (
     check_dtypes,
     load_draft,
 )
+from .flag_rules import check_flag_rules
 from .pairing_checks import (
     check_algorithm,
     check_fc_shape,
@@ -170,6 +171,7 @@ def doctor(
         guard(ctx, "aux layer ids", check_layer_ids)
     if not checkpoint_only:
         guard(ctx, "algorithm", check_algorithm)
+        guard(ctx, "speculative flags", check_flag_rules)
         if ctx.target is not None:
             guard(ctx, "target release support", check_target_release)
         if ctx.draft is not None and ctx.target is not None:
