@@ -259,7 +259,7 @@ class DraftKind:
         return self.layout.kind in EAGLE3_KINDS
 
     def describe(self) -> str:
-        return f"{self.kind} draft, {self.layout.name} layout"
+        return f"kind {self.kind}, layout {self.layout.name}"
 
 
 @dataclass(frozen=True)

@@ -213,13 +213,13 @@ def check_draft_kind(ctx: Context) -> None:
         return  # no draft the table knows: draft-not-eagle3 says so
     lay = found.layout
     v = verdict(lay, ctx.version, with_patches=ctx.with_patches)
-    ctx.report.facts["draft_kind"] = {"kind": found.kind, "layout": lay.name, "verdict": v.status}
-    ctx.add(INFO, "draft-kind", f"the draft is a {found.describe()}: {v.text}", where=ctx.dcfg(), found=found.evidence)
+    ctx.report.facts["draft_kind"] = {"kind": found.kind, "layout": lay.name, "key": lay.key, "verdict": v.status}
+    ctx.add(INFO, "draft-kind", f"the draft: {found.describe()}; {v.text}", where=ctx.dcfg(), found=found.evidence)
     if v.status != SERVED and lay.owner is None:
         ctx.add(
             ERROR,
             "draft-kind-not-served",
-            f"sglang {ctx.version} cannot serve this {found.describe()} as it is ({v.text})",
+            f"sglang {ctx.version} cannot serve this draft ({found.describe()}) as it is: {v.text}",
             where=ctx.dcfg(),
             found=found.evidence,
             fix=v.fix,

@@ -229,7 +229,7 @@ def check_algorithm(ctx: Context) -> None:
             expected="EAGLE for an EAGLE-1/2 draft",
             fix="use --speculative-algorithm EAGLE for this draft, or an EAGLE-3 draft",
         )
-    elif algo in ("STANDALONE", "NGRAM"):
+    elif algo in ("STANDALONE", "NGRAM", "DFLASH"):
         ctx.add(
             INFO,
             "algorithm-not-eagle",
