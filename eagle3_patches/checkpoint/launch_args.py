@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from ..errors import Eagle3ConfigError
 
-ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+#: sglang's ``--speculative-algorithm`` values the doctor judges (``DFLASH``: 0.5.11+, ``speculative/spec_info.py``)
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH")
 #: every spelling sglang's ``launch_server`` accepts for the flags the doctor also takes as its own options
 #: (``eagle3-patches doctor --tp-size 8`` as well as ``-- --tp-size 8``)
 SPELLINGS = {

@@ -27,6 +27,7 @@ from .context import Context, guard
 from .draft_checks import (
     check_d2t,
     check_draft_format,
+    check_draft_kind,
     check_draft_tensors,
     check_draft_weights,
     check_dtypes,
@@ -161,6 +162,7 @@ def doctor(
         if ctx.draft is not None:
             guard(ctx, "draft weights", check_draft_weights)
             guard(ctx, "draft format", check_draft_format)
+            guard(ctx, "draft kind", check_draft_kind)
             guard(ctx, "draft tensors", check_draft_tensors)
             guard(ctx, "d2t", check_d2t)
             guard(ctx, "dtypes", check_dtypes)
