@@ -187,6 +187,8 @@ def test_wrong_reader_and_newer_speculators_layout_are_named(tmp_path):
     with pytest.raises(CheckpointError) as exc:
         td.read_speculators(tmp_path / "new")
     _refusal(exc, tmp_path / "new" / "hidden_states" / "hs_0.safetensors", "speculators 0.5 and later", "Arrow")
+    write_speculators(tmp_path / "new", 0)  # data_<i>.pt beside them: those are read
+    assert [s.source for s in td.read_speculators(tmp_path / "new")] == ["data_0.pt"]
     with pytest.raises(CheckpointError, match="does not exist"):
         td.read_specforge(tmp_path / "missing")
 
@@ -335,7 +337,39 @@ def test_size_bound_refuses_before_loading(tmp_path, monkeypatch):
 
 
 def test_at_the_size_bound_a_file_is_read(tmp_path, monkeypatch):
-    write_specforge(tmp_path, 0, compress=True)
-    raw = gzip.decompress((tmp_path / "rows_0-2000" / "data_0.ckpt.gz").read_bytes())
+    write_specforge(tmp_path / "gz", 0, compress=True)
+    write_specforge(tmp_path / "plain", 0)
+    raw = gzip.decompress((tmp_path / "gz" / "rows_0-2000" / "data_0.ckpt.gz").read_bytes())
     monkeypatch.setattr(td, "MAX_FILE_BYTES", len(raw))
-    assert len(list(td.read_specforge(tmp_path))) == 1
+    assert len(list(td.read_specforge(tmp_path / "gz"))) == 1
+    monkeypatch.setattr(td, "MAX_FILE_BYTES", (tmp_path / "plain" / "rows_0-2000" / "data_0.ckpt").stat().st_size)
+    assert len(list(td.read_specforge(tmp_path / "plain"))) == 1
+
+
+def test_directory_entries_bounded(tmp_path, monkeypatch):
+    for i in range(3):
+        write_speculators(tmp_path, i)
+    monkeypatch.setattr(td, "MAX_DIR_ENTRIES", 3)
+    assert td.detect(tmp_path) == "speculators"
+    monkeypatch.setattr(td, "MAX_DIR_ENTRIES", 2)
+    with pytest.raises(CheckpointError) as exc:
+        td.detect(tmp_path)
+    _refusal(exc, tmp_path, "implausibly many entries", "more than 2")
+
+
+def test_one_position_and_the_most_layers_read(tmp_path):
+    rec = write_specforge(tmp_path / "a", 0, length=1)
+    write_specforge(  # [1, 1] rows and a [1, k*H] aux: squeezed only where they carry the batch dimension
+        tmp_path / "b",
+        0,
+        input_ids=rec["input_ids"][None, :],
+        loss_mask=rec["loss_mask"][None, :],
+        aux_hidden_state=rec["aux_hidden_state"][0],
+    )
+    (a,), (b,) = td.read_specforge(tmp_path / "a"), td.read_specforge(tmp_path / "b")
+    for s in (a, b):
+        assert s.tokens.tolist() == [0] and s.labelled.tolist() == [True] and s.aux.shape == (1, K * H)
+    layers = [torch.full((2, 1), float(j)) for j in range(td.MAX_LAYERS)]
+    write_speculators(tmp_path / "c", 0, length=2, hidden_states=layers)
+    (c,) = td.read_speculators(tmp_path / "c")
+    assert c.aux.shape == (2, td.MAX_LAYERS - 1) and c.aux[0].tolist() == list(range(td.MAX_LAYERS - 1))
