@@ -1,0 +1,1 @@
+"""Measuring a draft's expected accept length offline."""
