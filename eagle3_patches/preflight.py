@@ -100,11 +100,12 @@ class Setup:
         dv = self.draft
         if dv is None:
             return False, ""
-        fc = self.draft_tensors.get("fc.weight")
-        why = evidence(
-            dv.format, dv.architectures, dv.hidden, fc.shape[1] if fc is not None and len(fc.shape) == 2 else None
-        )
+        why = evidence(dv.config, self.draft_shapes())
         return (True, why) if why else (False, f"{dv.format} ({', '.join(dv.architectures) or '?'})")
+
+    def draft_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The draft's tensors as stored: raw name -> shape (what :mod:`.checkpoint.draft_layouts` reads)."""
+        return {self.draft_raw_names[c]: t.shape for c, t in self.draft_tensors.items() if c in self.draft_raw_names}
 
     def fc_input(self) -> tuple[int | None, int]:
         """(the target hidden size the draft's fc is fed, the number of aux states k): fc takes k x that."""

@@ -248,8 +248,9 @@ def scan_shards(wf: WeightFiles, role: str = "checkpoint") -> ShardScan:
 # ------------------------------------------------------------------ formats
 def detect_format(config: dict) -> str:
     """:data:`SPECULATORS`, :data:`SGLANG_EAGLE3`, :data:`EAGLE` or :data:`MODEL`."""
-    if config.get("speculators_model_type") == "eagle3" or isinstance(config.get("transformer_layer_config"), dict):
-        return SPECULATORS
+    spec_type = config.get("speculators_model_type")
+    if spec_type == "eagle3" or (spec_type is None and isinstance(config.get("transformer_layer_config"), dict)):
+        return SPECULATORS  # speculators' EAGLE-1 ("eagle") is no EAGLE-3 draft: checkpoint/draft_layouts names it
     archs = config.get("architectures")
     archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     if any(a in ("Eagle3Speculator", "Eagle3DraftModel") for a in archs):

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from ..errors import Eagle3ConfigError
 
-ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+#: sglang's ``--speculative-algorithm`` values the doctor judges (``DFLASH``: 0.5.11+, ``speculative/spec_info.py``)
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH")
 #: every spelling sglang's ``launch_server`` accepts for the flags the doctor also takes as its own options
 #: (``eagle3-patches doctor --tp-size 8`` as well as ``-- --tp-size 8``)
 SPELLINGS = {
@@ -54,13 +55,20 @@ class LaunchArgs:
     draft_quantization: str | None = None  # --speculative-draft-model-quantization ("unquant": none)
     attention_backend: str | None = None
     draft_attention_backend: str | None = None  # --speculative-draft-attention-backend
+    # the draft's shape of speculation (None: not given; sglang then chooses all three itself)
+    num_steps: int | None = None  # --speculative-num-steps
+    eagle_topk: int | None = None  # --speculative-eagle-topk
+    num_draft_tokens: int | None = None  # --speculative-num-draft-tokens
+    disable_overlap_schedule: bool = False
+    #: the environment assignments in front of the command (``SGLANG_ENABLE_SPEC_V2=1 python -m ...``)
+    env: dict[str, str] = field(default_factory=dict)
     with_patches: bool = False  # wrapped in `eagle3-patches run`
     program: str = ""  # what was recognised: "flags", "python -m sglang.launch_server", ...
     given: set[str] = field(default_factory=set)  # dests set explicitly on the command line
     unknown: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return dict(vars(self), given=sorted(self.given), unknown=list(self.unknown))
+        return dict(vars(self), given=sorted(self.given), unknown=list(self.unknown), env=dict(self.env))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,6 +113,10 @@ def _parser() -> _Parser:
     a("--speculative-draft-model-quantization", dest="draft_quantization")
     a("--attention-backend", dest="attention_backend")
     a("--speculative-draft-attention-backend", dest="draft_attention_backend")
+    a("--speculative-num-steps", dest="num_steps", type=int)
+    a("--speculative-eagle-topk", dest="eagle_topk", type=int)
+    a("--speculative-num-draft-tokens", dest="num_draft_tokens", type=int)
+    a("--disable-overlap-schedule", dest="disable_overlap_schedule", action="store_true", default=None)
     return p
 
 
@@ -117,13 +129,19 @@ def _shown(argv: list[str]) -> str:
     return " ".join(argv)[:200]
 
 
-def _strip_program(argv: list[str]) -> tuple[list[str], str, bool]:
-    """Return (flags, program description, with_patches)."""
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+
+
+def _strip_program(argv: list[str], env: dict[str, str]) -> tuple[list[str], str, bool]:
+    """Return (flags, program description, with_patches); the environment assignments in front of the
+    program go into ``env``."""
     with_patches = False
     i = 0
     while True:
         # environment assignments and `env`
-        while i < len(argv) and (re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", argv[i]) or argv[i] == "env"):
+        while i < len(argv) and ((m := _ASSIGNMENT.match(argv[i])) or argv[i] == "env"):
+            if m:
+                env[m.group(1)] = m.group(2)
             i += 1
         if i >= len(argv):
             return [], "flags", with_patches
@@ -186,9 +204,10 @@ def parse_launch_args(argv: Sequence[str] | str) -> LaunchArgs:
     argv = [str(a) for a in argv]
     if argv and argv[0] == "--":
         argv = argv[1:]
-    flags, program, with_patches = _strip_program(argv)
+    env: dict[str, str] = {}
+    flags, program, with_patches = _strip_program(argv, env)
     ns, unknown = _parser().parse_known_args(flags)
-    out = LaunchArgs(program=program, with_patches=with_patches, unknown=unknown)
+    out = LaunchArgs(program=program, with_patches=with_patches, unknown=unknown, env=env)
     for k, v in vars(ns).items():
         if v is not None:
             setattr(out, k, v)

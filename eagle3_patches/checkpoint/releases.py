@@ -17,6 +17,8 @@ PINNED = Version("0.5.9")
 #: the oldest and newest releases the table was read from
 OLDEST_KNOWN = (0, 5, 8)
 NEWEST_KNOWN = (0, 5, 23)
+#: the first release whose ``LlamaForCausalLMEagle3.load_weights`` maps ``layers.0.*`` onto ``midlayer``
+LAYERS0_KEYS_FROM = (0, 5, 12)
 
 
 def parse_version(v: str | Version) -> Version:
@@ -59,7 +61,7 @@ class ReleaseFacts:
     @property
     def loads_layers0_keys(self) -> bool:
         """``LlamaForCausalLMEagle3`` maps speculators' ``layers.0.*`` onto ``midlayer`` (0.5.12+)."""
-        return self.release >= (0, 5, 12)
+        return self.release >= LAYERS0_KEYS_FROM
 
     @property
     def fc_width_from_ids(self) -> bool:

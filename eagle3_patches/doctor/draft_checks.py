@@ -9,6 +9,7 @@ import numpy as np
 
 from ..checkpoint.conversion_plan import unsupported
 from ..checkpoint.d2t import check_d2t as check_d2t_values
+from ..checkpoint.draft_layouts import BY_KEY, EAGLE3_KINDS, KIND_EAGLE1, SERVED, classify, verdict
 from ..checkpoint.formats import (
     EAGLE,
     MODEL,
@@ -173,15 +174,20 @@ def check_draft_format(ctx: Context) -> None:
                 expected='"llama"',
                 fix='add "model_type": "llama"',
             )
-        if dv.num_layers is not None and dv.num_layers != 1:
+        multi = BY_KEY["sglang-eagle3-multilayer"]  # the release that builds more layers: the layouts' table
+        if dv.num_layers == 0 or (
+            dv.num_layers is not None and dv.num_layers > 1 and verdict(multi, ctx.version).status != SERVED
+        ):
             ctx.add(
                 ERROR,
                 "draft-num-layers",
-                "sglang's LlamaForCausalLMEagle3 supports exactly one decoder layer",
+                f"sglang {ctx.version}'s LlamaForCausalLMEagle3 builds exactly one decoder layer",
                 where=ctx.dcfg("num_hidden_layers"),
                 found=str(dv.num_layers),
                 expected="1",
-                fix="set num_hidden_layers to 1 (an EAGLE-3 draft has one layer)",
+                fix="set num_hidden_layers to 1 (an EAGLE-3 draft has one layer)"
+                if dv.num_layers == 0
+                else f"a draft trained with {dv.num_layers} layers needs {multi.fix}",
             )
         # layers.0.* names: eagle3_draft_strict_loading's preflight rule
     elif dv.format == EAGLE:
@@ -194,6 +200,46 @@ def check_draft_format(ctx: Context) -> None:
             "speculators_model_type)",
             where=ctx.dcfg("architectures"),
             found=str(dv.architectures),
+        )
+
+
+# ---------------------------------------------------------------- kind and layout
+def check_draft_kind(ctx: Context) -> None:
+    """Which kind of draft, in which layout (``checkpoint/draft_layouts``), and whether this release serves it:
+    one note, an error where it cannot (unless another finding owns that error), and an error for an algorithm
+    that does not serve the kind (EAGLE-3 and EAGLE-1/2 drafts: the algorithm checks)."""
+    found = classify(ctx.draft_view.config, ctx.draft_shapes())
+    if found is None:
+        return  # no draft the table knows: draft-not-eagle3 says so
+    lay = found.layout
+    v = verdict(lay, ctx.version, with_patches=ctx.with_patches)
+    ctx.report.facts["draft_kind"] = {"kind": found.kind, "layout": lay.name, "key": lay.key, "verdict": v.status}
+    ctx.add(INFO, "draft-kind", f"the draft: {found.describe()}; {v.text}", where=ctx.dcfg(), found=found.evidence)
+    if v.status != SERVED and lay.owner is None:
+        ctx.add(
+            ERROR,
+            "draft-kind-not-served",
+            f"sglang {ctx.version} cannot serve this draft ({found.describe()}) as it is: {v.text}",
+            where=ctx.dcfg(),
+            found=found.evidence,
+            fix=v.fix,
+        )
+    algo = ctx.algorithm
+    if (
+        not ctx.checkpoint_only
+        and algo is not None
+        and lay.algorithms
+        and algo not in lay.algorithms
+        and found.kind not in EAGLE3_KINDS | {KIND_EAGLE1}  # judged by the algorithm checks
+    ):
+        ctx.add(
+            ERROR,
+            "draft-kind-algorithm",
+            f"--speculative-algorithm {algo} does not serve a {found.kind} draft",
+            where="--speculative-algorithm",
+            found=algo,
+            expected=" or ".join(lay.algorithms),
+            fix=lay.fix,
         )
 
 

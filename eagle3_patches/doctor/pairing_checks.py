@@ -4,7 +4,8 @@ as the draft states them, and the speculative algorithm against the draft's kind
 from __future__ import annotations
 
 from ..checkpoint import layer_ids as L
-from ..checkpoint.formats import MODEL, SGLANG_EAGLE3, SPECULATORS
+from ..checkpoint.draft_layouts import KIND_EAGLE1, classify
+from ..checkpoint.formats import SGLANG_EAGLE3, SPECULATORS
 from ..diagnostic import ERROR, INFO, WARNING
 from .context import Context
 
@@ -217,7 +218,8 @@ def check_algorithm(ctx: Context) -> None:
         )
         return
     # EAGLE / NEXTN with an EAGLE-3 draft: eagle3_algorithm_guard's preflight rule
-    if algo == "EAGLE3" and not is3 and ctx.draft.format != MODEL:
+    found = classify(ctx.draft.config, ctx.draft_shapes())
+    if algo == "EAGLE3" and not is3 and found is not None and found.kind == KIND_EAGLE1:
         ctx.add(
             ERROR,
             "algorithm-eagle3-with-non-eagle3-draft",
@@ -227,7 +229,7 @@ def check_algorithm(ctx: Context) -> None:
             expected="EAGLE for an EAGLE-1/2 draft",
             fix="use --speculative-algorithm EAGLE for this draft, or an EAGLE-3 draft",
         )
-    elif algo in ("STANDALONE", "NGRAM"):
+    elif algo in ("STANDALONE", "NGRAM", "DFLASH"):
         ctx.add(
             INFO,
             "algorithm-not-eagle",

@@ -28,6 +28,8 @@ CONSEQUENCE = (
         "tp-draft-split",
         "pipeline-parallel",
         "draft-context-length",
+        "spec-v2-topk-refused",
+        "spec-draft-tokens-exceed-tree",
     ),
     (
         "hidden-",

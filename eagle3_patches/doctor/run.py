@@ -27,11 +27,13 @@ from .context import Context, guard
 from .draft_checks import (
     check_d2t,
     check_draft_format,
+    check_draft_kind,
     check_draft_tensors,
     check_draft_weights,
     check_dtypes,
     load_draft,
 )
+from .flag_rules import check_flag_rules
 from .pairing_checks import (
     check_algorithm,
     check_fc_shape,
@@ -160,6 +162,7 @@ def doctor(
         if ctx.draft is not None:
             guard(ctx, "draft weights", check_draft_weights)
             guard(ctx, "draft format", check_draft_format)
+            guard(ctx, "draft kind", check_draft_kind)
             guard(ctx, "draft tensors", check_draft_tensors)
             guard(ctx, "d2t", check_d2t)
             guard(ctx, "dtypes", check_dtypes)
@@ -170,6 +173,7 @@ def doctor(
         guard(ctx, "aux layer ids", check_layer_ids)
     if not checkpoint_only:
         guard(ctx, "algorithm", check_algorithm)
+        guard(ctx, "speculative flags", check_flag_rules)
         if ctx.target is not None:
             guard(ctx, "target release support", check_target_release)
         if ctx.draft is not None and ctx.target is not None:

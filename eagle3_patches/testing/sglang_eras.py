@@ -133,6 +133,10 @@ class V1Worker:
     def set_server_arg(self, sa, name: str, value: Any) -> None:
         setattr(sa, name, value)
 
+    def resolved(self, sa) -> Any:
+        """What resolved ``ServerArgs`` hold, field by field (the record itself: resolution wrote its fields)."""
+        return sa
+
     def publish_process_config(self, sa, *, tp_rank: int, nccl_port: int) -> bool:
         """What the scheduler process does before it builds a worker; False: ``ModelRunner`` does it."""
         return False
@@ -389,6 +393,13 @@ class ResolveOnce(HiddenStatesMode):
 
     def resolve_server_args(self, sa) -> None:
         sa.resolve_once()
+
+    def resolved(self, sa) -> Any:
+        """Resolution declares its decisions next to the fields it leaves as given: read them through sglang's view
+        (``srt/arg_groups/overrides.py``: ``resolved_view``)."""
+        from sglang.srt.arg_groups.overrides import resolved_view
+
+        return resolved_view(sa)
 
 
 class PublishedRuntime(ResolveOnce):

@@ -747,6 +747,11 @@ def test_no_flags_mean_sglangs_defaults():
             "draft_quantization": None,
             "attention_backend": None,
             "draft_attention_backend": None,
+            "num_steps": None,
+            "eagle_topk": None,
+            "num_draft_tokens": None,
+            "disable_overlap_schedule": False,
+            "env": {"A": "1"} if argv == "A=1 env" else {},  # the assignment in front of the (empty) command
             "with_patches": False,
             "program": "flags",
             "given": [],

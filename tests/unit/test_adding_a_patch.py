@@ -116,6 +116,7 @@ PARTS = [
     "patches",
     "docs/patches.md",
     "docs/doctor.md",  # gen_docs regenerates its example report too
+    "docs/checkpoints.md",  # and its table of draft kinds and layouts
     "pyproject.toml",
     "tools/regen_patch.py",
     "tools/gen_docs.py",
