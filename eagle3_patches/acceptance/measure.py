@@ -27,6 +27,7 @@ from ..checkpoint.expected_accept import FIELD as EXPECTED_FIELD
 from ..checkpoint.formats import list_weight_files, read_config
 from ..checkpoint.safe_io import open_checkpoint_file
 from ..errors import Eagle3ConfigError
+from . import training_data
 from .draft_reference import REQUIRED, DraftForward, draft_shape
 from .target_states import TargetStates, dump_shards, read_dump
 
@@ -237,32 +238,40 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
 
 # ---------------------------------------------------------------------- the target states
 def read_states(data: os.PathLike | str, config: dict, *, limit: int) -> list[TargetStates]:
-    """The sequences in ``data`` (a ``hidden_state_dump`` directory), checked against the draft's aux layer ids."""
-    if not dump_shards(data):
-        raise MeasureError(
-            "no target states found",
-            where=str(data),
-            found="no hidden_state_dump shard (shard-*.safetensors)",
-            expected="a hidden_state_dump directory",
-            fix="dump a known-good server's states with EAGLE3_PATCHES_DUMP_DIR (docs/e2e.md)",
-        )
-    states, meta = read_dump(data, limit=limit)
-    eagle = config.get("eagle_config") if isinstance(config.get("eagle_config"), dict) else {}
-    ids = eagle.get("eagle_aux_hidden_state_layer_ids")
-    if ids is not None and meta.get("layer_ids") is not None and list(ids) != list(meta["layer_ids"]):
-        raise MeasureError(
-            "the dump captured other layers than the draft was trained on",
-            where=str(data),
-            found=f"layer_ids {meta['layer_ids']}",
-            expected=f"the draft's eagle_aux_hidden_state_layer_ids {ids}",
-            fix="dump with the draft's ids (serve with the draft, or EAGLE3_PATCHES_DUMP_LAYER_IDS)",
-        )
+    """The sequences in ``data``: a ``hidden_state_dump`` directory (checked against the draft's aux layer ids,
+    which the dump records), or SpecForge's or speculators' offline training data (:mod:`.training_data`; they
+    record no layer ids: the width is checked, the layers are the user's word)."""
+    if dump_shards(data):
+        states, meta = read_dump(data, limit=limit)
+        eagle = config.get("eagle_config")
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+        if ids is not None and meta.get("layer_ids") is not None and list(ids) != list(meta["layer_ids"]):
+            raise MeasureError(
+                "the dump captured other layers than the draft was trained on",
+                where=str(data),
+                found=f"layer_ids {meta['layer_ids']}",
+                expected=f"the draft's eagle_aux_hidden_state_layer_ids {ids}",
+                fix="dump with the draft's ids (serve with the draft, or EAGLE3_PATCHES_DUMP_LAYER_IDS)",
+            )
+    else:
+        kind = training_data.detect(data)
+        if kind is None:
+            raise MeasureError(
+                "no target states found",
+                where=str(data),
+                found="no hidden_state_dump shard (shard-*.safetensors), SpecForge file (data_<i>.ckpt) or "
+                "speculators file (data_<i>.pt)",
+                expected="a hidden_state_dump directory, or the offline training data the draft was trained on",
+                fix="dump a known-good server's states with EAGLE3_PATCHES_DUMP_DIR (docs/e2e.md)",
+            )
+        read = training_data.read_specforge if kind == training_data.SPECFORGE else training_data.read_speculators
+        states = list(read(data, limit=limit))
     if not states:
         raise MeasureError(
-            "the dump holds no whole sequence",
+            "the data holds no whole sequence",
             where=str(data),
             found="every sequence starts after position 0 (a prefix served from the radix cache) or is one token",
-            expected="sequences dumped from their first token",
+            expected="sequences from their first token",
             fix="dump with --disable-radix-cache",
         )
     return states

@@ -15,10 +15,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.safe_io import CheckpointError, checkpoint_error, list_checkpoint_dir, open_checkpoint_file
 from ..instruments.hidden_state_dump import FORMAT as DUMP_FORMAT
+
+if TYPE_CHECKING:
+    import torch
 
 #: rows read from one dump directory at most (about 90 GiB of Kimi-K2.5 aux states in bf16: a bound, not a goal)
 MAX_DUMP_ROWS = 1 << 22
@@ -32,10 +35,16 @@ def _dump_error(what: str, **kw: str) -> CheckpointError:
 class TargetStates:
     """One sequence of target states: what the draft is run on."""
 
-    tokens: Any  # int64 [L]: the token ids
-    aux: Any  # float32 [L, k*H]: the aux hidden states at each position, concatenated in the draft's layer order
-    labelled: Any  # bool [L]: True where tokens[i] is a token the target produced (acceptance is measured there)
-    source: str  # where it came from, for messages
+    #: int64 ``[L]``: the token ids
+    tokens: torch.Tensor
+    #: float32 ``[L, k*H]``: the aux hidden states captured at each position, concatenated in the draft's layer
+    #: order: what the draft's ``fc`` receives for that position
+    aux: torch.Tensor
+    #: bool ``[L]``: True where ``tokens[i]`` is a token the target produced (the response: the tool's loss mask),
+    #: the positions acceptance is measured on
+    labelled: torch.Tensor
+    #: where it came from: the file's path relative to the data directory, for messages
+    source: str
 
 
 def dump_shards(path: os.PathLike | str) -> list[str]:

@@ -45,9 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--speculative-num-steps", dest="steps", type=int, default=3, metavar="N", help="draft steps (default 3)"
     )
-    p.add_argument(
-        "--speculative-eagle-topk", dest="topk", type=int, default=1, metavar="K", help="only 1 is replayed"
-    )
+    p.add_argument("--speculative-eagle-topk", dest="topk", type=int, default=1, metavar="K", help="only 1 is replayed")
     p.add_argument(
         "--speculative-num-draft-tokens",
         dest="draft_tokens",

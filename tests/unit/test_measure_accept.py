@@ -262,3 +262,18 @@ def test_a_draft_that_is_not_a_checkpoint_is_a_message_not_a_traceback(tmp_path,
     assert main(["measure-accept", "--draft", str(tmp_path / "nope"), "--data", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "nope" in err
+
+
+def test_training_data_is_read_as_the_draft_was_trained_on(tmp_path):
+    from test_training_data import K, write_specforge, write_speculators
+
+    write_specforge(tmp_path / "sf", 0, length=6)
+    (st,) = read_states(tmp_path / "sf", {}, limit=10)
+    assert st.aux.shape[-1] == K * 4 and st.labelled.tolist() == [False] * 3 + [True] * 3
+    write_speculators(tmp_path / "spec", 0, length=6)
+    write_speculators(tmp_path / "spec", 1, length=6)
+    assert len(read_states(tmp_path / "spec", {}, limit=1)) == 1  # the limit reaches the reader
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(MeasureError, match="no target states found"):
+        read_states(tmp_path / "other", {}, limit=10)
