@@ -134,20 +134,24 @@ class Positions:
     """How many verify steps accepted how many draft tokens, since the last :meth:`take` (sglang's per-request
     acceptance histogram, summed over requests).  The hot path: one bounds check and one increment."""
 
-    __slots__ = ("counts",)
+    __slots__ = ("counts", "longest")
 
     def __init__(self) -> None:
         self.counts = [0] * (MAX_POSITIONS + 1)
+        self.longest = 0  # the most draft tokens any verify step accepted so far: the positions reported
 
     def add(self, accepted: int) -> None:
         self.counts[min(max(accepted, 0), MAX_POSITIONS)] += 1
 
     def take(self) -> list[float]:
-        """Per position k = 1.., the fraction of verify steps that accepted draft token k; then start again."""
+        """Per position k = 1..:attr:`longest`, the fraction of verify steps since the last take that accepted
+        draft token k (0.0 where none did); then start again."""
         counts, self.counts = self.counts, [0] * (MAX_POSITIONS + 1)
         total = sum(counts)
-        last = max((k for k, c in enumerate(counts) if c), default=0)
-        return [sum(counts[k:]) / total for k in range(1, last + 1)] if total else []
+        if not total:
+            return []
+        self.longest = max(self.longest, max(k for k, c in enumerate(counts) if c))
+        return [sum(counts[k:]) / total for k in range(1, self.longest + 1)]
 
 
 def _rates(rates: list[float]) -> str:

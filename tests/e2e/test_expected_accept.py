@@ -115,6 +115,7 @@ def test_a_degraded_draft_is_flagged_against_its_expected_figure(degraded, measu
     warnings = [line for line in log.splitlines() if BELOW in line]
     assert len(warnings) == 1, [line for line in log.splitlines() if "eagle3-patches watchdog" in line]
     block = log[log.index(BELOW) :]
+    figure("the degraded server's warning:\n" + block[: block.index("\n  next:")])  # docs/troubleshooting.md shows it
     assert "draft-quantization-inherited" in block  # the doctor findings for the quieter causes
     assert f"accept length {expected:g} at --speculative-num-steps 3" in block
     assert "config.json: expected_accept_length" in block  # where the figure came from

@@ -446,9 +446,12 @@ def test_positions_count_each_verify_step_once_and_start_again_each_window():
         p.add(a)
     assert p.take() == [3 / 4, 1 / 4, 1 / 4]
     assert p.take() == []  # started again
+    p.add(1)
+    assert p.take() == [1.0, 0.0, 0.0]  # a position no step reached this time is 0, not left out
     p.add(MAX_POSITIONS + 5)
     p.add(-1)
-    assert len(p.take()) == MAX_POSITIONS  # bounded, and a nonsense count is no position
+    rates = p.take()
+    assert len(rates) == MAX_POSITIONS and rates[:2] == [0.5, 0.5]  # bounded; a nonsense count is no position
 
 
 def test_the_expected_figure_comes_from_the_setting_first_then_the_draft_config(tmp_path, monkeypatch, caplog):
