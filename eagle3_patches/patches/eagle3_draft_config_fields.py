@@ -12,7 +12,8 @@ no warning.
 What the patch changes: after ``ServerArgs`` resolved the flags (``__post_init__``; ``resolve_once`` from 0.5.23),
 with ``--speculative-algorithm EAGLE3`` and a local draft directory, it reads the draft's ``config.json`` and
 raises ``Eagle3ConfigError`` in the launcher, before anything loads, for each field set true that the installed
-release's ``llama_eagle3.py`` never reads: which fields a release reads is parsed from that file
+release's ``llama_eagle3.py`` never reads, nor a patch active in the process backports (``eagle3_draft_norms``
+declares its fields in ``backports_draft_fields``): which fields a release reads is parsed from that file
 (``eagle3_patches/checkpoint/draft_fields.py``), never a hand list; the message names the field, what it does,
 and the first release that reads it (observed from the released wheels by ``tools/draft_fields_table.py``).  The
 doctor reports the same (``draft-config-ignored``), from the installed release's source or, for another release,
