@@ -12,7 +12,8 @@ no warning.
 What the patch changes: after ``ServerArgs`` resolved the flags (``__post_init__``; ``resolve_once`` from 0.5.23),
 with ``--speculative-algorithm EAGLE3`` and a local draft directory, it reads the draft's ``config.json`` and
 raises ``Eagle3ConfigError`` in the launcher, before anything loads, for each field set true that the installed
-release's ``llama_eagle3.py`` never reads: which fields a release reads is parsed from that file
+release's ``llama_eagle3.py`` never reads, nor a patch active in the process backports (``eagle3_draft_norms``
+declares its fields in ``backports_draft_fields``): which fields a release reads is parsed from that file
 (``eagle3_patches/checkpoint/draft_fields.py``), never a hand list; the message names the field, what it does,
 and the first release that reads it (observed from the released wheels by ``tools/draft_fields_table.py``).  The
 doctor reports the same (``draft-config-ignored``), from the installed release's source or, for another release,
@@ -32,6 +33,7 @@ the installed release's source, in CI on the pinned and the newest release),
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +43,28 @@ from ..checkpoint import draft_fields as F
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
+from ..registry import Patch, State
 from ..sglang_version import installed_sglang_version
-from . import LauncherCheck
+from . import LauncherCheck, get_registry
 
 CODE = "draft-config-ignored"
 
 
-def ignored_fields(config: dict, read: frozenset[str], *, version: Any, source: str, config_path: str) -> Diagnostics:
-    """One error per draft config field set true that a release reading ``read`` never sees."""
+def ignored_fields(
+    config: dict,
+    read: frozenset[str],
+    *,
+    version: Any,
+    source: str,
+    config_path: str,
+    among: Iterable[str] | None = None,
+) -> Diagnostics:
+    """One error per draft config field set true that a release reading ``read`` never sees (only the read names
+    ``among``, when given)."""
     out = Diagnostics()
     for field, name, value in F.ignored(config, read):
+        if among is not None and name not in among:
+            continue
         first = F.first_reading(name)
         out.add(
             ERROR,
@@ -66,6 +80,37 @@ def ignored_fields(config: dict, read: frozenset[str], *, version: Any, source: 
     return out
 
 
+def backported(patches: Iterable[Patch], active: Callable[[Patch], bool]) -> frozenset[str]:
+    """The read names the patches of ``patches`` that are ``active`` make the draft read (a patch that backports
+    fields declares them in ``backports_draft_fields``)."""
+    return frozenset(n for p in patches if active(p) for n in getattr(p, "backports_draft_fields", ()))
+
+
+def _active_in_process(patch: Patch) -> bool:
+    """Selected in this process (landed, pending, or in sglang's source) for the installed release."""
+    state = get_registry().status()[patch.name].state
+    return state in (State.APPLIED, State.PENDING, State.IN_SOURCE) and patch.covers(installed_sglang_version())
+
+
+def release_reads(setup: Any) -> tuple[frozenset[str], str]:
+    """The fields the setup's release reads itself, and from where that was read: the installed release's source,
+    or for another release the table observed from the released wheels."""
+    found = F.installed_source() if setup.facts.get("sglang_version_source") == "installed" else None
+    if found is not None:
+        return F.fields_read(found[1]), str(found[0])
+    return F.read_by_release(setup.rf.release), "the table observed from the released wheels"
+
+
+def served_fields(setup: Any) -> frozenset[str]:
+    """The fields the served draft reads: the release's own, and those a backporting patch adds where the launch
+    runs under it (on stock, the backporting patch reports its fields itself)."""
+
+    def active(p: Patch) -> bool:
+        return p.covers(setup.version) and setup.patched(p.name)
+
+    return release_reads(setup)[0] | backported(setup.patches.values(), active)
+
+
 def check_draft_config_fields(server_args) -> None:
     """Refuse, in the launcher, a draft whose config sets a field the installed release never reads."""
     if (server_args.speculative_algorithm or "").upper() != "EAGLE3":
@@ -78,8 +123,9 @@ def check_draft_config_fields(server_args) -> None:
     found = F.installed_source()
     if not isinstance(config, dict) or found is None:
         return
+    read = F.fields_read(found[1]) | backported(get_registry().patches(), _active_in_process)
     problems = ignored_fields(
-        config, F.fields_read(found[1]), version=installed_sglang_version(), source=str(found[0]), config_path=str(path)
+        config, read, version=installed_sglang_version(), source=str(found[0]), config_path=str(path)
     )
     if problems:
         raise Eagle3ConfigError(diagnostic=problems[0])
@@ -98,12 +144,13 @@ class Eagle3DraftConfigFields(LauncherCheck):
         dv = setup.draft
         if setup.checkpoint_only or dv is None or dv.format != SGLANG_EAGLE3:
             return Diagnostics()  # a speculators draft's options: the converter's refusals (draft-speculators-format)
-        found = F.installed_source() if setup.facts.get("sglang_version_source") == "installed" else None
-        if found is not None:
-            read, source = F.fields_read(found[1]), str(found[0])
-        else:
-            read, source = F.read_by_release(setup.rf.release), "the table observed from the released wheels"
+        read, source = release_reads(setup)
         setup.facts["draft_fields_read_from"] = source
+
+        def reports_its_own(p: Patch) -> bool:  # a backporting patch on its releases, unless switched off at launch
+            return p.covers(setup.version) and (not setup.with_patches or setup.patched(p.name))
+
+        read |= backported(setup.patches.values(), reports_its_own)
         return ignored_fields(dv.config, read, version=setup.version, source=source, config_path=setup.dcfg())
 
 

@@ -59,12 +59,15 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..checkpoint import draft_fields as F
 from ..checkpoint.d2t import check_d2t
 from ..checkpoint.formats import SGLANG_EAGLE3, unknown_tensor_hints
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics, first_few
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
+from .eagle3_draft_config_fields import served_fields
+from .eagle3_draft_norms import LEGACY_FC_NORM_NAMES
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -151,6 +154,7 @@ def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str
             "t2d": (shp(tv), "optional"),
         }
     )
+    exp.update(_norm_tensors(setup, shp))
     if dv.fc_bias:
         exp["fc.bias"] = (shp(H), "required")
     dvocab = dv.draft_vocab
@@ -161,6 +165,24 @@ def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str
     partial = dvocab is not None and dv.vocab is not None and dvocab < dv.vocab
     exp["d2t"] = (shp(dvocab), "required" if partial else "optional")
     return exp
+
+
+def _norm_tensors(setup, shp) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+    """The weights of the draft norms the served draft builds (its config sets the field, and the release or a
+    backporting patch the launch runs under reads it): ``input_norm`` over the k aux states, ``fc_norm.<i>`` (or
+    its older name) per aux state."""
+    served = served_fields(setup)
+    th, k = setup.fc_input()
+    out: dict[str, tuple[tuple[int, ...] | None, str]] = {}
+    set_names = {name for _, name, _ in F.set_fields(setup.draft.config)}
+    if set_names & served & {"norm_before_fc", f"{F.EAGLE_CONFIG}.norm_before_fc"}:
+        out["input_norm.weight"] = (shp(k * th) if th else None, "required")
+    if set_names & served & {"fc_norm", "use_aux_norm"}:
+        legacy = {new: old for old, new in LEGACY_FC_NORM_NAMES.items()}
+        for i in range(k):
+            old = f"{legacy.get(f'fc_norm.{i}', f'fc_norm.{i}')}.weight"
+            out[old if old in setup.draft_tensors else f"fc_norm.{i}.weight"] = (shp(th), "required")
+    return out
 
 
 def sglang_name(name: str) -> str:

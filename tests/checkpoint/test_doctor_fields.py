@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 
 from eagle3_patches.checkpoint import draft_fields as F
-from eagle3_patches.diagnostic import ERROR
+from eagle3_patches.diagnostic import ERROR, INFO
 from eagle3_patches.doctor import doctor
+from eagle3_patches.testing import tiny_models as tm
+
+LAUNCH = ["--speculative-algorithm", "EAGLE3"]
 
 
 def run(tiny, draft, version):
@@ -66,3 +69,60 @@ def test_a_hostile_field_value_is_shown_bounded(tiny, make_draft):
     d = make_draft(config={"norm_output": "x" * 10_000})
     (f,) = [f for f in run(tiny, d, "0.5.11").findings if f.code == "draft-config-ignored"]
     assert len(f.found) < 200
+
+
+# --------------------------------------------------------------------------- eagle3_draft_norms (the backport)
+def _norm_weights(t: dict) -> None:
+    import torch
+
+    t["input_norm.weight"] = torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)
+    t.update({f"fc_norm.{i}.weight": torch.ones(tm.HIDDEN, dtype=torch.bfloat16) for i in range(3)})
+
+
+EAGLE31 = {"fc_norm": True, "norm_output": True, "norm_before_fc": True}
+
+
+def test_the_backported_fields_are_fixed_under_the_patch_set(tiny, make_draft):
+    """0.5.9 with eagle3-patches: the norms are read (a note naming the backport) and their weights are expected."""
+    d = make_draft(config=EAGLE31, tensors=_norm_weights)
+    stock = run(tiny, d, "0.5.9")
+    ignored = [f for f in stock.findings if f.code == "draft-config-ignored"]
+    assert sorted(f.where.rsplit(": ", 1)[1] for f in ignored) == sorted(EAGLE31)
+    assert {f.severity for f in ignored} == {ERROR}
+    assert "keys-unknown" in stock.codes()  # stock drops input_norm / fc_norm.<i> silently
+    patched = doctor(tiny["kimi_k25"], d, sglang_version="0.5.9", launch=LAUNCH, with_patches=True)
+    notes = [f for f in patched.findings if f.code == "draft-config-ignored"]
+    assert len(notes) == 3 and {f.severity for f in notes} == {INFO}
+    assert all("fixed by eagle3-patches' eagle3_draft_norms" in f.what for f in notes)
+    assert "keys-unknown" not in patched.codes() and "keys-missing" not in patched.codes()
+
+
+def test_under_the_patch_set_the_norm_weights_are_required(tiny, make_draft):
+    d = make_draft(config=EAGLE31)  # the config sets the norms, the checkpoint lacks their weights
+    r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.9", launch=LAUNCH, with_patches=True)
+    (f,) = [f for f in r.findings if f.code == "keys-missing"]
+    assert "input_norm.weight" in f.found and "fc_norm.0.weight" in f.found
+
+
+def test_the_backport_switched_off_leaves_the_fields_refused_at_start(tiny, make_draft, monkeypatch):
+    monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", "eagle3_draft_norms")
+    from eagle3_patches import settings
+
+    settings.reload()
+    d = make_draft(config={"fc_norm": True}, tensors=_norm_weights)
+    r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.9", launch=LAUNCH, with_patches=True)
+    (f,) = [f for f in r.findings if f.code == "draft-config-ignored"]
+    assert f.severity == ERROR and "eagle3_draft_config_fields" in f.what and "refuses this at start" in f.what
+
+
+def test_norm_before_residual_stays_refused_under_the_patch_set(tiny, make_draft):
+    d = make_draft(config={"norm_before_residual": True})
+    r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.9", launch=LAUNCH, with_patches=True)
+    (f,) = [f for f in r.findings if f.code == "draft-config-ignored"]
+    assert f.severity == ERROR and "refuses this at start" in f.what
+
+
+def test_on_a_release_that_reads_them_the_weights_are_expected_without_the_patch(tiny, make_draft):
+    d = make_draft(config=EAGLE31, tensors=_norm_weights)
+    r = run(tiny, d, "0.5.17")
+    assert "draft-config-ignored" not in r.codes() and "keys-unknown" not in r.codes()

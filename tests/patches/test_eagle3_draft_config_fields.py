@@ -41,6 +41,24 @@ def drafts(tiny, tmp_path_factory):
     return out
 
 
+def _backported() -> frozenset[str]:
+    """The fields eagle3_draft_norms makes the draft read on the installed release (none where it does not apply)."""
+    from eagle3_patches.patches.eagle3_draft_norms import PATCH as NORMS
+    from eagle3_patches.testing.releases import sglang_version
+
+    return NORMS.backports_draft_fields if NORMS.covers(sglang_version()) else frozenset()
+
+
+@pytest.fixture(scope="module")
+def without_backport(drafts):
+    """The patch set with eagle3_draft_norms switched off."""
+    from eagle3_patches.patches import get_registry
+
+    return run_isolated(
+        launcher_outcomes, drafts, patches=[n for n in get_registry().names() if n != "eagle3_draft_norms"]
+    )
+
+
 @pytest.fixture(scope="module")
 def stock(drafts):
     return run_isolated(launcher_outcomes, drafts, patches=None)
@@ -61,7 +79,10 @@ def test_stock_launches_a_draft_whose_fields_it_never_reads(stock):
 
 @pytest.mark.runtime_only
 def test_patched_refuses_each_field_the_release_never_reads_naming_the_first_that_does(patched):
-    read = _installed_reads()
+    """With the backport in the set, the fields it implements are read; the others (norm_before_residual on every
+    release) are refused."""
+    read = _installed_reads() | _backported()
+    assert "norm_before_residual" not in read
     for name in F.candidate_names():
         if name in read:
             assert patched[name] == ("ok", "EAGLE3"), name
@@ -70,6 +91,16 @@ def test_patched_refuses_each_field_the_release_never_reads_naming_the_first_tha
         assert kind == "Eagle3ConfigError", (name, kind, message)
         assert f"config.json: {name}" in message and "never reads" in message
         assert F.first_reading(name) in message
+
+
+@pytest.mark.runtime_only
+def test_without_the_backport_its_fields_are_refused_where_the_release_never_reads_them(without_backport):
+    read = _installed_reads()
+    unread = [n for n in F.candidate_names() if n not in read]
+    assert set(_backported()) <= set(unread) | read
+    for name in F.candidate_names():
+        expected = "ok" if name in read else "Eagle3ConfigError"
+        assert without_backport[name][0] == expected, (name, without_backport[name])
 
 
 @pytest.mark.runtime_only

@@ -183,6 +183,7 @@ PATCHES = [
     "speculators_draft_config",
     "eagle3_draft_strict_loading",
     "eagle3_fc_guard",
+    "eagle3_draft_norms",
     "eagle3_algorithm_guard",
     "eagle3_target_capability",
     "eagle3_draft_config_fields",
