@@ -28,6 +28,8 @@ in :attr:`Settings.problems` and logged once, as is a patch name that no registr
 | ``EAGLE3_PATCHES_WATCHDOG_THRESHOLD`` | the watchdog fires when a window's mean accept length (accepted draft tokens + 1 per verify step, sglang's ``accept len``) is below this (default 1.05; 1 < value <= 64) |
 | ``EAGLE3_PATCHES_WATCHDOG_WARMUP`` | verify steps the watchdog ignores after the scheduler starts (default 100) |
 | ``EAGLE3_PATCHES_WATCHDOG_INTERVAL`` | seconds between two watchdog reports (default 600; 0: every window that is below the threshold) |
+| ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH`` | the accept length the draft is expected to reach at the flags it is served with (1 < value <= 64; the publisher's figure, or ``eagle3-patches measure-accept``'s); overrides the draft config's ``expected_accept_length`` field; the watchdog compares the live figure with it |
+| ``EAGLE3_PATCHES_WATCHDOG_EXPECTED_FRACTION`` | the watchdog warns when a window's gain (accept length - 1) is below this fraction of the expected gain (default 0.5; 0 < value < 1) |
 
 On and off are spelled one way everywhere: on is ``1``, ``true``, ``yes``, ``on``; off is unset,
 empty, ``0``, ``false``, ``no``, ``off`` (any case).
@@ -63,6 +65,8 @@ WATCHDOG_WINDOW = "EAGLE3_PATCHES_WATCHDOG_WINDOW"
 WATCHDOG_THRESHOLD = "EAGLE3_PATCHES_WATCHDOG_THRESHOLD"
 WATCHDOG_WARMUP = "EAGLE3_PATCHES_WATCHDOG_WARMUP"
 WATCHDOG_INTERVAL = "EAGLE3_PATCHES_WATCHDOG_INTERVAL"
+EXPECTED_ACCEPT_LENGTH = "EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH"
+WATCHDOG_EXPECTED_FRACTION = "EAGLE3_PATCHES_WATCHDOG_EXPECTED_FRACTION"
 KNOWN = (
     APPLY,
     DISABLE,
@@ -84,6 +88,8 @@ KNOWN = (
     WATCHDOG_THRESHOLD,
     WATCHDOG_WARMUP,
     WATCHDOG_INTERVAL,
+    EXPECTED_ACCEPT_LENGTH,
+    WATCHDOG_EXPECTED_FRACTION,
 )
 #: in EAGLE3_PATCHES_DISABLE: every patch and instrument
 ALL = "all"
@@ -118,6 +124,8 @@ class Settings:
     watchdog_threshold: float = 1.05  # mean accept length
     watchdog_warmup: int = 100  # verify steps
     watchdog_interval: float = 600.0  # seconds
+    expected_accept_length: float | None = None  # None: the draft config's field, if any
+    watchdog_expected_fraction: float = 0.5  # of the expected gain
     problems: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -173,15 +181,24 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         on_error = "warn"
 
     def number(
-        var: str, default: float, lo: float, hi: float, what: str, *, whole: bool = False, lo_open: bool = False
+        var: str,
+        default: float,
+        lo: float,
+        hi: float,
+        what: str,
+        *,
+        whole: bool = False,
+        lo_open: bool = False,
+        hi_open: bool = False,
     ) -> float:
-        """``var`` as a number in lo..hi (``lo_open``: above lo); ``default`` when unset or not understood (a problem)."""
+        """``var`` as a number in lo..hi (``lo_open`` / ``hi_open``: excluding that end); ``default`` when unset or
+        not understood (a problem)."""
         raw = env.get(var, "").strip()
         if not raw:
             return default
         try:
             value = int(raw) if whole else float(raw)
-            if not (lo < value if lo_open else lo <= value) or not value <= hi:
+            if not (lo < value if lo_open else lo <= value) or not (value < hi if hi_open else value <= hi):
                 raise ValueError
             return value
         except ValueError:
@@ -221,6 +238,13 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         watchdog_warmup=int(number(WATCHDOG_WARMUP, 100, 0, 1 << 30, "a whole number of verify steps", whole=True)),
         watchdog_interval=number(WATCHDOG_INTERVAL, 600.0, 0, 1e9, "a number of seconds (0 or more)"),
+        expected_accept_length=(
+            number(EXPECTED_ACCEPT_LENGTH, 0.0, 1.0, 64.0, "an accept length above 1 and at most 64", lo_open=True)
+            or None
+        ),
+        watchdog_expected_fraction=number(
+            WATCHDOG_EXPECTED_FRACTION, 0.5, 0.0, 1.0, "a fraction between 0 and 1", lo_open=True, hi_open=True
+        ),
         problems=tuple(problems),
     )
 

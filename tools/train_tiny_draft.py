@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from eagle3_patches.acceptance.draft_reference import DraftForward, DraftShape  # noqa: E402
 from eagle3_patches.testing import tiny_models  # noqa: E402
 
 STEPS = 3
@@ -135,31 +136,16 @@ def load_sequences(dump_dir: Path):
 
 
 # --------------------------------------------------------------------------- 2. the draft in torch
-def rms(x, w, eps=1e-6):
-    import torch
+class Draft(DraftForward):
+    """The forward the offline accept-length measurement runs (``eagle3_patches.acceptance.draft_reference``),
+    over freshly initialised trainable parameters."""
 
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rope(x, pos, theta=10000.0):
-    """neox-style rotary embedding (sglang's get_rope default for llama); x [T, heads, d]."""
-    import torch
-
-    d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-    ang = pos.float()[:, None] * inv[None, :]
-    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
-    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
-class Draft:
     def __init__(self, embed, draft_vocab: int, spec: tiny_models.TinyDraftSpec, seed: int = 0):
         import torch
 
         g = torch.Generator().manual_seed(seed)
         h, k, inter = spec.hidden, len(spec.aux_ids), spec.intermediate_size
-        self.nh, self.hd = spec.num_heads, spec.hidden // spec.num_heads
+        nh = spec.num_heads
 
         def p(*shape, std):
             return (torch.randn(*shape, generator=g) * std).requires_grad_(True)
@@ -167,8 +153,7 @@ class Draft:
         def ones(n):
             return torch.ones(n).requires_grad_(True)
 
-        self.embed = embed
-        self.params = {
+        params = {
             "fc.weight": p(h, k * spec.target_hidden, std=(k * h) ** -0.5),
             "midlayer.self_attn.q_proj.weight": p(h, 2 * h, std=(2 * h) ** -0.5),
             "midlayer.self_attn.k_proj.weight": p(h, 2 * h, std=(2 * h) ** -0.5),
@@ -183,72 +168,10 @@ class Draft:
             "norm.weight": ones(h),
             "lm_head.weight": p(draft_vocab, h, std=h**-0.5),
         }
-
-    def qkv(self, tokens, hidden, pos):
-        P = self.params
-        x = torch_cat(
-            [
-                rms(self.embed[tokens], P["midlayer.input_layernorm.weight"]),
-                rms(hidden, P["midlayer.hidden_norm.weight"]),
-            ]
-        )
-        T = x.shape[0]
-        q = rope((x @ P["midlayer.self_attn.q_proj.weight"].T).view(T, self.nh, self.hd), pos)
-        k = rope((x @ P["midlayer.self_attn.k_proj.weight"].T).view(T, self.nh, self.hd), pos)
-        v = (x @ P["midlayer.self_attn.v_proj.weight"].T).view(T, self.nh, self.hd)
-        return q, k, v
-
-    def finish(self, attn, residual):
-        import torch.nn.functional as F
-
-        P = self.params
-        h1 = attn.reshape(attn.shape[0], -1) @ P["midlayer.self_attn.o_proj.weight"].T + residual
-        x = rms(h1, P["midlayer.post_attention_layernorm.weight"])
-        mlp = (F.silu(x @ P["midlayer.mlp.gate_proj.weight"].T) * (x @ P["midlayer.mlp.up_proj.weight"].T)) @ P[
-            "midlayer.mlp.down_proj.weight"
-        ].T
-        out = mlp + h1  # pre-norm: what sglang's draft hands its next step
-        logits = rms(out, P["norm.weight"]) @ P["lm_head.weight"].T
-        return logits, out
+        super().__init__(params, embed, DraftShape(hidden=h, num_heads=nh, num_kv_heads=nh, head_dim=h // nh))
 
     def forward_seq(self, tokens, aux, steps: int = STEPS, dropout: float = 0.0, gen=None):
-        """Per base position t (0..L-2): logits of steps 1..steps; step k predicts tokens[t + k + 1]."""
-        import torch
-
-        L = aux.shape[0]
-        base = torch.arange(L - 1)
-        scale = self.hd**-0.5
-        # step 1: token x_{t+1}, hidden fc(aux_t), position t, causal over step-1 keys
-        h = aux[:-1] @ self.params["fc.weight"].T
-        if dropout:  # training only: the draft must not memorise the aux states alone
-            keep = (torch.rand(h.shape, generator=gen) >= dropout).float() / (1 - dropout)
-            h = h * keep
-        q1, k1, v1 = self.qkv(tokens[1:L], h, base)
-        causal = torch.ones(L - 1, L - 1, dtype=torch.bool).tril()
-        s = torch.einsum("thd,shd->hts", q1, k1) * scale
-        s = s.masked_fill(~causal, float("-inf"))
-        attn = torch.einsum("hts,shd->thd", s.softmax(-1), v1)
-        logits, out = self.finish(attn, h)
-        results = [logits]
-        chain_k, chain_v = [], []
-        for step in range(2, steps + 1):
-            n = L - step  # base positions whose step token x_{t+step} exists
-            if n <= 0:
-                break
-            tok = tokens[step : step + n]
-            hid = out[:n]
-            q, k, v = self.qkv(tok, hid, base[:n] + step - 1)
-            chain_k = [c[:n] for c in chain_k] + [k]
-            chain_v = [c[:n] for c in chain_v] + [v]
-            s1 = torch.einsum("thd,shd->hts", q, k1).masked_fill(~causal[:n], float("-inf"))
-            sc = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1).permute(1, 0, 2)  # [h, n, j]
-            w = torch.cat([s1, sc], dim=-1).mul(scale).softmax(-1)
-            attn = torch.einsum("hts,shd->thd", w[..., : L - 1], v1) + torch.einsum(
-                "htj,jthd->thd", w[..., L - 1 :], torch.stack(chain_v)
-            )
-            logits, out = self.finish(attn, hid)
-            results.append(logits)
-        return results
+        return super().forward_seq(tokens, aux, steps, dropout, gen)
 
     def tensors(self, hot):
         import torch
@@ -259,12 +182,6 @@ class Draft:
         t2d[hot] = True
         t["t2d"] = t2d
         return t
-
-
-def torch_cat(xs):
-    import torch
-
-    return torch.cat(xs, dim=-1)
 
 
 # --------------------------------------------------------------------------- 2b. training

@@ -55,11 +55,11 @@ import pickle
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.safe_io import CheckpointError, checked_root, checkpoint_error, open_checkpoint_file
+from .target_states import TargetStates
 
 if TYPE_CHECKING:
     import torch
@@ -85,22 +85,6 @@ _REGENERATE = {
     SPECFORGE: "regenerate it with SpecForge's scripts/prepare_hidden_states.py, or leave it out of the directory",
     SPECULATORS: "regenerate it with speculators' scripts/data_generation_offline.py, or leave it out",
 }
-
-
-@dataclass
-class TargetStates:
-    """One sequence of target states: what the draft is run on."""
-
-    #: int64 ``[L]``: the token ids
-    tokens: torch.Tensor
-    #: float32 ``[L, k*H]``: the aux hidden states captured at each position, concatenated in the draft's layer
-    #: order: what the draft's ``fc`` receives for that position
-    aux: torch.Tensor
-    #: bool ``[L]``: True where ``tokens[i]`` is a token the target produced (the response: the tool's loss mask),
-    #: the positions acceptance is measured on
-    labelled: torch.Tensor
-    #: where it came from: the file's path relative to the data directory, for messages
-    source: str
 
 
 # ------------------------------------------------------------------ finding the files

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..diagnostic import first_few
 from ..errors import Eagle3ConfigError
+from . import expected_accept
 from . import layer_ids as L
 from .formats import (
     SGLANG_EAGLE3,
@@ -314,6 +315,13 @@ def build_config(
     )
     if out.get("torch_dtype") is None:
         out.pop("torch_dtype")
+    if expected_accept.FIELD in config:  # the figure the watchdog compares with, checked before it is carried
+        try:
+            expected_accept.from_value(config[expected_accept.FIELD], source=f"{config_path}: {expected_accept.FIELD}")
+        except CheckpointError as exc:
+            d = exc.diagnostic
+            raise conversion_error(d.what, where=d.where, found=d.found, expected=d.expected, fix=d.fix) from None
+        out[expected_accept.FIELD] = config[expected_accept.FIELD]
     return out
 
 

@@ -1,4 +1,5 @@
-"""``eagle3-patches`` command line: run, status, doctor, selftest, convert, apply, probe-report, bench, docs.
+"""``eagle3-patches`` command line: run, status, doctor, selftest, convert, apply, probe-report, measure-accept,
+bench, docs.
 
 User mistakes (:class:`~eagle3_patches.errors.Eagle3Error`) print a message (control
 characters escaped) and exit 1; usage errors exit 2; an interrupt exits 128 + the signal
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         convert_cmd,
         docs_cmd,
         doctor_cmd,
+        measure_accept_cmd,
         probe_report_cmd,
         run_cmd,
         selftest_cmd,
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         convert_cmd,
         apply_cmd,
         probe_report_cmd,
+        measure_accept_cmd,
         bench_cmd,
         docs_cmd,
     ):

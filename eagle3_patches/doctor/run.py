@@ -41,7 +41,7 @@ from .pairing_checks import (
     check_sizes,
 )
 from .report import Report
-from .runtime_checks import check_context, check_inherited
+from .runtime_checks import check_context, check_expected, check_inherited
 from .target_checks import check_target_release, check_target_weights, load_target
 
 
@@ -180,6 +180,7 @@ def doctor(
             guard(ctx, "context length and RoPE", check_context)
         if ctx.draft is not None:
             guard(ctx, "what the draft inherits", check_inherited)
+            guard(ctx, "the expected accept length", check_expected)
     if target is None and draft is None:
         report.add(
             ERROR,

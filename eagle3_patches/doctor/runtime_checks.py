@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .. import settings
+from ..checkpoint import expected_accept
+from ..checkpoint.safe_io import CheckpointError
 from ..diagnostic import ERROR, INFO, WARNING
 from .context import Context
 
@@ -182,4 +185,62 @@ def check_inherited(ctx: Context) -> None:
         f"the draft runs with quantization {runs['quantization'] or 'none'} ({runs['quantization_from']}), "
         f"attention backend {runs['attention_backend'] or 'auto'} ({runs['attention_backend_from']}), "
         f"context length {runs['context_length']}",
+    )
+
+
+def check_expected(ctx: Context) -> None:
+    """The accept length the draft is expected to reach, which the watchdog compares the live one with: the
+    launch's ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``, else the draft config's field, and the flags it was
+    measured at against the launch's."""
+    la = ctx.launch
+    var = settings.EXPECTED_ACCEPT_LENGTH
+    given = la.env.get(var, os.environ.get(var))  # the command's assignment, else the doctor's environment
+    stated = settings.read({var: given} if given is not None else {})
+    where = ctx.dcfg(expected_accept.FIELD)
+    try:
+        figure = expected_accept.from_config(ctx.draft_view.config, where=ctx.dcfg())
+    except CheckpointError as exc:
+        d = exc.diagnostic
+        ctx.add(
+            WARNING,
+            "expected-accept-length",
+            "the draft's expected accept length cannot be read: the watchdog compares the live one with nothing",
+            where=where,
+            found=d.found,
+            expected=d.expected,
+            fix=d.fix,
+        )
+        figure = None
+    if stated.expected_accept_length is not None:
+        figure = expected_accept.ExpectedAccept(stated.expected_accept_length, source=var)
+    elif stated.problems:
+        ctx.add(
+            WARNING,
+            "expected-accept-length",
+            "the launch's expected accept length is not understood: the watchdog ignores it",
+            where=var,
+            found=stated.problems[0],
+            expected="an accept length above 1 and at most 64",
+            fix="the figure the draft's publisher states, or `eagle3-patches measure-accept`'s",
+        )
+    if figure is None:
+        return
+    why = figure.not_comparable(la.num_steps, la.eagle_topk, la.num_draft_tokens)
+    if why is not None:
+        ctx.add(
+            WARNING,
+            "expected-accept-length",
+            "the draft's expected accept length was measured at other flags than this launch's: the watchdog does "
+            "not compare the live one with it",
+            where=where,
+            found=why,
+            expected="the figure measured at the flags the server runs with",
+            fix="serve at the flags it was measured at, or measure the draft at yours (`eagle3-patches "
+            "measure-accept`)",
+        )
+        return
+    ctx.add(
+        INFO,
+        "expected-accept-length",
+        f"the watchdog compares the live accept length with the expected {figure.describe()}",
     )

@@ -1,18 +1,22 @@
 """accept_watchdog
 
 What it does: not a fix: the accept-length watchdog, on by default in every sglang scheduler process
-(``EAGLE3_PATCHES_WATCHDOG=0`` switches it off).  Every failure this library exists for shows one symptom at run
-time: an accept length near 1.0, with no error.  The watchdog follows the speculative accept statistics sglang
+(``EAGLE3_PATCHES_WATCHDOG=0`` switches it off). Every failure this library exists for shows one symptom at run
+time: an accept length near 1.0, with no error. The watchdog follows the speculative accept statistics sglang
 already keeps, in tumbling windows of verify steps, and, after a warm-up (default 100 verify steps), when the mean
 accept length over a window (default 200 verify steps) falls below the threshold (default 1.05; all three are
 ``EAGLE3_PATCHES_WATCHDOG_*`` settings), i.e. drafts are essentially never accepted, it logs one WARNING naming the
-symptom, the window and the likely causes, then applies the diagnostic probe (``eagle3_probe``, if it is not on) for
-one record per hop, analyses the records after the next decode batch with
-:func:`.probe_diagnosis.analyse` (the first wrong hop, logged as ``eagle3-patches probe-report`` prints
-it) and reverts the probe.  At most one report per interval (default 600 s).  With ``--enable-metrics`` it also
-wraps ``SchedulerMetricsCollector.__init__`` to create its gauges (the verdict, every patch's state) next to
-sglang's ``sglang:*`` ones, with sglang's labels, in sglang's multiprocess directory: sglang's own Prometheus
-set-up.  Settings, the message, the measured false-alarm margin and the metrics: docs/troubleshooting.md.
+symptom, the window and the likely causes (the quieter symptom too: when the draft's expected accept length is
+known, from ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH`` or the draft config's ``expected_accept_length`` field, a
+window whose gain over the target alone is below ``EAGLE3_PATCHES_WATCHDOG_EXPECTED_FRACTION`` of the expected gain
+is reported the same way, with per-position acceptance), then applies the diagnostic probe (``eagle3_probe``, if it
+is not on) for one record per hop, analyses the records after the next decode batch with
+:func:`.probe_diagnosis.analyse` (the first wrong hop, logged as ``eagle3-patches probe-report`` prints it) and
+reverts the probe. At most one report per interval (default 600 s). With ``--enable-metrics`` it also wraps
+``SchedulerMetricsCollector.__init__`` to create its gauges (``watchdog_metrics``: the verdicts, the live and
+expected accept length, per-position acceptance, every patch's state) next to sglang's ``sglang:*`` ones, with
+sglang's labels, in sglang's multiprocess directory: sglang's own Prometheus set-up. Settings, the message, the
+measured false-alarm margin and the metrics: docs/troubleshooting.md.
 
 Why an instrument and not a patch: it fixes no sglang bug and changes no result; like the probe it rides on
 sglang's path and reports.  It lives in the instruments registry, selected by its own setting
@@ -39,6 +43,8 @@ from 0.5.10), imported by the module that defines ``update_spec_metrics`` (or by
 
 Cost: nothing per token, which is why it can be on by default.  Per decode batch, on the rank that logs sglang's
 decode statistics (attention-TP rank 0; the other ranks return at once): two integer additions and a comparison;
+per request and verify step, one function call and an integer increment (the per-position counts: sglang's
+``Req``'s per-request histogram method is wrapped, and its argument is a host int sglang already computed);
 per window, a division and, with metrics on, a few gauge writes.  No tensor is touched and nothing is synchronised.
 Only when it fires does the probe run (one host synchronisation per hop, about five), and it is reverted after its
 report.
@@ -48,12 +54,14 @@ Releases: any (0.5.8 and later; the method's home by release is above).
 Upstream probe: none (a diagnostic, nothing to fix upstream).
 
 Tests: ``tests/unit/test_accept_watchdog.py`` (windows, warm-up, firing, silence at 1.06 and above, the interval
-with an injected clock, the probe hand-off with the real ``analyse``, the settings),
+with an injected clock, the probe hand-off with the real ``analyse``, the settings; against an expected figure:
+fires below the fraction, silent at it, not compared at other flags, per-position counts),
 ``tests/probe/test_watchdog_on_sglang.py`` (the installed sglang's real scheduler classes and collector in an
 isolated process: it lands, sglang's counters still count, it fires, the real probe is applied and reverted, the
 gauges read back through ``MultiProcessCollector`` as sglang's ``/metrics`` reads them; off, nothing of sglang is
 touched; passed on 0.5.9, 0.5.13, 0.5.15 and 0.5.23, and in the release matrix's selection),
-``tests/e2e/test_watchdog.py`` (three real servers: see docs/troubleshooting.md).
+``tests/e2e/test_watchdog.py`` (three real servers: see docs/troubleshooting.md), ``tests/e2e/test_expected_accept.py``
+(the degraded draft flagged against its expected figure, the intact one silent).
 """
 
 from __future__ import annotations
@@ -69,12 +77,15 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from .. import patches, settings
+from .. import settings
+from ..checkpoint import expected_accept
+from ..checkpoint.formats import read_config
 from ..diagnostic import WARNING, Diagnostic
 from ..registry import NotApplicable, Patch, Saver, expect_source
 from ..sglang_runtime import server_arg
 from . import eagle3_probe, get_registry
 from .probe_diagnosis import analyse
+from .watchdog_metrics import Gauges
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -98,6 +109,53 @@ LIKELY_CAUSES = (
     "this library disabled or not applied (`eagle3-patches status`); draft tensors dropped or left at random init, "
     "or a broken d2t; a draft trained for another target or on other layers"
 )
+#: why a draft that loads and passes every check is accepted less often than it should be
+BELOW_EXPECTED_CAUSES = (
+    "a draft paired with another target or target revision than it was trained for; served with a quantization "
+    "(--quantization is inherited by the draft), a context length, a RoPE scaling or a dtype it was not trained "
+    "with; a d2t of another vocabulary split; draft weights altered in conversion; a figure measured at other "
+    "flags, or on other traffic, than this server's"
+)
+#: the doctor findings that check for those causes
+RELATED_BELOW = (
+    "draft-quantization-inherited",
+    "draft-context-length",
+    "draft-rope",
+    "draft-attention-backend",
+    "draft-config-ignored",
+    "d2t-invalid",
+    "expected-accept-length",
+)
+#: acceptance counted for draft positions 1..MAX_POSITIONS (a verify step accepts at most its steps)
+MAX_POSITIONS = 64
+
+
+class Positions:
+    """How many verify steps accepted how many draft tokens, since the last :meth:`take` (sglang's per-request
+    acceptance histogram, summed over requests).  The hot path: one bounds check and one increment."""
+
+    __slots__ = ("counts", "longest")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (MAX_POSITIONS + 1)
+        self.longest = 0  # the most draft tokens any verify step accepted so far: the positions reported
+
+    def add(self, accepted: int) -> None:
+        self.counts[min(max(accepted, 0), MAX_POSITIONS)] += 1
+
+    def take(self) -> list[float]:
+        """Per position k = 1..:attr:`longest`, the fraction of verify steps since the last take that accepted
+        draft token k (0.0 where none did); then start again."""
+        counts, self.counts = self.counts, [0] * (MAX_POSITIONS + 1)
+        total = sum(counts)
+        if not total:
+            return []
+        self.longest = max(self.longest, max(k for k, c in enumerate(counts) if c))
+        return [sum(counts[k:]) / total for k in range(1, self.longest + 1)]
+
+
+def _rates(rates: list[float]) -> str:
+    return ", ".join(f"k={k}: {r:.0%}" for k, r in enumerate(rates, start=1))
 
 
 # ---------------------------------------------------------------------- the window (pure; unit-tested)
@@ -193,13 +251,25 @@ class Watchdog:
         self.diagnosis: Diagnostic | str | None = None
         self.gauges: Gauges | None = None
         self.algorithm: str | None = None  # for the message (read lazily from sglang's server args)
+        #: the accept length the draft should reach (:meth:`set_expected`), the fraction of its gain below which
+        #: a window is reported, and whether the last window was below it
+        self.expected: expected_accept.ExpectedAccept | None = None
+        self.fraction = 0.5
+        self.below_expected = False
+        self.positions = Positions()
+        self.last_positions: list[float] = []
 
     @classmethod
     def from_settings(cls, s: settings.Settings, **kw: Any) -> Watchdog:
-        return cls(s.watchdog_window, s.watchdog_threshold, s.watchdog_warmup, s.watchdog_interval, **kw)
+        dog = cls(s.watchdog_window, s.watchdog_threshold, s.watchdog_warmup, s.watchdog_interval, **kw)
+        dog.fraction = s.watchdog_expected_fraction
+        return dog
 
     def add(self, steps: int, tokens: int) -> None:
+        warming_up = self.window.seen < self.window.warmup
         mean = self.window.add(steps, tokens)
+        if warming_up:
+            self.positions.take()  # the warm-up's verify steps count for no window
         if self.waiting is not None:
             self._follow_probe()
         if mean is not None:
@@ -210,8 +280,12 @@ class Watchdog:
         self.last_mean = mean
         self.min_mean = mean if self.min_mean is None else min(self.min_mean, mean)
         self.degraded = mean < self.threshold
+        self.below_expected = (
+            not self.degraded and self.expected is not None and mean - 1.0 < self.fraction * self.expected.gain
+        )
+        self.last_positions = self.positions.take()
         if (
-            self.degraded
+            (self.degraded or self.below_expected)
             and self.waiting is None
             and (self.last_report is None or self.clock() - self.last_report >= self.interval)
         ):
@@ -222,6 +296,8 @@ class Watchdog:
     def finding(self, mean: float) -> Diagnostic:
         """The watchdog's own diagnostic: the symptom, the window, the likely causes."""
         algo = f", --speculative-algorithm {self.algorithm}" if self.algorithm else ""
+        if not mean < self.threshold and self.expected is not None:
+            return self._below_expected(mean, algo, self.expected)
         return Diagnostic.make(
             WARNING,
             "accept-length-low",
@@ -238,6 +314,46 @@ class Watchdog:
             related=RELATED,
             context={"accept_length": round(mean, 4), "window": self.window.size, "threshold": self.threshold},
         )
+
+    def _below_expected(self, mean: float, algo: str, exp: expected_accept.ExpectedAccept) -> Diagnostic:
+        positions = f"; draft token k accepted in {_rates(self.last_positions)} of steps" if self.last_positions else ""
+        return Diagnostic.make(
+            WARNING,
+            "accept-length-below-expected",
+            "drafts are accepted far less often than this draft is expected to be",
+            where=f"{self.where}{algo}",
+            found=f"mean accept length {mean:.3f} over the last {self.window.size} verify steps: a gain of "
+            f"{mean - 1:.3f} token(s) a step, {(mean - 1) / exp.gain:.0%} of the expected {exp.gain:.3f}{positions}",
+            expected=f"accept length {exp.describe()}; reported below {self.fraction:g} of its gain "
+            "(EAGLE3_PATCHES_WATCHDOG_EXPECTED_FRACTION)",
+            cause=BELOW_EXPECTED_CAUSES,
+            fix="the diagnostic probe runs once now; then `eagle3-patches doctor --target T --draft D -- <launch "
+            "flags>` (what the draft runs with) and `eagle3-patches docs troubleshooting` (a draft well below its "
+            "expected figure)",
+            related=RELATED_BELOW,
+            context={
+                "accept_length": round(mean, 4),
+                "expected": exp.accept_length,
+                "fraction": self.fraction,
+                "window": self.window.size,
+                "positions": [round(r, 4) for r in self.last_positions],
+            },
+        )
+
+    def set_expected(
+        self, figure: expected_accept.ExpectedAccept | None, served: tuple[Any, Any, Any] = (None, None, None)
+    ) -> None:
+        """Compare with ``figure`` from now on, unless it was measured at other flags than ``served`` (steps, topk,
+        draft tokens): then say so once and compare with nothing."""
+        why = figure.not_comparable(*served) if figure is not None else None
+        if figure is not None and why is not None:
+            logger.warning(
+                "eagle3-patches watchdog: the expected accept length %s is not compared with this server's: %s",
+                figure.describe(),
+                why,
+            )
+            figure = None
+        self.expected = figure
 
     def _report(self, mean: float) -> None:
         self.reports += 1
@@ -302,85 +418,6 @@ class Watchdog:
             )
 
 
-# ---------------------------------------------------------------------- Prometheus (sglang --enable-metrics)
-class Gauges:
-    """The watchdog's verdict and every patch's state as multiprocess gauges, created in the scheduler process
-    next to sglang's own (``SchedulerMetricsCollector``: same labels, same ``PROMETHEUS_MULTIPROC_DIR``, so
-    sglang's ``/metrics`` serves them)."""
-
-    def __init__(self, labels: dict) -> None:
-        from prometheus_client import (
-            Gauge,  # after sglang set PROMETHEUS_MULTIPROC_DIR, as sglang does
-        )
-
-        self.labels = {str(k): str(v) for k, v in labels.items()}
-        names = list(self.labels)
-
-        def gauge(name: str, doc: str, extra: tuple[str, ...] = ()):
-            return Gauge(f"eagle3_patches:{name}", doc, labelnames=[*names, *extra], multiprocess_mode="mostrecent")
-
-        self.degraded = gauge(
-            "watchdog_degraded",
-            "1 when the last window's mean accept length was below the "
-            "watchdog's threshold (drafts essentially never accepted), else 0",
-        )
-        self.accept = gauge("watchdog_accept_length", "mean accept length of the watchdog's last window")
-        self.accept_min = gauge("watchdog_accept_length_min", "lowest window mean accept length since start")
-        self.threshold = gauge("watchdog_threshold", "the watchdog's threshold (EAGLE3_PATCHES_WATCHDOG_THRESHOLD)")
-        self.reports = gauge("watchdog_reports", "warnings the watchdog logged since start")
-        self.verdict = gauge(
-            "watchdog_first_wrong_hop",
-            "1 for the probe's verdict at the last report: the first "
-            'wrong hop (hop, mode, code), or hop="none" when every hop was right',
-            ("hop", "mode", "code"),
-        )
-        self.patch_state = gauge(
-            "patch_state",
-            "1 for each eagle3-patches patch or instrument in its current state",
-            ("patch", "kind", "state"),
-        )
-        self._states: dict[str, tuple[str, str, str]] = {}
-        self._verdict: tuple[str, str, str] | None = None
-
-    def _at(self, g, **extra: str):
-        return g.labels(**self.labels, **extra)
-
-    def export(self, dog: Watchdog | None) -> None:
-        self.export_patch_states()
-        if dog is None:
-            return
-        self._at(self.degraded).set(1 if dog.degraded else 0)
-        self._at(self.threshold).set(dog.threshold)
-        self._at(self.reports).set(dog.reports)
-        if dog.last_mean is not None:
-            self._at(self.accept).set(dog.last_mean)
-            self._at(self.accept_min).set(dog.min_mean)
-        if dog.diagnosis is not None:
-            d = dog.diagnosis
-            key = (
-                ("none", "none", "ok")
-                if isinstance(d, str)
-                else (str(d.context.get("hop")), str(d.context.get("mode")), d.code)
-            )
-            if key != self._verdict:
-                if self._verdict is not None:
-                    self._at(self.verdict, **dict(zip(("hop", "mode", "code"), self._verdict))).set(0)
-                self._at(self.verdict, **dict(zip(("hop", "mode", "code"), key))).set(1)
-                self._verdict = key
-
-    def export_patch_states(self) -> None:
-        for kind, reg in (("patch", patches.get_registry()), ("instrument", get_registry())):
-            for name, st in reg.status().items():
-                key = (name, kind, st.state.value)
-                old = self._states.get(name)
-                if old == key:
-                    continue
-                if old is not None:
-                    self._at(self.patch_state, **dict(zip(("patch", "kind", "state"), old))).set(0)
-                self._at(self.patch_state, **dict(zip(("patch", "kind", "state"), key))).set(1)
-                self._states[name] = key
-
-
 # ---------------------------------------------------------------------- process state and the wrappers
 class _State:
     watchdog: Watchdog | None = None
@@ -427,6 +464,8 @@ def _counted_spec_metrics(wrapped, instance, args, kwargs):
         if _state.logging_rank is None:
             _state.logging_rank = _stats_logging_rank(instance)
             dog.algorithm = _algorithm()
+            if _state.logging_rank:
+                dog.set_expected(expected_figure(), served_flags())
         if _state.logging_rank:
             dog.add(*accept_counts(args, kwargs))
     except Exception as exc:  # noqa: BLE001 - the watchdog never breaks the scheduler
@@ -456,6 +495,56 @@ def _collector_init(wrapped, instance, args, kwargs):
         logger.warning("eagle3-patches watchdog: cannot export its Prometheus gauges: %s: %s", type(exc).__name__, exc)
 
 
+#: ``Req``'s method that counts one request's accepted draft tokens of one verify step (a host int), by release:
+#: ``update_spec_acceptance_histogram(accepted_draft_tokens)`` in 0.5.9-0.5.11,
+#: ``update_spec_correct_drafts_histogram(num_correct_drafts)`` from 0.5.12 (read in the wheels of 0.5.9, 0.5.10.post1,
+#: 0.5.11, 0.5.12, 0.5.13, 0.5.15, 0.5.17, 0.5.20, 0.5.23)
+HISTOGRAM_METHODS = ("update_spec_acceptance_histogram", "update_spec_correct_drafts_histogram")
+
+
+def _counted_positions(wrapped, instance, args, kwargs):
+    """sglang's own per-request count (:data:`HISTOGRAM_METHODS`), once per request and verify step, with a host
+    int; the watchdog adds it to its per-position counts."""
+    out = wrapped(*args, **kwargs)
+    dog = _state.watchdog
+    if dog is not None and not _state.broken and _state.logging_rank is not False:
+        try:
+            dog.positions.add(int(args[0] if args else next(iter(kwargs.values()))))
+        except Exception:  # noqa: BLE001 - the watchdog never breaks the scheduler; the counts are only advice
+            pass
+    return out
+
+
+def expected_figure() -> expected_accept.ExpectedAccept | None:
+    """The accept length this server's draft is expected to reach: ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH`` (at
+    the served flags), else the draft config's field; None when neither states one or the config cannot be read
+    (logged: the doctor reports a malformed field)."""
+    value = settings.current().expected_accept_length
+    if value is not None:
+        return expected_accept.ExpectedAccept(value, source=settings.EXPECTED_ACCEPT_LENGTH)
+    try:
+        path = server_arg("speculative_draft_model_path")
+    except Exception:  # noqa: BLE001 - no server arguments in this process: no draft to read a figure from
+        return None
+    if not isinstance(path, str) or not os.path.isdir(path):
+        return None  # no draft, or a hub id: nothing local to read
+    try:
+        return expected_accept.from_config(read_config(path, "draft"), where=os.path.join(path, "config.json"))
+    except Exception as exc:  # noqa: BLE001 - a figure it cannot read is no figure (the doctor reports it)
+        logger.warning("eagle3-patches watchdog: the draft's expected accept length is not used: %s", exc)
+        return None
+
+
+def served_flags() -> tuple[Any, Any, Any]:
+    """(--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens) as resolved."""
+    try:
+        return tuple(
+            server_arg(n) for n in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+        )
+    except Exception:  # noqa: BLE001
+        return (None, None, None)
+
+
 def _algorithm() -> str | None:
     try:
         algo = server_arg("speculative_algorithm")
@@ -475,6 +564,16 @@ def _spec_metrics_owner(module: ModuleType) -> type:
     raise NotApplicable(
         f"{module.__name__}: neither Scheduler's bases nor SchedulerMetricsReporter define update_spec_metrics"
     )
+
+
+def _req_histogram(module: ModuleType) -> tuple[type, str] | None:
+    """sglang's ``Req`` and its per-request acceptance counting method (:data:`HISTOGRAM_METHODS`), or None."""
+    for mod in (module, sys.modules.get("sglang.srt.managers.schedule_batch")):
+        cls = getattr(mod, "Req", None)
+        for name in HISTOGRAM_METHODS:
+            if isinstance(cls, type) and name in vars(cls):
+                return cls, name
+    return None
 
 
 def _collector_class(owner: type, module: ModuleType) -> type | None:
@@ -506,6 +605,9 @@ class AcceptWatchdog(Patch):
     def patch(self, module: ModuleType, saver: Saver) -> None:
         owner = _spec_metrics_owner(module)
         saver.wrap(owner, "update_spec_metrics", _counted_spec_metrics)
+        found = _req_histogram(module)
+        if found is not None:  # per-position acceptance where sglang counts it per request
+            saver.wrap(*found, _counted_positions)
         collector = _collector_class(owner, module)
         if collector is not None:
             saver.wrap(collector, "__init__", _collector_init)

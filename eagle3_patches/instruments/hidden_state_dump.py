@@ -7,7 +7,8 @@ appending ``hidden_states + residual`` before each captured layer, the list the 
 concatenated), the aux hidden states and the token ids to safetensors shards in DIR.  Each shard's metadata records
 the capture convention: the configured ids, sglang's internal ``layers_to_capture``, which layer outputs those are,
 and the sglang version: training data captured exactly as serving captures it.  Used by
-``tools/train_tiny_draft.py``; see docs/e2e.md.
+``tools/train_tiny_draft.py`` and ``eagle3-patches measure-accept`` (a known-good server's dump is the target
+states a draft's expected accept length is measured on); see docs/e2e.md.
 
 Which layers: the ids sglang already configured (``--speculative-algorithm EAGLE3``: the draft's
 ``eagle_aux_hidden_state_layer_ids``), else ``EAGLE3_PATCHES_DUMP_LAYER_IDS`` (comma list, in the installed
@@ -32,8 +33,10 @@ not recorded; the first skipped capture logs a warning saying so.  To dump decod
 ``--disable-cuda-graph`` (prefill rows are dumped either way).
 
 Shard tensors: ``input_ids`` int64 [N], ``positions`` int64 [N], ``seq_ids`` int64 [N], ``hidden_states``
-[N, k x H] (the model dtype).  Shards are written atomically (temp file renamed) when
-``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` rows are buffered (default 4096), after one idle second, and at exit.
+[N, k x H] (the model dtype), ``decoded`` int8 [N] (1 for a decode forward's row: its token is one the model
+generated; 0 for a prefill row; what ``eagle3-patches measure-accept`` measures acceptance on).  Shards are
+written atomically (temp file renamed) when ``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` rows are buffered (default 4096),
+after one idle second, and at exit.
 
 Cost: each recorded forward copies its ``[tokens, k x H]`` aux states (and the token ids and positions) to the host
 synchronously, one device synchronisation per forward.  At Kimi-K2.5's width that is 21504 x 2 bytes = 42 KiB a
@@ -162,7 +165,8 @@ class _Dumper:
                 return
             if not self.meta:
                 self.meta = self._metadata(model, hidden)
-            self.rows.append((ids, pos, torch.tensor(seq, dtype=torch.int64), hidden))
+            decoded = torch.full((ids.shape[0],), 0 if mode.is_extend() else 1, dtype=torch.int8)
+            self.rows.append((ids, pos, torch.tensor(seq, dtype=torch.int64), hidden, decoded))
             self.n_rows += ids.shape[0]
             if self.n_rows >= self.shard_tokens:
                 self.flush()
@@ -210,6 +214,7 @@ class _Dumper:
                 "positions": torch.cat([r[1] for r in rows]),
                 "seq_ids": torch.cat([r[2] for r in rows]),
                 "hidden_states": torch.cat([r[3] for r in rows]).contiguous(),
+                "decoded": torch.cat([r[4] for r in rows]),
             }
             self.out_dir.mkdir(parents=True, exist_ok=True)
             name = f"shard-{os.getpid()}-{self.shard:05d}.safetensors"

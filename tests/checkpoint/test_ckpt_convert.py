@@ -1471,3 +1471,14 @@ def test_a_non_root_run_leaves_roots_debris_alone(tiny):
         assert (debris / "model.safetensors").read_bytes() == b"partial"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_expected_accept_length_is_carried_across_and_checked_first():
+    figure = {"accept_length": 3.1, "speculative_num_steps": 3, "speculative_eagle_topk": 1}
+    cfg = dict(tm.speculators_config(), expected_accept_length=figure)
+    assert conversion_plan.build_config(cfg, {})["expected_accept_length"] == figure  # the watchdog reads it there
+    assert "expected_accept_length" not in conversion_plan.build_config(tm.speculators_config(), {})
+    with pytest.raises(conversion_plan.ConvertError) as info:
+        conversion_plan.build_config(dict(cfg, expected_accept_length={"accept_length": "fast"}), {})
+    d = info.value.diagnostic
+    assert d.where == "config.json: expected_accept_length" and d.found == "accept_length 'fast'"

@@ -165,3 +165,53 @@ def test_a_hostile_rope_value_is_shown_bounded(tiny, make_draft):
     d = make_draft(config={"rope_theta": "9" * 10_000, "rope_scaling": {"rope_type": "x" * 10_000, "factor": 2.0}})
     f = finding(run(tiny, draft=d), "draft-rope")
     assert len(f.found) < 200
+
+
+# ------------------------------------------------------------------------------------------------ expected figure
+FIGURE = {
+    "accept_length": 3.1,
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 4,
+}
+SHAPE = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+
+
+def test_no_expected_figure_no_finding(tiny, monkeypatch):
+    monkeypatch.delenv("EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH", raising=False)
+    assert "expected-accept-length" not in run(tiny, *SHAPE).codes()
+
+
+def test_the_expected_figure_at_the_served_flags_is_stated(tiny, make_draft):
+    d = make_draft(config={"expected_accept_length": FIGURE})
+    f = finding(run(tiny, *SHAPE, draft=d), "expected-accept-length")
+    assert f.severity == INFO and "the expected 3.1 at --speculative-num-steps 3" in f.what
+    assert "config.json: expected_accept_length" in f.what  # where it came from
+
+
+def test_an_expected_figure_measured_at_other_flags_is_a_warning(tiny, make_draft):
+    d = make_draft(config={"expected_accept_length": FIGURE})
+    f = finding(
+        run(tiny, "--speculative-num-steps", "5", "--speculative-num-draft-tokens", "6", draft=d),
+        "expected-accept-length",
+    )
+    assert f.severity == WARNING and f.found == "measured at --speculative-num-steps 3, served with 5"
+    assert "measure-accept" in f.fix
+
+
+def test_a_malformed_expected_figure_is_a_warning_naming_the_field(tiny, make_draft):
+    d = make_draft(config={"expected_accept_length": {"accept_length": 0.9}})
+    f = finding(run(tiny, *SHAPE, draft=d), "expected-accept-length")
+    assert f.severity == WARNING and f.found == "accept_length 0.9" and f.where.endswith("expected_accept_length")
+
+
+def test_the_launchs_figure_wins_over_the_configs(tiny, make_draft, monkeypatch):
+    monkeypatch.delenv("EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH", raising=False)
+    d = make_draft(config={"expected_accept_length": FIGURE})
+    launch = ["EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH=2.5", "python", "-m", "sglang.launch_server", *SHAPE]
+    r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.9", launch=[*launch, "--speculative-algorithm", "EAGLE3"])
+    f = finding(r, "expected-accept-length")
+    assert f.severity == INFO and "the expected 2.5 (EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH)" in f.what
+    monkeypatch.setenv("EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH", "seventy")
+    f = finding(run(tiny, *SHAPE), "expected-accept-length")
+    assert f.severity == WARNING and "'seventy'" in f.found

@@ -14,12 +14,16 @@ requests fill several windows: :data:`WATCHDOG_ENV` (tests/e2e/test_watchdog.py 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 
 import pytest
 
 from eagle3_patches import settings
 from eagle3_patches.testing import tiny_models
-from eagle3_patches.testing.server import ServerError, held_out_prompts, serve, speculative_flags
+from eagle3_patches.testing.releases import patch_applies
+from eagle3_patches.testing.server import Server, ServerError, held_out_prompts, serve, speculative_flags
 
 MAX_NEW_TOKENS = 24
 PROMPTS = held_out_prompts(4)
@@ -53,9 +57,53 @@ def models(tiny_root) -> dict[str, str]:
     return {"target": str(target), "draft": str(draft)}
 
 
+def measure_accept(draft: str, target: str, data) -> dict:
+    """``eagle3-patches measure-accept --json``, as a user runs it."""
+    cmd = [sys.executable, "-m", "eagle3_patches", "measure-accept", "--draft", str(draft), "--target", str(target)]
+    proc = subprocess.run([*cmd, "--data", str(data), "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
 @pytest.fixture(scope="session")
-def eagle3(models, tmp_path_factory) -> dict:
-    """EAGLE3 with the patches, the diagnostic probe writing JSON lines, metrics on; greedy."""
+def measured(models, tmp_path_factory) -> dict:
+    """The trained draft's expected accept length, measured offline (``eagle3-patches measure-accept``) on the
+    ``hidden_state_dump`` of the target serving :data:`PROMPTS` greedily without speculation (a known-good server):
+    the figure the ``eagle3`` server's watchdog is told to expect."""
+    if not patch_applies("hidden_state_dump"):
+        pytest.skip("the hidden_state_dump instrument does not apply to this sglang release")
+    tmp = tmp_path_factory.mktemp("measured")
+    dump_dir = tmp / "dump"
+    env = {
+        settings.ENABLE: "hidden_state_dump",
+        settings.DUMP_DIR: str(dump_dir),
+        settings.DUMP_LAYER_IDS: ",".join(map(str, tiny_models.DRAFT_AUX_IDS)),
+    }
+    server = Server(
+        models["target"], ["--disable-radix-cache", "--skip-server-warmup"], log_path=tmp / "dump.log", env=env
+    )
+    try:
+        server.start()
+        outputs = [server.generate(p, MAX_NEW_TOKENS)["output_ids"] for p in PROMPTS]
+        deadline = time.monotonic() + 30  # the dump writes its shard after one idle second
+        while not list(dump_dir.glob("shard-*.safetensors")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    except ServerError as exc:
+        pytest.fail(f"dump server failed: {exc}")
+    finally:
+        server.stop()
+    return {"outputs": outputs, "dump": dump_dir, **measure_accept(models["draft"], models["target"], dump_dir)}
+
+
+@pytest.fixture(scope="session")
+def eagle3(models, tmp_path_factory, request) -> dict:
+    """EAGLE3 with the patches, the diagnostic probe writing JSON lines, metrics on; greedy; the watchdog told the
+    offline figure (``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``) where the dump it is measured on can be made."""
+    expected = (
+        {settings.EXPECTED_ACCEPT_LENGTH: str(request.getfixturevalue("measured")["accept_length"])}
+        if patch_applies("hidden_state_dump")
+        else {}
+    )
     tmp = tmp_path_factory.mktemp("eagle3")
     probe_dir = tmp / "probe"
     out = serve_or_fail(
@@ -65,7 +113,11 @@ def eagle3(models, tmp_path_factory) -> dict:
         tmp,
         PROMPTS,
         metrics=True,
-        env={settings.PROBE: str(probe_dir), **WATCHDOG_ENV},
+        env={
+            settings.PROBE: str(probe_dir),
+            **expected,
+            **WATCHDOG_ENV,
+        },
     )
     out["probe"] = probe_records(probe_dir)
     return out

@@ -38,7 +38,12 @@ SGLANG_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( TP\d+)?\] ")
 
 
 @pytest.fixture(scope="module")
-def eagle3_sampled(models, tmp_path_factory) -> dict:
+def eagle3_sampled(models, tmp_path_factory, request) -> dict:
+    expected = (  # the greedy offline figure: the margin at temperature 1.0 against it is what this server measures
+        {settings.EXPECTED_ACCEPT_LENGTH: str(request.getfixturevalue("measured")["accept_length"])}
+        if patch_applies("hidden_state_dump")
+        else {}
+    )
     return serve_or_fail(
         "eagle3-sampled",
         models["target"],
@@ -47,7 +52,7 @@ def eagle3_sampled(models, tmp_path_factory) -> dict:
         held_out_prompts(8, seed=8765),
         temperature=1.0,
         metrics=True,
-        env=dict(WATCHDOG_ENV),
+        env={**WATCHDOG_ENV, **expected},
     )
 
 
@@ -151,6 +156,16 @@ def test_a_working_draft_stays_silent(server, request, figure):
     )
     assert _watchdog_lines(out["log"]) == []
     assert one(page, "eagle3_patches:watchdog_degraded") == 0.0 and one(page, "eagle3_patches:watchdog_reports") == 0
+    expected = gauges(page, "eagle3_patches:expected_accept_length")
+    if expected:  # told the offline figure: the margin against the fraction of the expected gain
+        (e,) = expected.values()
+        fraction = settings.Settings().watchdog_expected_fraction
+        figure(
+            f"watchdog, {server}: lowest window's gain {(windows_min - 1) / (e - 1):.0%} of the expected "
+            f"{e:.2f}'s (reported below {fraction:.0%})"
+        )
+        assert one(page, "eagle3_patches:watchdog_below_expected") == 0.0
+        assert windows_min - 1 >= fraction * (e - 1)
     assert windows_min > THRESHOLD
     assert gauges(page, "eagle3_patches:watchdog_first_wrong_hop") == {}
     states = gauges(page, "eagle3_patches:patch_state")

@@ -110,3 +110,5 @@ def test_nothing_recorded_or_copied_to_the_host_during_graph_capture(tiny, tmp_p
     assert len(ids) == 4 + 3 + 2  # the served prefill (two prompts) and one decode step, nothing else
     assert ids[:7] == [5, 6, 7, 8, 9, 10, 11]
     assert {r["hidden_states"].shape[-1] for r in rows} == {len(IDS) * tm.HIDDEN}
+    decoded = [int(d) for r in rows for d in r["decoded"]]
+    assert decoded == [0] * 7 + [1, 1]  # prefill rows 0, the decode step's rows 1: what measure-accept measures on

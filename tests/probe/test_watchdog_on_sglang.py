@@ -78,6 +78,20 @@ def _drive(target: str, batches: int) -> dict:
         if i == 4:  # the window (8 steps) completed at batch 3: the probe is on now
             out["probe_state_while_armed"] = eagle3_patches.status()["eagle3_probe"].state.value
     out["sglang_counted_steps"] = stub.spec_num_forward_ct
+    # per-position acceptance: the release's own per-request histogram method, called as sglang calls it
+    found = aw._req_histogram(scheduler_module)
+    out["histogram_method"] = None if found is None else found[1]
+    if found is not None:
+        req_cls, name = found
+        out["histogram_wrapped"] = isinstance(vars(req_cls)[name], wrapt.FunctionWrapper)
+        req = req_cls.__new__(req_cls)  # a request without the constructor's tokenizer and sampling set-up
+        hist = name.replace("update_", "")
+        setattr(req, hist, [])
+        before = list(aw._state.watchdog.positions.counts)
+        for accepted in (2, 0, 2):
+            getattr(req, name)(accepted)
+        out["sglang_histogram"] = getattr(req, hist)
+        out["positions_added"] = [a - b for a, b in zip(aw._state.watchdog.positions.counts, before)][:4]
     out["probe_state_after"] = eagle3_patches.status()["eagle3_probe"].state.value
     out["forward_restored"] = vars(ModelRunner)["forward"] is forward
     out["lines"] = [r.getMessage() for r in log if "watchdog" in r.getMessage()]
@@ -117,6 +131,10 @@ def test_watchdog_fires_on_the_real_scheduler_classes_and_exports_through_sglang
     assert out["state"] == "applied" and out["wrapped"] and out["collector_wrapped"], out
     assert out["owner"].endswith(("SchedulerMetricsMixin", "SchedulerMetricsReporter"))
     assert out["sglang_counted_steps"] == 2 * BATCHES  # sglang's own statistics still count
+    # per-position acceptance rides on the release's own per-request histogram, which still counts
+    assert out["histogram_method"] in ("update_spec_acceptance_histogram", "update_spec_correct_drafts_histogram")
+    assert out["histogram_wrapped"] and out["sglang_histogram"] == [1, 0, 2]
+    assert out["positions_added"] == [1, 0, 2, 0]
     symptom, nothing = out["lines"]
     assert "accepts essentially no draft tokens" in symptom and "over the last 8 verify steps" in symptom
     assert "the probe recorded nothing in 16 decode batches" in nothing

@@ -346,3 +346,145 @@ def test_the_watchdog_is_on_by_default_and_off_with_one_variable():
     assert dog.enabled_by(settings.reload({})) and dog.default_enabled and not dog.in_fork_series
     assert not dog.enabled_by(settings.reload({settings.WATCHDOG: "off"}))
     assert dog.enabled_by(settings.reload({settings.WATCHDOG: "off", settings.ENABLE: "accept_watchdog"}))
+
+
+# ---------------------------------------------------------------------- against the expected figure
+BELOW = "eagle3-patches watchdog: drafts are accepted far less often than this draft is expected to be"
+
+
+def _expecting(expected: float = 3.0, fraction: float = 0.5, **kw) -> Watchdog:
+    from eagle3_patches.checkpoint.expected_accept import ExpectedAccept
+
+    dog = _dog(FakeProbe(EAGLE_RECORDS), **kw)
+    dog.fraction = fraction
+    dog.set_expected(ExpectedAccept(expected, 3, 1, 4, source="draft/config.json: expected_accept_length"), (3, 1, 4))
+    return dog
+
+
+def _feed_steps(dog: Watchdog, accepted: list[int]) -> None:
+    """One decode batch per verify step, each accepting ``accepted[i]`` drafts, counted per position as sglang's
+    per-request histogram does."""
+    for a in accepted:
+        dog.positions.add(a)
+        dog.add(1, a + 1)
+
+
+def test_below_the_expected_gain_fires_once_naming_both_figures_and_positions(caplog):
+    dog = _expecting(3.0)  # gain 2.0; reported below a gain of 1.0
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        _feed_steps(dog, [0] * 4)  # warm-up
+        _feed_steps(dog, [1, 0, 1, 1, 0, 1, 1, 0])  # 13 tokens / 8 steps = 1.625: gain 0.625 < 1.0
+    (warning,) = _warnings(caplog)
+    assert warning.startswith(BELOW) and dog.below_expected and not dog.degraded
+    assert "mean accept length 1.625 over the last 8 verify steps" in warning
+    assert "31% of the expected 2.000" in warning  # 0.625 / 2.0
+    assert "accept length 3 at --speculative-num-steps 3, --speculative-eagle-topk 1" in warning
+    assert "(draft/config.json: expected_accept_length)" in warning  # where the figure came from
+    assert "draft token k accepted in k=1: 62%" in warning  # 5 of 8 steps accepted the first draft token
+    assert "reported below 0.5 of its gain" in warning
+    assert dog.finding(1.625).code == "accept-length-below-expected"
+    assert "quantization" in warning and "draft-quantization-inherited" in warning  # the quieter causes' findings
+    assert dog.last_positions == [5 / 8]
+    assert dog.probe.armed == 1  # the probe runs as for the other symptom
+
+
+def test_at_the_expected_fraction_and_above_it_stays_silent(caplog):
+    dog = _expecting(3.0)
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        _feed_steps(dog, [0] * 4)
+        _feed_steps(dog, [1] * 8)  # 2.0: a gain of exactly half the expected one
+        assert not dog.below_expected
+        _feed_steps(dog, [2, 2, 3, 1, 2, 2, 3, 1])  # 3.0
+    assert _warnings(caplog) == [] and dog.reports == 0 and dog.probe.armed == 0
+    assert dog.last_positions == [1.0, 6 / 8, 2 / 8]
+
+
+def test_the_fraction_is_the_setting(caplog):
+    dog = _expecting(3.0, fraction=0.25)
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        _feed_steps(dog, [0] * 4 + [1, 0, 1, 1, 0, 1, 1, 0])  # gain 0.625 > 0.25 x 2.0
+    assert _warnings(caplog) == [] and not dog.below_expected
+    assert Watchdog.from_settings(settings.read({settings.WATCHDOG_EXPECTED_FRACTION: "0.3"})).fraction == 0.3
+
+
+def test_near_one_is_still_the_loud_symptom_with_an_expected_figure(caplog):
+    dog = _expecting(3.0)
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        _feed_steps(dog, [0] * 12)
+    (warning,) = _warnings(caplog)[:1]
+    assert warning.startswith("eagle3-patches watchdog: speculative decoding accepts essentially no draft tokens")
+    assert dog.degraded and not dog.below_expected
+
+
+def test_without_an_expected_figure_a_low_gain_is_not_reported(caplog):
+    dog = _dog()
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        _feed_steps(dog, [0] * 4 + [1, 0, 1, 1, 0, 1, 1, 0])
+    assert _warnings(caplog) == [] and not dog.below_expected
+
+
+def test_a_figure_measured_at_other_flags_is_not_compared(caplog):
+    from eagle3_patches.checkpoint.expected_accept import ExpectedAccept
+
+    dog = _dog()
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        dog.set_expected(ExpectedAccept(3.0, 3, 1, 4, source="x"), (5, 1, 6))
+        _feed_steps(dog, [0] * 4 + [1, 0, 1, 1, 0, 1, 1, 0])
+    (warning,) = _warnings(caplog)
+    assert "is not compared with this server's: measured at --speculative-num-steps 3, served with 5" in warning
+    assert dog.expected is None and not dog.below_expected
+    dog.set_expected(ExpectedAccept(3.0, 3, 1, 4, source="x"), (3, 1, 4))
+    assert dog.expected is not None
+
+
+def test_positions_count_each_verify_step_once_and_start_again_each_window():
+    from eagle3_patches.instruments.accept_watchdog import MAX_POSITIONS, Positions
+
+    p = Positions()
+    assert p.take() == []
+    for a in (0, 3, 1, 1):
+        p.add(a)
+    assert p.take() == [3 / 4, 1 / 4, 1 / 4]
+    assert p.take() == []  # started again
+    p.add(1)
+    assert p.take() == [1.0, 0.0, 0.0]  # a position no step reached this time is 0, not left out
+    p.add(MAX_POSITIONS + 5)
+    p.add(-1)
+    rates = p.take()
+    assert len(rates) == MAX_POSITIONS and rates[:2] == [0.5, 0.5]  # bounded; a nonsense count is no position
+
+
+def test_the_expected_figure_comes_from_the_setting_first_then_the_draft_config(tmp_path, monkeypatch, caplog):
+    import json
+
+    from eagle3_patches.instruments import accept_watchdog as aw
+
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"expected_accept_length": {"accept_length": 2.5}}))
+    monkeypatch.setattr(aw, "server_arg", lambda name: str(draft))
+    try:
+        settings.reload({settings.EXPECTED_ACCEPT_LENGTH: "3.25"})
+        got = aw.expected_figure()
+        assert got is not None and got.accept_length == 3.25 and got.source == settings.EXPECTED_ACCEPT_LENGTH
+        settings.reload({})
+        got = aw.expected_figure()
+        assert (
+            got is not None and got.accept_length == 2.5 and got.source.endswith("config.json: expected_accept_length")
+        )
+        (draft / "config.json").write_text(json.dumps({"expected_accept_length": 0.5}))
+        with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+            assert aw.expected_figure() is None
+        assert "the draft's expected accept length is not used" in _warnings(caplog)[0]
+        assert "accept_length 0.5" in _warnings(caplog)[0]
+        caplog.clear()
+
+        def no_server_args(name):
+            raise RuntimeError("Global server args is not set yet!")
+
+        monkeypatch.setattr(aw, "server_arg", no_server_args)
+        with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+            assert aw.expected_figure() is None
+        assert _warnings(caplog) == []  # no server: no figure, nothing to say
+    finally:
+        settings.reload()

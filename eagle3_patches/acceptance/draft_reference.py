@@ -1,0 +1,207 @@
+"""sglang's EAGLE-3 draft forward (``LlamaForCausalLMEagle3`` of sglang 0.5.9, ``srt/models/llama_eagle3.py``) in
+plain torch, over whole sequences at once: what the offline accept-length measurement runs and what
+``tools/train_tiny_draft.py`` trains.  One implementation for both, so a draft is measured with the forward it was
+trained with, and both with the forward sglang serves it with.
+
+The forward, as sglang's draft worker runs it (``speculative/eagle_worker.py``):
+
+* step 1, at base position t: ``h = fc(aux_t)`` (the target's k aux states, concatenated), the token ``x_{t+1}``
+  (the one the target just produced); ``midlayer(cat(input_layernorm(embed(x)), hidden_norm(h)))`` with causal
+  attention over the step-1 keys up to t and neox RoPE at position t, the residual ``h``; then
+  ``norm(out) @ lm_head`` gives draft-vocabulary logits for ``x_{t+2}``;
+* step k > 1: the hidden is the previous step's pre-norm output (H wide: ``fc`` is skipped, as sglang skips it on
+  an H-wide input), the token ``x_{t+k}``, position ``t+k-1``, attending to the step-1 keys up to t and to its own
+  chain's keys;
+* draft id i means target id ``i + d2t[i]``; the embedding is the target's (sglang's ``set_embed``).
+
+Teacher-forced: step k is fed the true ``x_{t+k}``.  With greedy verification and topk 1 that gives exactly the
+accepted count of a verify step (a chain stops counting at its first wrong token, and up to there its tokens are
+the true ones).
+
+Not implemented, refused by :func:`draft_shape` with the reason: RoPE scaling other than none and ``linear``,
+activations other than SiLU, more than one draft layer, the EAGLE-3.1 norm fields, an ``fc`` with a bias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: the draft config fields whose meaning this forward does not implement (another forward would be measured)
+UNIMPLEMENTED_FIELDS = ("norm_before_fc", "fc_norm", "use_aux_norm", "norm_output", "norm_before_residual")
+#: the midlayer's tensors, as the sglang-format checkpoint names them
+MIDLAYER = (
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "midlayer.hidden_norm.weight",
+)
+REQUIRED = ("fc.weight", *MIDLAYER, "norm.weight")
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """What the forward needs from the draft's config."""
+
+    hidden: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_linear_factor: float = 1.0
+
+
+def draft_shape(config: dict) -> tuple[DraftShape | None, str]:
+    """The shape of an sglang-format EAGLE-3 draft config, or (None, why this forward cannot run it)."""
+
+    def num(key: str, default: Any = None) -> Any:
+        value = config.get(key, default)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    hidden, heads = num("hidden_size"), num("num_attention_heads")
+    if not isinstance(hidden, int) or not isinstance(heads, int) or hidden <= 0 or heads <= 0:
+        return None, "hidden_size and num_attention_heads must be positive whole numbers"
+    kv = num("num_key_value_heads", heads)
+    head_dim = num("head_dim", hidden // heads)
+    if not isinstance(kv, int) or kv <= 0 or heads % kv or not isinstance(head_dim, int) or head_dim <= 0:
+        return None, "num_key_value_heads must divide num_attention_heads, head_dim must be positive"
+    if head_dim % 2:
+        return None, f"head_dim {head_dim} is odd (RoPE rotates pairs)"
+    if config.get("num_hidden_layers", 1) != 1:
+        return None, f"num_hidden_layers {config.get('num_hidden_layers')!r}: only one draft layer is implemented"
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        return None, f"hidden_act {act!r}: only silu is implemented"
+    if config.get("bias"):
+        return None, "bias: true (an fc with a bias) is not implemented"
+    for key in UNIMPLEMENTED_FIELDS:
+        if config.get(key) or (isinstance(config.get("eagle_config"), dict) and config["eagle_config"].get(key)):
+            return None, f"{key}: the EAGLE-3.1 norms are not implemented by this measurement"
+    factor = 1.0
+    scaling = config.get("rope_scaling")
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "linear" and isinstance(scaling.get("factor"), (int, float)) and scaling["factor"] > 0:
+            factor = float(scaling["factor"])
+        elif kind not in (None, "default"):
+            return None, f"rope_scaling type {kind!r}: only none and linear are implemented"
+    eps = num("rms_norm_eps", 1e-6)
+    theta = num("rope_theta", 10000.0)
+    if eps is None or not 0 < eps < 1 or theta is None or theta <= 0:
+        return None, "rms_norm_eps must be in (0, 1) and rope_theta positive"
+    return DraftShape(hidden, heads, kv, head_dim, float(eps), float(theta), factor), ""
+
+
+def rms(x, w, eps: float = 1e-6):
+    import torch
+
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, pos, theta: float = 10000.0, factor: float = 1.0):
+    """neox-style rotary embedding (sglang's ``get_rope`` default for Llama); x [T, heads, d]."""
+    import torch
+
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    p = pos.float() if factor == 1.0 else pos.float() / factor
+    ang = p[:, None] * inv[None, :]
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class DraftForward:
+    """The forward over ``params`` (sglang-format names, :data:`REQUIRED` + ``lm_head.weight``), with the
+    target's embedding ``embed`` [vocab, H]."""
+
+    def __init__(self, params: dict, embed, shape: DraftShape):
+        self.params = params
+        self.embed = embed
+        self.shape = shape
+        self.nh, self.nkv, self.hd = shape.num_heads, shape.num_kv_heads, shape.head_dim
+
+    def _rope(self, x, pos):
+        return rope(x, pos, self.shape.rope_theta, self.shape.rope_linear_factor)
+
+    def qkv(self, tokens, hidden, pos):
+        import torch
+
+        P, eps = self.params, self.shape.eps
+        x = torch.cat(
+            [
+                rms(self.embed[tokens], P["midlayer.input_layernorm.weight"], eps),
+                rms(hidden, P["midlayer.hidden_norm.weight"], eps),
+            ],
+            dim=-1,
+        )
+        T = x.shape[0]
+        q = self._rope((x @ P["midlayer.self_attn.q_proj.weight"].T).view(T, self.nh, self.hd), pos)
+        k = self._rope((x @ P["midlayer.self_attn.k_proj.weight"].T).view(T, self.nkv, self.hd), pos)
+        v = (x @ P["midlayer.self_attn.v_proj.weight"].T).view(T, self.nkv, self.hd)
+        if self.nkv != self.nh:  # grouped-query attention: each kv head serves nh / nkv query heads
+            k = k.repeat_interleave(self.nh // self.nkv, dim=1)
+            v = v.repeat_interleave(self.nh // self.nkv, dim=1)
+        return q, k, v
+
+    def finish(self, attn, residual):
+        """(draft-vocabulary logits, the pre-norm output the next step gets)."""
+        import torch.nn.functional as F
+
+        P, eps = self.params, self.shape.eps
+        h1 = attn.reshape(attn.shape[0], -1) @ P["midlayer.self_attn.o_proj.weight"].T + residual
+        x = rms(h1, P["midlayer.post_attention_layernorm.weight"], eps)
+        mlp = (F.silu(x @ P["midlayer.mlp.gate_proj.weight"].T) * (x @ P["midlayer.mlp.up_proj.weight"].T)) @ P[
+            "midlayer.mlp.down_proj.weight"
+        ].T
+        out = mlp + h1  # pre-norm: what sglang's draft hands its next step
+        logits = rms(out, P["norm.weight"], eps) @ P["lm_head.weight"].T
+        return logits, out
+
+    def forward_seq(self, tokens, aux, steps: int, dropout: float = 0.0, gen=None) -> list:
+        """Per base position t (0..L-2): the logits of steps 1..steps; step k predicts ``tokens[t + k + 1]``
+        (``dropout`` on the fc output: training only)."""
+        import torch
+
+        L = aux.shape[0]
+        base = torch.arange(L - 1)
+        scale = self.hd**-0.5
+        # step 1: token x_{t+1}, hidden fc(aux_t), position t, causal over step-1 keys
+        h = aux[:-1] @ self.params["fc.weight"].T
+        if dropout:  # training only: the draft must not memorise the aux states alone
+            keep = (torch.rand(h.shape, generator=gen) >= dropout).float() / (1 - dropout)
+            h = h * keep
+        q1, k1, v1 = self.qkv(tokens[1:L], h, base)
+        causal = torch.ones(L - 1, L - 1, dtype=torch.bool).tril()
+        s = torch.einsum("thd,shd->hts", q1, k1) * scale
+        s = s.masked_fill(~causal, float("-inf"))
+        attn = torch.einsum("hts,shd->thd", s.softmax(-1), v1)
+        logits, out = self.finish(attn, h)
+        results = [logits]
+        chain_k: list = []
+        chain_v: list = []
+        for step in range(2, steps + 1):
+            n = L - step  # base positions whose step token x_{t+step} exists
+            if n <= 0:
+                break
+            tok = tokens[step : step + n]
+            hid = out[:n]
+            q, k, v = self.qkv(tok, hid, base[:n] + step - 1)
+            chain_k = [c[:n] for c in chain_k] + [k]
+            chain_v = [c[:n] for c in chain_v] + [v]
+            s1 = torch.einsum("thd,shd->hts", q, k1).masked_fill(~causal[:n], float("-inf"))
+            sc = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1).permute(1, 0, 2)  # [h, n, j]
+            w = torch.cat([s1, sc], dim=-1).mul(scale).softmax(-1)
+            attn = torch.einsum("hts,shd->thd", w[..., : L - 1], v1) + torch.einsum(
+                "htj,jthd->thd", w[..., L - 1 :], torch.stack(chain_v)
+            )
+            logits, out = self.finish(attn, hid)
+            results.append(logits)
+        return results

@@ -1,0 +1,331 @@
+"""``eagle3-patches measure-accept``: a draft's expected accept length, measured offline on target states the user
+trusts, the way sglang's EAGLE worker would accept its drafts when serving greedily.
+
+For each sequence the draft runs teacher-forced (:mod:`.draft_reference`); then the server's decode is replayed:
+the first verify step starts where the target's own tokens start (after the prompt), the draft proposes
+``steps`` tokens as a chain (topk 1), the verify step accepts the leading ones that equal the target's tokens
+(greedy verification), and the next verify step starts after the accepted tokens and the target's own one.  The
+figures are those of sglang's ``accept len``: accepted draft tokens + 1 per verify step, and per position k how
+often draft token k was accepted (sglang's per-request acceptance histogram, summed).
+
+What it assumes: the tokens the states come with are the target's own greedy choices (true of a greedy server's
+dump; of training data only where the target generated the responses), and each request ends where its data ends
+(sglang accepts no draft token past a request's finish, so the last verify steps of a request accept fewer: the
+same here).  topk > 1 (tree drafts) is not replayed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint.expected_accept import FIELD as EXPECTED_FIELD
+from ..checkpoint.formats import list_weight_files, read_config
+from ..checkpoint.safe_io import open_checkpoint_file
+from ..errors import Eagle3ConfigError
+from . import training_data
+from .draft_reference import REQUIRED, DraftForward, draft_shape
+from .target_states import TargetStates, dump_shards, read_dump
+
+#: the tensor names a draft checkpoint may use for the same parameter, mapped to sglang's (as its loader maps them)
+_PREFIXES = (("model.", ""), ("layers.0.", "midlayer."))
+
+
+class MeasureError(Eagle3ConfigError):
+    """The measurement cannot run on what it was given."""
+
+    default_code = "measure-accept"
+
+
+@dataclass
+class Acceptance:
+    """What the replay measured."""
+
+    steps: int
+    histogram: list[int]  # verify steps that accepted 0..steps draft tokens
+    sequences: int
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def verify_steps(self) -> int:
+        return sum(self.histogram)
+
+    @property
+    def accept_length(self) -> float:
+        """Accepted draft tokens + 1 per verify step (sglang's ``accept len``)."""
+        n = self.verify_steps
+        return sum((a + 1) * c for a, c in enumerate(self.histogram)) / n if n else float("nan")
+
+    @property
+    def per_position(self) -> list[float]:
+        """Per draft position k = 1..steps, the fraction of verify steps that accepted draft token k."""
+        n = self.verify_steps
+        return [sum(self.histogram[k:]) / n if n else float("nan") for k in range(1, self.steps + 1)]
+
+    def config_field(self, num_draft_tokens: int) -> dict:
+        """The draft config field that states this figure (docs/troubleshooting.md)."""
+        return {
+            EXPECTED_FIELD: {
+                "accept_length": round(self.accept_length, 3),
+                "speculative_num_steps": self.steps,
+                "speculative_eagle_topk": 1,
+                "speculative_num_draft_tokens": num_draft_tokens,
+                "measured_by": "eagle3-patches measure-accept",
+                "verify_steps": self.verify_steps,
+            }
+        }
+
+    def to_json(self, num_draft_tokens: int) -> str:
+        return json.dumps(
+            {
+                "accept_length": self.accept_length,
+                "per_position": self.per_position,
+                "histogram": self.histogram,
+                "verify_steps": self.verify_steps,
+                "sequences": self.sequences,
+                "skipped": self.skipped,
+                **self.config_field(num_draft_tokens),
+            },
+            indent=2,
+        )
+
+    def format(self, num_draft_tokens: int) -> str:
+        lines = [
+            f"expected accept length {self.accept_length:.3f} at --speculative-num-steps {self.steps} "
+            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {num_draft_tokens} (greedy), over "
+            f"{self.verify_steps} verify steps of {self.sequences} sequence(s)",
+            "draft token k accepted in this fraction of verify steps:",
+        ]
+        lines += [f"  k={k}: {p:.3f}" for k, p in enumerate(self.per_position, start=1)]
+        lines += [
+            "to state it in the draft's config.json (the watchdog and the doctor read it):",
+            "  " + json.dumps(self.config_field(num_draft_tokens)),
+        ]
+        lines += [f"skipped: {s}" for s in self.skipped]
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- the draft
+def _tensor_file_map(path: Path) -> dict[str, str]:
+    """{tensor name: shard file} of a safetensors checkpoint, from its index or its headers."""
+    from ..checkpoint.safetensors_header import read_header
+
+    wf = list_weight_files(path)
+    if wf.weight_map:
+        return dict(wf.weight_map)
+    out: dict[str, str] = {}
+    for f in wf.files:
+        for name in read_header(f, root=path).tensors:
+            out.setdefault(name, f.name)
+    return out
+
+
+def _load(path: Path, wanted: dict[str, str]) -> dict[str, Any]:
+    """{name: float32 tensor} for ``wanted`` = {name: file}, through the safe open."""
+    from safetensors import safe_open
+
+    out: dict[str, Any] = {}
+    by_file: dict[str, list[str]] = {}
+    for name, file in wanted.items():
+        by_file.setdefault(file, []).append(name)
+    for file, names in by_file.items():
+        with open_checkpoint_file(path, file, what="weights") as cf, safe_open(cf.library_path, "pt") as f:
+            for name in names:
+                out[name] = f.get_tensor(name).float()
+    return out
+
+
+def _sglang_name(name: str) -> str:
+    for old, new in _PREFIXES:
+        if name.startswith(old):
+            name = new + name[len(old) :]
+    return name
+
+
+def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tuple[DraftForward, Any, dict]:
+    """The draft's forward, its draft-to-target id map (``hot[i]``: the target id of draft id i) and config.
+
+    The embedding is the target's (``target``'s ``embed_tokens``), as sglang's EAGLE-3 worker shares it; without
+    ``target``, the draft's own ``embed_tokens`` when it has one.  A draft without ``lm_head`` uses the target's
+    (sglang's ``load_lm_head_from_target``).
+    """
+    import torch
+
+    dpath = Path(draft)
+    config = read_config(dpath, "draft")
+    shape, why = draft_shape(config)
+    if shape is None:
+        raise MeasureError(
+            "this draft's forward is not implemented by the measurement",
+            where=str(dpath / "config.json"),
+            found=why,
+            expected="an sglang-format single-layer Llama EAGLE-3 draft",
+            fix="convert it first (`eagle3-patches convert`) where it is in another layout; otherwise measure it "
+            "on a server (its `accept len` log line)",
+        )
+    files = _tensor_file_map(dpath)
+    names = {_sglang_name(n): n for n in files}
+    missing = [n for n in REQUIRED if n not in names]
+    if missing:
+        raise MeasureError(
+            "the draft lacks tensors its forward needs",
+            where=str(dpath),
+            found=f"missing {missing[:6]}",
+            expected=f"every one of {list(REQUIRED)}",
+            fix="convert the checkpoint into sglang's layout (`eagle3-patches convert`) or check it with "
+            "`eagle3-patches doctor`",
+        )
+    wanted = [n for n in (*REQUIRED, "lm_head.weight", "d2t", "embed_tokens.weight") if n in names]
+    raw = _load(dpath, {names[n]: files[names[n]] for n in wanted})
+    params = {n: raw[names[n]] for n in wanted}
+    embed = params.pop("embed_tokens.weight", None)
+    need_head = "lm_head.weight" not in params
+    if target is not None:
+        tpath = Path(target)
+        tfiles = _tensor_file_map(tpath)
+        pick = {}
+        for suffix in ("embed_tokens.weight",) + (("lm_head.weight",) if need_head else ()):
+            hit = sorted((n for n in tfiles if n == suffix or n.endswith("." + suffix)), key=len)
+            if not hit:
+                raise MeasureError(
+                    f"the target has no {suffix}",
+                    where=str(tpath),
+                    found=f"{len(tfiles)} tensors, none named *{suffix}",
+                    expected="the target checkpoint the draft serves with",
+                    fix="pass the target's checkpoint directory with --target",
+                )
+            pick[suffix] = hit[0]
+        got = _load(tpath, {n: tfiles[n] for n in pick.values()})
+        embed = got[pick["embed_tokens.weight"]]
+        if need_head:
+            params["lm_head.weight"] = got[pick["lm_head.weight"]]
+    if embed is None or "lm_head.weight" not in params:
+        raise MeasureError(
+            "the draft shares tensors with its target",
+            where=str(dpath),
+            found="no embed_tokens.weight" if embed is None else "no lm_head.weight",
+            expected="the target's embedding (and head) to run the draft as sglang does",
+            fix="pass the target's checkpoint directory with --target",
+        )
+    vocab_draft = params["lm_head.weight"].shape[0]
+    if embed.shape[1] != shape.hidden or params["lm_head.weight"].shape[1] != shape.hidden:
+        raise MeasureError(
+            "the draft and the embedding / head disagree in width",
+            where=str(dpath),
+            found=f"embedding {list(embed.shape)}, lm_head {list(params['lm_head.weight'].shape)}",
+            expected=f"width {shape.hidden} (the draft's hidden_size)",
+            fix="pass the target this draft was trained for",
+        )
+    if "d2t" in params:
+        d2t = params.pop("d2t").to(torch.int64)
+        hot = d2t + torch.arange(d2t.shape[0])
+        if d2t.shape[0] != vocab_draft or int(hot.min()) < 0 or int(hot.max()) >= embed.shape[0]:
+            raise MeasureError(
+                "d2t does not map the draft vocabulary into the target's",
+                where=str(dpath),
+                found=f"{d2t.shape[0]} entries, target ids {int(hot.min())}..{int(hot.max())}",
+                expected=f"{vocab_draft} entries, ids in 0..{embed.shape[0] - 1}",
+                fix="check it with `eagle3-patches doctor`",
+            )
+    else:
+        hot = torch.arange(vocab_draft)
+    return DraftForward(params, embed, shape), hot, config
+
+
+# ---------------------------------------------------------------------- the target states
+def read_states(data: os.PathLike | str, config: dict, *, limit: int) -> list[TargetStates]:
+    """The sequences in ``data``: a ``hidden_state_dump`` directory (checked against the draft's aux layer ids,
+    which the dump records), or SpecForge's or speculators' offline training data (:mod:`.training_data`; they
+    record no layer ids: the width is checked, the layers are the user's word)."""
+    if dump_shards(data):
+        states, meta = read_dump(data, limit=limit)
+        eagle = config.get("eagle_config")
+        ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+        if ids is not None and meta.get("layer_ids") is not None and list(ids) != list(meta["layer_ids"]):
+            raise MeasureError(
+                "the dump captured other layers than the draft was trained on",
+                where=str(data),
+                found=f"layer_ids {meta['layer_ids']}",
+                expected=f"the draft's eagle_aux_hidden_state_layer_ids {ids}",
+                fix="dump with the draft's ids (serve with the draft, or EAGLE3_PATCHES_DUMP_LAYER_IDS)",
+            )
+    else:
+        kind = training_data.detect(data)
+        if kind is None:
+            raise MeasureError(
+                "no target states found",
+                where=str(data),
+                found="no hidden_state_dump shard (shard-*.safetensors), SpecForge file (data_<i>.ckpt) or "
+                "speculators file (data_<i>.pt)",
+                expected="a hidden_state_dump directory, or the offline training data the draft was trained on",
+                fix="dump a known-good server's states with EAGLE3_PATCHES_DUMP_DIR (docs/e2e.md)",
+            )
+        read = training_data.read_specforge if kind == training_data.SPECFORGE else training_data.read_speculators
+        states = list(read(data, limit=limit))
+    if not states:
+        raise MeasureError(
+            "the data holds no whole sequence",
+            where=str(data),
+            found="every sequence starts after position 0 (a prefix served from the radix cache) or is one token",
+            expected="sequences from their first token",
+            fix="dump with --disable-radix-cache",
+        )
+    return states
+
+
+# ---------------------------------------------------------------------- the replay
+def replay(forward: DraftForward, hot, sequences: Iterable[TargetStates], steps: int) -> Acceptance:
+    """Greedy, topk 1: the verify steps a server would run over ``sequences`` (module docstring)."""
+    import torch
+
+    if steps < 1:
+        raise MeasureError("--speculative-num-steps must be at least 1", found=str(steps))
+    result = Acceptance(steps=steps, histogram=[0] * (steps + 1), sequences=0)
+    torch.set_grad_enabled(False)
+    for st in sequences:
+        tokens, lab = st.tokens, st.labelled
+        L = int(tokens.shape[0])
+        if st.aux.shape[-1] != forward.params["fc.weight"].shape[1]:
+            raise MeasureError(
+                "the target states do not have the width the draft's fc takes",
+                where=st.source,
+                found=f"{st.aux.shape[-1]} wide",
+                expected=f"{forward.params['fc.weight'].shape[1]} (k aux layers x the target's hidden size)",
+                fix="dump or prepare the states at the draft's eagle_aux_hidden_state_layer_ids",
+            )
+        if L < 3:
+            result.skipped.append(f"{st.source}: {L} tokens, shorter than one verify step")
+            continue
+        result.sequences += 1
+        preds = [hot[logits.argmax(-1)] for logits in forward.forward_seq(tokens, st.aux, steps)]
+        t = 0
+        while t + 2 <= L - 1:  # the token just produced (t + 1) and at least one to draft for
+            if not bool(lab[t + 1]):  # a prompt token: the next verify step starts after the next target token
+                t += 1
+                continue
+            accepted = 0
+            for k in range(1, steps + 1):
+                if t + k + 1 > L - 1:
+                    break  # the request ends with its data: sglang accepts nothing past the finish either
+                if bool(lab[t + k + 1]) and int(preds[k - 1][t]) == int(tokens[t + k + 1]):
+                    accepted += 1
+                else:
+                    break
+            result.histogram[accepted] += 1
+            t += accepted + 1
+    return result
+
+
+def expected_accept_length(
+    draft: os.PathLike | str,
+    sequences: Iterable[TargetStates],
+    *,
+    target: os.PathLike | str | None = None,
+    steps: int = 3,
+) -> Acceptance:
+    forward, hot, _ = load_draft(draft, target)
+    return replay(forward, hot, sequences, steps)

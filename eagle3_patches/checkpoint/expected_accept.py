@@ -1,0 +1,100 @@
+"""The accept length a draft is expected to reach, as its config states it (field :data:`FIELD`).
+
+Read by the watchdog (it compares the live figure with it), the doctor (it checks the field and the launch it is
+compared with) and the converter (which carries it across).  The field, in the draft's ``config.json``::
+
+    "expected_accept_length": {"accept_length": 3.1, "speculative_num_steps": 3,
+                               "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+
+or a bare number (then measured at the flags the draft is served with).  ``eagle3-patches measure-accept`` prints
+the field; a publisher's model card gives the figure and the flags it was measured at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .safe_io import CheckpointError, checkpoint_error
+
+FIELD = "expected_accept_length"
+#: the flags the figure was measured at: (config key, ExpectedAccept attribute, sglang flag)
+MEASURED_AT = (
+    ("speculative_num_steps", "num_steps", "--speculative-num-steps"),
+    ("speculative_eagle_topk", "topk", "--speculative-eagle-topk"),
+    ("speculative_num_draft_tokens", "num_draft_tokens", "--speculative-num-draft-tokens"),
+)
+#: 64 bounds what any config states (an accept length is at most a verify step's draft tokens)
+MAX_ACCEPT_LENGTH = 64.0
+
+
+@dataclass(frozen=True)
+class ExpectedAccept:
+    accept_length: float
+    num_steps: int | None = None
+    topk: int | None = None
+    num_draft_tokens: int | None = None
+    source: str = ""
+
+    @property
+    def gain(self) -> float:
+        """Tokens a verify step yields beyond the target's own one."""
+        return self.accept_length - 1.0
+
+    def not_comparable(self, num_steps, topk, num_draft_tokens) -> str | None:
+        """Why a server run with these flags cannot be held to this figure, or None when it can."""
+        served = {"num_steps": num_steps, "topk": topk, "num_draft_tokens": num_draft_tokens}
+        for _, attr, flag in MEASURED_AT:
+            mine = getattr(self, attr)
+            if mine is not None and served[attr] is not None and int(served[attr]) != mine:
+                return f"measured at {flag} {mine}, served with {served[attr]}"
+        return None
+
+    def describe(self) -> str:
+        at = ", ".join(f"{flag} {getattr(self, attr)}" for _, attr, flag in MEASURED_AT if getattr(self, attr))
+        return f"{self.accept_length:g}" + (f" at {at}" if at else "") + (f" ({self.source})" if self.source else "")
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def from_value(value, *, source: str) -> ExpectedAccept:
+    """The figure in ``value`` (the field's value), or a :class:`CheckpointError` naming what is wrong."""
+
+    def bad(found: str) -> CheckpointError:
+        return checkpoint_error(
+            "expected-accept-length",
+            f"{FIELD} cannot be read",
+            where=source,
+            found=found[:200],
+            expected=f"a number in (1, {MAX_ACCEPT_LENGTH:g}], or an object with accept_length and the "
+            "speculative_num_steps / speculative_eagle_topk / speculative_num_draft_tokens it was measured at",
+            fix="correct the field (`eagle3-patches measure-accept` prints it) or remove it",
+        )
+
+    fields = value if isinstance(value, dict) else {"accept_length": value}
+    length = _number(fields.get("accept_length"))
+    if length is None or not 1.0 < length <= MAX_ACCEPT_LENGTH:
+        raise bad(f"accept_length {fields.get('accept_length')!r}")
+    at: dict[str, int | None] = {}
+    for key, attr, _ in MEASURED_AT:
+        raw = fields.get(key)
+        if raw is None:
+            at[attr] = None
+            continue
+        if not isinstance(raw, int) or isinstance(raw, bool) or not 1 <= raw <= 1024:
+            raise bad(f"{key} {raw!r}")
+        at[attr] = raw
+    # a verify step yields at most its draft tokens (the root included) and at most steps + 1
+    if at["num_draft_tokens"] is not None and length > at["num_draft_tokens"]:
+        raise bad(f"accept_length {length:g} above speculative_num_draft_tokens {at['num_draft_tokens']}")
+    if at["num_steps"] is not None and length > at["num_steps"] + 1:
+        raise bad(f"accept_length {length:g} above speculative_num_steps + 1 = {at['num_steps'] + 1}")
+    return ExpectedAccept(length, at["num_steps"], at["topk"], at["num_draft_tokens"], source)
+
+
+def from_config(config: dict, *, where: str) -> ExpectedAccept | None:
+    """The figure a draft config states, None when it states none; malformed: :class:`CheckpointError`."""
+    if FIELD not in config:
+        return None
+    return from_value(config[FIELD], source=f"{where}: {FIELD}")

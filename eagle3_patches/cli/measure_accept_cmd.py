@@ -1,0 +1,80 @@
+"""``eagle3-patches measure-accept --draft D --data DIR``: the accept length a draft should reach, measured offline.
+
+Exit status: 0 measured, 1 the draft or the data cannot be measured (the message says why), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .._shipped import doc_pointer
+from . import UsageError
+
+EPILOG = f"""\
+examples:
+  # the target states of a known-good server serving greedily (docs: e2e), the target for its embedding
+  EAGLE3_PATCHES_DUMP_DIR=/data/dump eagle3-patches run -- python -m sglang.launch_server --model-path T ...
+  eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump
+
+  # the hidden states the draft was trained on (SpecForge's or speculators' offline data)
+  eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/hidden_states
+
+It prints the expected accept length and per position k how often draft token k would be accepted,
+greedy, topk 1, and the draft config field that states the figure; the watchdog compares a running
+server with it.  Symptoms and what to do: {doc_pointer("troubleshooting")}.
+"""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "measure-accept",
+        help="measure a draft's expected accept length offline, on target hidden states you trust",
+        description="Run the draft teacher-forced on target hidden states (a hidden_state_dump of a known-good "
+        "server, or the offline training data of SpecForge or speculators) and replay sglang's greedy verification "
+        "(topk 1): the expected accept length and per-position acceptance at --speculative-num-steps.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--draft", required=True, metavar="DIR", help="the draft checkpoint (sglang's layout)")
+    p.add_argument("--data", required=True, metavar="DIR", help="the target states: a dump or training data")
+    p.add_argument(
+        "--target",
+        metavar="DIR",
+        help="the target checkpoint: its embedding (and head, where the draft has none), as sglang shares them",
+    )
+    p.add_argument(
+        "--speculative-num-steps", dest="steps", type=int, default=3, metavar="N", help="draft steps (default 3)"
+    )
+    p.add_argument("--speculative-eagle-topk", dest="topk", type=int, default=1, metavar="K", help="only 1 is replayed")
+    p.add_argument(
+        "--speculative-num-draft-tokens",
+        dest="draft_tokens",
+        type=int,
+        metavar="N",
+        help="draft tokens per verify step (topk 1: steps + 1, the default)",
+    )
+    p.add_argument("--max-sequences", type=int, default=1000, metavar="N", help="sequences read at most (1000)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    if args.topk != 1:
+        raise UsageError("--speculative-eagle-topk: only topk 1 is replayed (tree drafts are not); measure at 1")
+    if not 1 <= args.steps <= 16:
+        raise UsageError(f"--speculative-num-steps {args.steps}: expected 1..16")
+    draft_tokens = args.steps + 1 if args.draft_tokens is None else args.draft_tokens
+    if draft_tokens != args.steps + 1:
+        raise UsageError(
+            f"--speculative-num-draft-tokens {draft_tokens}: with topk 1 sglang uses steps + 1 = {args.steps + 1}"
+        )
+    if args.max_sequences < 1:
+        raise UsageError("--max-sequences must be at least 1")
+    from ..acceptance.measure import load_draft, read_states, replay
+
+    forward, hot, config = load_draft(args.draft, args.target)
+    states = read_states(args.data, config, limit=args.max_sequences)
+    result = replay(forward, hot, states, args.steps)
+    print(result.to_json(draft_tokens) if args.json else result.format(draft_tokens))
+    return 0

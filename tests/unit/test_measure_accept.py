@@ -1,0 +1,279 @@
+"""The offline accept-length measurement's parts without a server: the replay of greedy verification, the figures,
+the dump reader, the draft's config, and the expected-figure field.  The whole command against a live server:
+tests/e2e/test_expected_accept.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eagle3_patches.acceptance.draft_reference import draft_shape
+from eagle3_patches.acceptance.measure import Acceptance, MeasureError, load_draft, read_states, replay
+from eagle3_patches.acceptance.target_states import TargetStates, read_dump
+from eagle3_patches.checkpoint.expected_accept import FIELD, ExpectedAccept, from_config, from_value
+from eagle3_patches.checkpoint.safe_io import CheckpointError
+from eagle3_patches.cli import main
+from eagle3_patches.instruments.hidden_state_dump import FORMAT
+from eagle3_patches.testing import tiny_models
+
+V, W = 16, 6  # vocabulary, aux width
+
+
+class Scripted:
+    """A draft whose step-k prediction at base t is ``script[k][t]`` (a target id; hot = identity)."""
+
+    def __init__(self, script: dict[int, dict[int, int]], default: int = 0):
+        self.script, self.default = script, default
+        self.params = {"fc.weight": torch.zeros(4, W)}
+
+    def forward_seq(self, tokens, aux, steps):
+        L = tokens.shape[0]
+        out = []
+        for k in range(1, steps + 1):
+            n = L - 1 if k == 1 else L - k
+            logits = torch.zeros(n, V)
+            for t in range(n):
+                logits[t, self.script.get(k, {}).get(t, self.default)] = 1.0
+            out.append(logits)
+        return out
+
+
+def _states(tokens, n_prompt) -> TargetStates:
+    L = len(tokens)
+    lab = torch.tensor([i >= n_prompt for i in range(L)])
+    return TargetStates(torch.tensor(tokens), torch.zeros(L, W), lab, "test")
+
+
+def _perfect(tokens) -> dict[int, dict[int, int]]:
+    return {k: {t: tokens[t + k + 1] for t in range(len(tokens) - k - 1)} for k in (1, 2, 3)}
+
+
+# ---------------------------------------------------------------------- the replay
+def test_a_perfect_draft_is_accepted_every_step_from_the_first_target_token():
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]  # prompt 1, 2, 3; the target's tokens from 4 on
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [_states(tokens, 3)], 3)
+    # verify steps start at base t = 2 (token 4 just produced), then t = 6, then t = 10, whose third draft token
+    # would be past the end of the request: the request finishes, as sglang finishes it, with two accepted
+    assert r.histogram == [0, 0, 1, 2] and r.accept_length == pytest.approx(11 / 3)
+    assert r.per_position == [1.0, 1.0, pytest.approx(2 / 3)]
+
+
+def test_the_chain_stops_at_its_first_wrong_token_and_the_next_step_starts_after_the_accepted_ones():
+    tokens = list(range(1, 15))
+    script = _perfect(tokens)
+    script[2][2] = 0  # the first verify step (t = 2): token 2 wrong, token 3 right but after a wrong one
+    r = replay(Scripted(script), torch.arange(V), [_states(tokens, 3)], 3)
+    # t = 2 accepts 1 (length 2), t = 4 accepts 3, t = 8 accepts 3; t = 12 has no full lookahead
+    assert r.histogram == [0, 1, 0, 2]
+    assert r.accept_length == pytest.approx((2 + 4 + 4) / 3)
+    assert r.per_position == [1.0, pytest.approx(2 / 3), pytest.approx(2 / 3)]
+
+
+def test_a_prompt_token_is_never_a_draft_target():
+    tokens = list(range(1, 15))
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [_states(tokens, 12)], 3)
+    assert r.histogram == [0, 1, 0, 0]  # two target tokens: one verify step (t = 11), then the data ends
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [_states(tokens, 9)], 3)
+    assert r.histogram == [0, 0, 0, 1]  # starts at t = 8, the token before the first target one
+
+
+def test_a_chain_stops_at_a_token_the_target_did_not_produce():
+    tokens = list(range(1, 15))
+    st = _states(tokens, 3)
+    st.labelled[5] = False  # e.g. a user turn inside a training conversation
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [st], 3)
+    # t = 2 accepts token 4 only (5 is not the target's); t = 4 starts at no target token; t = 5 accepts 3,
+    # t = 9 accepts 3 (10, 11, 12), t = 13 is past the data
+    assert r.histogram == [0, 1, 0, 2]
+
+
+def test_the_draft_vocabulary_is_mapped_through_d2t():
+    tokens = list(range(1, 15))
+    hot = torch.arange(V).roll(1)  # draft id i means target id i - 1
+    shifted = {k: {t: (v + 1) % V for t, v in d.items()} for k, d in _perfect(tokens).items()}
+    assert replay(Scripted(shifted), hot, [_states(tokens, 3)], 3).accept_length == pytest.approx(11 / 3)
+    assert replay(Scripted(_perfect(tokens)), hot, [_states(tokens, 3)], 3).accept_length == 1.0
+
+
+def test_short_sequences_are_skipped_and_said():
+    r = replay(Scripted({}), torch.arange(V), [_states([1, 2], 1)], 3)
+    assert r.sequences == 0 and r.skipped == ["test: 2 tokens, shorter than one verify step"]
+    assert replay(Scripted({}), torch.arange(V), [_states([1, 2, 3], 1)], 3).histogram == [1, 0, 0, 0]
+
+
+def test_states_of_another_width_are_refused():
+    st = _states(list(range(1, 15)), 3)
+    st.aux = torch.zeros(14, W + 1)
+    with pytest.raises(MeasureError, match="do not have the width the draft's fc takes"):
+        replay(Scripted({}), torch.arange(V), [st], 3)
+
+
+def test_the_figures_and_the_field_it_prints():
+    a = Acceptance(steps=3, histogram=[2, 1, 0, 1], sequences=1)
+    assert a.accept_length == (1 * 2 + 2 + 4) / 4 and a.per_position == [0.5, 0.25, 0.25]
+    field = a.config_field(4)[FIELD]
+    assert from_value(field, source="x") == ExpectedAccept(2.0, 3, 1, 4, "x")  # what it prints, the field reads
+    assert "expected accept length 2.000 at --speculative-num-steps 3" in a.format(4)
+    assert json.loads(a.to_json(4))["per_position"] == [0.5, 0.25, 0.25]
+
+
+# ---------------------------------------------------------------------- the expected-figure field
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        (1.0, "accept_length 1.0"),
+        (65, "accept_length 65"),
+        (True, "accept_length True"),
+        ("3", "accept_length '3'"),
+        ({"accept_length": 3.0, "speculative_num_steps": 2.5}, "speculative_num_steps 2.5"),
+        ({"accept_length": 3.0, "speculative_eagle_topk": 0}, "speculative_eagle_topk 0"),
+        ({"accept_length": 4.5, "speculative_num_draft_tokens": 4}, "above speculative_num_draft_tokens 4"),
+        ({"accept_length": 4.5, "speculative_num_steps": 3}, "above speculative_num_steps + 1 = 4"),
+    ],
+)
+def test_a_malformed_field_is_refused_naming_what_was_found(value, found):
+    with pytest.raises(CheckpointError) as info:
+        from_config({FIELD: value}, where="d/config.json")
+    d = info.value.diagnostic
+    assert d.code == "expected-accept-length" and found in d.found and d.where == f"d/config.json: {FIELD}"
+
+
+def test_the_field_as_a_number_or_an_object():
+    assert from_config({}, where="x") is None
+    assert from_config({FIELD: 3}, where="x") == ExpectedAccept(3.0, source=f"x: {FIELD}")
+    got = from_config({FIELD: {"accept_length": 4, "speculative_num_draft_tokens": 4}}, where="x")
+    assert got is not None and got.accept_length == 4.0 and got.num_draft_tokens == 4  # the bound is inclusive
+    e = ExpectedAccept(3.0, 3, 1, 4)
+    assert e.not_comparable(3, 1, 4) is None and e.not_comparable(None, None, None) is None
+    assert e.not_comparable(3, 2, 4) == "measured at --speculative-eagle-topk 1, served with 2"
+    assert e.not_comparable(3, 1, 5) == "measured at --speculative-num-draft-tokens 4, served with 5"
+    assert ExpectedAccept(3.0).not_comparable(5, 4, 16) is None  # a bare figure: measured at the served flags
+
+
+# ---------------------------------------------------------------------- the draft
+def test_draft_shapes_it_cannot_run_are_refused_with_the_reason():
+    base = tiny_models.eagle3_draft_config()
+    shape, why = draft_shape(base)
+    assert shape is not None and why == "" and shape.num_kv_heads == shape.num_heads
+    assert draft_shape(dict(base, num_key_value_heads=2, num_attention_heads=4, head_dim=16))[0].num_kv_heads == 2
+    for change, reason in [
+        ({"num_hidden_layers": 2}, "only one draft layer"),
+        ({"hidden_act": "gelu"}, "only silu"),
+        ({"norm_output": True}, "norm_output"),
+        ({"eagle_config": {"norm_before_fc": True}}, "norm_before_fc"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4}}, "rope_scaling type 'yarn'"),
+        ({"num_key_value_heads": 3}, "must divide"),
+        ({"bias": True}, "bias"),
+    ]:
+        shape, why = draft_shape(dict(base, **change))
+        assert shape is None and reason in why, (change, why)
+    assert draft_shape(dict(base, rope_scaling={"type": "linear", "factor": 2}))[0].rope_linear_factor == 2.0
+
+
+def test_load_draft_needs_the_target_for_a_shared_embedding(tmp_path):
+    draft = tiny_models.build_trained_eagle3_draft(tmp_path)
+    with pytest.raises(MeasureError, match="shares tensors with its target"):
+        load_draft(draft, None)
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+    forward, hot, config = load_draft(draft, target)
+    assert forward.embed.shape == (tiny_models.VOCAB, tiny_models.HIDDEN)
+    assert hot.shape[0] == config["draft_vocab_size"] and int(hot.max()) < tiny_models.VOCAB
+
+
+# ---------------------------------------------------------------------- the dump
+def _shard(path, rows, *, layer_ids="[1, 2, 3]", decoded=True, fmt=FORMAT):
+    ids, pos, seq, dec = zip(*rows)
+    tensors = {
+        "input_ids": torch.tensor(ids),
+        "positions": torch.tensor(pos),
+        "seq_ids": torch.tensor(seq),
+        "hidden_states": torch.arange(len(rows) * W, dtype=torch.float32).view(len(rows), W),
+    }
+    if decoded:
+        tensors["decoded"] = torch.tensor(dec, dtype=torch.int8)
+    save_file(tensors, str(path), metadata={"format": fmt, "layer_ids": layer_ids})
+
+
+def test_the_dump_is_read_into_whole_sequences_with_the_generated_tokens_labelled(tmp_path):
+    # sequence 7: prompt 5 6 7 then generated 8 9; sequence 9 starts at position 2 (a cached prefix): skipped
+    _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 0), (7, 2, 7, 0), (3, 2, 9, 0)])
+    _shard(tmp_path / "shard-1-00001.safetensors", [(8, 3, 7, 1), (9, 4, 7, 1)])
+    states, meta = read_dump(tmp_path)
+    (st,) = states
+    assert st.tokens.tolist() == [5, 6, 7, 8, 9] and st.labelled.tolist() == [False, False, False, True, True]
+    assert st.aux.shape == (5, W) and meta["layer_ids"] == [1, 2, 3]
+    assert st.aux[3].tolist() == list(range(0, W))  # row 0 of the second shard
+
+
+def test_an_old_dump_without_decoded_labels_every_position_but_the_first(tmp_path):
+    _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 0), (7, 2, 7, 1)], decoded=False)
+    (st,), _ = read_dump(tmp_path)
+    assert st.labelled.tolist() == [False, True, True]
+
+
+def test_a_dump_of_other_layers_or_none_is_refused(tmp_path):
+    config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
+    with pytest.raises(MeasureError, match="no target states found"):
+        read_states(tmp_path, config, limit=10)
+    _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 1)], layer_ids="[2, 30, 58]")
+    with pytest.raises(MeasureError, match="captured other layers"):
+        read_states(tmp_path, config, limit=10)
+
+
+def test_a_file_that_is_not_a_dump_shard_is_refused_naming_it(tmp_path):
+    _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0)], fmt="something-else")
+    with pytest.raises(CheckpointError) as info:
+        read_dump(tmp_path)
+    assert "shard-1-00000.safetensors" in info.value.diagnostic.where
+    assert "not a hidden_state_dump shard" in info.value.diagnostic.found
+
+
+def test_a_shard_linked_from_outside_is_not_read(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    _shard(outside / "x.safetensors", [(5, 0, 7, 0), (6, 1, 7, 1)])
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "shard-1-00000.safetensors").symlink_to(outside / "x.safetensors")
+    with pytest.raises(CheckpointError, match="outside|link"):
+        read_dump(data)
+
+
+# ---------------------------------------------------------------------- the command
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--speculative-eagle-topk", "2"], "only topk 1 is replayed"),
+        (["--speculative-num-steps", "0"], "expected 1..16"),
+        (["--speculative-num-draft-tokens", "6"], "with topk 1 sglang uses steps + 1 = 4"),
+        (["--max-sequences", "0"], "at least 1"),
+    ],
+)
+def test_usage_errors_exit_2_with_the_flag(flags, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["measure-accept", "--draft", "d", "--data", "x", *flags])
+    assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_draft_that_is_not_a_checkpoint_is_a_message_not_a_traceback(tmp_path, capsys):
+    assert main(["measure-accept", "--draft", str(tmp_path / "nope"), "--data", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "nope" in err
+
+
+def test_training_data_is_read_as_the_draft_was_trained_on(tmp_path):
+    from test_training_data import K, write_specforge, write_speculators
+
+    write_specforge(tmp_path / "sf", 0, length=6)
+    (st,) = read_states(tmp_path / "sf", {}, limit=10)
+    assert st.aux.shape[-1] == K * 4 and st.labelled.tolist() == [False] * 3 + [True] * 3
+    write_speculators(tmp_path / "spec", 0, length=6)
+    write_speculators(tmp_path / "spec", 1, length=6)
+    assert len(read_states(tmp_path / "spec", {}, limit=1)) == 1  # the limit reaches the reader
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    with pytest.raises(MeasureError, match="no target states found"):
+        read_states(tmp_path / "other", {}, limit=10)
