@@ -428,6 +428,7 @@ def check_dtypes(ctx: Context) -> None:
     dv = ctx.draft_view
     flag = ctx.launch.dtype
     ddt, dwhy = _resolve_dtype(dv.dtype, flag)
+    ctx.report.facts["draft_dtype"] = {"dtype": ddt, "from": dwhy}  # what the draft runs with (runtime_checks)
     if ctx.target is not None:
         tdt, twhy = _resolve_dtype(ctx.target.dtype, flag)
         if ddt != tdt:
