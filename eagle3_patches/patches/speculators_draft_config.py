@@ -87,6 +87,7 @@ from ..registry import (
 )
 from ..sglang_version import installed_sglang_version
 from . import get_registry
+from .eagle3_draft_config_fields import installed_reads
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -135,7 +136,7 @@ def sglang_config_for(path, kwargs: dict) -> dict | None:
         return None
 
     version = installed_sglang_version()
-    config = served_sglang_config(path, str(version) if version is not None else None)
+    config = served_sglang_config(path, str(version) if version is not None else None, installed_reads())
     if config is None:
         return None
     why = _needs_strict_loading(version)
