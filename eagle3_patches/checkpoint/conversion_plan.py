@@ -15,9 +15,16 @@ as it is, decided from the draft's ``config.json`` and safetensors headers alone
 * tensors: ``layers.0.*`` -> ``midlayer.*``; everything else keeps its name, dtype and
   bytes (``d2t`` stays int64 offsets, ``t2d`` stays bool).
 
-Drafts speculators trained with ``norm_before_fc``, ``norm_before_residual``,
-``norm_output`` or ``fc_norm`` (or a non-llama decoder layer) are refused (:func:`unsupported`):
-sglang's ``LlamaForCausalLMEagle3`` cannot run them faithfully.  Writing the planned draft is
+* the draft norms speculators trains (``norm_before_fc`` with ``input_norm.weight``, ``fc_norm`` with
+  ``fc_norm.<i>.weight``, ``norm_output``): carried, under the name and in the place the release the config
+  is built for reads them (:func:`reading_for`: the converter writes what the newest observed release reads;
+  ``speculators_draft_config``, what the running release and the active patch set read), their weights kept
+  under the names speculators and sglang share.
+
+What that release does not read (``norm_before_residual``: no release; a norm before the first release that
+reads it), a norm weight whose field the config does not set, or a non-llama decoder layer is refused
+(:func:`unsupported`), naming the first release that reads the field.  Which release reads which field is
+:mod:`.draft_fields`' (parsed from sglang's ``llama_eagle3.py``).  Writing the planned draft is
 :mod:`eagle3_patches.convert`'s.
 """
 

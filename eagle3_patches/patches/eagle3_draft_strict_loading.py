@@ -67,7 +67,7 @@ from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
-from .eagle3_draft_config_fields import installed_reads, served_fields
+from .eagle3_draft_config_fields import installed_reads, reads_under_patches, served_fields
 from .eagle3_draft_norms import LEGACY_FC_NORM_NAMES
 
 logger = logging.getLogger("eagle3_patches")
@@ -172,7 +172,9 @@ def _norm_tensors(setup, shp) -> dict[str, tuple[tuple[int, ...] | None, str]]:
     """The weights of the draft norms the served draft builds (its config sets the field, and the release or a
     backporting patch the launch runs under reads it): ``input_norm`` over the k aux states, ``fc_norm.<i>`` (or
     its older name) per aux state."""
-    served = served_fields(setup)
+    # the converter's check of its own output (checkpoint only): the fields the release, or the backporting patch
+    # a launch runs under, reads; a launch: what the launch serves
+    served = reads_under_patches(setup) if setup.checkpoint_only else served_fields(setup)
     th, k = setup.fc_input()
     out: dict[str, tuple[tuple[int, ...] | None, str]] = {}
     set_names = {name for _, name, _ in F.set_fields(setup.draft.config)}
