@@ -194,8 +194,10 @@ def unsupported(
     orphans = []
     for name in tensor_names:
         field = F.field_of_weight(name)
-        owners = [f for f, pattern in F.FIELD_WEIGHTS.items() if pattern == F.FIELD_WEIGHTS.get(field)]
-        if field is not None and field not in bad and not any(f in set_fields for f in owners):
+        if field is None:
+            continue
+        owners = [f for f, pattern in F.FIELD_WEIGHTS.items() if pattern == F.FIELD_WEIGHTS[field]]
+        if field not in bad and not any(f in set_fields for f in owners):
             bad[field] = (f"{field} ({name} present, the field not set)", f"{field} true with {name}, or neither")
             orphans.append(field)
     if "norm_before_residual" not in config:  # vLLM's speculators adapter reads a missing one as true

@@ -38,8 +38,8 @@ config where the running release reads them (its own ``llama_eagle3.py``, parsed
 ``fc_norm.<i>.weight``).  A draft the converter's rules refuse for this release (such a norm the release does not
 read, named with the first release that does; ``norm_before_residual`` true or missing, which no release reads; a
 norm weight without its option; a non-llama decoder layer; unknown or missing tensors) is refused with the
-converter's message where the config is read: in every rank's target ``ModelRunner.__init__`` before it loads any weight, and
-from 0.5.12 already in the launcher (``ServerArgs``).
+converter's message where the config is read: in every rank's target ``ModelRunner.__init__`` before it loads any
+weight, and from 0.5.12 already in the launcher (``ServerArgs``).
 
 Releases: 0.5.8 and later (no release through 0.5.23 reads the format; 0.5.12 loads ``layers.0.*`` natively, but
 the config still cannot be read).  Not in the fork series: it reuses the converter, which a forked sglang without
@@ -55,8 +55,9 @@ as the real ``speculators`` 0.9.0 wrote it (``tools/make_speculators_fixture.py`
 config sglang builds equals the converted draft's field for field (the ids in the release's convention), the
 tripwire never fires, SGLang-format drafts read exactly as stock reads them, a draft norm is carried where the
 release (or, with ``eagle3_draft_norms``, the backport) reads it and refused naming the first release where not, the
-refusals carry the converter's very message and stop the target's ``ModelRunner`` in ``__init__`` without ``load_model`` (and, from
-0.5.12, ``ServerArgs`` in the launcher), and on 0.5.9 without the strict loader the draft is refused.  The real
+refusals carry the converter's very message and stop the target's ``ModelRunner`` in ``__init__`` without
+``load_model`` (and, from 0.5.12, ``ServerArgs`` in the launcher), and on 0.5.9 without the strict loader the draft is
+refused.  The real
 draft ``ModelRunner`` loads the direct and the converted draft into the same parameters bit for bit (equal to the
 file's tensors), and the real target captures the outputs of layers 1, 2, 3 for both.  Through the real server: the
 direct and the converted draft give the same greedy outputs (equal to the server without speculation) and the same
