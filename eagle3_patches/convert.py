@@ -47,6 +47,7 @@ from typing import Any
 from .checkpoint.conversion_plan import (
     ConvertError,
     PlannedTensor,
+    carried,
     conversion_error,
     plan_conversion,
     shards,
@@ -61,6 +62,7 @@ from .checkpoint.safe_io import (
 from .checkpoint.safetensors_header import encode_header, read_header
 from .doctor import check_draft
 from .errors import Eagle3ConfigError
+from .patches.eagle3_draft_config_fields import readers
 
 #: default largest output shard (as transformers' save_pretrained)
 DEFAULT_MAX_SHARD_SIZE = 5 * 1000**3
@@ -98,6 +100,7 @@ class ConvertResult:
     report: Any = None  # the doctor's Report on the output
     notes: list[str] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)  # debris of killed earlier runs removed (or an old DST restored)
+    serving: str = ""  # the draft norms the config carries and the releases that read them ("" when none)
 
 
 # ====================================================================== helpers
@@ -586,6 +589,7 @@ def _convert(
         dropped=dropped,
         report=report,
         cleaned=cleaned,
+        serving=readers(carried(out_config)),
         notes=[
             f"read {len(src_files)} source shard(s)",
             f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from "

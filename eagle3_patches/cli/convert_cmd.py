@@ -132,6 +132,7 @@ def run(args) -> int:
                     "renamed": res.renamed,
                     "dropped": res.dropped,
                     "cleaned": res.cleaned,
+                    "serving": res.serving,
                     "config": res.config,
                     "doctor": res.report.to_dict() if res.report is not None else None,
                 },
@@ -151,6 +152,8 @@ def run(args) -> int:
         f"  aux layer ids {src_ids} (speculators: input of layer N) -> {ec['eagle_aux_hidden_state_layer_ids']} "
         "(output of layer N-1)"
     )
+    if res.serving:
+        print(f"  {res.serving}")
     for note in res.cleaned:
         print(f"  note: {esc(note)}")
     if res.report is not None:
