@@ -3,7 +3,8 @@
     from eagle3_patches.convert import convert
     result = convert("/models/draft-speculators", "/models/draft-sglang")
 
-What changes is planned by :mod:`eagle3_patches.checkpoint.conversion_plan` (docs/checkpoints.md has
+What changes is planned by :mod:`eagle3_patches.checkpoint.conversion_plan` (speculators) and
+:mod:`eagle3_patches.checkpoint.eagle_repo` (the EAGLE repository) (docs/checkpoints.md has
 the full mapping); this module writes it durably.
 
 How: headers are planned first, then every tensor's bytes are copied from the source
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import eagle_repo
 from .checkpoint.conversion_plan import (
     ConvertError,
     PlannedTensor,
@@ -52,7 +54,7 @@ from .checkpoint.conversion_plan import (
     plan_conversion,
     shards,
 )
-from .checkpoint.formats import checkpoint_dir
+from .checkpoint.formats import checkpoint_dir, read_config
 from .checkpoint.safe_io import (
     CheckpointError,
     list_checkpoint_dir,
@@ -483,8 +485,8 @@ def convert(
     :class:`Eagle3ConfigError` with what / where / fix; on any failure DST is left untouched.
     """
     with _signals_interrupt():
-        plan_args = {"aux_layer_ids": aux_layer_ids, "drop_embed_tokens": drop_embed_tokens, "target": target}
-        plan_args["num_target_layers"] = num_target_layers
+        plan_args: dict[str, Any] = {"aux_layer_ids": aux_layer_ids, "drop_embed_tokens": drop_embed_tokens}
+        plan_args |= {"target": target, "num_target_layers": num_target_layers}
         return _convert(src, dst, force, max_shard_size, sglang_version, progress, run_doctor, plan_args)
 
 
@@ -503,7 +505,8 @@ def _convert(src, dst, force, max_shard_size, sglang_version, progress, run_doct
             found="; ".join(cleaned),
             fix="choose a new DST, or pass --force to replace it",
         )
-    plan = plan_conversion(src_dir, **plan_args)
+    from_repo = eagle_repo.is_source(read_config(src_dir, "source draft"))
+    plan = (eagle_repo.plan_eagle_repo if from_repo else plan_conversion)(src_dir, **plan_args)
     out_config, items, renamed, dropped, src_files = (
         plan.sglang_config,
         plan.items,

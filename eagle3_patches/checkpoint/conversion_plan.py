@@ -542,9 +542,9 @@ def plan_conversion(
     read: Iterable[str] | None = None,
     num_target_layers: int | None = None,
 ) -> Plan:
-    """Read the speculators draft (or the original EAGLE repository's EAGLE-3 draft, :mod:`.eagle_repo`) at ``src``
-    (its ``config.json`` and safetensors headers, through the safe open) and plan its SGLang form; raises
-    :class:`ConvertError` for anything the converter refuses.
+    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe open)
+    and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses (the original EAGLE
+    repository's layout is :func:`.eagle_repo.plan_eagle_repo`'s).
 
     ``release``, ``read``: see :func:`build_config` (``release`` None: this library's convention and the newest
     release's fields, as ``convert`` writes them).  ``target`` / ``num_target_layers``: the target's layer count
@@ -560,15 +560,12 @@ def plan_conversion(
             fix=f"check it with `eagle3-patches doctor --draft {src_dir}`",
         )
     if fmt != SPECULATORS:
-        from .eagle_repo import plan_eagle_repo  # it builds on this module
-
-        return plan_eagle_repo(
-            src_dir,
-            config,
-            aux_layer_ids=aux_layer_ids,
-            drop_embed_tokens=drop_embed_tokens,
-            target=target,
-            num_target_layers=num_target_layers,
+        raise conversion_error(
+            "the source is not a speculators EAGLE-3 draft",
+            where=str(src_dir / "config.json"),
+            found=f"architectures {config.get('architectures')!r:.80}",
+            expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
+            fix="`eagle3-patches convert` (convert.convert) also reads the original EAGLE repository's layout",
         )
     tensors, src_files = _source_tensors(src_dir)
     n_target, _ = target_layers(target, num_target_layers)

@@ -21,6 +21,7 @@ from ``--target`` or ``--num-target-layers``; the converter refuses without one 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import draft_layouts as D
@@ -36,7 +37,7 @@ from .conversion_plan import (
     reading_for,
     target_layers,
 )
-from .formats import draft_view
+from .formats import SGLANG_EAGLE3, SPECULATORS, checkpoint_dir, detect_format, draft_view, read_config
 from .safetensors_header import TensorInfo
 
 FORMAT = "eagle-repository"
@@ -174,9 +175,14 @@ def build_config(
     return out
 
 
+def is_source(config: dict) -> bool:
+    """Whether the converter plans a source with this ``config.json`` here (not speculators' nor SGLang's format:
+    :func:`plan_eagle_repo` judges which layout it is) rather than with :func:`.conversion_plan.plan_conversion`."""
+    return detect_format(config) not in (SPECULATORS, SGLANG_EAGLE3)
+
+
 def plan_eagle_repo(
-    src_dir: Path,
-    config: dict,
+    src: os.PathLike | str,
     *,
     aux_layer_ids: list[int] | None = None,
     drop_embed_tokens: bool = False,
@@ -185,6 +191,8 @@ def plan_eagle_repo(
 ) -> Plan:
     """Read a source that is not in speculators' nor SGLang's format: the EAGLE repository's EAGLE-3 draft is
     planned; any other layout is refused with what :mod:`.draft_layouts` says serves it."""
+    src_dir = checkpoint_dir(src, "source draft")
+    config = read_config(src_dir, "source draft")
     tensors, src_files = _source_tensors(src_dir, pickle_fix=RESAVE_FIX)
     infos = {n: t for n, (t, _, _) in tensors.items()}
     found = D.classify(config, {n: t.shape for n, t in infos.items()})
