@@ -96,7 +96,10 @@ class PlannedTensor:
     src_mode: int  # permission bits of the source shard
 
 
-def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], list[str]]:
+def _source_tensors(
+    src: Path,
+    pickle_fix: str = "re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
+) -> tuple[dict[str, tuple[TensorInfo, int, int]], list[str]]:
     """name -> (tensor, data start of its shard, its shard's permission bits); and the shard names."""
     wf = list_weight_files(src)
     if not wf.files:
@@ -105,7 +108,7 @@ def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], 
                 "the source has only pickle weights; the converter never loads pickles",
                 where=str(src),
                 found=", ".join(p.name for p in wf.pickles[:3]),
-                fix="re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
+                fix=pickle_fix,
             )
         raise conversion_error(
             "the source directory holds no *.safetensors weights",
@@ -255,6 +258,46 @@ def unsupported(
     return None
 
 
+def checked_aux_ids(ids, where: str, num_target_layers: int | None = None) -> list[int]:
+    """Input-of-layer aux ids (HF ``hidden_states`` index: speculators', the EAGLE repository's) as output-of-layer
+    ids sglang can capture on a ``num_target_layers``-layer target (None: unknown, only plausibility checked); raises
+    :class:`ConvertError` naming ``where`` the ids came from."""
+    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
+        raise conversion_error(
+            "the aux layer ids are not distinct and increasing",
+            where=where,
+            found=str(ids),
+            fix="sglang concatenates states in layer order: such a draft cannot be served correctly",
+        )
+    if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
+        raise conversion_error(
+            "the aux layer ids are not layer numbers",
+            where=where,
+            found=repr(list(ids))[:200],
+            expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
+            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the "
+            "target)",
+        )
+    out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
+    if out_ids[0] < 0:
+        raise conversion_error(
+            "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
+            where=where,
+            found=str(ids),
+            fix="only the outputs of decoder layers can be captured",
+        )
+    if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
+        raise conversion_error(
+            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a "
+            f"{num_target_layers}-layer target",
+            where=where,
+            found=str(ids),
+            expected=f"ids in 1..{num_target_layers - 1}",
+            fix="the final hidden state (id num_layers) cannot be captured by sglang",
+        )
+    return out_ids
+
+
 def build_config(
     config: dict,
     tensors: dict[str, TensorInfo],
@@ -300,40 +343,8 @@ def build_config(
             "Kimi-K2.5)",
         )
     ids_where = "--aux-layer-ids" if aux_layer_ids is not None else f"{config_path}: eagle_aux_hidden_state_layer_ids"
-    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
-        raise conversion_error(
-            "the aux layer ids are not distinct and increasing",
-            where=ids_where,
-            found=str(ids),
-            fix="sglang concatenates states in layer order: such a draft cannot be served correctly",
-        )
-    if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
-        raise conversion_error(
-            "the aux layer ids are not layer numbers",
-            where=ids_where,
-            found=repr(list(ids))[:200],
-            expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
-            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the "
-            "target)",
-        )
-    out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
+    out_ids = checked_aux_ids(ids, ids_where, num_target_layers)
     convention = L.OUTPUT_OF_LAYER if release is None else L.release_convention(release)
-    if out_ids[0] < 0:
-        raise conversion_error(
-            "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
-            where=ids_where,
-            found=str(ids),
-            fix="only the outputs of decoder layers can be captured",
-        )
-    if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
-        raise conversion_error(
-            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a "
-            f"{num_target_layers}-layer target",
-            where=ids_where,
-            found=str(ids),
-            expected=f"ids in 1..{num_target_layers - 1}",
-            fix="the final hidden state (id num_layers) cannot be captured by sglang",
-        )
     fc = tensors.get("fc.weight")
     k = len(ids)
     target_hidden = dv.target_hidden
@@ -503,6 +514,24 @@ class Plan:
     src_files: list[str]
 
 
+def target_layers(target: os.PathLike | str | None, num_target_layers: int | None) -> tuple[int | None, int | None]:
+    """The target's layer count and vocabulary, from its config (``--target``) and / or ``--num-target-layers``
+    (refused where the two disagree); None where not known."""
+    n, vocab = num_target_layers, None
+    if target is not None:
+        tv = target_view(read_config(target, "target"))
+        vocab = tv.vocab
+        if n is not None and tv.num_layers is not None and tv.num_layers != n:
+            raise conversion_error(
+                "--num-target-layers disagrees with the target's config",
+                where=f"{target}: {tv.text_prefix}num_hidden_layers",
+                found=f"{tv.num_layers} in the config, --num-target-layers {n}",
+                fix="pass one of them (--target alone reads the count from the config)",
+            )
+        n = tv.num_layers if tv.num_layers is not None else n
+    return n, vocab
+
+
 def plan_conversion(
     src: os.PathLike | str,
     *,
@@ -511,33 +540,35 @@ def plan_conversion(
     target: os.PathLike | str | None = None,
     release: str | None = None,
     read: Iterable[str] | None = None,
+    num_target_layers: int | None = None,
 ) -> Plan:
-    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe
-    open) and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses.
+    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe open)
+    and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses (the original EAGLE
+    repository's layout is :func:`.eagle_repo.plan_eagle_repo`'s).
 
     ``release``, ``read``: see :func:`build_config` (``release`` None: this library's convention and the newest
-    release's fields, as ``convert`` writes them).
+    release's fields, as ``convert`` writes them).  ``target`` / ``num_target_layers``: the target's layer count
+    (:func:`target_layers`).
     """
     src_dir = checkpoint_dir(src, "source draft")
     config = read_config(src_dir, "source draft")
     fmt = detect_format(config)
+    if fmt == SGLANG_EAGLE3:
+        raise conversion_error(
+            "the source is already in SGLang format; nothing to convert",
+            where=str(src_dir / "config.json"),
+            fix=f"check it with `eagle3-patches doctor --draft {src_dir}`",
+        )
     if fmt != SPECULATORS:
-        if fmt == SGLANG_EAGLE3:
-            raise conversion_error(
-                "the source is already in SGLang format; nothing to convert",
-                where=str(src_dir / "config.json"),
-                fix=f"check it with `eagle3-patches doctor --draft {src_dir}`",
-            )
         raise conversion_error(
             "the source is not a speculators EAGLE-3 draft",
             where=str(src_dir / "config.json"),
-            found=f"architectures {config.get('architectures')}",
+            found=f"architectures {config.get('architectures')!r:.80}",
             expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
+            fix="`eagle3-patches convert` (convert.convert) also reads the original EAGLE repository's layout",
         )
     tensors, src_files = _source_tensors(src_dir)
-    n_target = None
-    if target is not None:
-        n_target = target_view(read_config(target, "target")).num_layers
+    n_target, _ = target_layers(target, num_target_layers)
     out_config = build_config(
         config,
         {n: t for n, (t, _, _) in tensors.items()},
