@@ -1,9 +1,10 @@
-"""Convert a speculators-format EAGLE-3 draft to SGLang format, streaming, atomically.
+"""Convert a speculators-format (or original EAGLE repository) EAGLE-3 draft to SGLang format, streaming, atomically.
 
     from eagle3_patches.convert import convert
     result = convert("/models/draft-speculators", "/models/draft-sglang")
 
-What changes is planned by :mod:`eagle3_patches.checkpoint.conversion_plan` (docs/checkpoints.md has
+What changes is planned by :mod:`eagle3_patches.checkpoint.conversion_plan` (speculators) and
+:mod:`eagle3_patches.checkpoint.eagle_repo` (the EAGLE repository) (docs/checkpoints.md has
 the full mapping); this module writes it durably.
 
 How: headers are planned first, then every tensor's bytes are copied from the source
@@ -44,14 +45,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import eagle_repo
 from .checkpoint.conversion_plan import (
     ConvertError,
     PlannedTensor,
+    carried,
     conversion_error,
     plan_conversion,
     shards,
 )
-from .checkpoint.formats import checkpoint_dir
+from .checkpoint.formats import checkpoint_dir, read_config
 from .checkpoint.safe_io import (
     CheckpointError,
     list_checkpoint_dir,
@@ -61,6 +64,7 @@ from .checkpoint.safe_io import (
 from .checkpoint.safetensors_header import encode_header, read_header
 from .doctor import check_draft
 from .errors import Eagle3ConfigError
+from .patches.eagle3_draft_config_fields import readers
 
 #: default largest output shard (as transformers' save_pretrained)
 DEFAULT_MAX_SHARD_SIZE = 5 * 1000**3
@@ -98,6 +102,7 @@ class ConvertResult:
     report: Any = None  # the doctor's Report on the output
     notes: list[str] = field(default_factory=list)
     cleaned: list[str] = field(default_factory=list)  # debris of killed earlier runs removed (or an old DST restored)
+    serving: str = ""  # the draft norms the config carries and the releases that read them ("" when none)
 
 
 # ====================================================================== helpers
@@ -466,34 +471,26 @@ def convert(
     sglang_version: str | None = None,
     progress: bool | Callable[[int, int], None] | None = None,
     run_doctor: bool = True,
+    num_target_layers: int | None = None,
 ) -> ConvertResult:
-    """Convert the speculators draft at ``src`` into an SGLang-format draft at ``dst``.
+    """Convert the speculators draft (or the original EAGLE repository's EAGLE-3 draft) at ``src`` into an
+    SGLang-format draft at ``dst``.
 
     ``aux_layer_ids``: override the source's ids (speculators' meaning).  ``drop_embed_tokens``:
     leave out ``embed_tokens.weight`` (sglang uses the target's embedding anyway).
     ``target``: also run the doctor's target cross-checks (layer range, hidden, vocab) on the
-    result.  ``progress``: True for a progress bar, a ``callable(done, total)``, or None (a
+    result.  ``target`` or ``num_target_layers``: the target's layer count (the EAGLE repository's ids
+    are computed from it).  ``progress``: True for a progress bar, a ``callable(done, total)``, or None (a
     bar for large checkpoints on a terminal).  Raises :class:`ConvertError` /
     :class:`Eagle3ConfigError` with what / where / fix; on any failure DST is left untouched.
     """
     with _signals_interrupt():
-        return _convert(
-            src,
-            dst,
-            force,
-            max_shard_size,
-            aux_layer_ids,
-            drop_embed_tokens,
-            target,
-            sglang_version,
-            progress,
-            run_doctor,
-        )
+        plan_args: dict[str, Any] = {"aux_layer_ids": aux_layer_ids, "drop_embed_tokens": drop_embed_tokens}
+        plan_args |= {"target": target, "num_target_layers": num_target_layers}
+        return _convert(src, dst, force, max_shard_size, sglang_version, progress, run_doctor, plan_args)
 
 
-def _convert(
-    src, dst, force, max_shard_size, aux_layer_ids, drop_embed_tokens, target, sglang_version, progress, run_doctor
-) -> ConvertResult:
+def _convert(src, dst, force, max_shard_size, sglang_version, progress, run_doctor, plan_args) -> ConvertResult:
     t0 = time.perf_counter()
     src_dir = checkpoint_dir(src, "source draft")
     shown = Path(dst)
@@ -508,7 +505,8 @@ def _convert(
             found="; ".join(cleaned),
             fix="choose a new DST, or pass --force to replace it",
         )
-    plan = plan_conversion(src_dir, aux_layer_ids=aux_layer_ids, drop_embed_tokens=drop_embed_tokens, target=target)
+    from_repo = eagle_repo.is_source(read_config(src_dir, "source draft"))
+    plan = (eagle_repo.plan_eagle_repo if from_repo else plan_conversion)(src_dir, **plan_args)
     out_config, items, renamed, dropped, src_files = (
         plan.sglang_config,
         plan.items,
@@ -548,7 +546,7 @@ def _convert(
             _copy_side_files(src_dir, tmp, side)
         report = None
         if run_doctor:
-            report = check_draft(tmp, target=target, sglang_version=sglang_version)
+            report = check_draft(tmp, target=plan_args["target"], sglang_version=sglang_version)
             # the doctor checked the temporary directory: its report names DST (in every text field)
             report.findings[:] = [
                 fnd.replace(**{k: v.replace(str(tmp), str(dst)) for k, v in vars(fnd).items() if isinstance(v, str)})
@@ -574,6 +572,7 @@ def _convert(
         if isinstance(exc, OSError):
             raise _dst_error(exc, dst, "write the converted draft") from None
         raise
+    src_from = out_config["eagle3_patches_converted_from"]
     return ConvertResult(
         src=src_dir,
         dst=shown,
@@ -586,10 +585,11 @@ def _convert(
         dropped=dropped,
         report=report,
         cleaned=cleaned,
+        serving=readers(carried(out_config)),
         notes=[
             f"read {len(src_files)} source shard(s)",
             f"aux ids {out_config['eagle_config']['eagle_aux_hidden_state_layer_ids']} (output-of-layer) from "
-            f"speculators' {out_config['eagle3_patches_converted_from']['eagle_aux_hidden_state_layer_ids']}",
+            f"{src_from['format']}'s {src_from['eagle_aux_hidden_state_layer_ids']} (input-of-layer)",
         ],
     )
 

@@ -503,6 +503,9 @@ class Registry:
         except NotApplicable as exc:
             self._set(name, State.NOT_APPLICABLE, str(exc))
             return State.NOT_APPLICABLE
+        except Exception as exc:  # noqa: BLE001 - a check that breaks on a changed sglang fails the patch, not sglang
+            self._set(name, State.FAILED, f"{type(exc).__name__} while checking sglang's code: {exc}")
+            return State.FAILED
         saver = Saver()
         try:
             patch.patch(module, saver)

@@ -15,9 +15,16 @@ as it is, decided from the draft's ``config.json`` and safetensors headers alone
 * tensors: ``layers.0.*`` -> ``midlayer.*``; everything else keeps its name, dtype and
   bytes (``d2t`` stays int64 offsets, ``t2d`` stays bool).
 
-Drafts speculators trained with ``norm_before_fc``, ``norm_before_residual``,
-``norm_output`` or ``fc_norm`` (or a non-llama decoder layer) are refused (:func:`unsupported`):
-sglang's ``LlamaForCausalLMEagle3`` cannot run them faithfully.  Writing the planned draft is
+* the draft norms speculators trains (``norm_before_fc`` with ``input_norm.weight``, ``fc_norm`` with
+  ``fc_norm.<i>.weight``, ``norm_output``): carried, under the name and in the place the release the config
+  is built for reads them (:func:`reading_for`: the converter writes what the newest observed release reads;
+  ``speculators_draft_config``, what the running release and the active patch set read), their weights kept
+  under the names speculators and sglang share.
+
+What that release does not read (``norm_before_residual``: no release; a norm before the first release that
+reads it), a norm weight whose field the config does not set, or a non-llama decoder layer is refused
+(:func:`unsupported`), naming the first release that reads the field.  Which release reads which field is
+:mod:`.draft_fields`' (parsed from sglang's ``llama_eagle3.py``).  Writing the planned draft is
 :mod:`eagle3_patches.convert`'s.
 """
 
@@ -25,17 +32,19 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..diagnostic import first_few
 from ..errors import Eagle3ConfigError
+from . import draft_fields as F
 from . import expected_accept
 from . import layer_ids as L
 from .formats import (
     SGLANG_EAGLE3,
     SPECULATORS,
-    SPECULATORS_UNSUPPORTED,
     checkpoint_dir,
     detect_format,
     draft_view,
@@ -45,6 +54,7 @@ from .formats import (
     target_view,
     unknown_tensor_hints,
 )
+from .releases import facts
 from .safe_io import CheckpointError
 from .safetensors_header import TensorInfo, alignment_order
 
@@ -86,7 +96,10 @@ class PlannedTensor:
     src_mode: int  # permission bits of the source shard
 
 
-def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], list[str]]:
+def _source_tensors(
+    src: Path,
+    pickle_fix: str = "re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
+) -> tuple[dict[str, tuple[TensorInfo, int, int]], list[str]]:
     """name -> (tensor, data start of its shard, its shard's permission bits); and the shard names."""
     wf = list_weight_files(src)
     if not wf.files:
@@ -95,7 +108,7 @@ def _source_tensors(src: Path) -> tuple[dict[str, tuple[TensorInfo, int, int]], 
                 "the source has only pickle weights; the converter never loads pickles",
                 where=str(src),
                 found=", ".join(p.name for p in wf.pickles[:3]),
-                fix="re-save the draft with safetensors (speculators' save_pretrained writes model.safetensors)",
+                fix=pickle_fix,
             )
         raise conversion_error(
             "the source directory holds no *.safetensors weights",
@@ -136,25 +149,83 @@ def _output_name(name: str) -> str:
     return name
 
 
-def unsupported(config: dict, tensor_names=(), *, config_path: str = "config.json") -> ConvertError | None:
-    """Why sglang's ``LlamaForCausalLMEagle3`` cannot run this speculators draft faithfully, or None.
+def reading_for(release: str | None, read: Iterable[str] | None = None) -> tuple[frozenset[str], str]:
+    """The draft config fields (read names, :mod:`.draft_fields`) the SGLang config is built for, and how to name
+    that release: ``read`` as given (``speculators_draft_config``: the installed release's source and the active
+    patch set), else what ``release`` reads by the table observed from the released wheels, else (the converter)
+    what the newest observed release reads."""
+    if release is None:
+        newest = ".".join(map(str, F.OBSERVED_UP_TO))
+        label = f"sglang {newest} (the newest release known, which the converter writes for)"
+        return frozenset(F.newest_read() if read is None else read), label
+    label = f"sglang {release}"
+    if read is None:
+        read = F.read_by_release(facts(release).release)
+    return frozenset(read), label
+
+
+def math_fields(config: dict) -> dict[str, Any]:
+    """The draft config fields that change the draft's math (:data:`.draft_fields.MATH_FIELDS`) a speculators
+    config sets true (speculators writes them at the top of its config)."""
+    return {f: config[f] for f in F.MATH_FIELDS if config.get(f) not in (None, False, 0)}
+
+
+def unsupported(
+    config: dict,
+    tensor_names=(),
+    *,
+    config_path: str = "config.json",
+    release: str | None = None,
+    read: Iterable[str] | None = None,
+) -> ConvertError | None:
+    """Why the SGLang form of this speculators draft, built for ``release`` (:func:`reading_for`: ``release`` and
+    ``read``), cannot run faithfully, or None.
 
     The one place for that message: the converter raises it, ``speculators_draft_config`` raises it at
     start (before any rank loads weights) and the doctor reports it (``draft-unsupported-architecture``).
+    A field the release reads is carried into the SGLang config (:func:`build_config`); one it does not is refused,
+    naming the first release that reads it.
     """
-    bad = [k for k in SPECULATORS_UNSUPPORTED if config.get(k)]
-    if "input_norm.weight" in tensor_names and "norm_before_fc" not in bad:
-        bad.append("norm_before_fc (input_norm.weight present)")
+    read, label = reading_for(release, read)
+    set_fields = math_fields(config)
+    # field -> (found, expected)
+    bad = {
+        f: (f"{f}=true ({F.reads_it(f)})", f"{f} false, or a release that reads it")
+        for f in set_fields
+        if F.read_name(f, read) is None
+    }
+    unread = list(bad)
+    orphans = []
+    for name in tensor_names:
+        field = F.field_of_weight(name)
+        if field is None:
+            continue
+        owners = [f for f, pattern in F.FIELD_WEIGHTS.items() if pattern == F.FIELD_WEIGHTS[field]]
+        if field not in bad and not any(f in set_fields for f in owners):
+            bad[field] = (f"{field} ({name} present, the field not set)", f"{field} true with {name}, or neither")
+            orphans.append(field)
     if "norm_before_residual" not in config:  # vLLM's speculators adapter reads a missing one as true
-        bad.append("norm_before_residual (missing: vLLM reads it as true)")
+        bad["norm_before_residual"] = (
+            "norm_before_residual (missing: vLLM reads it as true)",
+            "norm_before_residual stated, false",
+        )
     if bad:
+        firsts = [F.FIRST_READ.get(f) for f in unread]
+        elsewhere = ""
+        if unread and len(unread) == len(bad) and all(firsts):
+            newest = max(f for f in firsts if f is not None)
+            elsewhere = f" or on sglang >= {'.'.join(map(str, newest))}, which reads " + (
+                "it" if len(bad) == 1 else "them"
+            )
         return conversion_error(
-            "this draft was trained with options sglang's LlamaForCausalLMEagle3 does not implement; served by sglang "
-            "(converted or directly) it would load but predict wrong",
-            where=f"{config_path}: {bad[0].split(' ')[0]}",
-            found=", ".join(b if "(" in b else f"{b}=true" for b in bad),
-            expected="norm_before_fc, norm_before_residual, norm_output, fc_norm all false",
+            f"this draft was trained with options the LlamaForCausalLMEagle3 of {label} does not read"
+            + (", or with norm weights its config does not enable" if orphans else "")
+            + "; served by it (converted or directly) it would load but predict wrong",
+            where=f"{config_path}: {next(iter(bad))}",
+            found=", ".join(found for found, _ in bad.values()),
+            expected="; ".join(expected for _, expected in bad.values()),
             fix="retrain (or fine-tune) the draft with those options off, or serve it with vLLM"
+            + elsewhere
             + (
                 '; if it was trained with norm_before_residual=false, write "norm_before_residual": false into its '
                 "config.json"
@@ -187,6 +258,46 @@ def unsupported(config: dict, tensor_names=(), *, config_path: str = "config.jso
     return None
 
 
+def checked_aux_ids(ids, where: str, num_target_layers: int | None = None) -> list[int]:
+    """Input-of-layer aux ids (HF ``hidden_states`` index: speculators', the EAGLE repository's) as output-of-layer
+    ids sglang can capture on a ``num_target_layers``-layer target (None: unknown, only plausibility checked); raises
+    :class:`ConvertError` naming ``where`` the ids came from."""
+    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
+        raise conversion_error(
+            "the aux layer ids are not distinct and increasing",
+            where=where,
+            found=str(ids),
+            fix="sglang concatenates states in layer order: such a draft cannot be served correctly",
+        )
+    if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
+        raise conversion_error(
+            "the aux layer ids are not layer numbers",
+            where=where,
+            found=repr(list(ids))[:200],
+            expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
+            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the "
+            "target)",
+        )
+    out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
+    if out_ids[0] < 0:
+        raise conversion_error(
+            "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
+            where=where,
+            found=str(ids),
+            fix="only the outputs of decoder layers can be captured",
+        )
+    if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
+        raise conversion_error(
+            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a "
+            f"{num_target_layers}-layer target",
+            where=where,
+            found=str(ids),
+            expected=f"ids in 1..{num_target_layers - 1}",
+            fix="the final hidden state (id num_layers) cannot be captured by sglang",
+        )
+    return out_ids
+
+
 def build_config(
     config: dict,
     tensors: dict[str, TensorInfo],
@@ -194,9 +305,14 @@ def build_config(
     aux_layer_ids: list[int] | None = None,
     num_target_layers: int | None = None,
     release: str | None = None,
+    read: Iterable[str] | None = None,
     config_path: str = "config.json",
 ) -> dict:
     """The SGLang-format config.json for a speculators config (raises :class:`ConvertError`).
+
+    The draft norms it sets (``norm_before_fc``, ``fc_norm``, ``norm_output``...) are carried under the name and
+    in the place the release reads them (:func:`reading_for` with ``release`` and ``read``; the top level first,
+    then ``eagle_config``); one it does not read is refused (:func:`unsupported`).
 
     ``release``: None (the converter) writes the aux ids in this library's ``output-of-layer`` convention;
     an sglang version writes them in the convention that release's own rule reads
@@ -213,9 +329,10 @@ def build_config(
             expected=p.expected,
             fix="repair the source config.json",
         )
-    refusal = unsupported(config, tensors, config_path=config_path)
+    refusal = unsupported(config, tensors, config_path=config_path, release=release, read=read)
     if refusal is not None:
         raise refusal
+    read, _ = reading_for(release, read)
     layer = config["transformer_layer_config"]
     ids = aux_layer_ids if aux_layer_ids is not None else dv.aux_ids
     if not ids:
@@ -226,40 +343,8 @@ def build_config(
             "Kimi-K2.5)",
         )
     ids_where = "--aux-layer-ids" if aux_layer_ids is not None else f"{config_path}: eagle_aux_hidden_state_layer_ids"
-    if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
-        raise conversion_error(
-            "the aux layer ids are not distinct and increasing",
-            where=ids_where,
-            found=str(ids),
-            fix="sglang concatenates states in layer order: such a draft cannot be served correctly",
-        )
-    if any(type(i) is not int or not 0 <= i <= L.MAX_LAYERS for i in ids):
-        raise conversion_error(
-            "the aux layer ids are not layer numbers",
-            where=ids_where,
-            found=repr(list(ids))[:200],
-            expected=f"integers in 1..{L.MAX_LAYERS} (speculators' meaning: HF hidden_states index)",
-            fix="pass the ids the draft was trained on with --aux-layer-ids (and --target to check them against the "
-            "target)",
-        )
-    out_ids = L.to_output_of_layer(ids, L.INPUT_OF_LAYER)
+    out_ids = checked_aux_ids(ids, ids_where, num_target_layers)
     convention = L.OUTPUT_OF_LAYER if release is None else L.release_convention(release)
-    if out_ids[0] < 0:
-        raise conversion_error(
-            "aux id 0 (the embeddings, HF hidden_states[0]) cannot be captured by sglang",
-            where=ids_where,
-            found=str(ids),
-            fix="only the outputs of decoder layers can be captured",
-        )
-    if num_target_layers is not None and out_ids[-1] > num_target_layers - 2:
-        raise conversion_error(
-            f"aux id {ids[-1]} (the input of layer {ids[-1]}) has no capture point in sglang on a "
-            f"{num_target_layers}-layer target",
-            where=ids_where,
-            found=str(ids),
-            expected=f"ids in 1..{num_target_layers - 1}",
-            fix="the final hidden state (id num_layers) cannot be captured by sglang",
-        )
     fc = tensors.get("fc.weight")
     k = len(ids)
     target_hidden = dv.target_hidden
@@ -313,6 +398,10 @@ def build_config(
             },
         }
     )
+    for field_name in math_fields(config):  # every one is read (unsupported refused the others)
+        name = F.read_name(field_name, read) or field_name
+        block = out["eagle_config"] if name.startswith(f"{F.EAGLE_CONFIG}.") else out
+        block[name.rpartition(".")[2]] = True
     if out.get("torch_dtype") is None:
         out.pop("torch_dtype")
     if expected_accept.FIELD in config:  # the figure the watchdog compares with, checked before it is carried
@@ -325,8 +414,25 @@ def build_config(
     return out
 
 
+def carried(sglang_config: dict) -> dict[str, tuple[int, int, int] | None]:
+    """The draft norms an SGLang config built by :func:`build_config` sets (read names), each with the first
+    release that reads it (:data:`.draft_fields.FIRST_READ`)."""
+    return {name: F.FIRST_READ.get(name) for _, name, _ in F.set_fields(sglang_config)}
+
+
+def norm_weights(sglang_config: dict) -> list[str]:
+    """The weights of the draft norms an SGLang config built by :func:`build_config` sets."""
+    k = len(sglang_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    return [w for field_name, _, _ in F.set_fields(sglang_config) for w in F.weights_of(field_name, k)]
+
+
 def _plan(
-    src: Path, config: dict, tensors: dict[str, tuple[TensorInfo, int, int]], drop_embed_tokens: bool
+    src: Path,
+    config: dict,
+    tensors: dict[str, tuple[TensorInfo, int, int]],
+    drop_embed_tokens: bool,
+    norms: list[str],
+    reading: tuple[frozenset[str], str],
 ) -> tuple[list[PlannedTensor], dict[str, str], list[str]]:
     items: list[PlannedTensor] = []
     renamed: dict[str, str] = {}
@@ -335,7 +441,7 @@ def _plan(
     seen: dict[str, str] = {}
     for name, (t, data_start, mode) in tensors.items():
         out = _output_name(name)
-        if out not in KNOWN_OUTPUT_NAMES:
+        if out not in KNOWN_OUTPUT_NAMES and out not in norms:
             unknown.append(name)
             continue
         if out == "embed_tokens.weight" and drop_embed_tokens:
@@ -352,7 +458,7 @@ def _plan(
             renamed[name] = out
         items.append(PlannedTensor(out, t, data_start, mode))
     if unknown:
-        hints = unknown_tensor_hints(unknown)
+        hints = unknown_tensor_hints(unknown, read=reading[0], release=reading[1])
         raise conversion_error(
             f"{len(unknown)} source tensor(s) have no place in sglang's LlamaForCausalLMEagle3 (sglang would drop "
             "them silently)",
@@ -364,7 +470,7 @@ def _plan(
             or "this draft's architecture differs from sglang's; it cannot be converted faithfully",
         )
     names = {i.out for i in items}
-    required = {"fc.weight", "norm.weight"} | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS}
+    required = {"fc.weight", "norm.weight"} | {f"midlayer.{p}" for p in _MIDLAYER_PARAMS} | set(norms)
     if not config.get("tie_word_embeddings"):
         required.add("lm_head.weight")
     missing = sorted(required - names)
@@ -408,6 +514,24 @@ class Plan:
     src_files: list[str]
 
 
+def target_layers(target: os.PathLike | str | None, num_target_layers: int | None) -> tuple[int | None, int | None]:
+    """The target's layer count and vocabulary, from its config (``--target``) and / or ``--num-target-layers``
+    (refused where the two disagree); None where not known."""
+    n, vocab = num_target_layers, None
+    if target is not None:
+        tv = target_view(read_config(target, "target"))
+        vocab = tv.vocab
+        if n is not None and tv.num_layers is not None and tv.num_layers != n:
+            raise conversion_error(
+                "--num-target-layers disagrees with the target's config",
+                where=f"{target}: {tv.text_prefix}num_hidden_layers",
+                found=f"{tv.num_layers} in the config, --num-target-layers {n}",
+                fix="pass one of them (--target alone reads the count from the config)",
+            )
+        n = tv.num_layers if tv.num_layers is not None else n
+    return n, vocab
+
+
 def plan_conversion(
     src: os.PathLike | str,
     *,
@@ -415,49 +539,59 @@ def plan_conversion(
     drop_embed_tokens: bool = False,
     target: os.PathLike | str | None = None,
     release: str | None = None,
+    read: Iterable[str] | None = None,
+    num_target_layers: int | None = None,
 ) -> Plan:
-    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe
-    open) and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses.
+    """Read the speculators draft at ``src`` (its ``config.json`` and safetensors headers, through the safe open)
+    and plan its SGLang form; raises :class:`ConvertError` for anything the converter refuses (the original EAGLE
+    repository's layout is :func:`.eagle_repo.plan_eagle_repo`'s).
 
-    ``release``: see :func:`build_config` (None: this library's convention, as ``convert`` writes it).
+    ``release``, ``read``: see :func:`build_config` (``release`` None: this library's convention and the newest
+    release's fields, as ``convert`` writes them).  ``target`` / ``num_target_layers``: the target's layer count
+    (:func:`target_layers`).
     """
     src_dir = checkpoint_dir(src, "source draft")
     config = read_config(src_dir, "source draft")
     fmt = detect_format(config)
+    if fmt == SGLANG_EAGLE3:
+        raise conversion_error(
+            "the source is already in SGLang format; nothing to convert",
+            where=str(src_dir / "config.json"),
+            fix=f"check it with `eagle3-patches doctor --draft {src_dir}`",
+        )
     if fmt != SPECULATORS:
-        if fmt == SGLANG_EAGLE3:
-            raise conversion_error(
-                "the source is already in SGLang format; nothing to convert",
-                where=str(src_dir / "config.json"),
-                fix=f"check it with `eagle3-patches doctor --draft {src_dir}`",
-            )
         raise conversion_error(
             "the source is not a speculators EAGLE-3 draft",
             where=str(src_dir / "config.json"),
-            found=f"architectures {config.get('architectures')}",
+            found=f"architectures {config.get('architectures')!r:.80}",
             expected='"speculators_model_type": "eagle3" and a transformer_layer_config',
+            fix="`eagle3-patches convert` (convert.convert) also reads the original EAGLE repository's layout",
         )
     tensors, src_files = _source_tensors(src_dir)
-    n_target = None
-    if target is not None:
-        n_target = target_view(read_config(target, "target")).num_layers
+    n_target, _ = target_layers(target, num_target_layers)
     out_config = build_config(
         config,
         {n: t for n, (t, _, _) in tensors.items()},
         aux_layer_ids=aux_layer_ids,
         num_target_layers=n_target,
         release=release,
+        read=read,
         config_path=str(src_dir / "config.json"),
     )
-    items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens)
+    reading = reading_for(release, read)
+    items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens, norm_weights(out_config), reading)
     return Plan(src_dir, config, out_config, items, renamed, dropped, src_files)
 
 
-def served_sglang_config(path: os.PathLike | str, release: str | None) -> dict | None:
+def served_sglang_config(
+    path: os.PathLike | str, release: str | None, read: Iterable[str] | None = None
+) -> dict | None:
     """The SGLang-format config sglang ``release`` is handed for the speculators draft in the local directory
     ``path`` (``speculators_draft_config``): the converter's config with the aux ids in that release's own
-    convention.  None when ``path`` is not a local directory whose ``config.json`` (read through the safe
-    open) is in speculators format; :class:`ConvertError` for a speculators draft the converter refuses."""
+    convention and the draft norms under the names it reads (``read``: the fields the release and the active
+    patch set read, :func:`reading_for`).  None when ``path`` is not a local directory whose ``config.json``
+    (read through the safe open) is in speculators format; :class:`ConvertError` for a speculators draft the
+    converter refuses."""
     try:
         if not os.path.isdir(path):
             return None
@@ -466,4 +600,4 @@ def served_sglang_config(path: os.PathLike | str, release: str | None) -> dict |
         return None  # not a checkpoint eagle3-patches reads: sglang's own reader decides
     if detect_format(config) != SPECULATORS:
         return None
-    return plan_conversion(path, release=release).sglang_config
+    return plan_conversion(path, release=release, read=read).sglang_config

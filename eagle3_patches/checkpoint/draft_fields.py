@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,13 @@ FIRST_READ: dict[str, tuple[int, int, int]] = {
 }
 #: the newest release :data:`FIRST_READ` was observed on
 OBSERVED_UP_TO = (0, 5, 23)
+#: the weights a field adds to the draft, named as sglang's ``LlamaForCausalLMEagle3`` (0.5.12+, and the backport)
+#: and speculators' ``Eagle3DraftModel`` both name them (``{i}``: one per aux state); ``norm_output`` reuses ``norm``
+FIELD_WEIGHTS = {
+    "norm_before_fc": "input_norm.weight",
+    "fc_norm": "fc_norm.{i}.weight",
+    "use_aux_norm": "fc_norm.{i}.weight",
+}
 #: the module of the draft class, relative to the ``sglang`` package directory
 DRAFT_MODULE = "srt/models/llama_eagle3.py"
 #: a draft config's own block of EAGLE settings, where some releases read a field first
@@ -99,6 +107,36 @@ def read_by_release(release: tuple[int, ...]) -> frozenset[str]:
     return frozenset(name for name, first in FIRST_READ.items() if tuple(release[:3]) >= first)
 
 
+def newest_read() -> frozenset[str]:
+    """The read names the newest observed release (:data:`OBSERVED_UP_TO`) reads."""
+    return read_by_release(OBSERVED_UP_TO)
+
+
+def read_name(field: str, read: Iterable[str]) -> str | None:
+    """The name under which a release reading ``read`` reads ``field`` (the top level first, then
+    ``eagle_config``), or None: it never reads it."""
+    read = set(read)
+    return next((n for n in (field, f"{EAGLE_CONFIG}.{field}") if n in read), None)
+
+
+def weights_of(field: str, num_aux: int) -> list[str]:
+    """The weights a draft with ``field`` set has for it (:data:`FIELD_WEIGHTS`), for ``num_aux`` aux states."""
+    pattern = FIELD_WEIGHTS.get(field)
+    if pattern is None:
+        return []
+    return [pattern.format(i=i) for i in range(num_aux)] if "{i}" in pattern else [pattern]
+
+
+def field_of_weight(name: str) -> str | None:
+    """The field whose weight (:data:`FIELD_WEIGHTS`) ``name`` is (a ``model.`` prefix allowed), or None; a weight
+    two fields add names the first (``fc_norm``, not its older name)."""
+    name = name.removeprefix("model.")
+    for field, pattern in FIELD_WEIGHTS.items():
+        if re.fullmatch(re.escape(pattern).replace(re.escape("{i}"), r"\d+"), name):
+            return field
+    return None
+
+
 def candidate_names() -> list[str]:
     """Every name under which a release could read one of :data:`MATH_FIELDS`."""
     return [n for f in MATH_FIELDS for n in (f, f"{EAGLE_CONFIG}.{f}")]
@@ -129,3 +167,9 @@ def first_reading(name: str) -> str:
     if first is None:
         return "no sglang release up to " + ".".join(map(str, OBSERVED_UP_TO)) + " reads it"
     return "sglang >= " + ".".join(map(str, first))
+
+
+def reads_it(name: str) -> str:
+    """:func:`first_reading` as a sentence: ``sglang >= X reads it`` or that no release does."""
+    first = first_reading(name)
+    return f"{first} reads it" if first.startswith("sglang") else first

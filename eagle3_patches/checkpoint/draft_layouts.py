@@ -200,9 +200,10 @@ LAYOUTS: tuple[Layout, ...] = (
         "a non-EAGLE architecture (`LlamaForCausalLM`) whose `fc.weight` takes 3 or more x hidden, `midlayer.*`",
         ("EAGLE3",),
         None,
-        'sglang loads it as a plain LlamaForCausalLM: set "architectures": ["LlamaForCausalLMEagle3"] and '
-        '"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, n//2-1, n-4], "use_aux_hidden_state": true} for an '
-        "n-layer target (the EAGLE repository feeds the states before layers 2, n//2 and n-3)",
+        "sglang loads it as a plain LlamaForCausalLM: `eagle3-patches convert SRC DST --target T` (or "
+        "--num-target-layers N) writes it as LlamaForCausalLMEagle3 with the aux ids the EAGLE repository feeds (the "
+        "states before layers 2, n//2 and n-3 of an n-layer target); its weights as safetensors",
+        convert=True,
     ),
     Layout(
         "eagle1-name-eagle3-fc",

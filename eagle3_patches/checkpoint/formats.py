@@ -18,10 +18,12 @@ import builtins
 import os
 import posixpath
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import draft_fields as DF
 from .layer_ids import CONVENTION_KEY, CONVENTIONS, INPUT_OF_LAYER, OUTPUT_OF_LAYER
 from .safe_io import (
     CheckpointError,
@@ -463,10 +465,6 @@ class DraftView:
         return [i - 1 for i in self.aux_ids] if self.convention == INPUT_OF_LAYER else list(self.aux_ids)
 
 
-#: speculators' options sglang's LlamaForCausalLMEagle3 does not implement (``convert.unsupported`` judges them)
-SPECULATORS_UNSUPPORTED = ("norm_before_fc", "norm_before_residual", "norm_output", "fc_norm")
-
-
 def draft_view(config: dict) -> DraftView:
     problems: list[FieldProblem] = []
     fmt = detect_format(config)
@@ -535,18 +533,34 @@ def draft_view(config: dict) -> DraftView:
     )
 
 
-def unknown_tensor_hints(names) -> list[str]:
+def unknown_tensor_hints(names, *, read: Iterable[str], release: str) -> list[str]:
     """What tensors sglang's ``LlamaForCausalLMEagle3`` has no parameter for usually mean (doctor,
-    converter and the strict loader say the same)."""
+    converter and the strict loader say the same).  ``read``: the config fields (read names, as
+    :mod:`.draft_fields` spells them) the judged release reads, or the patch set adds; ``release``: how to
+    name that release in the hint.  A draft norm's weight (:data:`.draft_fields.FIELD_WEIGHTS`) the release
+    reads has no parameter only because the config does not set its field; one it does not read: the first
+    release that reads it."""
     import re
 
     names = list(names)
     hints = []
-    if any(n.endswith("input_norm.weight") for n in names):
-        hints.append(
-            "input_norm.weight means the draft was trained with norm_before_fc=True, which "
-            "LlamaForCausalLMEagle3 does not implement: retrain with norm_before_fc=False"
-        )
+    by_field: dict[str, list[str]] = {}
+    for n in names:
+        fld = DF.field_of_weight(n)
+        if fld is not None:
+            by_field.setdefault(fld, []).append(n)
+    for fld, weights in by_field.items():
+        shown = ", ".join(sorted(weights)[:3]) + (" ..." if len(weights) > 3 else "")
+        if DF.read_name(fld, read) is not None:
+            hints.append(
+                f"{shown} belong(s) to {fld} ({DF.MATH_FIELDS[fld]}), which {release} reads: they load only when the "
+                f"draft's config sets {fld} true, as the draft was trained"
+            )
+        else:
+            hints.append(
+                f"{shown} mean(s) the draft was trained with {fld}=true, which {release}'s LlamaForCausalLMEagle3 "
+                f"does not read ({DF.reads_it(fld)}): serve it on such a release, or retrain without {fld}"
+            )
     if any(re.search(r"(q_norm|k_norm)", n) for n in names):
         hints.append("q_norm/k_norm come from a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")
     if any(re.match(r"^(model\.)?(layers|midlayer)\.[1-9]", n) for n in names):

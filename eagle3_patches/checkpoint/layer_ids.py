@@ -76,6 +76,15 @@ def default_capture_points(num_layers: int) -> list[int]:
     return [2, num_layers // 2, num_layers - 3]
 
 
+def eagle_repository_points(num_layers: int) -> list[int]:
+    """The layers whose input the original EAGLE repository feeds its EAGLE-3 draft on an ``num_layers``-layer
+    target, in layer order, each once (``input-of-layer`` ids): SafeAILab/EAGLE ``eagle/model/modeling_llama_kv.py``
+    and ``modeling_qwen3_kv.py``, ``LlamaModel.forward`` / ``Qwen3Model.forward``, which append ``hidden_states``
+    before running layer ``idx`` when ``idx == len(self.layers) - 3 or idx == len(self.layers) // 2 or idx == 2``.
+    On a target of fewer than 7 layers two of those coincide (fewer than 3 states)."""
+    return sorted({2, num_layers // 2, num_layers - 3})
+
+
 def capture_points(ids: Sequence[int] | None, version: str | Version, num_layers: int | None = None) -> list[int]:
     """sglang's ``layers_to_capture`` for the configured ``ids`` on ``version``: the layers whose input is captured."""
     if ids is None:

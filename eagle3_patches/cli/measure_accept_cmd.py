@@ -12,16 +12,15 @@ from . import UsageError
 
 EPILOG = f"""\
 examples:
-  # the target states of a known-good server serving greedily (docs: e2e), the target for its embedding
-  EAGLE3_PATCHES_DUMP_DIR=/data/dump eagle3-patches run -- python -m sglang.launch_server --model-path T ...
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump
+  eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/hidden_states --json
 
-  # the hidden states the draft was trained on (SpecForge's or speculators' offline data)
-  eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/hidden_states
-
-It prints the expected accept length and per position k how often draft token k would be accepted,
-greedy, topk 1, and the draft config field that states the figure; the watchdog compares a running
-server with it.  Symptoms and what to do: {doc_pointer("troubleshooting")}.
+--data is a hidden_state_dump of a known-good server serving greedily (EAGLE3_PATCHES_DUMP_DIR, with
+--disable-radix-cache), or the offline hidden states the draft was trained on (SpecForge's or
+speculators' files). --target gives the embedding (and the head, where the draft has none), as sglang
+shares them. It prints the expected accept length and per position k how often draft token k would be
+accepted, greedy, topk 1, and the draft config field that states the figure; the watchdog compares a
+running server with it. Symptoms and what to do: {doc_pointer("troubleshooting")}.
 """
 
 

@@ -31,6 +31,7 @@ from ..checkpoint.safetensors_header import (
     count_read,
 )
 from ..diagnostic import ERROR, INFO, WARNING
+from ..patches.eagle3_draft_config_fields import reads_under_patches
 from ..patches.eagle3_draft_strict_loading import expected_draft_tensors
 from .context import Context
 
@@ -152,7 +153,13 @@ def check_draft_format(ctx: Context) -> None:
     if dv.format == SPECULATORS:
         # that stock sglang cannot read it: speculators_draft_config's preflight rule; what no sglang can run,
         # in the converter's words (the converter and speculators_draft_config refuse it with the same message)
-        refusal = unsupported(dv.config, ctx.draft_raw_names.values(), config_path=ctx.dcfg())
+        refusal = unsupported(
+            dv.config,
+            ctx.draft_raw_names.values(),
+            config_path=ctx.dcfg(),
+            release=str(ctx.version),
+            read=reads_under_patches(ctx),
+        )
         if refusal is not None:
             ctx.report.add_diagnostic(refusal.diagnostic.replace(code="draft-unsupported-architecture"))
         return
@@ -428,6 +435,7 @@ def check_dtypes(ctx: Context) -> None:
     dv = ctx.draft_view
     flag = ctx.launch.dtype
     ddt, dwhy = _resolve_dtype(dv.dtype, flag)
+    ctx.report.facts["draft_dtype"] = {"dtype": ddt, "from": dwhy}  # what the draft runs with (runtime_checks)
     if ctx.target is not None:
         tdt, twhy = _resolve_dtype(ctx.target.dtype, flag)
         if ddt != tdt:

@@ -154,6 +154,8 @@ def check_inherited(ctx: Context) -> None:
         if la.draft_attention_backend
         else ("--attention-backend (inherited)" if la.attention_backend else "sglang's choice for the target"),
         "context_length": ctx.report.facts.get("draft_context", {}).get("served"),
+        "dtype": ctx.report.facts.get("draft_dtype", {}).get("dtype"),
+        "dtype_from": ctx.report.facts.get("draft_dtype", {}).get("from"),
     }
     if la.draft_quantization is None and la.quantization and not own_quant:
         ctx.add(
@@ -183,7 +185,8 @@ def check_inherited(ctx: Context) -> None:
         INFO,
         "draft-runs-with",
         f"the draft runs with quantization {runs['quantization'] or 'none'} ({runs['quantization_from']}), "
-        f"attention backend {runs['attention_backend'] or 'auto'} ({runs['attention_backend_from']}), "
+        + (f"dtype {runs['dtype']} ({runs['dtype_from']}), " if runs["dtype"] else "")
+        + f"attention backend {runs['attention_backend'] or 'auto'} ({runs['attention_backend_from']}), "
         f"context length {runs['context_length']}",
     )
 

@@ -111,6 +111,50 @@ def served_fields(setup: Any) -> frozenset[str]:
     return release_reads(setup)[0] | backported(setup.patches.values(), active)
 
 
+def readers(names: Iterable[str]) -> str:
+    """Which releases read all the draft config fields ``names`` (read names): natively from the first release that
+    reads them all (:data:`~eagle3_patches.checkpoint.draft_fields.FIRST_READ`), and under eagle3-patches where a
+    patch backports them (its ``backports_draft_fields``); "" for none."""
+    names = list(names)
+    if not names:
+        return ""
+    firsts = [F.FIRST_READ.get(n) for n in names]
+    native = (
+        f"sglang >= {'.'.join(map(str, max(f for f in firsts if f is not None)))}"
+        if all(firsts)
+        else "no sglang release up to " + ".".join(map(str, F.OBSERVED_UP_TO))
+    )
+    backports = [
+        f", and by sglang {p.applies_to} under eagle3-patches ({p.name})"
+        for p in get_registry().patches()
+        if set(names) <= set(getattr(p, "backports_draft_fields", ()))
+    ]
+    return (
+        f"carries the draft norms {', '.join(names)}: read by {native}{''.join(backports)}; an older release would "
+        "serve the draft without them (refused at start under eagle3-patches)"
+    )
+
+
+def installed_reads() -> frozenset[str] | None:
+    """The fields a draft reads in this process: the installed release's ``llama_eagle3.py`` and the active patches
+    that backport fields; None without an installed sglang."""
+    found = F.installed_source()
+    if found is None:
+        return None
+    return F.fields_read(found[1]) | backported(get_registry().patches(), _active_in_process)
+
+
+def reads_under_patches(setup: Any) -> frozenset[str]:
+    """The fields the setup's release reads, and those a backporting patch adds on it unless the launch runs under
+    eagle3-patches with that patch switched off (a speculators draft is served only under eagle3-patches, where the
+    backporting patches are on by default)."""
+
+    def reports_its_own(p: Patch) -> bool:
+        return p.covers(setup.version) and (not setup.with_patches or setup.patched(p.name))
+
+    return release_reads(setup)[0] | backported(setup.patches.values(), reports_its_own)
+
+
 def check_draft_config_fields(server_args) -> None:
     """Refuse, in the launcher, a draft whose config sets a field the installed release never reads."""
     if (server_args.speculative_algorithm or "").upper() != "EAGLE3":
@@ -121,9 +165,9 @@ def check_draft_config_fields(server_args) -> None:
     except (OSError, ValueError):
         return  # a hub id or an unreadable config: sglang reports those itself
     found = F.installed_source()
-    if not isinstance(config, dict) or found is None:
+    read = installed_reads()
+    if not isinstance(config, dict) or found is None or read is None:
         return
-    read = F.fields_read(found[1]) | backported(get_registry().patches(), _active_in_process)
     problems = ignored_fields(
         config, read, version=installed_sglang_version(), source=str(found[0]), config_path=str(path)
     )
@@ -144,13 +188,10 @@ class Eagle3DraftConfigFields(LauncherCheck):
         dv = setup.draft
         if setup.checkpoint_only or dv is None or dv.format != SGLANG_EAGLE3:
             return Diagnostics()  # a speculators draft's options: the converter's refusals (draft-speculators-format)
-        read, source = release_reads(setup)
+        source = release_reads(setup)[1]
         setup.facts["draft_fields_read_from"] = source
-
-        def reports_its_own(p: Patch) -> bool:  # a backporting patch on its releases, unless switched off at launch
-            return p.covers(setup.version) and (not setup.with_patches or setup.patched(p.name))
-
-        read |= backported(setup.patches.values(), reports_its_own)
+        # a backporting patch on its releases reports its own fields, unless switched off at launch
+        read = reads_under_patches(setup)
         return ignored_fields(dv.config, read, version=setup.version, source=source, config_path=setup.dcfg())
 
 

@@ -66,7 +66,8 @@ from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics, first_few
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
-from .eagle3_draft_config_fields import served_fields
+from ..sglang_version import installed_sglang_version
+from .eagle3_draft_config_fields import installed_reads, reads_under_patches, served_fields
 from .eagle3_draft_norms import LEGACY_FC_NORM_NAMES
 
 logger = logging.getLogger("eagle3_patches")
@@ -171,7 +172,9 @@ def _norm_tensors(setup, shp) -> dict[str, tuple[tuple[int, ...] | None, str]]:
     """The weights of the draft norms the served draft builds (its config sets the field, and the release or a
     backporting patch the launch runs under reads it): ``input_norm`` over the k aux states, ``fc_norm.<i>`` (or
     its older name) per aux state."""
-    served = served_fields(setup)
+    # the converter's check of its own output (checkpoint only): the fields the release, or the backporting patch
+    # a launch runs under, reads; a launch: what the launch serves
+    served = reads_under_patches(setup) if setup.checkpoint_only else served_fields(setup)
     th, k = setup.fc_input()
     out: dict[str, tuple[tuple[int, ...] | None, str]] = {}
     set_names = {name for _, name, _ in F.set_fields(setup.draft.config)}
@@ -365,7 +368,13 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
         fixes = []
         if d2t_problem:
             fixes.append(d2t_problem[0].fix)
-        fixes.extend(unknown_tensor_hints(unknown))
+        fixes.extend(
+            unknown_tensor_hints(
+                unknown,
+                read=installed_reads() or frozenset(),
+                release=f"sglang {installed_sglang_version()} with the patches active here",
+            )
+        )
         fixes.append(
             "check the checkpoint with `eagle3-patches doctor --draft PATH`; convert speculators drafts "
             "with `eagle3-patches convert SRC DST`"
@@ -430,7 +439,14 @@ class Eagle3DraftStrictLoading(Patch):
                 found=first_few(unknown, 6),
                 expected="fc, midlayer.* (or layers.0.*), norm, lm_head, embed_tokens, d2t, t2d, and the scales of the "
                 "draft's quantization",
-                fix="; ".join(unknown_tensor_hints(unknown)) or "remove them if they are unused, or fix their names",
+                fix="; ".join(
+                    unknown_tensor_hints(
+                        unknown,
+                        read=served_fields(setup),
+                        release=f"sglang {setup.version}" + (" under eagle3-patches" if setup.with_patches else ""),
+                    )
+                )
+                or "remove them if they are unused, or fix their names",
             )
         if not setup.draft_weights_read:
             return out  # a shard could not be read: do not call its tensors missing

@@ -55,6 +55,7 @@ from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
+from .eagle3_draft_config_fields import installed_reads
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -100,7 +101,7 @@ def _read_draft_config(path: str | None) -> dict | None:
         # served directly (speculators_draft_config): sglang got the converter's config, whose ids and
         # recorded convention are the ones to read
 
-        return served_sglang_config(os.path.dirname(candidate), str(installed_sglang_version()))
+        return served_sglang_config(os.path.dirname(candidate), str(installed_sglang_version()), installed_reads())
     return config
 
 

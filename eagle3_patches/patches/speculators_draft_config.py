@@ -32,10 +32,14 @@ its cache) runs unchanged on it.
 The tensors need nothing more: ``layers.0.*`` reaches ``midlayer`` through ``eagle3_draft_strict_loading``
 (0.5.8 - 0.5.11; without it the patch refuses to serve a speculators draft there rather than serve it with a random
 midlayer) or natively (0.5.12+); ``d2t``, ``t2d`` and ``embed_tokens.weight`` keep their names and bytes, as in a
-converted draft.  A draft the converter refuses (``norm_before_fc``, ``norm_output``, ``norm_before_residual`` true
-or missing, ``fc_norm``, a non-llama decoder layer, unknown or missing tensors) is refused with the converter's
-message where the config is read: in every rank's target ``ModelRunner.__init__`` before it loads any weight, and
-from 0.5.12 already in the launcher (``ServerArgs``).
+converted draft.  The EAGLE-3.1 draft norms (``norm_before_fc``, ``fc_norm``, ``norm_output``) are carried into that
+config where the running release reads them (its own ``llama_eagle3.py``, parsed) or an active patch backports them
+(``eagle3_draft_norms``), their weights keeping the names speculators and sglang share (``input_norm.weight``,
+``fc_norm.<i>.weight``).  A draft the converter's rules refuse for this release (such a norm the release does not
+read, named with the first release that does; ``norm_before_residual`` true or missing, which no release reads; a
+norm weight without its option; a non-llama decoder layer; unknown or missing tensors) is refused with the
+converter's message where the config is read: in every rank's target ``ModelRunner.__init__`` before it loads any
+weight, and from 0.5.12 already in the launcher (``ServerArgs``).
 
 Releases: 0.5.8 and later (no release through 0.5.23 reads the format; 0.5.12 loads ``layers.0.*`` natively, but
 the config still cannot be read).  Not in the fork series: it reuses the converter, which a forked sglang without
@@ -49,9 +53,11 @@ Tests: ``tests/patches/test_speculators_draft_config.py``, ``tests/e2e/test_serv
 as the real ``speculators`` 0.9.0 wrote it (``tools/make_speculators_fixture.py``, next to a tripwire
 ``config.py``, ``trust_remote_code`` on): stock sglang's ``ModelConfig`` cannot read it (asserted); patched, the
 config sglang builds equals the converted draft's field for field (the ids in the release's convention), the
-tripwire never fires, SGLang-format drafts read exactly as stock reads them, the four refusals carry the
-converter's very message and stop the target's ``ModelRunner`` in ``__init__`` without ``load_model`` (and, from
-0.5.12, ``ServerArgs`` in the launcher), and on 0.5.9 without the strict loader the draft is refused.  The real
+tripwire never fires, SGLang-format drafts read exactly as stock reads them, a draft norm is carried where the
+release (or, with ``eagle3_draft_norms``, the backport) reads it and refused naming the first release where not, the
+refusals carry the converter's very message and stop the target's ``ModelRunner`` in ``__init__`` without
+``load_model`` (and, from 0.5.12, ``ServerArgs`` in the launcher), and on 0.5.9 without the strict loader the draft is
+refused.  The real
 draft ``ModelRunner`` loads the direct and the converted draft into the same parameters bit for bit (equal to the
 file's tensors), and the real target captures the outputs of layers 1, 2, 3 for both.  Through the real server: the
 direct and the converted draft give the same greedy outputs (equal to the server without speculation) and the same
@@ -87,6 +93,7 @@ from ..registry import (
 )
 from ..sglang_version import installed_sglang_version
 from . import get_registry
+from .eagle3_draft_config_fields import installed_reads
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -135,7 +142,7 @@ def sglang_config_for(path, kwargs: dict) -> dict | None:
         return None
 
     version = installed_sglang_version()
-    config = served_sglang_config(path, str(version) if version is not None else None)
+    config = served_sglang_config(path, str(version) if version is not None else None, installed_reads())
     if config is None:
         return None
     why = _needs_strict_loading(version)

@@ -405,14 +405,14 @@ def test_interrupted_forced_run_keeps_the_old_dst(tiny, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "edit, tensors, needle",
     [
-        ({"norm_before_fc": True}, None, "norm_before_fc=true"),
-        ({"norm_output": True}, None, "norm_output=true"),
-        ({"norm_before_residual": True}, None, "norm_before_residual=true"),
+        ({"norm_before_fc": True}, None, "lacks tensors every EAGLE-3 draft needs"),  # carried: its weight is needed
+        ({"fc_norm": True}, None, "fc_norm.0.weight, fc_norm.1.weight, fc_norm.2.weight"),
+        ({"norm_before_residual": True}, None, "norm_before_residual=true (no sglang release up to 0.5.23 reads it)"),
         (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, None, "vLLM reads it as true"),
         (
             None,
             lambda t: t.update({"input_norm.weight": torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)}),
-            "norm_before_fc (input_norm.weight present)",
+            "norm_before_fc (input_norm.weight present, the field not set)",
         ),
         ({"transformer_layer_config": {"model_type": "qwen3"}}, None, "not a llama layer"),
         ({"transformer_layer_config": {"model_type": "gemma"}}, None, "not a llama layer"),  # sorts before llama
@@ -729,8 +729,8 @@ def test_an_aux_id_past_the_targets_last_capture_point_names_the_valid_range(tin
     "edit, key, hint",
     [
         (lambda c: {k: v for k, v in c.items() if k != "norm_before_residual"}, "norm_before_residual", True),
-        ({"norm_output": True}, "norm_output", False),
-        ({"fc_norm": True, "norm_before_residual": True}, "norm_before_residual", False),
+        ({"norm_before_residual": True}, "norm_before_residual", False),
+        ({"fc_norm": True, "norm_before_residual": True}, "norm_before_residual", False),  # fc_norm: carried
     ],
 )
 def test_unsupported_options_name_the_first_key_and_hint_only_for_a_missing_norm_before_residual(
@@ -1482,3 +1482,100 @@ def test_the_expected_accept_length_is_carried_across_and_checked_first():
         conversion_plan.build_config(dict(cfg, expected_accept_length={"accept_length": "fast"}), {})
     d = info.value.diagnostic
     assert d.where == "config.json: expected_accept_length" and d.found == "accept_length 'fast'"
+
+
+# ------------------------------------------------------------------ draft norms (EAGLE-3.1): carried where read
+def _norms(fields):
+    """A tensors edit adding the weights speculators saves for ``fields`` (non-trivial values)."""
+
+    def edit(t):
+        g = torch.Generator().manual_seed(7)
+        if "norm_before_fc" in fields:
+            t["input_norm.weight"] = torch.rand(3 * tm.HIDDEN, generator=g).to(torch.bfloat16)
+        if "fc_norm" in fields:
+            t.update({f"fc_norm.{i}.weight": torch.rand(tm.HIDDEN, generator=g).to(torch.bfloat16) for i in range(3)})
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "fields, names, first",
+    [
+        (("fc_norm", "norm_output"), "fc_norm, norm_output", "0.5.12"),
+        (("norm_before_fc",), "norm_before_fc", "0.5.17"),
+        (("norm_output", "norm_before_fc"), "norm_before_fc, norm_output", "0.5.17"),
+    ],
+)
+def test_the_converter_carries_the_norms_the_newest_release_reads(make_draft, tmp_path, fields, names, first):
+    """No release given: the converter writes what the newest release reads (each field at the top level, as
+    0.5.23 reads it), copies the norms' weights bit for bit, and says which releases serve the result."""
+    src = make_draft("eagle31", speculators=True, config=dict.fromkeys(fields, True), tensors=_norms(fields))
+    res = convert(src, tmp_path / "out", progress=False)
+    cfg = json.loads((res.dst / "config.json").read_text())
+    assert {f: cfg.get(f) for f in conversion_plan.F.MATH_FIELDS if f in cfg} == dict.fromkeys(fields, True)
+    assert not set(fields) & set(cfg["eagle_config"])
+    got, want = _all_tensors(res.dst), _all_tensors(src)
+    for name in [n for n in want if "norm." in n and not n.startswith(("layers.", "norm"))]:
+        assert _bytes(got[name]) == _bytes(want[name]), name
+    assert res.serving == (
+        f"carries the draft norms {names}: read by sglang >= {first}, and by sglang <0.5.17,>=0.5.8 under "
+        "eagle3-patches (eagle3_draft_norms); an older release would serve the draft without them (refused at start "
+        "under eagle3-patches)"
+    )
+    assert res.report is not None and not res.report.errors, res.report.format()
+
+
+def test_a_draft_without_norms_serves_everywhere(tiny, tmp_path):
+    assert convert(tiny["speculators_draft"], tmp_path / "out", progress=False).serving == ""
+
+
+@pytest.mark.parametrize(
+    "field, older, first",
+    [("fc_norm", "0.5.11", "0.5.12"), ("norm_output", "0.5.9", "0.5.12"), ("norm_before_fc", "0.5.16", "0.5.17")],
+)
+def test_a_release_given_by_version_gets_the_norm_where_it_reads_it_and_a_refusal_where_not(field, older, first):
+    """speculators_draft_config serving the draft on a release given by version (no patch set): carried from the
+    first release that reads it (the table observed from the wheels), refused before it, naming that release."""
+    config = {**tm.speculators_config(), field: True}
+    for release in (first, "0.5.23"):
+        assert conversion_plan.build_config(config, {}, release=release)[field] is True
+    with pytest.raises(ConvertError) as err:
+        conversion_plan.build_config(config, {}, release=older)
+    assert err.value.where == f"config.json: {field}"
+    assert err.value.found == f"{field}=true (sglang >= {first} reads it)"
+    assert err.value.what.startswith(
+        f"this draft was trained with options the LlamaForCausalLMEagle3 of sglang {older} "
+    )
+    assert err.value.fix.endswith(f"or serve it with vLLM or on sglang >= {first}, which reads it")
+
+
+def test_the_norm_goes_where_the_release_reads_it():
+    """A release (or patch set) that reads norm_before_fc only in eagle_config gets it there."""
+    config = {**tm.speculators_config(), "norm_before_fc": True}
+    cfg = conversion_plan.build_config(config, {}, release="0.5.9", read={"eagle_config.norm_before_fc"})
+    assert cfg["eagle_config"]["norm_before_fc"] is True and "norm_before_fc" not in cfg
+
+
+def test_norm_before_residual_is_refused_on_every_release():
+    config = {**tm.speculators_config(), "norm_before_residual": True}
+    for release in (None, "0.5.9", "0.5.23"):
+        err = conversion_plan.unsupported(config, release=release)
+        assert err is not None and err.found == "norm_before_residual=true (no sglang release up to 0.5.23 reads it)"
+
+
+def test_served_on_0_5_9_the_norms_are_carried_only_with_the_backport(tiny, make_draft):
+    """speculators_draft_config on 0.5.9: what the process reads is the release's own fields plus the active
+    backport's; without the backport the draft is refused naming the first release that reads the field."""
+    from eagle3_patches.patches.eagle3_draft_norms import BACKPORTED
+
+    fields = ("fc_norm", "norm_output", "norm_before_fc")
+    src = make_draft("eagle31", speculators=True, config=dict.fromkeys(fields, True), tensors=_norms(fields))
+    cfg = conversion_plan.served_sglang_config(src, "0.5.9", frozenset(BACKPORTED))
+    assert [cfg[f] for f in fields] == [True, True, True]
+    with pytest.raises(ConvertError) as err:
+        conversion_plan.served_sglang_config(src, "0.5.9", frozenset())
+    assert err.value.found == (
+        "norm_before_fc=true (sglang >= 0.5.17 reads it), fc_norm=true (sglang >= 0.5.12 reads it), "
+        "norm_output=true (sglang >= 0.5.12 reads it)"
+    )
+    assert err.value.fix.endswith("or on sglang >= 0.5.17, which reads them")

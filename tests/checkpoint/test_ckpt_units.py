@@ -1201,7 +1201,7 @@ def test_a_tensor_in_two_shards_is_a_duplicate(tmp_path):
     ],
 )
 def test_unknown_tensor_hints(names, hint):
-    hints = F.unknown_tensor_hints(names)
+    hints = F.unknown_tensor_hints(names, read=frozenset(), release="sglang 0.5.9")
     assert len(hints) == (hint is not None) and all(hint in h for h in hints), hints
 
 
@@ -1225,7 +1225,9 @@ def test_reading_a_config_counts_its_bytes(tiny):
 
 
 def test_each_speculators_option_sglang_lacks_is_refused():
-    """The options docs/doctor.md lists for ``draft-unsupported-architecture``."""
+    """The options docs/doctor.md lists for ``draft-unsupported-architecture``: refused for a release that reads
+    none of them (0.5.9 without the patch set), each naming the first release that reads it."""
+    from eagle3_patches.checkpoint import draft_fields as DF
     from eagle3_patches.checkpoint.conversion_plan import unsupported
 
     row = next(
@@ -1234,9 +1236,10 @@ def test_each_speculators_option_sglang_lacks_is_refused():
         if line.startswith("| `draft-unsupported-architecture`")
     )
     options = re.findall(r"`(\w+)`", row.split("speculators' ")[1].split(", or")[0])
-    assert options, row
+    assert set(options) == set(DF.MATH_FIELDS) - {"use_aux_norm"}, row  # speculators has no use_aux_norm
     for option in options:
-        assert f"{option}=true" in unsupported({**tm.speculators_config(), option: True}).diagnostic.found
+        found = unsupported({**tm.speculators_config(), option: True}, release="0.5.9").diagnostic.found
+        assert found == f"{option}=true ({DF.reads_it(option)})"
 
 
 # ------------------------------------------------------------------------------------------------ inputs as typed
@@ -1279,9 +1282,56 @@ def test_one_architecture_of_several_names_the_draft_kind(archs, fmt):
 
 
 def test_each_unknown_tensor_kind_is_explained_among_ordinary_names():
-    names = ["fc.weight", "midlayer.input_norm.weight", "midlayer.self_attn.q_norm.weight", "layers.1.mlp.up.weight"]
-    hints = " ".join(F.unknown_tensor_hints(names))
-    assert "norm_before_fc" in hints and "qwen3 decoder layer" in hints and "one decoder layer" in hints
+    names = ["fc.weight", "input_norm.weight", "midlayer.self_attn.q_norm.weight", "layers.1.mlp.up.weight"]
+    hints = " ".join(F.unknown_tensor_hints(names, read=frozenset(), release="sglang 0.5.9"))
+    assert "norm_before_fc=true" in hints and "qwen3 decoder layer" in hints and "one decoder layer" in hints
+
+
+@pytest.mark.parametrize(
+    "release, reads_fc_norm, reads_norm_before_fc",
+    [((0, 5, 11), False, False), ((0, 5, 12), True, False), ((0, 5, 16), True, False), ((0, 5, 17), True, True)],
+)
+def test_a_norm_weight_is_unknown_only_where_the_release_does_not_read_its_field(
+    release, reads_fc_norm, reads_norm_before_fc
+):
+    """The hint is derived from what the judged release reads (draft_fields): a weight whose field it reads
+    only lacks the field in the config; one whose field it does not read names the first release that does."""
+    from eagle3_patches.checkpoint import draft_fields as DF
+
+    label = "sglang " + ".".join(map(str, release))
+    hints = F.unknown_tensor_hints(
+        ["input_norm.weight", "model.fc_norm.0.weight", "fc_norm.1.weight"],
+        read=DF.read_by_release(release),
+        release=label,
+    )
+    assert len(hints) == 2, hints  # one per field
+    by_field = {h.split(" ")[0].rstrip(","): h for h in hints}
+    assert by_field["fc_norm.1.weight"].startswith("fc_norm.1.weight, model.fc_norm.0.weight ")
+    for name, field, first, read in (
+        ("input_norm.weight", "norm_before_fc", "0.5.17", reads_norm_before_fc),
+        ("fc_norm.1.weight", "fc_norm", "0.5.12", reads_fc_norm),
+    ):
+        hint = by_field[name]
+        if read:
+            assert f"belong(s) to {field}" in hint and f"which {label} reads" in hint, hint
+            assert "does not read" not in hint
+        else:
+            assert f"trained with {field}=true, which {label}'s LlamaForCausalLMEagle3 does not read" in hint, hint
+            assert f"(sglang >= {first} reads it)" in hint
+
+
+def test_the_norm_weights_are_matched_by_their_exact_names():
+    from eagle3_patches.checkpoint import draft_fields as DF
+
+    assert [DF.field_of_weight(n) for n in ("input_norm.weight", "model.fc_norm.2.weight", "fc_norm.12.weight")] == [
+        "norm_before_fc",
+        "fc_norm",
+        "fc_norm",
+    ]
+    for other in ("midlayer.input_layernorm.weight", "fc_norm.x.weight", "xinput_norm.weight", "fc_norm.0.bias"):
+        assert DF.field_of_weight(other) is None, other
+    assert DF.weights_of("fc_norm", 3) == ["fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"]
+    assert DF.weights_of("norm_before_fc", 3) == ["input_norm.weight"] and DF.weights_of("norm_output", 3) == []
 
 
 @pytest.mark.parametrize(

@@ -126,3 +126,64 @@ def test_on_a_release_that_reads_them_the_weights_are_expected_without_the_patch
     d = make_draft(config=EAGLE31, tensors=_norm_weights)
     r = run(tiny, d, "0.5.17")
     assert "draft-config-ignored" not in r.codes() and "keys-unknown" not in r.codes()
+
+
+# --------------------------------------------------------------------------- a speculators draft with the norms
+def _speculators_norms(t: dict) -> None:
+    import torch
+
+    t["input_norm.weight"] = torch.ones(3 * tm.HIDDEN, dtype=torch.bfloat16)
+    t.update({f"fc_norm.{i}.weight": torch.ones(tm.HIDDEN, dtype=torch.bfloat16) for i in range(3)})
+
+
+def _unsupported(r):
+    return [f for f in r.findings if f.code == "draft-unsupported-architecture"]
+
+
+@pytest.mark.parametrize("with_patches", [True, None])
+def test_a_speculators_draft_with_the_norms_is_served_on_0_5_9_with_the_backport(tiny, make_draft, with_patches):
+    """speculators_draft_config carries the norms into the config it hands sglang, eagle3_draft_norms reads them:
+    nothing refused, the norm weights expected (with patches known, or not known from the launch)."""
+    d = make_draft(speculators=True, config=EAGLE31, tensors=_speculators_norms)
+    r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.9", launch=LAUNCH, with_patches=with_patches)
+    verdict = r if with_patches else r.with_patches
+    assert not _unsupported(r) and not _unsupported(verdict), r.format()
+    assert "keys-unknown" not in verdict.codes() and "keys-missing" not in verdict.codes(), verdict.format()
+
+
+@pytest.mark.parametrize(
+    "version, refused, first",
+    [("0.5.9", ["norm_before_fc", "fc_norm", "norm_output"], "0.5.17"), ("0.5.16", ["norm_before_fc"], "0.5.17")],
+)
+def test_without_the_backport_a_speculators_draft_is_refused_naming_the_first_release(
+    tiny, make_draft, monkeypatch, version, refused, first
+):
+    from eagle3_patches import settings
+
+    monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", "eagle3_draft_norms")
+    settings.reload()
+    try:
+        d = make_draft(speculators=True, config=EAGLE31, tensors=_speculators_norms)
+        r = doctor(tiny["kimi_k25"], d, sglang_version=version, launch=LAUNCH, with_patches=True)
+    finally:
+        monkeypatch.delenv("EAGLE3_PATCHES_DISABLE")
+        settings.reload()
+    (f,) = _unsupported(r)
+    assert f.severity == ERROR and f.where.endswith(f"config.json: {refused[0]}")
+    assert [part.split("=")[0] for part in f.found.split(", ")] == refused
+    assert f"sglang {version} does not read" in f.what
+    assert f.fix.endswith(f"or on sglang >= {first}, which reads " + ("it" if len(refused) == 1 else "them"))
+
+
+def test_a_speculators_draft_on_a_release_that_reads_the_norms_needs_no_backport(tiny, make_draft):
+    d = make_draft(speculators=True, config=EAGLE31, tensors=_speculators_norms)
+    r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.17", launch=LAUNCH, with_patches=True)
+    assert not _unsupported(r) and "keys-unknown" not in r.codes(), r.format()
+    r = doctor(
+        tiny["kimi_k25"],
+        make_draft("nbr", speculators=True, config={"norm_before_residual": True}),
+        sglang_version="0.5.23",
+        launch=LAUNCH,
+        with_patches=True,
+    )
+    assert _unsupported(r)[0].found == "norm_before_residual=true (no sglang release up to 0.5.23 reads it)"

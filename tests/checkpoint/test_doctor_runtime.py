@@ -143,9 +143,11 @@ def test_the_doctor_states_what_the_draft_runs_with(tiny):
     f = finding(run(tiny, "--quantization", "fp8", "--attention-backend", "trtllm_mla"), "draft-runs-with")
     assert f.severity == INFO
     assert f.what == (
-        "the draft runs with quantization fp8 (--quantization (inherited)), attention backend trtllm_mla "
-        "(--attention-backend (inherited)), context length 2048"
+        "the draft runs with quantization fp8 (--quantization (inherited)), dtype bfloat16 (config dtype bfloat16), "
+        "attention backend trtllm_mla (--attention-backend (inherited)), context length 2048"
     )
+    f = finding(run(tiny, "--dtype", "float16"), "draft-runs-with")
+    assert "dtype float16 (--dtype float16)" in f.what
 
 
 def test_the_converters_check_of_a_draft_judges_no_launch(tiny, make_draft):

@@ -16,7 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from eagle3_patches.checkpoint import draft_fields as F
 from eagle3_patches.checkpoint import layer_ids as L
+from eagle3_patches.checkpoint.conversion_plan import served_sglang_config
 from eagle3_patches.convert import ConvertError, convert
 from eagle3_patches.registry import NotApplicable
 from eagle3_patches.testing import tiny_models as tm
@@ -27,6 +29,7 @@ from eagle3_patches.testing.sglang_harness import load_drafts
 pytestmark = pytest.mark.sglang
 NAME = "speculators_draft_config"
 PATCHES = [NAME, "eagle3_draft_strict_loading"]  # before 0.5.12 layers.0.* needs the strict loader's mapping
+NORMS = "eagle3_draft_norms"
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +65,13 @@ def drafts(tiny_root):
         "direct": direct,
         "converted": converted,
         "sglang": tm.build_trained_eagle3_draft(tiny_root),
-        "norm_before_fc": variant("norm-before-fc", config={"norm_before_fc": True}),
+        "norm_before_fc": variant(
+            "norm-before-fc-weighted",
+            config={"norm_before_fc": True},
+            tensors=lambda t: t.update({"input_norm.weight": torch.rand(3 * tm.HIDDEN).to(torch.bfloat16) + 0.5}),
+        ),
         "norm_output": variant("norm-output", config={"norm_output": True}),
+        "norm_before_residual": variant("norm-before-residual", config={"norm_before_residual": True}),
         "qwen3": variant("qwen3", config={"transformer_layer_config": {"model_type": "qwen3"}}),
         "input_norm": variant(
             "input-norm",
@@ -201,12 +209,24 @@ def test_stock_cannot_serve_a_speculators_draft(tiny, drafts):
 def configs(tiny, drafts):
     paths = [
         str(drafts[n])
-        for n in ("direct", "converted", "sglang", "norm_before_fc", "norm_output", "qwen3", "input_norm")
+        for n in (
+            "direct",
+            "converted",
+            "sglang",
+            "norm_before_fc",
+            "norm_output",
+            "qwen3",
+            "input_norm",
+            "norm_before_residual",
+        )
     ]
+    norms = [str(drafts["norm_before_fc"]), str(drafts["norm_output"])]
     return {
         "stock": run_isolated(_draft_configs, str(tiny["kimi_k25"]), paths[1:3], patches=None),
         # the direct draft read again under another spelling of its path (sglang caches a config per argument)
         "patched": run_isolated(_draft_configs, str(tiny["kimi_k25"]), [*paths, paths[0] + "/"], patches=PATCHES),
+        # with the backport of the draft norms (on the releases before the first that reads them)
+        "backported": run_isolated(_draft_configs, str(tiny["kimi_k25"]), norms, patches=[*PATCHES, NORMS]),
     }
 
 
@@ -232,7 +252,7 @@ def test_patched_says_once_how_it_reads_the_speculators_draft(configs, drafts):
     """The server log says, once per draft, that the draft is read as it is and which layers the ids become
     (the ids are where a speculators draft goes silently wrong); nothing for the SGLang-format drafts."""
     direct = configs["patched"][str(drafts["direct"])][1]
-    said = [m for m in configs["patched"]["log"] if "speculators-format" in m]
+    said = [m for m in configs["patched"]["log"] if f"{drafts['direct']} is a speculators-format" in m]
     assert len(said) == 1, configs["patched"]["log"]
     ids = direct["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert str(drafts["direct"]) in said[0] and f"-> {ids}" in said[0], said
@@ -253,30 +273,52 @@ def test_patched_is_silent_on_sglang_format_drafts(configs, drafts):
         assert configs["stock"][path][0] == "ok"
 
 
+@pytest.mark.parametrize("field", ["norm_before_fc", "norm_output"])
+def test_patched_carries_a_norm_where_the_release_reads_it_and_refuses_it_naming_the_first_release_where_not(
+    configs, drafts, field
+):
+    """The field is handed to sglang under the name the running release reads, from the first release that reads
+    it (its own llama_eagle3.py); before it, refused naming that release; with the backport, carried on every
+    release."""
+    first = F.FIRST_READ[field]
+    kind, value = configs["patched"][str(drafts[field])]
+    # what the installed llama_eagle3.py reads (a fork build's source carries the backport)
+    if F.read_name(field, F.fields_read(F.installed_source()[1])) is not None:
+        assert kind == "ok" and value[field] is True, value
+    else:
+        assert kind == "ConvertError", value
+        assert f"the LlamaForCausalLMEagle3 of sglang {sglang_version()} does not read" in value
+        assert f"{field}=true (sglang >= {'.'.join(map(str, first))} reads it)" in value
+    kind, value = configs["backported"][str(drafts[field])]
+    assert kind == "ok" and value[field] is True, value
+
+
 @pytest.mark.parametrize(
     "variant, needle",
     [
-        ("norm_before_fc", "norm_before_fc=true"),
-        ("norm_output", "norm_output=true"),
+        ("norm_before_residual", "norm_before_residual=true (no sglang release up to 0.5.23 reads it)"),
         ("qwen3", "not a llama layer"),
-        ("input_norm", "input_norm.weight"),
+        ("input_norm", "norm_before_fc (input_norm.weight present, the field not set)"),
     ],
 )
-def test_patched_refuses_what_sglang_cannot_run_with_the_converters_message(configs, drafts, tmp_path, variant, needle):
+def test_patched_refuses_what_sglang_cannot_run_with_the_converters_message(configs, drafts, variant, needle):
+    """One message, the converter's (built for the running release and what it reads)."""
     kind, message = configs["patched"][str(drafts[variant])]
     assert kind == "ConvertError", message
     with pytest.raises(ConvertError) as info:
-        convert(drafts[variant], tmp_path / "out", progress=False)
-    assert message == str(info.value)  # one message, the converter's
+        served_sglang_config(drafts[variant], str(sglang_version()), F.fields_read(F.installed_source()[1]))
+    assert message == str(info.value)
     assert needle in message and str(drafts[variant]) in message
 
 
 def test_patched_refuses_before_any_rank_loads_weights(tiny, drafts):
     """The target's ModelRunner reads the draft's config in __init__, before it loads any weight (from 0.5.12
     the server arguments' resolution reads it even earlier)."""
-    out = run_isolated(_target_runner_outcome, str(tiny["deepseek_v3"]), str(drafts["norm_before_fc"]), patches=PATCHES)
+    out = run_isolated(
+        _target_runner_outcome, str(tiny["deepseek_v3"]), str(drafts["norm_before_residual"]), patches=PATCHES
+    )
     assert not out["ok"] and out["type"] == "ConvertError", out
-    assert "norm_before_fc=true" in out["message"]
+    assert "norm_before_residual=true" in out["message"]
     assert "load_model" not in out["frames"], out["frames"]
     assert {"__init__", "__post_init__", "resolve_once"} & set(out["frames"]), out["frames"]
 
@@ -284,8 +326,10 @@ def test_patched_refuses_before_any_rank_loads_weights(tiny, drafts):
 @only_release(">=0.5.12", "from 0.5.12 the launcher reads the draft's config (ServerArgs)")
 def test_patched_refuses_in_the_launcher_from_0_5_12(tiny, drafts):
     assert run_isolated(_launcher_outcome, str(tiny["kimi_k25"]), str(drafts["direct"]), patches=PATCHES) == ("ok", "")
-    kind, message = run_isolated(_launcher_outcome, str(tiny["kimi_k25"]), str(drafts["norm_output"]), patches=PATCHES)
-    assert kind == "ConvertError" and "norm_output=true" in message
+    kind, message = run_isolated(
+        _launcher_outcome, str(tiny["kimi_k25"]), str(drafts["norm_before_residual"]), patches=PATCHES
+    )
+    assert kind == "ConvertError" and "norm_before_residual=true" in message
 
 
 @pytest.mark.runtime_only  # a fork build carries the strict loader in its source

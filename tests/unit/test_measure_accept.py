@@ -277,3 +277,69 @@ def test_training_data_is_read_as_the_draft_was_trained_on(tmp_path):
     (tmp_path / "other" / "notes.txt").write_text("x")
     with pytest.raises(MeasureError, match="no target states found"):
         read_states(tmp_path / "other", {}, limit=10)
+
+
+def _trained_variant(tmp_path, name, change):
+    """The trained tiny draft with ``change(tensors, config)`` applied, written as its own checkpoint."""
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(tiny_models.TRAINED_DRAFT_TENSORS))
+    spec = tiny_models.TinyDraftSpec(
+        draft_vocab=int(tensors["lm_head.weight"].shape[0]), extra_config={"torch_dtype": "float32"}
+    )
+    config = tiny_models.eagle3_draft_config(spec)
+    change(tensors, config)
+    return tiny_models.write_checkpoint(tmp_path / name, config, tensors, spec.vocab)
+
+
+def test_a_draft_without_lm_head_uses_the_targets_and_its_own_embedding_without_a_target(tmp_path):
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+
+    def no_head(tensors, config):
+        del tensors["lm_head.weight"], tensors["d2t"], tensors["t2d"]
+        config["draft_vocab_size"] = None
+
+    forward, hot, _ = load_draft(_trained_variant(tmp_path, "no-head", no_head), target)
+    assert forward.params["lm_head.weight"].shape[0] == tiny_models.VOCAB and hot.tolist() == list(range(hot.shape[0]))
+
+    def own_embed(tensors, config):
+        tensors["embed_tokens.weight"] = torch.zeros(tiny_models.VOCAB, tiny_models.HIDDEN)
+
+    forward, _, _ = load_draft(_trained_variant(tmp_path, "own-embed", own_embed), None)
+    assert forward.embed.abs().sum() == 0  # the draft's own, without a target
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t, c: t.update(d2t=t["d2t"] + tiny_models.VOCAB), "d2t does not map the draft vocabulary"),
+        (lambda t, c: t.update(d2t=t["d2t"][:-1]), "d2t does not map the draft vocabulary"),
+        (lambda t, c: t.pop("midlayer.mlp.up_proj.weight"), "lacks tensors its forward needs"),
+        (lambda t, c: c.update(norm_output=True), "not implemented by the measurement"),
+    ],
+)
+def test_a_draft_the_measurement_cannot_run_is_refused_saying_why(tmp_path, change, message):
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+    with pytest.raises(MeasureError, match=message):
+        load_draft(_trained_variant(tmp_path, "bad", change), target)
+
+
+def test_an_embedding_of_another_width_is_refused(tmp_path):
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+
+    def wide(tensors, config):
+        config["hidden_size"] = tiny_models.HIDDEN * 2  # a config for another model than its weights and target
+
+    with pytest.raises(MeasureError, match="disagree in width"):
+        load_draft(_trained_variant(tmp_path, "wide", wide), target)
+
+
+def test_the_dump_is_bounded(tmp_path, monkeypatch):
+    from eagle3_patches.acceptance import target_states
+
+    _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 1), (7, 2, 7, 1)])
+    monkeypatch.setattr(target_states, "MAX_DUMP_ROWS", 3)
+    assert len(read_dump(tmp_path)[0]) == 1  # at the bound: read
+    monkeypatch.setattr(target_states, "MAX_DUMP_ROWS", 2)
+    with pytest.raises(CheckpointError, match="too large"):
+        read_dump(tmp_path)

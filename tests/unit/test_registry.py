@@ -25,7 +25,7 @@ def module_name(tmp_path, monkeypatch):
     sys.modules.pop(name, None)
 
 
-def _patch(module_name, *, name="p", fail=False, add=False, upstream=None, check=None):
+def _patch(module_name, *, name="p", fail=False, add=False, upstream=None, check=None, check_breaks=False):
     class P(Patch):
         summary = "test patch"
         module = module_name
@@ -37,6 +37,8 @@ def _patch(module_name, *, name="p", fail=False, add=False, upstream=None, check
         def check(self, module):
             if check:
                 raise NotApplicable(check)
+            if check_breaks:
+                module.Target.renamed_in_a_new_release  # noqa: B018 - an AttributeError from a changed sglang
 
         def patch(self, module, saver):
             saver.wrap(module.Target, "method", lambda wrapped, inst, a, k: "patched:" + wrapped(*a, **k))
@@ -96,6 +98,25 @@ def test_failure_at_import_time_is_rolled_back_and_reported(module_name):
     assert mod.Target().method() == "original" and "added" not in mod.Target.__dict__
     status = reg.status()["p"]
     assert status.state is State.FAILED and "boom halfway" in status.reason
+
+
+def test_a_check_that_breaks_fails_the_patch_and_rolls_back_its_selection_instead_of_the_import(module_name, caplog):
+    reg = Registry("t", [_patch(module_name, name="first"), _patch(module_name, name="broken", check_breaks=True)])
+    reg.apply()
+    with caplog.at_level("ERROR", logger="eagle3_patches"):
+        mod = importlib.import_module(module_name)  # sglang's import goes on
+    assert mod.Target().method() == "original"  # "first" landed, then was rolled back with its selection
+    broken = reg.status()["broken"]
+    assert broken.state is State.FAILED and "AttributeError while checking sglang's code" in broken.reason
+    assert reg.status()["first"].state is State.FAILED
+    assert any("sglang runs WITHOUT these patches" in r.getMessage() for r in caplog.records)
+
+
+def test_an_eager_apply_whose_check_breaks_raises_naming_the_patch(module_name):
+    importlib.import_module(module_name)
+    reg = Registry("t", [_patch(module_name, name="broken", check_breaks=True)])
+    with pytest.raises(PatchError, match="broken.*AttributeError"):
+        reg.apply()
 
 
 def test_upstream_and_not_applicable_leave_the_module_untouched(module_name):
