@@ -36,8 +36,9 @@ from .conversion_plan import (
     conversion_error,
     reading_for,
     target_layers,
+    usable_view,
 )
-from .formats import SGLANG_EAGLE3, SPECULATORS, checkpoint_dir, detect_format, draft_view, read_config
+from .formats import SGLANG_EAGLE3, SPECULATORS, checkpoint_dir, detect_format, read_config
 from .safetensors_header import TensorInfo
 
 FORMAT = "eagle-repository"
@@ -97,16 +98,7 @@ def build_config(
     ``aux_layer_ids``: the ids the draft was trained on (input-of-layer); default: the repository's rule on a
     ``num_target_layers``-layer target.  ``target_vocab``: the target's vocabulary (default: the config's
     ``vocab_size``)."""
-    dv = draft_view(config)
-    if dv.problems:
-        p = dv.problems[0]
-        raise conversion_error(
-            f"the source config field {p.where} is unusable",
-            where=f"{config_path}: {p.where}",
-            found=p.found,
-            expected=p.expected,
-            fix="repair the source config.json",
-        )
+    dv = usable_view(config, config_path)
     if config.get("model_type", "llama") != "llama":
         raise conversion_error(
             "the draft's config is not a llama config; the EAGLE repository's EAGLE-3 draft is a llama layer and "
