@@ -132,8 +132,9 @@ LAYOUTS: tuple[Layout, ...] = (
         "architectures `LlamaEagle3DraftModel` (`*Eagle3DraftModel`)",
         ("EAGLE3",),
         None,
-        'set "architectures": ["LlamaForCausalLMEagle3"] in config.json (what Automodel\'s serve_sglang writes) and '
-        "state the aux ids in eagle_config",
+        "`eagle3-patches convert SRC DST --aux-layer-ids I,J,K` (the layers its training captured) writes it as "
+        "LlamaForCausalLMEagle3",
+        convert=True,
     ),
     Layout(
         "automodel-eagle",
