@@ -19,8 +19,9 @@ The tensors already have sglang's names: each keeps its name, dtype and bytes.  
 from ``--target`` or ``--num-target-layers``; the converter refuses without one (or explicit ``--aux-layer-ids``).
 
 NeMo Automodel's EAGLE-3 draft (``architectures: ["LlamaEagle3DraftModel"]``, tensors under ``model.``,
-``lm_head.weight``, ``d2t`` / ``t2d``) is written the same way, its ``model.`` prefix dropped; its config records
-no aux ids and no rule for them is known here, so the converter needs ``--aux-layer-ids`` (the ids its recipe
+``lm_head.weight``, ``d2t`` / ``t2d``) and an sglang-layout EAGLE-3 draft saved under an EAGLE-1/2 class name
+(``LlamaForCausalLMEagle``, whose class builds a 2 x hidden ``fc``) are written the same way, a ``model.`` prefix
+dropped; no rule gives their aux ids, so the converter needs ``--aux-layer-ids`` (the ids their training
 captured, HF ``hidden_states`` indices) unless the config states ``eagle_config.eagle_aux_hidden_state_layer_ids``.
 """
 
@@ -49,7 +50,11 @@ from .safetensors_header import TensorInfo
 
 FORMAT = "eagle-repository"
 #: the layouts this module converts (:data:`.draft_layouts.LAYOUTS` keys) and the source format each is recorded as
-SOURCES = {"eagle-repo-eagle3": FORMAT, "automodel-eagle3": "nemo-automodel"}
+SOURCES = {
+    "eagle-repo-eagle3": FORMAT,
+    "automodel-eagle3": "nemo-automodel",
+    "eagle1-name-eagle3-fc": "sglang-with-an-eagle1-class-name",
+}
 #: what a pickle-only EAGLE repository draft (its published ``pytorch_model.bin``) needs first
 RESAVE_FIX = (
     "re-save the weights as safetensors from a copy you trust (e.g. `safetensors.torch.save_file(torch.load("
@@ -75,7 +80,7 @@ def _ids(
         if stated:
             return list(stated), f"{config_path}: eagle_config.eagle_aux_hidden_state_layer_ids"
         raise ConvertUsageError(
-            "this NeMo Automodel draft names no aux layer ids, and no rule gives them",
+            "this draft names no aux layer ids, and no rule gives them",
             where=config_path,
             found="no eagle_config.eagle_aux_hidden_state_layer_ids, no --aux-layer-ids",
             expected="--aux-layer-ids with the ids its training captured (HF hidden_states indices, e.g. 2,30,58 "

@@ -287,3 +287,18 @@ def test_automodels_draft_without_ids_is_a_usage_error_naming_the_flag(tmp_path,
     res = convert(stated, tmp_path / "out2", progress=False)  # ids the config states need no flag
     assert res.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
     assert D.BY_KEY["automodel-eagle3"].convert
+
+
+def test_an_eagle1_class_name_on_an_eagle3_draft_is_converted_with_the_ids_it_was_trained_on(tmp_path):
+    src = tm.build_eagle3_draft(tmp_path / "misnamed")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["architectures"] = ["LlamaForCausalLMEagle"]  # the EAGLE-1/2 class would build a 2 x hidden fc
+    del cfg["eagle_config"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    assert D.classify(cfg, {"fc.weight": (H, 3 * H)}).layout.key == "eagle1-name-eagle3-fc"
+    with pytest.raises(ConvertUsageError):
+        convert(src, tmp_path / "out", progress=False)
+    res = convert(src, tmp_path / "out", aux_layer_ids=[2, 3, 4], progress=False)
+    assert res.config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert res.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+    assert D.BY_KEY["eagle1-name-eagle3-fc"].convert
