@@ -45,6 +45,7 @@ from . import layer_ids as L
 from .formats import (
     SGLANG_EAGLE3,
     SPECULATORS,
+    DraftView,
     checkpoint_dir,
     detect_format,
     draft_view,
@@ -298,6 +299,21 @@ def checked_aux_ids(ids, where: str, num_target_layers: int | None = None) -> li
     return out_ids
 
 
+def usable_view(config: dict, config_path: str = "config.json") -> DraftView:
+    """The source config's draft view, or the :class:`ConvertError` naming its first unusable field."""
+    dv = draft_view(config)
+    if dv.problems:
+        p = dv.problems[0]
+        raise conversion_error(
+            f"the source config field {p.where} is unusable",
+            where=f"{config_path}: {p.where}",
+            found=p.found,
+            expected=p.expected,
+            fix="repair the source config.json",
+        )
+    return dv
+
+
 def build_config(
     config: dict,
     tensors: dict[str, TensorInfo],
@@ -319,16 +335,7 @@ def build_config(
     (:func:`~.layer_ids.release_convention`: ``speculators_draft_config`` serving the draft directly).
     Either way the convention is recorded under ``eagle_config.eagle3_patches_layer_id_convention``.
     """
-    dv = draft_view(config)
-    if dv.problems:
-        p = dv.problems[0]
-        raise conversion_error(
-            f"the source config field {p.where} is unusable",
-            where=f"{config_path}: {p.where}",
-            found=p.found,
-            expected=p.expected,
-            fix="repair the source config.json",
-        )
+    dv = usable_view(config, config_path)
     refusal = unsupported(config, tensors, config_path=config_path, release=release, read=read)
     if refusal is not None:
         raise refusal

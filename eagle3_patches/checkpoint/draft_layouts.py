@@ -132,8 +132,9 @@ LAYOUTS: tuple[Layout, ...] = (
         "architectures `LlamaEagle3DraftModel` (`*Eagle3DraftModel`)",
         ("EAGLE3",),
         None,
-        'set "architectures": ["LlamaForCausalLMEagle3"] in config.json (what Automodel\'s serve_sglang writes) and '
-        "state the aux ids in eagle_config",
+        "`eagle3-patches convert SRC DST --aux-layer-ids I,J,K` (the layers its training captured) writes it as "
+        "LlamaForCausalLMEagle3",
+        convert=True,
     ),
     Layout(
         "automodel-eagle",
@@ -212,7 +213,9 @@ LAYOUTS: tuple[Layout, ...] = (
         "architectures `*ForCausalLMEagle` whose `fc.weight` takes 3 or more x hidden",
         ("EAGLE3",),
         None,
-        'set "architectures": ["LlamaForCausalLMEagle3"] in config.json (the EAGLE-1/2 class builds a 2 x hidden fc)',
+        'set "architectures": ["LlamaForCausalLMEagle3"] in config.json (the EAGLE-1/2 class builds a 2 x hidden fc), '
+        "or `eagle3-patches convert SRC DST` (with --aux-layer-ids where its config names none)",
+        convert=True,
     ),
     Layout(
         "sglang-eagle",

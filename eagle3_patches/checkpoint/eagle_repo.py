@@ -17,6 +17,12 @@ What the converter writes (:func:`build_config`): the source config with ``archi
 speculators path records it; ``rope_theta`` / ``rope_scaling`` and every other llama field carried as they are.
 The tensors already have sglang's names: each keeps its name, dtype and bytes.  The target's layer count comes
 from ``--target`` or ``--num-target-layers``; the converter refuses without one (or explicit ``--aux-layer-ids``).
+
+NeMo Automodel's EAGLE-3 draft (``architectures: ["LlamaEagle3DraftModel"]``, tensors under ``model.``,
+``lm_head.weight``, ``d2t`` / ``t2d``) and an sglang-layout EAGLE-3 draft saved under an EAGLE-1/2 class name
+(``LlamaForCausalLMEagle``, whose class builds a 2 x hidden ``fc``) are written the same way, a ``model.`` prefix
+dropped; no rule gives their aux ids, so the converter needs ``--aux-layer-ids`` (the ids their training
+captured, HF ``hidden_states`` indices) unless the config states ``eagle_config.eagle_aux_hidden_state_layer_ids``.
 """
 
 from __future__ import annotations
@@ -30,17 +36,25 @@ from .conversion_plan import (
     SAFETENSORS_DTYPE_TO_CONFIG,
     ConvertError,
     Plan,
+    _output_name,
     _plan,
     _source_tensors,
     checked_aux_ids,
     conversion_error,
     reading_for,
     target_layers,
+    usable_view,
 )
-from .formats import SGLANG_EAGLE3, SPECULATORS, checkpoint_dir, detect_format, draft_view, read_config
+from .formats import SGLANG_EAGLE3, SPECULATORS, checkpoint_dir, detect_format, read_config
 from .safetensors_header import TensorInfo
 
 FORMAT = "eagle-repository"
+#: the layouts this module converts (:data:`.draft_layouts.LAYOUTS` keys) and the source format each is recorded as
+SOURCES = {
+    "eagle-repo-eagle3": FORMAT,
+    "automodel-eagle3": "nemo-automodel",
+    "eagle1-name-eagle3-fc": "sglang-with-an-eagle1-class-name",
+}
 #: what a pickle-only EAGLE repository draft (its published ``pytorch_model.bin``) needs first
 RESAVE_FIX = (
     "re-save the weights as safetensors from a copy you trust (e.g. `safetensors.torch.save_file(torch.load("
@@ -56,10 +70,23 @@ class ConvertUsageError(ConvertError):
     """The converter needs an argument the command line did not give (the CLI exits 2)."""
 
 
-def _ids(aux_layer_ids: list[int] | None, n_layers: int | None, config_path: str) -> tuple[list[int], str]:
+def _ids(
+    aux_layer_ids: list[int] | None, n_layers: int | None, config_path: str, layout: str, stated: list | None
+) -> tuple[list[int], str]:
     """The input-of-layer ids the draft was trained on, and where they came from."""
     if aux_layer_ids is not None:
         return list(aux_layer_ids), "--aux-layer-ids"
+    if layout != "eagle-repo-eagle3":
+        if stated:
+            return list(stated), f"{config_path}: eagle_config.eagle_aux_hidden_state_layer_ids"
+        raise ConvertUsageError(
+            "this draft names no aux layer ids, and no rule gives them",
+            where=config_path,
+            found="no eagle_config.eagle_aux_hidden_state_layer_ids, no --aux-layer-ids",
+            expected="--aux-layer-ids with the ids its training captured (HF hidden_states indices, e.g. 2,30,58 "
+            "for Kimi-K2.5)",
+            fix="pass --aux-layer-ids with the layers the recipe captured (its training config)",
+        )
     if n_layers is None:
         raise ConvertUsageError(
             "the original EAGLE repository's draft names no aux layer ids: the converter needs the target's layer "
@@ -91,22 +118,14 @@ def build_config(
     num_target_layers: int | None = None,
     target_vocab: int | None = None,
     config_path: str = "config.json",
+    layout: str = "eagle-repo-eagle3",
 ) -> dict:
     """The SGLang-format config.json for an EAGLE repository EAGLE-3 draft (raises :class:`ConvertError`).
 
     ``aux_layer_ids``: the ids the draft was trained on (input-of-layer); default: the repository's rule on a
     ``num_target_layers``-layer target.  ``target_vocab``: the target's vocabulary (default: the config's
     ``vocab_size``)."""
-    dv = draft_view(config)
-    if dv.problems:
-        p = dv.problems[0]
-        raise conversion_error(
-            f"the source config field {p.where} is unusable",
-            where=f"{config_path}: {p.where}",
-            found=p.found,
-            expected=p.expected,
-            fix="repair the source config.json",
-        )
+    dv = usable_view(config, config_path)
     if config.get("model_type", "llama") != "llama":
         raise conversion_error(
             "the draft's config is not a llama config; the EAGLE repository's EAGLE-3 draft is a llama layer and "
@@ -115,7 +134,9 @@ def build_config(
             found=repr(config.get("model_type"))[:80],
             expected="'llama'",
         )
-    ids, ids_where = _ids(aux_layer_ids, num_target_layers, config_path)
+    eagle = config.get("eagle_config")
+    stated = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
+    ids, ids_where = _ids(aux_layer_ids, num_target_layers, config_path, layout, stated)
     out_ids = checked_aux_ids(ids, ids_where, num_target_layers)
     fc, lm_head = tensors.get("fc.weight"), tensors.get("lm_head.weight")
     if fc is None or len(fc.shape) != 2 or fc.shape[1] % len(ids):
@@ -162,7 +183,7 @@ def build_config(
                 L.CONVENTION_KEY: L.OUTPUT_OF_LAYER,
             },
             "eagle3_patches_converted_from": {
-                "format": FORMAT,
+                "format": SOURCES[layout],
                 "architectures": config.get("architectures"),
                 "eagle_aux_hidden_state_layer_ids": ids,
                 "layer_id_convention": L.INPUT_OF_LAYER,
@@ -178,7 +199,11 @@ def build_config(
 def is_source(config: dict) -> bool:
     """Whether the converter plans a source with this ``config.json`` here (not speculators' nor SGLang's format:
     :func:`plan_eagle_repo` judges which layout it is) rather than with :func:`.conversion_plan.plan_conversion`."""
-    return detect_format(config) not in (SPECULATORS, SGLANG_EAGLE3)
+    fmt = detect_format(config)
+    if fmt == SPECULATORS:
+        return False
+    found = D.classify(config, {})  # Automodel's architecture name reads as sglang's format, but is not one it serves
+    return fmt != SGLANG_EAGLE3 or (found is not None and found.layout.key in SOURCES)
 
 
 def plan_eagle_repo(
@@ -197,25 +222,27 @@ def plan_eagle_repo(
     infos = {n: t for n, (t, _, _) in tensors.items()}
     found = D.classify(config, {n: t.shape for n, t in infos.items()})
     config_path = str(src_dir / "config.json")
-    if found is None or found.layout.key != "eagle-repo-eagle3":
+    if found is None or found.layout.key not in SOURCES:
         raise conversion_error(
-            "the source is neither a speculators EAGLE-3 draft nor the original EAGLE repository's",
+            "the source is neither a speculators EAGLE-3 draft, the original EAGLE repository's nor NeMo Automodel's",
             where=config_path,
             found=f"{found.describe()} ({found.evidence})"
             if found
             else f"architectures {config.get('architectures')!r:.80}",
-            expected='"speculators_model_type": "eagle3" and a transformer_layer_config, or a LlamaForCausalLM '
-            "config whose fc.weight takes 3 x hidden (the EAGLE repository's EAGLE-3 draft)",
+            expected='"speculators_model_type": "eagle3" and a transformer_layer_config, a LlamaForCausalLM '
+            "config whose fc.weight takes 3 x hidden (the EAGLE repository's EAGLE-3 draft), or "
+            "LlamaEagle3DraftModel (NeMo Automodel's)",
             fix=found.layout.fix if found else "pass an EAGLE-3 draft's directory",
         )
     n_layers, target_vocab = target_layers(target, num_target_layers)
     out_config = build_config(
         config,
-        infos,
+        {_output_name(n): t for n, t in infos.items()},  # the names sglang reads (Automodel's ``model.`` dropped)
         aux_layer_ids=aux_layer_ids,
         num_target_layers=n_layers,
         target_vocab=target_vocab,
         config_path=config_path,
+        layout=found.layout.key,
     )
     items, renamed, dropped = _plan(src_dir, config, tensors, drop_embed_tokens, [], reading_for(None))
     return Plan(src_dir, config, out_config, items, renamed, dropped, src_files)

@@ -210,7 +210,7 @@ def test_another_unserved_layout_is_refused_with_its_own_fix(tmp_path):
     """The EAGLE repository's EAGLE-1/2 draft is no EAGLE-3 draft: the converter names it and the table's fix."""
     with pytest.raises(ConvertError) as err:
         convert(eagle_repo_eagle(tmp_path), tmp_path / "out", num_target_layers=8, progress=False)
-    assert "neither a speculators EAGLE-3 draft nor the original EAGLE repository's" in err.value.what
+    assert "neither a speculators EAGLE-3 draft, the original EAGLE repository's nor NeMo Automodel's" in err.value.what
     assert "EAGLE-1/2" in err.value.found and err.value.fix == D.BY_KEY["eagle-repo-eagle"].fix
 
 
@@ -252,3 +252,53 @@ def test_the_layer_count_also_bounds_a_speculators_drafts_ids(tiny, tmp_path):
     with pytest.raises(ConvertError, match="no capture point in sglang on a 4-layer target"):
         convert(tiny["speculators_draft"], tmp_path / "out", num_target_layers=4, progress=False)
     assert convert(tiny["speculators_draft"], tmp_path / "ok", num_target_layers=5, run_doctor=False, progress=False)
+
+
+# ---------------------------------------------------------------- NeMo Automodel's EAGLE-3 layout
+def test_automodels_draft_is_converted_with_the_ids_it_was_trained_on(tmp_path, cli):
+    from test_draft_layouts import automodel_eagle3
+
+    src = automodel_eagle3(tmp_path)
+    before = load_file(str(src / "model.safetensors"))
+    assert any(n.startswith("model.") for n in before)  # Automodel's names
+    res = convert(src, tmp_path / "out", aux_layer_ids=[2, 4, 5], progress=False)
+    cfg = res.config
+    assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+    assert cfg["eagle3_patches_converted_from"]["format"] == "nemo-automodel"
+    after = load_file(str(tmp_path / "out" / "model.safetensors"))
+    for name, t in before.items():
+        out_name = name[len("model.") :] if name.startswith("model.") else name
+        assert torch.equal(after[out_name], t), name  # the prefix dropped, every tensor (d2t, t2d) bit for bit
+    r = doctor(tm.build_kimi_k25(tmp_path / "target"), tmp_path / "out", sglang_version="0.5.9")
+    assert "draft-kind-not-served" not in r.codes()
+
+
+def test_automodels_draft_without_ids_is_a_usage_error_naming_the_flag(tmp_path, cli):
+    from test_draft_layouts import automodel_eagle3
+
+    src = automodel_eagle3(tmp_path)
+    with pytest.raises(ConvertUsageError) as err:
+        convert(src, tmp_path / "out", num_target_layers=8, progress=False)  # no rule: the layer count is not enough
+    assert "--aux-layer-ids" in err.value.expected
+    rc, _, stderr = cli("convert", src, tmp_path / "out", "--no-progress")
+    assert rc == 2 and "--aux-layer-ids" in stderr and not (tmp_path / "out").exists()
+    stated = automodel_eagle3(tmp_path / "stated", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 5]})
+    res = convert(stated, tmp_path / "out2", progress=False)  # ids the config states need no flag
+    assert res.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 4]
+    assert D.BY_KEY["automodel-eagle3"].convert
+
+
+def test_an_eagle1_class_name_on_an_eagle3_draft_is_converted_with_the_ids_it_was_trained_on(tmp_path):
+    src = tm.build_eagle3_draft(tmp_path / "misnamed")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["architectures"] = ["LlamaForCausalLMEagle"]  # the EAGLE-1/2 class would build a 2 x hidden fc
+    del cfg["eagle_config"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    assert D.classify(cfg, {"fc.weight": (H, 3 * H)}).layout.key == "eagle1-name-eagle3-fc"
+    with pytest.raises(ConvertUsageError):
+        convert(src, tmp_path / "out", progress=False)
+    res = convert(src, tmp_path / "out", aux_layer_ids=[2, 3, 4], progress=False)
+    assert res.config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert res.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+    assert D.BY_KEY["eagle1-name-eagle3-fc"].convert
