@@ -210,3 +210,28 @@ def test_doctor_names_eagle3_without_a_draft_and_stays_silent_with_one(tiny):
     assert (
         "algorithm-eagle3-without-draft" not in doctor(tiny["deepseek_v3"], sglang_version="0.5.9").codes()
     )  # no launch given
+
+
+# --------------------------------------------------------------------------- the algorithm's spelling
+def test_guard_reads_the_algorithm_in_any_case_as_sglang_does(tiny):
+    """sglang's ``SpeculativeAlgorithm.from_string`` upper-cases the name, so ``sglang.Engine(
+    speculative_algorithm="eagle")`` serves EAGLE; the guard refuses the lowercase spellings as it refuses the
+    uppercase ones, and lets ``eagle3`` with its draft through."""
+    target, draft = str(tiny["kimi_k25"]), str(tiny["draft"])
+    cases = {
+        "eagle": (target, draft, "eagle"),
+        "nextn": (target, draft, "nextn"),
+        "eagle3_without_draft": (target, "", "eagle3"),
+        "eagle3": (target, draft, "eagle3"),
+    }
+    out = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])
+    for name, shown in (("eagle", "EAGLE"), ("nextn", "NEXTN")):
+        kind, message = out[name]
+        assert kind == "Eagle3ConfigError", (name, out[name])
+        assert f"--speculative-algorithm {shown} with an EAGLE-3 draft" in message
+        assert f"--speculative-algorithm {name} --speculative-draft-model-path {draft}" in message  # as given
+    kind, message = out["eagle3_without_draft"]
+    assert kind == "Eagle3ConfigError" and "without --speculative-draft-model-path" in message, out[
+        "eagle3_without_draft"
+    ]
+    assert out["eagle3"] == ("ok", "eagle3")
