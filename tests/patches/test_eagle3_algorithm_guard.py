@@ -160,14 +160,14 @@ def test_guard_upgrades_when_opted_in_and_says_so(tiny):
 
 # --------------------------------------------------------------------------- EAGLE3 without a draft (sglang issue
 # 36528)
-def _without_draft(target: str):
+def _without_draft(target: str, algorithm: str = "EAGLE3"):
     from eagle3_patches.testing import sglang_harness as h
 
     try:
         sa = h.launcher_server_args(
             h.server_args,
             target,
-            speculative_algorithm="EAGLE3",
+            speculative_algorithm=algorithm,
             speculative_num_steps=3,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=4,
@@ -190,6 +190,15 @@ def test_guard_refuses_eagle3_without_a_draft_naming_the_flag(tiny):
     kind, message = run_isolated(_without_draft, str(tiny["deepseek_v3"]), patches=["eagle3_algorithm_guard"])
     assert kind == "Eagle3ConfigError"
     assert "--speculative-draft-model-path" in message and "NEXTN" in message and "36528" in message
+
+
+@pytest.mark.parametrize("algorithm", ["NEXTN", "EAGLE"])
+def test_guard_lets_mtp_without_a_draft_through(tiny, algorithm):
+    """NEXTN (or EAGLE) without a draft path: a DeepSeek-V3-family target speculating with its own MTP layers, which
+    sglang's default takes as the draft; nothing for the guard to refuse."""
+    stock = run_isolated(_without_draft, str(tiny["deepseek_v3"]), algorithm, patches=None)
+    patched = run_isolated(_without_draft, str(tiny["deepseek_v3"]), algorithm, patches=["eagle3_algorithm_guard"])
+    assert patched == stock and patched[0] == "ok", (stock, patched)
 
 
 def test_doctor_names_eagle3_without_a_draft_and_stays_silent_with_one(tiny):
