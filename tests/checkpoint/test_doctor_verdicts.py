@@ -119,6 +119,8 @@ def test_installed_sglang_that_loads_the_plugin_is_judged_with_eagle3_patches(ti
         ("0.5.10", {}, True),  # no plugin mechanism before 0.5.11
         ("0.5.11", {settings.PLUGIN: "0"}, True),  # switched off
         ("0.5.11", {"SGLANG_PLUGINS": "someone_else"}, True),  # sglang's allow-list leaves it out
+        ("0.5.11", {"SGLANG_PLUGINS": " "}, True),  # set, so an allow-list, of no name: sglang loads no plugin
+        ("0.5.11", {"SGLANG_PLUGINS": " , "}, True),
         ("0.5.11", {}, False),  # not installed as a package (a checkout on sys.path)
     ],
 )
