@@ -934,6 +934,19 @@ def test_a_file_of_one_or_two_bytes_is_read_whole(tmp_path, content):
         assert f.read_at(0, 16) == content and f.read_at(len(content) - 1, 16) == content[-1:]
 
 
+def test_a_header_too_complex_to_parse_keeps_the_budgets_fix(tmp_path):
+    """A header within the length bound whose structures cost more than the parse budget is refused before it is
+    parsed, with the budget's own fix (no known tool writes such a header), not the generic one."""
+    raw = b'{"a":[' + b"{}," * 3_000_000 + b"{}]}"
+    assert safe_io.json_parse_cost(raw) > safe_io.JSON_PARSE_BUDGET
+    (tmp_path / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw)
+    with pytest.raises(Eagle3Error) as err:
+        read_header(tmp_path / "model.safetensors")
+    d = err.value.diagnostic
+    assert "too complex to parse" in d.what
+    assert d.fix == "this is no checkpoint written by a known tool; re-download or re-export it", d.fix
+
+
 def test_a_header_naming_a_tensor_twice_is_refused_through_the_json_reader(tmp_path):
     """The JSON reader hands each object's pairs to its caller's hook: the safetensors header's reader refuses a
     name given twice (the library keeps the last silently)."""
