@@ -2013,3 +2013,22 @@ def test_draft_index_naming_tensors_its_shards_do_not_hold_lists_five(make_draft
     assert (f.severity, f.what) == (ERROR, "6 tensor(s) in the draft's index are not in the shard it names")
     shown = f.found.split(", ")
     assert len(shown) == 5 and set(shown) <= set(moved), f.found
+
+
+@pytest.mark.parametrize("kept", [1, 2])
+def test_tensors_of_the_shards_that_read_are_judged_when_another_shard_does_not(make_draft, tiny, kept):
+    """A shard that cannot be read is reported, and the tensors of the shards that could be read are still judged:
+    a wrong shape among them is named, whether they hold one tensor or more."""
+
+    def keep(t):
+        out = {"norm.weight": torch.ones(7, dtype=torch.bfloat16)}  # the draft's hidden is tm.HIDDEN
+        if kept == 2:
+            out["fc.weight"] = t["fc.weight"]
+        return out
+
+    d = make_draft("broken-shard", tensors=keep)
+    (d / "zz-broken.safetensors").write_bytes(b"\0\0\0")  # too short to hold a header
+    r = run(tiny["deepseek_v3"], d)
+    assert "safetensors-header" in r.codes(ERROR), r.format()
+    shape = [f for f in r.errors if f.code == "tensor-shape"]
+    assert [f.what.split(" ")[0] for f in shape] == ["norm.weight"], r.format()
