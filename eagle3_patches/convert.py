@@ -328,6 +328,13 @@ class _Progress:
             self.bar.close()
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data``: a write may take fewer bytes than it is given (FUSE and network filesystems)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _copy_range(src_fd: int, offset: int, length: int, dst_fd: int, progress: _Progress) -> None:
     """Copy ``length`` bytes at ``offset`` of ``src_fd`` to the current position of ``dst_fd``."""
     use_cfr = hasattr(os, "copy_file_range")
@@ -344,10 +351,7 @@ def _copy_range(src_fd: int, offset: int, length: int, dst_fd: int, progress: _P
             buf = os.pread(src_fd, n, offset)
             if not buf:
                 raise conversion_error("the source file ended early while copying", found=f"offset {offset}")
-            view = memoryview(buf)
-            while view:
-                w = os.write(dst_fd, view)
-                view = view[w:]
+            _write_all(dst_fd, buf)
             done = len(buf)
         if done <= 0:
             raise conversion_error("the source file ended early while copying", found=f"offset {offset}")
@@ -370,7 +374,7 @@ def _write_shard(src: Path, path: Path, items: list[PlannedTensor], progress: _P
     with contextlib.ExitStack() as stack:
         stack.callback(os.close, fd)
         files: dict[str, Any] = {}
-        os.write(fd, header)
+        _write_all(fd, header)
         for it in items:
             f = files.get(it.src.file)
             if f is None:
@@ -598,9 +602,7 @@ def _write_json(path: Path, obj: Any, mode: int, *, sort_keys: bool = False) -> 
     data = (json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
     finally:
         os.close(fd)
 

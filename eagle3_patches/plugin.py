@@ -54,9 +54,11 @@ def loaded_here(rf: ReleaseFacts) -> tuple[bool, str]:
         return False, f"eagle3-patches is not installed here as a package with its {GROUP} entry point"
     if not settings.current().plugin:
         return False, f"the sglang plugin is switched off ({settings.PLUGIN}=0)"
-    allowed = os.environ.get("SGLANG_PLUGINS", "").strip()
+    # read as sglang's load_plugins (sglang/srt/plugins/__init__.py, 0.5.11 to 0.5.23) reads it: a non-empty value
+    # is an allow-list of its comma-separated names, stripped (a value of blanks lists none: no plugin loads)
+    allowed = os.environ.get("SGLANG_PLUGINS", "")
     if allowed and ENTRY_POINT not in {n.strip() for n in allowed.split(",")}:
-        return False, f"SGLANG_PLUGINS={allowed} does not list {ENTRY_POINT}"
+        return False, f"SGLANG_PLUGINS={allowed!r} does not list {ENTRY_POINT}"
     return True, f"sglang {v} loads eagle3-patches as a plugin here ({settings.PLUGIN}=0 switches it off)"
 
 

@@ -336,9 +336,7 @@ def _library_names(f: CheckpointFile, where: str) -> tuple[list[str], dict[str, 
         return f"{type(exc).__name__}: {exc}"
 
 
-def read_header(
-    path: os.PathLike | str, *, root: os.PathLike | str | None = None, max_header_bytes: int = MAX_HEADER_BYTES
-) -> Header:
+def read_header(path: os.PathLike | str, *, root: os.PathLike | str | None = None) -> Header:
     """Read and validate the header of one safetensors file (reads ``8 + N`` bytes only).
 
     ``root``: the checkpoint directory the file must stay inside (default: the file's own
@@ -359,12 +357,12 @@ def read_header(
                 "safetensors file is too short to hold a header", where, found=f"{size} bytes", expected=">= 8 bytes"
             )
         n = int.from_bytes(head, "little")
-        if n > max_header_bytes:
+        if n > MAX_HEADER_BYTES:
             raise _err(
                 "safetensors header length is implausible (corrupted file?)",
                 where,
                 found=f"{n} bytes",
-                expected=f"<= {max_header_bytes} bytes",
+                expected=f"<= {MAX_HEADER_BYTES} bytes",
             )
         if 8 + n > size:
             raise _err(

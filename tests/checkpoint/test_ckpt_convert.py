@@ -785,9 +785,10 @@ def test_the_verifier_speculators_trained_against_is_recorded(tiny, tmp_path):
     assert got == src_cfg["speculators_config"]["verifier"] and got["name_or_path"]
 
 
-def test_the_first_tensor_stored_in_two_shards_is_named(make_draft, tmp_path):
-    """Two extra shards (read after model.safetensors, in name order) each repeat a different tensor: the error
-    names the first repeat and its two files."""
+@pytest.mark.parametrize("repeats", [1, 2])
+def test_the_first_tensor_stored_in_two_shards_is_named(make_draft, tmp_path, repeats):
+    """Extra shards (read after model.safetensors, in name order) each repeat a different tensor: the error
+    names the first repeat and its two files; a single repeat is refused as well."""
     from safetensors.torch import save_file
 
     src = make_draft("dups", speculators=True)
@@ -796,11 +797,12 @@ def test_the_first_tensor_stored_in_two_shards_is_named(make_draft, tmp_path):
         str(src / "model.x1.safetensors"),
         metadata={"format": "pt"},
     )
-    save_file(
-        {"fc.weight": torch.ones(tm.HIDDEN, 3 * tm.HIDDEN, dtype=torch.bfloat16)},
-        str(src / "model.x2.safetensors"),
-        metadata={"format": "pt"},
-    )
+    if repeats == 2:
+        save_file(
+            {"fc.weight": torch.ones(tm.HIDDEN, 3 * tm.HIDDEN, dtype=torch.bfloat16)},
+            str(src / "model.x2.safetensors"),
+            metadata={"format": "pt"},
+        )
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
     assert err.value.what == "tensor norm.weight is stored in two shards"
@@ -808,11 +810,12 @@ def test_the_first_tensor_stored_in_two_shards_is_named(make_draft, tmp_path):
     assert not (tmp_path / "out").exists() and not _leftovers(tmp_path)
 
 
-def test_names_the_index_lists_but_the_shards_lack_are_listed_five_at_most(make_draft, tmp_path):
+@pytest.mark.parametrize("n", [1, 7])
+def test_names_the_index_lists_but_the_shards_lack_are_listed_five_at_most(make_draft, tmp_path, n):
     src = make_draft("absent", speculators=True, shards=2)
     index_path = src / "model.safetensors.index.json"
     index = json.loads(index_path.read_text())
-    ghosts = [f"ghost_{i}.weight" for i in range(7)]
+    ghosts = [f"ghost_{i}.weight" for i in range(n)]
     index["weight_map"].update({g: "model-00001-of-00002.safetensors" for g in ghosts})
     index_path.write_text(json.dumps(index))
     with pytest.raises(ConvertError) as err:
@@ -1067,6 +1070,10 @@ def test_plan_conversion_keeps_embed_tokens_unless_asked(tmp_path):
             {"rope_theta": 5e5, "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
             {"rope_type": "llama3", "type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
         ),
+        (  # the default rope with one parameter keeps it
+            {"rope_theta": 5e5, "rope_type": "default", "partial_rotary_factor": 0.5},
+            {"rope_type": "default", "type": "default", "partial_rotary_factor": 0.5},
+        ),
     ],
 )
 def test_rope_parameters_become_rope_theta_and_rope_scaling(rope, want):
@@ -1204,12 +1211,14 @@ def test_a_pickle_only_source_names_three_pickles_at_most(tmp_path):
     assert err.value.found == ", ".join(names[:3])
 
 
-def test_the_first_unusable_config_field_is_named(make_draft, tmp_path):
-    src = make_draft("fields", speculators=True, config={"draft_vocab_size": "x", "target_hidden_size": "y"})
+@pytest.mark.parametrize("fields", [{"draft_vocab_size": "x", "target_hidden_size": "y"}, {"draft_vocab_size": "x"}])
+def test_the_first_unusable_config_field_is_named(make_draft, tmp_path, fields):
+    src = make_draft("fields", speculators=True, config=fields)
     with pytest.raises(ConvertError) as err:
         convert(src, tmp_path / "out", progress=False)
     assert err.value.what == "the source config field draft_vocab_size is unusable"
     assert err.value.where == f"{src / 'config.json'}: draft_vocab_size" and err.value.found == "'x'"
+    assert not (tmp_path / "out").exists()
 
 
 def test_absurd_aux_ids_are_quoted_200_characters_at_most(tiny, tmp_path):

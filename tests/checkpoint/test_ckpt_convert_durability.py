@@ -204,6 +204,33 @@ def test_a_platform_without_directory_fds_still_converts(tiny, tmp_path, monkeyp
     assert sorted(_leftovers(tmp_path)) == []
 
 
+def test_a_filesystem_that_reads_and_writes_short_gives_the_same_draft(tiny, tmp_path, monkeypatch):
+    """A filesystem whose reads and writes may move fewer bytes than asked (FUSE and network filesystems do), on a
+    platform without ``os.copy_file_range``: each read and write here moves one byte less than asked, so every
+    buffer ends with a one-byte read and a one-byte write; the shards, config.json and side files are the same,
+    byte for byte."""
+    ref = convert(tiny["speculators_draft"], tmp_path / "ref", progress=False)
+    real_pread, real_write = os.pread, os.write
+    calls = {"pread": 0, "write": 0}
+
+    def short_pread(fd, n, offset):
+        calls["pread"] += 1
+        return real_pread(fd, max(1, n - 1), offset)
+
+    def short_write(fd, data):
+        calls["write"] += 1
+        return real_write(fd, bytes(data[: max(1, len(data) - 1)]))
+
+    monkeypatch.delattr(os, "copy_file_range", raising=False)
+    monkeypatch.setattr(os, "pread", short_pread)
+    monkeypatch.setattr(os, "write", short_write)
+    res = convert(tiny["speculators_draft"], tmp_path / "out", progress=False)
+    monkeypatch.undo()
+    assert calls["pread"] and calls["write"]
+    assert _tree_digest(res.dst) == _tree_digest(ref.dst)
+    assert res.report.ok and _leftovers(tmp_path) == []
+
+
 def test_a_filesystem_refusing_directory_fsync_still_converts(tiny, tmp_path, monkeypatch):
     """fsync of a directory fails with EINVAL (some filesystems): ignored, the draft is the same."""
     ref = convert(tiny["speculators_draft"], tmp_path / "ref", progress=False)

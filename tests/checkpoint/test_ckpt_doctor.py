@@ -1764,20 +1764,21 @@ def test_target_shards_missing_from_the_index_are_listed_up_to_five(tmp_path):
     assert bad.where == f"{t / shards[6]}: model.embed_tokens.weight"
 
 
-def test_target_index_naming_tensors_its_shards_do_not_hold(tmp_path):
+@pytest.mark.parametrize("n_moved", [6, 1])
+def test_target_index_naming_tensors_its_shards_do_not_hold(tmp_path, n_moved):
     tensors = {f"extra_{i}.weight": torch.ones(4, dtype=torch.bfloat16) for i in range(10)}
     tensors.update(_embed_and_head())
     t = _target_with(tmp_path, "t", tensors, shards=2)
     index = json.loads((t / "model.safetensors.index.json").read_text())
     first, second = sorted(set(index["weight_map"].values()))
-    moved = [n for n, f in index["weight_map"].items() if f == first][:6]
+    moved = [n for n, f in index["weight_map"].items() if f == first][:n_moved]
     index["weight_map"].update({n: second for n in moved})
     (t / "model.safetensors.index.json").write_text(json.dumps(index))
     r = run(t, None)
     f = _one(r, "safetensors-index")
-    assert (f.severity, f.what) == (ERROR, "6 tensor(s) in the target's index are not in the shard it names")
+    assert (f.severity, f.what) == (ERROR, f"{n_moved} tensor(s) in the target's index are not in the shard it names")
     shown = f.found.split(", ")
-    assert len(shown) == 5 and set(shown) <= set(moved), f.found
+    assert len(shown) == min(n_moved, 5) and set(shown) <= set(moved), f.found
     assert f.fix == "re-download the index and shards together"
     assert_clean(run(_target_with(tmp_path, "whole", tensors, shards=2), None))
 
@@ -2013,3 +2014,22 @@ def test_draft_index_naming_tensors_its_shards_do_not_hold_lists_five(make_draft
     assert (f.severity, f.what) == (ERROR, "6 tensor(s) in the draft's index are not in the shard it names")
     shown = f.found.split(", ")
     assert len(shown) == 5 and set(shown) <= set(moved), f.found
+
+
+@pytest.mark.parametrize("kept", [1, 2])
+def test_tensors_of_the_shards_that_read_are_judged_when_another_shard_does_not(make_draft, tiny, kept):
+    """A shard that cannot be read is reported, and the tensors of the shards that could be read are still judged:
+    a wrong shape among them is named, whether they hold one tensor or more."""
+
+    def keep(t):
+        out = {"norm.weight": torch.ones(7, dtype=torch.bfloat16)}  # the draft's hidden is tm.HIDDEN
+        if kept == 2:
+            out["fc.weight"] = t["fc.weight"]
+        return out
+
+    d = make_draft("broken-shard", tensors=keep)
+    (d / "zz-broken.safetensors").write_bytes(b"\0\0\0")  # too short to hold a header
+    r = run(tiny["deepseek_v3"], d)
+    assert "safetensors-header" in r.codes(ERROR), r.format()
+    shape = [f for f in r.errors if f.code == "tensor-shape"]
+    assert [f.what.split(" ")[0] for f in shape] == ["norm.weight"], r.format()

@@ -916,6 +916,47 @@ def test_a_file_that_grows_after_its_stat_is_refused(tmp_path, monkeypatch):
     with open_checkpoint_file(tmp_path, "config.json") as f:
         (tmp_path / "config.json").write_bytes(b"x" * 101)  # the same inode, one byte longer
         assert "changed while being read" in _refusal(f.read_all, 100).what
+    index = "model.safetensors.index.json"
+    (tmp_path / index).write_bytes(b"x" * 100)
+    with open_checkpoint_file(tmp_path, index, what="safetensors index") as f:
+        (tmp_path / index).write_bytes(b"x" * 101)
+        d = _refusal(f.read_all, 100, code="safetensors-index")
+    assert d.code == "safetensors-index"  # the caller's class of problem, as for a file too large at its stat
+    assert d.what == f"safetensors index {index} changed while being read", d.what
+
+
+@pytest.mark.parametrize("content", [b"7", b"{}"])
+def test_a_file_of_one_or_two_bytes_is_read_whole(tmp_path, content):
+    """The smallest files are read as they are: ``7`` (one byte) is a JSON number, not an empty file."""
+    (tmp_path / "config.json").write_bytes(content)
+    assert safe_io.read_checkpoint_bytes(tmp_path, "config.json", max_bytes=16) == content
+    with open_checkpoint_file(tmp_path, "config.json") as f:
+        assert f.read_at(0, 16) == content and f.read_at(len(content) - 1, 16) == content[-1:]
+
+
+def test_a_header_too_complex_to_parse_keeps_the_budgets_fix(tmp_path):
+    """A header within the length bound whose structures cost more than the parse budget is refused before it is
+    parsed, with the budget's own fix (no known tool writes such a header), not the generic one."""
+    raw = b'{"a":[' + b"{}," * 3_000_000 + b"{}]}"
+    assert safe_io.json_parse_cost(raw) > safe_io.JSON_PARSE_BUDGET
+    (tmp_path / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw)
+    with pytest.raises(Eagle3Error) as err:
+        read_header(tmp_path / "model.safetensors")
+    d = err.value.diagnostic
+    assert "too complex to parse" in d.what
+    assert d.fix == "this is no checkpoint written by a known tool; re-download or re-export it", d.fix
+
+
+def test_a_header_naming_a_tensor_twice_is_refused_through_the_json_reader(tmp_path):
+    """The JSON reader hands each object's pairs to its caller's hook: the safetensors header's reader refuses a
+    name given twice (the library keeps the last silently)."""
+    entry = b'"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}'
+    raw = b"{" + entry + b", " + entry + b"}"
+    (tmp_path / "model.safetensors").write_bytes(len(raw).to_bytes(8, "little") + raw + b"\0")
+    with pytest.raises(Eagle3Error) as err:
+        read_header(tmp_path / "model.safetensors")
+    d = err.value.diagnostic
+    assert d.what == "safetensors header has a duplicate name" and "'x'" in d.found, d
 
 
 def test_the_file_is_closed_after_its_block_and_a_read_after_close_is_refused(tmp_path):
@@ -996,6 +1037,8 @@ def test_an_open_that_fails_is_refused_by_name(tmp_path, monkeypatch, error, rea
     monkeypatch.setattr(safe_io.os, "open", fails)
     d = _refusal(open_checkpoint_file, tmp_path, "config.json")
     assert d.what == f"cannot read file config.json: {reason}" and d.where == str(tmp_path / "config.json"), d.what
+    named = _refusal(open_checkpoint_file, tmp_path, "config.json", what="draft config")  # as the caller says
+    assert named.what == f"cannot read draft config config.json: {reason}", named.what
 
 
 def test_a_file_opened_as_descriptor_0_is_closed_too(tmp_path):

@@ -871,6 +871,20 @@ def test_read_config_errors(tmp_path):
         read_config(tmp_path)
 
 
+def test_a_checkpoint_directory_that_cannot_be_listed_is_named_by_its_role(tmp_path, monkeypatch):
+    """No config.json, and the directory cannot be listed to look for weights: the refusal names the directory as
+    the caller's role (the draft, the target), not as a bare checkpoint."""
+    from eagle3_patches.checkpoint import safe_io
+
+    def denied(path):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(safe_io.os, "listdir", denied)
+    with pytest.raises(CheckpointError) as err:
+        read_config(tmp_path, "draft")
+    assert err.value.what == f"cannot read the draft directory {tmp_path}: permission denied", err.value.what
+
+
 # ------------------------------------------------------------------ dtype classes, as the doctor applies them
 @pytest.mark.parametrize(
     "dtype, accepted",
@@ -993,6 +1007,7 @@ LONG = "x" * 100
 #: (config, field, a value of the wrong type, what the problem says is expected); each repr is longer than the 80 shown
 WRONG_TYPES = [
     ("target", "architectures", LONG, "a list of strings"),
+    ("target", "architectures", [LONG, 1], "a list of strings"),  # one element of the wrong type is enough
     ("target", "model_type", [LONG], "a string"),
     ("kimi", "text_config", [LONG], "an object"),
     ("target", "hidden_size", LONG, f"an integer in 1..{M}"),

@@ -119,6 +119,8 @@ def test_installed_sglang_that_loads_the_plugin_is_judged_with_eagle3_patches(ti
         ("0.5.10", {}, True),  # no plugin mechanism before 0.5.11
         ("0.5.11", {settings.PLUGIN: "0"}, True),  # switched off
         ("0.5.11", {"SGLANG_PLUGINS": "someone_else"}, True),  # sglang's allow-list leaves it out
+        ("0.5.11", {"SGLANG_PLUGINS": " "}, True),  # set, so an allow-list, of no name: sglang loads no plugin
+        ("0.5.11", {"SGLANG_PLUGINS": " , "}, True),
         ("0.5.11", {}, False),  # not installed as a package (a checkout on sys.path)
     ],
 )
@@ -244,3 +246,12 @@ def test_the_converters_check_gives_one_verdict_for_the_setup_it_is_given(tiny):
     assert r.with_patches is None  # the checkpoints alone: no launch, so no second verdict
     assert (r.facts["sglang_version"], r.facts["with_patches"]) == ("0.5.13", True)
     assert r.facts["target"].startswith(str(tiny["kimi_k25"]))
+
+
+def test_checking_the_checkpoints_only_gives_one_verdict(tiny):
+    """``--checkpoint-only`` judges no launch, so whether it runs under eagle3-patches does not matter: one verdict,
+    where bare flags (the same call without it) give both."""
+    only = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.9", checkpoint_only=True)
+    assert only.with_patches is None and "with_patches" not in only.to_dict()
+    both = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.9")
+    assert both.with_patches is not None and "with_patches" in both.to_dict()

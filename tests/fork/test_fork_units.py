@@ -105,6 +105,18 @@ def test_series_names_skip_comments_and_blank_lines(tmp_path):
     assert fork.read_series_names(tmp_path) == ["01-x.patch", "02-y.patch"]
 
 
+def test_a_one_character_series_entry_is_read_and_refused_as_an_unknown_diff(synth):
+    """A stray character left in ``series`` (a hand edit) is an entry like any other: the series is refused
+    naming it, not loaded without it."""
+    root, series = synth
+    with (series / fork.SERIES_FILE).open("a") as f:
+        f.write("x\n")
+    assert fork.read_series_names(series)[-1] == "x"
+    with pytest.raises(fork.ForkError) as info:
+        fork.load_series(series)
+    assert "lists x, which is not in" in str(info.value)
+
+
 @pytest.mark.parametrize(
     "filename, name",
     [
@@ -437,6 +449,17 @@ def test_a_no_newline_marker_right_after_the_header_changes_nothing():
 def test_a_no_newline_marker_after_the_last_counted_line_is_read():
     [fd] = fork.parse_unified_diff("--- a/p\n+++ b/p\n@@ -1 +1 @@\n-x\n+y\n\\ No newline at end of file\n")
     assert fd.hunks[0].lines == [("-", "x\n"), ("+", "y")]
+
+
+def test_a_no_newline_marker_after_a_hunks_first_line_strips_that_line():
+    """A one-line file without a final newline given one: the marker follows the hunk's first line; applied and
+    reverted, the diff gives each file byte for byte."""
+    text = fork.make_unified_diff("p", b"x", b"y\n")
+    assert text == "--- a/p\n+++ b/p\n@@ -1 +1 @@\n-x\n\\ No newline at end of file\n+y\n"
+    [fd] = fork.parse_unified_diff(text)
+    assert fd.hunks[0].lines == [("-", "x"), ("+", "y\n")]
+    assert "".join(fork.apply_hunks(["x"], fd.hunks)) == "y\n"
+    assert "".join(fork.apply_hunks(["y\n"], fd.hunks, reverse=True)) == "x"
 
 
 @pytest.mark.parametrize(

@@ -160,14 +160,14 @@ def test_guard_upgrades_when_opted_in_and_says_so(tiny):
 
 # --------------------------------------------------------------------------- EAGLE3 without a draft (sglang issue
 # 36528)
-def _without_draft(target: str):
+def _without_draft(target: str, algorithm: str = "EAGLE3"):
     from eagle3_patches.testing import sglang_harness as h
 
     try:
         sa = h.launcher_server_args(
             h.server_args,
             target,
-            speculative_algorithm="EAGLE3",
+            speculative_algorithm=algorithm,
             speculative_num_steps=3,
             speculative_eagle_topk=1,
             speculative_num_draft_tokens=4,
@@ -192,6 +192,15 @@ def test_guard_refuses_eagle3_without_a_draft_naming_the_flag(tiny):
     assert "--speculative-draft-model-path" in message and "NEXTN" in message and "36528" in message
 
 
+@pytest.mark.parametrize("algorithm", ["NEXTN", "EAGLE"])
+def test_guard_lets_mtp_without_a_draft_through(tiny, algorithm):
+    """NEXTN (or EAGLE) without a draft path: a DeepSeek-V3-family target speculating with its own MTP layers, which
+    sglang's default takes as the draft; nothing for the guard to refuse."""
+    stock = run_isolated(_without_draft, str(tiny["deepseek_v3"]), algorithm, patches=None)
+    patched = run_isolated(_without_draft, str(tiny["deepseek_v3"]), algorithm, patches=["eagle3_algorithm_guard"])
+    assert patched == stock and patched[0] == "ok", (stock, patched)
+
+
 def test_doctor_names_eagle3_without_a_draft_and_stays_silent_with_one(tiny):
     from eagle3_patches.doctor import doctor
 
@@ -210,3 +219,28 @@ def test_doctor_names_eagle3_without_a_draft_and_stays_silent_with_one(tiny):
     assert (
         "algorithm-eagle3-without-draft" not in doctor(tiny["deepseek_v3"], sglang_version="0.5.9").codes()
     )  # no launch given
+
+
+# --------------------------------------------------------------------------- the algorithm's spelling
+def test_guard_reads_the_algorithm_in_any_case_as_sglang_does(tiny):
+    """sglang's ``SpeculativeAlgorithm.from_string`` upper-cases the name, so ``sglang.Engine(
+    speculative_algorithm="eagle")`` serves EAGLE; the guard refuses the lowercase spellings as it refuses the
+    uppercase ones, and lets ``eagle3`` with its draft through."""
+    target, draft = str(tiny["kimi_k25"]), str(tiny["draft"])
+    cases = {
+        "eagle": (target, draft, "eagle"),
+        "nextn": (target, draft, "nextn"),
+        "eagle3_without_draft": (target, "", "eagle3"),
+        "eagle3": (target, draft, "eagle3"),
+    }
+    out = run_isolated(launcher_outcomes, cases, patches=["eagle3_algorithm_guard"])
+    for name, shown in (("eagle", "EAGLE"), ("nextn", "NEXTN")):
+        kind, message = out[name]
+        assert kind == "Eagle3ConfigError", (name, out[name])
+        assert f"--speculative-algorithm {shown} with an EAGLE-3 draft" in message
+        assert f"--speculative-algorithm {name} --speculative-draft-model-path {draft}" in message  # as given
+    kind, message = out["eagle3_without_draft"]
+    assert kind == "Eagle3ConfigError" and "without --speculative-draft-model-path" in message, out[
+        "eagle3_without_draft"
+    ]
+    assert out["eagle3"] == ("ok", "eagle3")

@@ -106,3 +106,17 @@ def test_without_the_backport_its_fields_are_refused_where_the_release_never_rea
 @pytest.mark.runtime_only
 def test_patched_lets_a_draft_without_such_fields_through(patched):
     assert patched["plain"] == ("ok", "EAGLE3")
+
+
+@pytest.mark.runtime_only
+def test_a_lowercase_eagle3_is_checked_too(drafts):
+    """sglang upper-cases the algorithm's name (``SpeculativeAlgorithm.from_string``): ``sglang.Engine(
+    speculative_algorithm="eagle3")`` serves the draft as EAGLE-3, so its unread fields are refused under that
+    spelling too."""
+    target, draft, _ = drafts["norm_before_residual"]
+    cases = {"unread": (target, draft, "eagle3"), "plain": (target, drafts["plain"][1], "eagle3")}
+    out = run_isolated(launcher_outcomes, cases, patches=["eagle3_draft_config_fields"])
+    kind, message = out["unread"]
+    assert kind == "Eagle3ConfigError", out["unread"]
+    assert "config.json: norm_before_residual" in message and "never reads" in message
+    assert out["plain"] == ("ok", "eagle3")

@@ -180,3 +180,22 @@ def test_a_target_with_one_hook_of_two_is_refused_naming_the_missing_one(tiny_ro
         assert message.split("it has no ", 1)[1].splitlines()[0] == missing, message
         assert f"without {missing}\n" in message and present not in message.split("found:", 1)[1].splitlines()[0]
     assert out["BothHooks"] == ("ok", None)
+
+
+@pytest.mark.runtime_only  # the fork path carries its own copy of the check (tests/fork)
+def test_a_lowercase_eagle3_on_a_target_that_cannot_capture_is_refused(tiny_root, tiny):
+    """sglang upper-cases the algorithm's name (``SpeculativeAlgorithm.from_string``): ``sglang.Engine(
+    speculative_algorithm="eagle3")`` serves EAGLE-3, so the launcher check refuses GPT-2 under that spelling too;
+    the Kimi-K2.5 target with its delegation passes."""
+    from eagle3_patches.selftest.checkpoints import no_capture_target
+
+    gpt2 = str(no_capture_target(tiny_root / "tiny-gpt2-config-only"))
+    cases = {
+        "gpt2": (gpt2, str(tiny["draft"]), "eagle3"),
+        "kimi": (str(tiny["kimi_k25"]), str(tiny["draft"]), "eagle3"),
+    }
+    out = run_isolated(launcher_outcomes, cases, patches="all")
+    kind, message = out["gpt2"]
+    assert kind == "Eagle3TargetError", out["gpt2"]
+    assert "GPT2LMHeadModel cannot serve an EAGLE-3 draft" in message
+    assert out["kimi"] == ("ok", "eagle3")
