@@ -6,10 +6,12 @@ and the logits, of real draft ``ModelRunner`` objects fed the same prefill and t
 function runs here and, as this file run as a script, in the 0.5.23 environment of ``tools/matrix.py``
 (``.matrix/venv-0.5.23``), which writes its outputs to a safetensors file.
 
-The midlayer's ``o_proj`` is zero: sglang 0.5.23's extend attention, run on CPU under the triton interpreter in this
-harness, gives different outputs from one run to the next (uninitialised memory), while every other part of the
-layer is deterministic; with the attention's output zeroed, the comparison is exact and still covers every norm
-(all of them sit outside the attention).
+The midlayer's attention contributes nothing: its ``o_proj`` is zero and, in both runs, its output is replaced by
+zeros of the same shape (a forward hook).  sglang 0.5.23's extend attention, run on CPU under the triton
+interpreter in this harness, reads uninitialised memory: its output differs from one run to the next and is at
+times NaN, which a zero ``o_proj`` does not cancel.  Every other part of the layer is deterministic; with the
+attention's output zero, the comparison is exact and still covers every norm (all of them sit outside the
+attention).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def draft_layer_outputs(target: str, draft: str) -> dict:
     out: dict = {}
     model.fc.register_forward_hook(lambda m, i, o: out.__setitem__("fc", o))
     layer.register_forward_hook(lambda m, i, o: out.update(mid_hidden=o[0], mid_residual=o[1]))
+    layer.self_attn.register_forward_hook(lambda m, i, o: torch.zeros_like(o))  # the module docstring says why
     model.register_forward_hook(lambda m, i, o: out.update(to_logits=o[0], handed_on=o[1][0]))
 
     batch = h.schedule_batch(h.make_reqs([list(range(5, 5 + TOKENS))]), runner, SpeculativeAlgorithm.EAGLE3)
