@@ -104,8 +104,22 @@ def test_every_row_of_the_equivalents_table_is_read_with_its_pipes_and_lines(mut
     mod = "eagle3_patches/patches/eagle3_draft_strict_loading.py"
     piped = [k for k in equiv if k[0] == mod and "fc.weight" in k[1]]
     assert piped and all("tuple[int, ...] | None" in k[1] for k in piped)  # the escaped pipe read back
-    assert mutation.is_equivalent(equiv, mod, "continue", "break", 148)
-    assert not mutation.is_equivalent(equiv, mod, "continue", "break", 181)  # the same change elsewhere
+    (line,) = [
+        int(k[0].rpartition(":")[2]) for k in equiv if k[0].startswith(f"{mod}:") and k[1:] == ("continue", "break")
+    ]
+    assert mutation.is_equivalent(equiv, mod, "continue", "break", line)
+    assert not mutation.is_equivalent(equiv, mod, "continue", "break", line + 1)  # the same change elsewhere
+
+
+def test_every_equivalent_pinned_to_a_line_names_what_that_line_holds(mutation):
+    """An entry pinned to a line that moved would excuse another mutant there and leave its own counted."""
+    root = mutation.DOC.parents[1]
+    for module, before, _ in mutation.equivalents():
+        path, _, line = module.rpartition(":")
+        if not line.isdigit():
+            continue
+        text = (root / path).read_text().splitlines()[int(line) - 1]
+        assert before.strip() in text, (module, before, text)
 
 
 def test_a_timed_out_run_leaves_no_process_behind(mutation, tmp_path):
