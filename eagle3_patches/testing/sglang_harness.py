@@ -114,6 +114,18 @@ def model_runner(
     return runner
 
 
+def draft_runner(sa, target_runner, **kw: Any):
+    """The draft's ModelRunner, sharing the target runner's request and KV-slot pools as sglang's EAGLE worker
+    builds it (``kw``: ``model_path`` and the like, as :func:`model_runner` takes them)."""
+    return model_runner(
+        sa,
+        is_draft=True,
+        req_to_token_pool=target_runner.req_to_token_pool,
+        token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator,
+        **kw,
+    )
+
+
 _LAST_TARGET: list = []
 _PUBLISHED: list = []
 
@@ -577,13 +589,7 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
             }
 
         try:
-            dr = model_runner(
-                sa,
-                is_draft=True,
-                model_path=str(path),
-                req_to_token_pool=tr.req_to_token_pool,
-                token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
-            )
+            dr = draft_runner(sa, tr, model_path=str(path))
         except Exception as exc:  # noqa: BLE001 - returned to the test
             results.append({"ok": False, "type": type(exc).__name__, "message": str(exc), **after_load()})
             continue

@@ -87,12 +87,7 @@ def draft_layer_outputs(target: str, draft: str) -> dict:
 
     sa = h.eagle3_server_args(target, draft)
     target_runner = h.model_runner(sa)
-    runner = h.model_runner(
-        sa,
-        is_draft=True,
-        req_to_token_pool=target_runner.req_to_token_pool,
-        token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator,
-    )
+    runner = h.draft_runner(sa, target_runner)
     model = runner.model.model
     layer = model.midlayer if hasattr(model, "midlayer") else model.layers[0]
     out: dict = {}

@@ -100,13 +100,7 @@ def _load_then_update(target: str, first: str, second: str):
 
     sa = h.eagle3_server_args(target, first)
     tr = h.model_runner(sa)
-    dr = h.model_runner(
-        sa,
-        is_draft=True,
-        model_path=first,
-        req_to_token_pool=tr.req_to_token_pool,
-        token_to_kv_pool_allocator=tr.token_to_kv_pool_allocator,
-    )
+    dr = h.draft_runner(sa, tr, model_path=first)
     dr.model.load_weights(iter(load_file(f"{second}/model.safetensors").items()))
     return {n: p.detach().clone() for n, p in dr.model.named_parameters()}
 

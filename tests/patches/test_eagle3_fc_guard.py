@@ -57,12 +57,7 @@ def _draft_forward_widths(target: str, draft: str, widths: list):
 
     sa = h.eagle3_server_args(target, draft, load_format="dummy")
     target_runner = h.model_runner(sa)
-    runner = h.model_runner(
-        sa,
-        is_draft=True,
-        req_to_token_pool=target_runner.req_to_token_pool,
-        token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator,
-    )
+    runner = h.draft_runner(sa, target_runner)
     fc_inputs = h.record_fc_inputs(SimpleWorker(runner))
     results = []
     for case in widths:
@@ -252,12 +247,7 @@ def _empty_batches(target: str, draft: str) -> dict:
 
     sa = h.eagle3_server_args(target, draft, load_format="dummy")
     target_runner = h.model_runner(sa)
-    runner = h.model_runner(
-        sa,
-        is_draft=True,
-        req_to_token_pool=target_runner.req_to_token_pool,
-        token_to_kv_pool_allocator=target_runner.token_to_kv_pool_allocator,
-    )
+    runner = h.draft_runner(sa, target_runner)
     hidden = runner.model.config.hidden_size
 
     def forward_batch(rows: int, width: int):
