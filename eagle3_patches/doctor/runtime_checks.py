@@ -197,8 +197,8 @@ def check_expected(ctx: Context) -> None:
     measured at against the launch's."""
     la = ctx.launch
     var = settings.EXPECTED_ACCEPT_LENGTH
-    given = la.env.get(var, os.environ.get(var))  # the command's assignment, else the doctor's environment
-    stated = settings.read({var: given} if given is not None else {})
+    # the command's assignment, else the doctor's own environment: both read as the settings read them
+    stated = settings.read({var: la.env[var]}) if var in la.env else settings.read()
     where = ctx.dcfg(expected_accept.FIELD)
     try:
         figure = expected_accept.from_config(ctx.draft_view.config, where=ctx.dcfg())
@@ -216,13 +216,13 @@ def check_expected(ctx: Context) -> None:
         figure = None
     if stated.expected_accept_length is not None:
         figure = expected_accept.ExpectedAccept(stated.expected_accept_length, source=var)
-    elif stated.problems:
+    elif problems := [p for p in stated.problems if p.startswith(f"{var}=")]:
         ctx.add(
             WARNING,
             "expected-accept-length",
             "the launch's expected accept length is not understood: the watchdog ignores it",
             where=var,
-            found=stated.problems[0],
+            found=problems[0],
             expected="an accept length above 1 and at most 64",
             fix="the figure the draft's publisher states, or `eagle3-patches measure-accept`'s",
         )
