@@ -285,7 +285,6 @@ def replay(forward: DraftForward, hot, sequences: Iterable[TargetStates], steps:
     if steps < 1:
         raise MeasureError("--speculative-num-steps must be at least 1", found=str(steps))
     result = Acceptance(steps=steps, histogram=[0] * (steps + 1), sequences=0)
-    torch.set_grad_enabled(False)
     for st in sequences:
         tokens, lab = st.tokens, st.labelled
         L = int(tokens.shape[0])
@@ -301,7 +300,8 @@ def replay(forward: DraftForward, hot, sequences: Iterable[TargetStates], steps:
             result.skipped.append(f"{st.source}: {L} tokens, shorter than one verify step")
             continue
         result.sequences += 1
-        preds = [hot[logits.argmax(-1)] for logits in forward.forward_seq(tokens, st.aux, steps)]
+        with torch.no_grad():  # the caller's autograd mode is left as it was
+            preds = [hot[logits.argmax(-1)] for logits in forward.forward_seq(tokens, st.aux, steps)]
         t = 0
         while t + 2 <= L - 1:  # the token just produced (t + 1) and at least one to draft for
             if not bool(lab[t + 1]):  # a prompt token: the next verify step starts after the next target token
