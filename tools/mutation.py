@@ -72,6 +72,7 @@ DOC = ROOT / "docs" / "testing.md"
 SCOPE_GLOBS = (
     "eagle3_patches/patches/*.py",
     "eagle3_patches/checkpoint/*.py",
+    "eagle3_patches/acceptance/*.py",
     "eagle3_patches/doctor/*.py",
     "eagle3_patches/convert.py",
     "eagle3_patches/registry.py",
@@ -250,6 +251,8 @@ TESTED_THROUGH = {
     ],
     "eagle3_patches/checkpoint/draft_fields.py": ["test_doctor_fields.py", "test_eagle3_draft_config_fields.py"],
     "eagle3_patches/checkpoint/d2t.py": ["test_ckpt_doctor.py"],
+    "eagle3_patches/checkpoint/expected_accept.py": ["test_doctor_runtime.py", "test_ckpt_convert.py"],
+    "eagle3_patches/acceptance/target_states.py": ["test_measure_accept.py"],
     "eagle3_patches/plugin.py": ["test_doctor_verdicts.py"],
     "eagle3_patches/settings.py": ["test_settings_as_typed.py", "test_plugin.py", "test_activation.py"],
 }
@@ -268,8 +271,14 @@ def tests_for(module: Path) -> list[Path]:
     rel = module.relative_to(ROOT)
     dotted = ".".join(rel.with_suffix("").parts)
     files = _test_files()
-    # a file named after the module is its test even in a slow directory (rank_consistency: tests/distributed)
-    named = [p for p in _test_files(heavy=True) if re.fullmatch(rf"test_(ckpt_)?{re.escape(stem)}(_\w+)?\.py", p.name)]
+    # a file named after the module is its test even in a slow directory (rank_consistency: tests/distributed),
+    # though not one that starts real servers (expected_accept: tests/e2e; its unit tests are found by import)
+    named = [
+        p
+        for p in _test_files(heavy=True)
+        if re.fullmatch(rf"test_(ckpt_)?{re.escape(stem)}(_\w+)?\.py", p.name)
+        and p.relative_to(TEST_ROOT).parts[0] != "e2e"
+    ]
     if not named and module.parent.name in SPLIT_PACKAGES:  # a module of a package its tests are named after
         named = [
             p

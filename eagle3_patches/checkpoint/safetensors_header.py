@@ -77,7 +77,9 @@ DTYPE_BITS: dict[str, int] = {
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 INT_DTYPES = frozenset({"I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64"})
 
-#: config.json ``torch_dtype`` / ``dtype`` strings -> safetensors dtype names
+#: config.json ``torch_dtype`` / ``dtype`` strings -> safetensors dtype names. These are the floating-point names
+#: transformers accepts: loading a config it turns the string into ``getattr(torch, name)``, case-sensitively, and
+#: stops with AttributeError on any other (``BFloat16``, ``torch.bfloat16``)
 CONFIG_DTYPES = {
     "bfloat16": "BF16",
     "float16": "F16",
@@ -85,6 +87,7 @@ CONFIG_DTYPES = {
     "float32": "F32",
     "float": "F32",
     "float64": "F64",
+    "double": "F64",
 }
 
 

@@ -4,6 +4,7 @@ draft loads, ``d2t`` / ``t2d`` and the dtypes it will run in."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -414,28 +415,73 @@ def check_d2t(ctx: Context) -> None:
 
 
 # ---------------------------------------------------------------- dtypes
+def _stated_dtype(config: dict) -> tuple[str, object] | None:
+    """(key, value) of the dtype field transformers converts when it loads ``config``: ``dtype`` wins over
+    ``torch_dtype`` when both are set."""
+    for key in ("dtype", "torch_dtype"):
+        if config.get(key) is not None:
+            return key, config[key]
+    return None
+
+
+def _check_config_dtype(ctx: Context, side: str, config: dict, where: Callable[[str], str]) -> bool:
+    """A stated dtype transformers cannot turn into a torch floating-point dtype is an error; True if it was."""
+    stated = _stated_dtype(config)
+    if stated is None or (isinstance(stated[1], str) and stated[1] in CONFIG_DTYPES):
+        return False
+    key, value = stated
+    close = str(value).removeprefix("torch.").lower()  # BFloat16, torch.bfloat16 -> bfloat16
+    fails = (
+        "transformers looks the string up as an attribute of torch (case-sensitively) and stops loading the config "
+        "with AttributeError"
+        if isinstance(value, str)
+        else "sglang takes the value for a torch dtype and fails building the model"
+    )
+    ctx.add(
+        ERROR,
+        "config-dtype",
+        f"the {side}'s {key} is not a floating-point dtype name transformers accepts: {fails}"
+        + (" (the draft loads after the target)" if side == "draft" else ""),
+        where=where(key),
+        found=repr(value)[:80],
+        expected=" / ".join(CONFIG_DTYPES),
+        fix=f'write "{key}": "{close if close in CONFIG_DTYPES else "bfloat16"}"',
+    )
+    return True
+
+
 def _resolve_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str]:
-    """(dtype sglang would run, reason) following ``_get_and_verify_dtype`` (0.5.9)."""
+    """(dtype sglang would run, reason) following ``_get_and_verify_dtype`` (0.5.9) for a dtype name transformers
+    accepted (:func:`_check_config_dtype`)."""
     flag = (flag or "auto").lower()
     if flag != "auto":
         canon = {"half": "float16", "float": "float32", "bf16": "bfloat16"}.get(flag, flag)
         return canon, f"--dtype {flag}"
-    cd = (config_dtype or "").lower()
+    cd = config_dtype or ""
     if cd in ("", "float32", "float"):
         return "float16", (
             f"config dtype {cd} -> float16 (sglang's auto rule)"
             if cd
             else "no dtype in config -> float32 -> float16 (sglang's auto rule)"
         )
-    canon = {"half": "float16"}.get(cd, cd)
+    canon = {"half": "float16", "double": "float64"}.get(cd, cd)
     return canon, f"config dtype {cd}"
 
 
 def check_dtypes(ctx: Context) -> None:
     dv = ctx.draft_view
     flag = ctx.launch.dtype
+    unloadable = _check_config_dtype(ctx, "draft", dv.config, ctx.dcfg)
+    if ctx.target is not None:
+        text = ctx.target.config.get("text_config")
+        unloadable |= _check_config_dtype(ctx, "target", ctx.target.config, lambda k: ctx.tcfg(k, top=True))
+        if isinstance(text, dict):
+            unloadable |= _check_config_dtype(ctx, "target", text, lambda k: ctx.tcfg(f"text_config.{k}", top=True))
     ddt, dwhy = _resolve_dtype(dv.dtype, flag)
     ctx.report.facts["draft_dtype"] = {"dtype": ddt, "from": dwhy}  # what the draft runs with (runtime_checks)
+    _check_tensor_dtypes(ctx, ddt)
+    if unloadable:
+        return
     if ctx.target is not None:
         tdt, twhy = _resolve_dtype(ctx.target.dtype, flag)
         if ddt != tdt:
@@ -457,7 +503,11 @@ def check_dtypes(ctx: Context) -> None:
             where=ctx.dcfg("torch_dtype"),
             fix='state the target\'s dtype: "torch_dtype": "bfloat16"',
         )
-    quantized = isinstance(dv.config.get("quantization_config"), dict)
+
+
+def _check_tensor_dtypes(ctx: Context, ddt: str | None) -> None:
+    """Weights stored as integers in an unquantized draft; weights cast at load to ``ddt``."""
+    quantized = isinstance(ctx.draft_view.config.get("quantization_config"), dict)
     for name, t in ctx.draft_tensors.items():
         raw = ctx.draft_raw_names[name]
         if name in ("d2t", "t2d"):

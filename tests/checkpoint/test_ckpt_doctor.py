@@ -568,6 +568,65 @@ def test_dtype_flag_fixes_it(make_draft, tiny):
     assert "dtype-mismatch" not in r.codes()
 
 
+def _transformers_loads(tmp_path, fields: dict) -> bool:
+    from transformers import AutoConfig
+
+    d = tmp_path / "transformers-config"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, **fields}))
+    try:
+        AutoConfig.from_pretrained(str(d))
+    except AttributeError:
+        return False
+    return True
+
+
+STATED_DTYPES = [
+    {"torch_dtype": "bfloat16"},
+    {"torch_dtype": "half"},
+    {"dtype": "float32"},
+    {"torch_dtype": "double"},
+    {"torch_dtype": "BFloat16"},
+    {"torch_dtype": "torch.bfloat16"},
+    {"dtype": "FLOAT16"},
+    {"torch_dtype": "bf16"},
+    {"dtype": "bfloat16", "torch_dtype": "BFloat16"},  # transformers keeps dtype, and never looks torch_dtype up
+    {"dtype": "Float32", "torch_dtype": "float32"},
+]
+
+
+@pytest.mark.parametrize("fields", STATED_DTYPES, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
+def test_a_config_dtype_transformers_refuses_is_an_error_on_either_side(make_draft, make_target, tmp_path, fields):
+    """The doctor refuses exactly the dtype strings the installed transformers stops loading a config at."""
+    loads = _transformers_loads(tmp_path, fields)
+    base = {"torch_dtype": None, "dtype": None}
+    draft_side = run(make_target(config={"torch_dtype": "bfloat16"}), make_draft(config={**base, **fields}))
+    target_side = run(make_target(config={**base, **fields}, name="t2"), make_draft(config={"torch_dtype": "bfloat16"}))
+    for r, side, cfg in ((draft_side, "draft", "draft/config.json"), (target_side, "target", "t2/config.json")):
+        found = [f for f in r.errors if f.code == "config-dtype"]
+        assert bool(found) is not loads, (fields, r.format())
+        if found:
+            (f,) = found
+            key = "dtype" if fields.get("dtype") is not None else "torch_dtype"
+            assert f.where.endswith(f"{cfg}: {key}") and f.found == repr(fields[key]) and side in f.what
+            close = fields[key].removeprefix("torch.").lower()
+            assert f.fix == f'write "{key}": "{close if close in ("bfloat16", "float16", "float32") else "bfloat16"}"'
+            assert "dtype-mismatch" not in r.codes()  # one error for one fault
+
+
+def test_a_config_dtype_that_is_no_string_is_an_error(make_draft):
+    f = _one(run(None, make_draft(config={"torch_dtype": ["bfloat16"] * 100})), "config-dtype")
+    assert f.severity == ERROR and f.found == repr(["bfloat16"] * 100)[:80]
+    assert "takes the value for a torch dtype" in f.what
+    assert f.fix == 'write "torch_dtype": "bfloat16"'
+
+
+def test_a_multimodal_target_s_text_config_dtype_is_checked(make_draft, make_target):
+    r = run(make_target("kimi_k25", config={"text_config": {"torch_dtype": "torch.bfloat16"}}), make_draft())
+    (f,) = [f for f in r.errors if f.code == "config-dtype"]
+    assert f.where.endswith("config.json: text_config.torch_dtype") and "target" in f.what
+
+
 def test_integer_weight_dtype(make_draft, tiny):
     def bad(t):
         t["norm.weight"] = t["norm.weight"].to(torch.int16)
@@ -1068,6 +1127,7 @@ CHECKS = {
         dict(config={"torch_dtype": "float32"}),
         dict(config={"torch_dtype": "float32"}, target={"torch_dtype": "float16"}),
     ),
+    "config-dtype": (ERROR, dict(config={"torch_dtype": "BFloat16"}), dict(config={"torch_dtype": "bfloat16"})),
     "aux-ids-capture": (INFO, dict(), dict(target=None)),
     "aux-ids-convention-assumed": (INFO, dict(), dict(config={"eagle_config": {CONVENTION_KEY: "output-of-layer"}})),
     "target-hidden-size": (
