@@ -251,7 +251,12 @@ TESTED_THROUGH = {
     ],
     "eagle3_patches/checkpoint/draft_fields.py": ["test_doctor_fields.py", "test_eagle3_draft_config_fields.py"],
     "eagle3_patches/checkpoint/d2t.py": ["test_ckpt_doctor.py"],
-    "eagle3_patches/checkpoint/expected_accept.py": ["test_doctor_runtime.py", "test_ckpt_convert.py"],
+    "eagle3_patches/checkpoint/expected_accept.py": [
+        "test_measure_accept.py",
+        "test_accept_watchdog.py",
+        "test_doctor_runtime.py",
+        "test_ckpt_convert.py",
+    ],
     "eagle3_patches/acceptance/target_states.py": ["test_measure_accept.py"],
     "eagle3_patches/plugin.py": ["test_doctor_verdicts.py"],
     "eagle3_patches/settings.py": ["test_settings_as_typed.py", "test_plugin.py", "test_activation.py"],
