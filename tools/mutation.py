@@ -798,9 +798,12 @@ def write_operators_table() -> None:
     DOC.write_text(TABLE.sub(lambda m: m.group(1) + operators_table() + m.group(2), text))
 
 
-def report(modules: list[Path]) -> None:
-    print("| module | killed | timeouts | survived | equivalent | incompetent | not run | score |")
-    print("|---|---|---|---|---|---|---|---|")
+def scores_table(modules: list[Path]) -> tuple[str, list[tuple[Path, dict]]]:
+    """The markdown table of the sessions of ``modules`` (those that have one), and their survivors."""
+    rows = [
+        "| module | killed | timeouts | survived | equivalent | incompetent | not run | score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     survivors = []
     for module in modules:
         r = results(module)
@@ -811,17 +814,34 @@ def report(modules: list[Path]) -> None:
         part = f" (lines {', '.join(map(str, meta['lines']))} only)" if meta.get("lines") else ""
         part += f" (operators {', '.join(meta['operators'])} only)" if meta.get("operators") else ""
         part += f" (sglang {meta['release']})" if meta.get("release") else ""
-        print(
+        rows.append(
             f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | "
-            f"{len(r['survived'])} | "
-            f"{r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |"
+            f"{len(r['survived'])} | {r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |"
         )
         survivors += [(module, s) for s in r["survived"]]
+    return "\n".join(rows) + "\n", survivors
+
+
+def report(modules: list[Path]) -> None:
+    table, survivors = scores_table(modules)
+    print(table, end="")
     for module, s in survivors:
         print(
             f"SURVIVED {module.relative_to(ROOT).as_posix()}:{s['line']} {s['operator']}\n"
             f"    - {s['before']}\n    + {s['after']}"
         )
+
+
+SCORES = re.compile(r"(<!-- BEGIN scores -->\n).*?(<!-- END scores -->)", re.S)
+
+
+def write_scores_table(modules: list[Path]) -> None:
+    """docs/testing.md's table of scores, from the sessions in ``.mutation/`` (a module without one keeps no row)."""
+    text = DOC.read_text()
+    if not SCORES.search(text):
+        raise SystemExit(f"{DOC.relative_to(ROOT)} has no <!-- BEGIN scores --> ... <!-- END scores --> section")
+    table, _ = scores_table(modules)
+    DOC.write_text(SCORES.sub(lambda m: m.group(1) + table + m.group(2), text))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -848,6 +868,11 @@ def main(argv: list[str] | None = None) -> int:
         "--operators-table",
         action="store_true",
         help="write the table of the operators a session runs into docs/testing.md (no test runs)",
+    )
+    parser.add_argument(
+        "--scores-table",
+        action="store_true",
+        help="write the table of the sessions' scores (what --report prints first) into docs/testing.md",
     )
     parser.add_argument(
         "--retry-survivors",
@@ -894,6 +919,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown operator(s): {', '.join(unknown_ops)}; the operators: {', '.join(operators)}")
     if args.report:
         report(modules)
+        return 0
+    if args.scores_table:
+        write_scores_table(modules)
         return 0
     if args.list:
         from cosmic_ray.commands.init import _all_work_items
