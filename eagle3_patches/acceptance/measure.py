@@ -222,6 +222,14 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
         )
     if "d2t" in params:
         d2t = params.pop("d2t").to(torch.int64)
+        if d2t.dim() != 1:
+            raise MeasureError(
+                "d2t is not a map of the draft vocabulary",
+                where=str(dpath),
+                found=f"d2t of shape {list(d2t.shape)}",
+                expected=f"1-D offsets [{vocab_draft}] (d2t[i] = target id - i)",
+                fix="check it with `eagle3-patches doctor`",
+            )
         hot = d2t + torch.arange(d2t.shape[0])
         if d2t.shape[0] != vocab_draft or int(hot.min()) < 0 or int(hot.max()) >= embed.shape[0]:
             raise MeasureError(

@@ -10,8 +10,15 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3_patches.acceptance.draft_reference import draft_shape
-from eagle3_patches.acceptance.measure import Acceptance, MeasureError, load_draft, read_states, replay
+from eagle3_patches.acceptance.draft_reference import REQUIRED, draft_shape
+from eagle3_patches.acceptance.measure import (
+    Acceptance,
+    MeasureError,
+    expected_accept_length,
+    load_draft,
+    read_states,
+    replay,
+)
 from eagle3_patches.acceptance.target_states import TargetStates, read_dump
 from eagle3_patches.checkpoint.expected_accept import FIELD, ExpectedAccept, from_config, from_value
 from eagle3_patches.checkpoint.safe_io import CheckpointError
@@ -102,13 +109,38 @@ def test_short_sequences_are_skipped_and_said():
     r = replay(Scripted({}), torch.arange(V), [_states([1, 2], 1)], 3)
     assert r.sequences == 0 and r.skipped == ["test: 2 tokens, shorter than one verify step"]
     assert replay(Scripted({}), torch.arange(V), [_states([1, 2, 3], 1)], 3).histogram == [1, 0, 0, 0]
+    tokens = list(range(1, 15))  # a short sequence, then a whole one: the whole one is still measured
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [_states([1, 2], 1), _states(tokens, 3)], 3)
+    assert r.sequences == 1 and r.histogram == [0, 0, 1, 2] and len(r.skipped) == 1
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [_states(tokens, 3)] * 2, 3)
+    assert r.sequences == 2 and r.histogram == [0, 0, 2, 4]
+    assert "over 6 verify steps of 2 sequence(s)" in r.format(4)
 
 
-def test_states_of_another_width_are_refused():
+def test_a_sequence_labelled_from_its_first_token_is_drafted_for_from_its_second():
+    tokens = list(range(1, 15))  # nothing predicts token 0: the first verify step is at t = 0
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [_states(tokens, 0)], 3)
+    assert r.histogram == [0, 0, 0, 3]  # t = 0, 4, 8 accept 3 each; t = 12 has no token to draft for
+
+
+def test_one_step_is_replayed_and_fewer_are_refused():
+    tokens = list(range(1, 15))
+    r = replay(Scripted(_perfect(tokens)), torch.arange(V), [_states(tokens, 3)], 1)
+    assert r.histogram == [0, 5] and r.accept_length == 2.0 and r.per_position == [1.0]  # t = 2, 4, 6, 8, 10
+    with pytest.raises(MeasureError, match="--speculative-num-steps must be at least 1") as info:
+        replay(Scripted({}), torch.arange(V), [_states(tokens, 3)], 0)
+    assert info.value.diagnostic.found == "0"
+
+
+@pytest.mark.parametrize("width", [W + 1, W - 1])
+def test_states_of_another_width_are_refused(width):
     st = _states(list(range(1, 15)), 3)
-    st.aux = torch.zeros(14, W + 1)
-    with pytest.raises(MeasureError, match="do not have the width the draft's fc takes"):
+    st.aux = torch.zeros(14, width)
+    with pytest.raises(MeasureError, match="do not have the width the draft's fc takes") as info:
         replay(Scripted({}), torch.arange(V), [st], 3)
+    d = info.value.diagnostic
+    assert (d.where, d.found) == ("test", f"{width} wide")
+    assert d.expected == f"{W} (k aux layers x the target's hidden size)"  # the fc's input width
 
 
 def test_the_figures_and_the_field_it_prints():
@@ -118,6 +150,29 @@ def test_the_figures_and_the_field_it_prints():
     assert from_value(field, source="x") == ExpectedAccept(2.0, 3, 1, 4, "x")  # what it prints, the field reads
     assert "expected accept length 2.000 at --speculative-num-steps 3" in a.format(4)
     assert json.loads(a.to_json(4))["per_position"] == [0.5, 0.25, 0.25]
+
+
+def test_the_report_and_the_json_exactly():
+    a = Acceptance(steps=3, histogram=[0, 0, 1, 2], sequences=1, skipped=["x: 2 tokens, shorter than one verify step"])
+    stated = (
+        '{"expected_accept_length": {"accept_length": 3.667, "speculative_num_steps": 3, "speculative_eagle_topk": 1, '
+        '"speculative_num_draft_tokens": 4, "measured_by": "eagle3-patches measure-accept", "verify_steps": 3}}'
+    )
+    assert a.format(4).splitlines() == [
+        "expected accept length 3.667 at --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4 (greedy), over 3 verify steps of 1 sequence(s)",
+        "draft token k accepted in this fraction of verify steps:",
+        "  k=1: 1.000",
+        "  k=2: 1.000",
+        "  k=3: 0.667",
+        "to state it in the draft's config.json (the watchdog and the doctor read it):",
+        "  " + stated,  # the field to paste, rounded to 3 digits as printed
+        "skipped: x: 2 tokens, shorter than one verify step",
+    ]
+    out = a.to_json(4)
+    assert out == json.dumps(json.loads(out), indent=2)  # two-space indented
+    got = json.loads(out)
+    assert got["accept_length"] == 11 / 3 and got[FIELD]["accept_length"] == 3.667 and got["sequences"] == 1
 
 
 # ---------------------------------------------------------------------- the expected-figure field
@@ -175,8 +230,10 @@ def test_draft_shapes_it_cannot_run_are_refused_with_the_reason():
 
 def test_load_draft_needs_the_target_for_a_shared_embedding(tmp_path):
     draft = tiny_models.build_trained_eagle3_draft(tmp_path)
-    with pytest.raises(MeasureError, match="shares tensors with its target"):
+    with pytest.raises(MeasureError, match="shares tensors with its target") as info:
         load_draft(draft, None)
+    assert info.value.diagnostic.found == "no embed_tokens.weight"
+    assert info.value.diagnostic.fix == "pass the target's checkpoint directory with --target"
     target = tiny_models.build_kimi_k25(tmp_path / "target")
     forward, hot, config = load_draft(draft, target)
     assert forward.embed.shape == (tiny_models.VOCAB, tiny_models.HIDDEN)
@@ -184,7 +241,7 @@ def test_load_draft_needs_the_target_for_a_shared_embedding(tmp_path):
 
 
 # ---------------------------------------------------------------------- the dump
-def _shard(path, rows, *, layer_ids="[1, 2, 3]", decoded=True, fmt=FORMAT):
+def _shard(path, rows, *, layer_ids: str | None = "[1, 2, 3]", decoded=True, fmt=FORMAT):
     ids, pos, seq, dec = zip(*rows)
     tensors = {
         "input_ids": torch.tensor(ids),
@@ -194,7 +251,8 @@ def _shard(path, rows, *, layer_ids="[1, 2, 3]", decoded=True, fmt=FORMAT):
     }
     if decoded:
         tensors["decoded"] = torch.tensor(dec, dtype=torch.int8)
-    save_file(tensors, str(path), metadata={"format": fmt, "layer_ids": layer_ids})
+    meta = {"format": fmt} if layer_ids is None else {"format": fmt, "layer_ids": layer_ids}
+    save_file(tensors, str(path), metadata=meta)
 
 
 def test_the_dump_is_read_into_whole_sequences_with_the_generated_tokens_labelled(tmp_path):
@@ -221,6 +279,29 @@ def test_a_dump_of_other_layers_or_none_is_refused(tmp_path):
     _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 1)], layer_ids="[2, 30, 58]")
     with pytest.raises(MeasureError, match="captured other layers"):
         read_states(tmp_path, config, limit=10)
+
+
+@pytest.mark.parametrize(
+    ("draft_ids", "dump_ids", "refused"),
+    [
+        ([1, 2, 3], "[2, 30, 58]", True),
+        ([2, 30, 58], "[1, 2, 3]", True),
+        ([1, 2, 3], "[1, 2, 3]", False),
+        ([1, 2, 3], None, False),  # a dump that records no layer ids: the user's word
+        (None, "[1, 2, 3]", False),  # a draft config that states none
+    ],
+)
+def test_the_dump_layers_are_checked_against_the_drafts_where_both_state_them(tmp_path, draft_ids, dump_ids, refused):
+    config = {} if draft_ids is None else {"eagle_config": {"eagle_aux_hidden_state_layer_ids": draft_ids}}
+    _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 1)], layer_ids=dump_ids)
+    if not refused:
+        assert [st.tokens.tolist() for st in read_states(tmp_path, config, limit=10)] == [[5, 6]]
+        return
+    with pytest.raises(MeasureError, match="captured other layers") as info:
+        read_states(tmp_path, config, limit=10)
+    d = info.value.diagnostic
+    assert d.found == f"layer_ids {json.loads(dump_ids)}"
+    assert d.expected == f"the draft's eagle_aux_hidden_state_layer_ids {draft_ids}"
 
 
 def test_a_file_that_is_not_a_dump_shard_is_refused_naming_it(tmp_path):
@@ -308,6 +389,59 @@ def test_a_draft_without_lm_head_uses_the_targets_and_its_own_embedding_without_
     forward, _, _ = load_draft(_trained_variant(tmp_path, "own-embed", own_embed), None)
     assert forward.embed.abs().sum() == 0  # the draft's own, without a target
 
+    def own_embed_no_head(tensors, config):
+        own_embed(tensors, config)
+        no_head(tensors, config)
+
+    with pytest.raises(MeasureError, match="shares tensors with its target") as info:
+        load_draft(_trained_variant(tmp_path, "own-embed-no-head", own_embed_no_head), None)
+    assert info.value.diagnostic.found == "no lm_head.weight"
+
+
+def test_the_targets_tensors_are_found_by_name_the_shortest_first(tmp_path):
+    v, h = tiny_models.VOCAB, tiny_models.HIDDEN
+    target = tiny_models.write_checkpoint(
+        tmp_path / "target",
+        {},
+        {
+            "embed_tokens.weight": torch.full((v, h), 1.0),  # the exact name
+            "lm_head.weight": torch.full((v, h), 2.0),
+            "mtp.embed_tokens.weight": torch.full((v, h), 3.0),  # another module's, a longer name
+        },
+        v,
+    )
+
+    def no_head(tensors, config):
+        del tensors["lm_head.weight"], tensors["d2t"], tensors["t2d"]
+        config["draft_vocab_size"] = None
+
+    forward, _, _ = load_draft(_trained_variant(tmp_path, "no-head", no_head), target)
+    assert bool((forward.embed == 1.0).all()) and bool((forward.params["lm_head.weight"] == 2.0).all())
+
+
+def test_a_draft_with_hf_style_names_is_read_under_sglangs(tmp_path):
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+
+    def hf_names(tensors, config):
+        for name in [n for n in tensors if n.startswith("midlayer.") or n == "norm.weight"]:
+            tensors["model." + name.replace("midlayer.", "layers.0.")] = tensors.pop(name)
+
+    forward, _, _ = load_draft(_trained_variant(tmp_path, "hf", hf_names), target)
+    reference, _, _ = load_draft(tiny_models.build_trained_eagle3_draft(tmp_path), target)
+    assert sorted(forward.params) == sorted(reference.params)
+    assert all(torch.equal(forward.params[n], reference.params[n]) for n in REQUIRED)
+
+
+def test_a_draft_lacking_many_tensors_names_the_first_six(tmp_path):
+    def strip(tensors, config):
+        for name in REQUIRED[:7]:
+            del tensors[name]
+
+    with pytest.raises(MeasureError, match="lacks tensors its forward needs") as info:
+        load_draft(_trained_variant(tmp_path, "stripped", strip), None)
+    assert info.value.diagnostic.found == f"missing {list(REQUIRED[:6])}"
+    assert info.value.diagnostic.expected == f"every one of {list(REQUIRED)}"
+
 
 @pytest.mark.parametrize(
     ("change", "message"),
@@ -322,6 +456,63 @@ def test_a_draft_the_measurement_cannot_run_is_refused_saying_why(tmp_path, chan
     target = tiny_models.build_kimi_k25(tmp_path / "target")
     with pytest.raises(MeasureError, match=message):
         load_draft(_trained_variant(tmp_path, "bad", change), target)
+
+
+def _with_d2t(change):
+    def apply(tensors, config):
+        tensors["d2t"] = change(tensors["d2t"].clone())
+
+    return apply
+
+
+def _set(d2t, i, value):
+    d2t[i] = value
+    return d2t
+
+
+@pytest.mark.parametrize(
+    ("change", "found"),
+    [
+        (lambda d: torch.cat([d, torch.zeros(1, dtype=d.dtype)]), "321 entries, target ids 1..1023"),  # one more
+        (lambda d: _set(d, 0, -1), "320 entries, target ids -1..1023"),  # draft id 0 -> target id -1
+        (lambda d: _set(d, 319, tiny_models.VOCAB - 319), "320 entries, target ids 1..1024"),  # one past the end
+    ],
+)
+def test_a_d2t_outside_the_targets_vocabulary_is_refused_saying_where(tmp_path, change, found):
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+    with pytest.raises(MeasureError, match="d2t does not map the draft vocabulary") as info:
+        load_draft(_trained_variant(tmp_path, "bad", _with_d2t(change)), target)
+    d = info.value.diagnostic
+    assert d.found == found and d.expected == f"320 entries, ids in 0..{tiny_models.VOCAB - 1}"
+
+
+def test_a_d2t_from_target_id_0_is_read_and_one_of_another_shape_refused(tmp_path):
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+    _, hot, _ = load_draft(_trained_variant(tmp_path, "identity", _with_d2t(torch.zeros_like)), target)
+    assert hot.tolist() == list(range(320))  # draft id i is target id i, from 0
+    with pytest.raises(MeasureError, match="d2t is not a map of the draft vocabulary") as info:
+        load_draft(_trained_variant(tmp_path, "column", _with_d2t(lambda d: d.view(-1, 1))), target)
+    assert info.value.diagnostic.found == "d2t of shape [320, 1]"  # not a traceback from the replay
+
+
+@pytest.mark.parametrize("side", ["embedding", "lm_head"])
+@pytest.mark.parametrize("width", [tiny_models.HIDDEN - 1, tiny_models.HIDDEN + 1])
+def test_an_embedding_or_head_of_another_width_is_refused_naming_both(tmp_path, side, width):
+    v, h = tiny_models.VOCAB, tiny_models.HIDDEN
+
+    def change(tensors, config):
+        if side == "embedding":  # the draft's own, used without a target
+            tensors["embed_tokens.weight"] = torch.zeros(v, width)
+        else:
+            tensors["embed_tokens.weight"] = torch.zeros(v, h)
+            tensors["lm_head.weight"] = torch.zeros(320, width)
+
+    with pytest.raises(MeasureError, match="disagree in width") as info:
+        load_draft(_trained_variant(tmp_path, "bad", change), None)
+    d = info.value.diagnostic
+    embed, head = (width, h) if side == "embedding" else (h, width)
+    assert d.found == f"embedding [{v}, {embed}], lm_head [320, {head}]"
+    assert d.expected == f"width {h} (the draft's hidden_size)"
 
 
 def test_an_embedding_of_another_width_is_refused(tmp_path):
@@ -343,3 +534,20 @@ def test_the_dump_is_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(target_states, "MAX_DUMP_ROWS", 2)
     with pytest.raises(CheckpointError, match="too large"):
         read_dump(tmp_path)
+
+
+def test_expected_accept_length_is_the_replay_of_the_draft_with_the_targets_embedding(tmp_path):
+    draft = tiny_models.build_trained_eagle3_draft(tmp_path)
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+    forward, hot, _ = load_draft(draft, target)
+    g = torch.Generator().manual_seed(0)
+    st = TargetStates(
+        torch.randint(tiny_models.VOCAB, (12,), generator=g),
+        torch.randn(12, forward.params["fc.weight"].shape[1], generator=g),
+        torch.tensor([False] * 4 + [True] * 8),
+        "test",
+    )
+    r = expected_accept_length(draft, [st], target=target)
+    assert r.steps == 3 and r.histogram == replay(forward, hot, [st], 3).histogram  # --speculative-num-steps 3
+    r = expected_accept_length(draft, [st], target=target, steps=2)
+    assert r.steps == 2 and r.histogram == replay(forward, hot, [st], 2).histogram
