@@ -55,8 +55,9 @@ def dump_shards(path: os.PathLike | str) -> list[str]:
 def read_dump(path: os.PathLike | str, *, limit: int | None = None) -> tuple[list[TargetStates], dict]:
     """The whole sequences of a ``hidden_state_dump`` directory and the dump's metadata (its ``layer_ids``).
 
-    A sequence whose first rows are missing (a prefix served from sglang's radix cache) is skipped: its states
-    cannot be lined up.  Dumps written before the ``decoded`` tensor existed measure every position but the first.
+    A sequence whose first rows are missing (a prefix served from sglang's radix cache), with a hole or a negative
+    position is skipped: its states cannot be lined up.  Dumps written before the ``decoded`` tensor existed measure
+    every position but the first.  ``layer_ids`` is None where the metadata holds no JSON list of ints.
     """
     import torch
     from safetensors import safe_open
@@ -97,18 +98,28 @@ def read_dump(path: os.PathLike | str, *, limit: int | None = None) -> tuple[lis
                 expected="a shard written by the hidden_state_dump instrument",
                 fix="dump again, or leave the file out of the directory",
             ) from None
-        n = ids.shape[0]
-        if not (pos.shape[0] == seq.shape[0] == hid.shape[0] == n and hid.dim() == 2) or (
-            dec is not None and dec.shape[0] != n
-        ):
+        rows_of = (ids, pos, seq) if dec is None else (ids, pos, seq, dec)
+        if not (
+            ids.dim() == pos.dim() == seq.dim() == 1
+            and hid.dim() == 2
+            and len(ids) == len(pos) == len(seq) == len(hid)
+            and not any(t.is_floating_point() or t.is_complex() for t in rows_of)
+            and hid.is_floating_point()
+        ) or (dec is not None and (dec.dim() != 1 or len(dec) != len(ids))):
+            shown = {"input_ids": ids, "positions": pos, "seq_ids": seq, "hidden_states": hid, "decoded": dec}
             raise _dump_error(
-                "a dump shard's tensors disagree in length",
+                "a dump shard's tensors are not one row per token",
                 where=str(root / name),
-                found=f"input_ids {n}, positions {pos.shape[0]}, seq_ids {seq.shape[0]}, hidden_states "
-                f"{list(hid.shape)}",
-                expected="one row per token in every tensor",
+                found=", ".join(
+                    f"{k} {str(t.dtype).replace('torch.', '')} {list(t.shape)}"
+                    for k, t in shown.items()
+                    if t is not None
+                ),
+                expected="integer input_ids, positions, seq_ids and decoded of shape [N], floating hidden_states "
+                "[N, width]",
                 fix="dump again",
             )
+        n = len(ids)
         if meta and m.get("layer_ids") != meta.get("layer_ids"):
             raise _dump_error(
                 "dump shards captured different layers",
@@ -134,8 +145,9 @@ def read_dump(path: os.PathLike | str, *, limit: int | None = None) -> tuple[lis
     for sid in sorted(rows):
         r = rows[sid]
         length = max(r) + 1
-        if sorted(r) != list(range(length)) or length < 2:
-            continue  # a cached prefix or a hole: cannot be lined up
+        # fewer rows than positions (a hole) first: a hostile position of 2**62 builds no range list
+        if len(r) < length or sorted(r) != list(range(length)) or length < 2:
+            continue  # a cached prefix, a hole or a negative position: cannot be lined up
         out.append(
             TargetStates(
                 tokens=torch.tensor([r[p][0] for p in range(length)], dtype=torch.int64),
@@ -148,6 +160,9 @@ def read_dump(path: os.PathLike | str, *, limit: int | None = None) -> tuple[lis
             break
     try:
         meta["layer_ids"] = json.loads(meta.get("layer_ids", "null"))
-    except ValueError:
+    except (ValueError, RecursionError):
         meta["layer_ids"] = None
+    layer_ids = meta["layer_ids"]
+    if not (isinstance(layer_ids, list) and all(type(i) is int for i in layer_ids)):
+        meta["layer_ids"] = None  # not the writer's list of ints: the layers are unknown (not checked)
     return out, meta
