@@ -304,6 +304,23 @@ def replay(forward: DraftForward, hot, sequences: Iterable[TargetStates], steps:
                 expected=f"{forward.params['fc.weight'].shape[1]} (k aux layers x the target's hidden size)",
                 fix="dump or prepare the states at the draft's eagle_aux_hidden_state_layer_ids",
             )
+        vocab = int(forward.embed.shape[0])
+        if L and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab):
+            raise MeasureError(
+                "the target states hold token ids outside the target's vocabulary",
+                where=st.source,
+                found=f"token ids {int(tokens.min())}..{int(tokens.max())}",
+                expected=f"ids in 0..{vocab - 1} (the rows of the embedding the draft runs with)",
+                fix="measure on states of the target the draft serves with (pass it with --target)",
+            )
+        if not bool(torch.isfinite(st.aux).all()):
+            raise MeasureError(
+                "the target states hold NaN or infinite values",
+                where=st.source,
+                found=f"{int((~torch.isfinite(st.aux)).sum())} non-finite of {st.aux.numel()}",
+                expected="finite hidden states",
+                fix="dump or prepare the states again from a server whose outputs are finite",
+            )
         if L < 3:
             result.skipped.append(f"{st.source}: {L} tokens, shorter than one verify step")
             continue

@@ -35,6 +35,7 @@ class Scripted:
     def __init__(self, script: dict[int, dict[int, int]], default: int = 0):
         self.script, self.default = script, default
         self.params = {"fc.weight": torch.zeros(4, W)}
+        self.embed = torch.zeros(V, 4)
 
     def forward_seq(self, tokens, aux, steps):
         L = tokens.shape[0]
@@ -551,3 +552,33 @@ def test_expected_accept_length_is_the_replay_of_the_draft_with_the_targets_embe
     assert r.steps == 3 and r.histogram == replay(forward, hot, [st], 3).histogram  # --speculative-num-steps 3
     r = expected_accept_length(draft, [st], target=target, steps=2)
     assert r.steps == 2 and r.histogram == replay(forward, hot, [st], 2).histogram
+
+
+# ---------------------------------------------------------------------- states no replay can run on
+@pytest.mark.parametrize(("low", "high", "refused"), [(0, V - 1, False), (0, V, True), (-1, 5, True)])
+def test_token_ids_outside_the_embedding_are_refused_naming_the_range(low, high, refused):
+    """Whatever the source (a dump, SpecForge's or speculators' data), an id the embedding has no row for is the
+    wrong target's data: refused with the range found, not an IndexError in the draft's forward."""
+    tokens = [low, 3, 4, 5, high]
+    run = lambda: replay(Scripted({}), torch.arange(V), [_states(tokens, 1)], 3)  # noqa: E731
+    if not refused:
+        assert run().sequences == 1
+        return
+    with pytest.raises(MeasureError) as info:
+        run()
+    d = info.value.diagnostic
+    assert d.what == "the target states hold token ids outside the target's vocabulary" and d.where == "test"
+    assert d.found == f"token ids {low}..{high}" and d.expected == f"ids in 0..{V - 1} (the rows of the embedding " + (
+        "the draft runs with)"
+    )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_hidden_states_that_are_not_finite_are_refused_counting_them(bad):
+    st = _states([1, 2, 3, 4, 5], 1)
+    st.aux[1, 2] = bad
+    st.aux[3, 0] = bad
+    with pytest.raises(MeasureError) as info:
+        replay(Scripted({}), torch.arange(V), [st], 3)
+    d = info.value.diagnostic
+    assert d.what == "the target states hold NaN or infinite values" and d.found == f"2 non-finite of {5 * W}"
