@@ -4,6 +4,8 @@ is shown on the installed sglang's real ``ServerArgs`` (and draft-tree code), on
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from packaging.version import Version
 
@@ -165,6 +167,60 @@ def test_topk_above_one_with_spec_v2_switched_off_is_what_was_asked_for():
 def test_the_rules_judge_eagle_launches_only():
     command = f"{SPEC_V2}=1 python -m sglang.launch_server --speculative-algorithm NGRAM " + " ".join(steps(3, 4, 64))
     assert codes("0.5.9", command) == {}
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE", "EAGLE3", "NEXTN"])
+def test_every_eagle_family_algorithm_is_judged(algorithm):
+    """sglang resolves the flags alike for EAGLE, EAGLE3 and NEXTN (NEXTN becomes EAGLE)."""
+    command = f"python -m sglang.launch_server --speculative-algorithm {algorithm} " + " ".join(steps(3, 1, 8))
+    assert "spec-draft-tokens-overridden" in codes("0.5.9", command)
+
+
+@pytest.mark.parametrize(("version", "code"), [("0.5.10", "spec-v2-topk-refused"), ("0.5.12", "spec-v1-fallback")])
+@pytest.mark.parametrize(("topk", "fires"), [(1, False), (2, True), (3, True)])
+def test_a_tree_starts_at_topk_2_for_the_spec_v2_rules(version, code, topk, fires):
+    found = codes(version, launch(*steps(3, topk, topk + 1), env=f"{SPEC_V2}=1"))
+    assert (code in found) is fires
+    if fires:
+        assert f"--speculative-eagle-topk {topk}" in found[code].found
+
+
+def test_a_tree_without_spec_v2_is_not_refused():
+    """0.5.10 with spec v2 off (its default) runs the spec v1 worker, which takes a tree."""
+    assert "spec-v2-topk-refused" not in codes("0.5.10", launch(*steps(3, 4, 8)))
+    assert "spec-v2-topk-refused" not in codes("0.5.10", launch(*steps(3, 4, 8), env=f"{SPEC_V2}=0"))
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "tree"), [(3, 1, 3), (1, 1, 1), (3, 4, 36), (1, 8, 8), (0, 4, None), (3, 0, None), (None, 4, None)]
+)
+def test_the_tree_size_is_the_candidates_a_draft_tree_holds(n, k, tree):
+    f = spec_flags(parse_launch_args(launch()), Version("0.5.9"))
+    assert dataclasses.replace(f, num_steps=n, topk=k).tree_size == tree
+    assert dataclasses.replace(f, num_steps=3, topk=None).tree_size is None
+
+
+@pytest.mark.parametrize(
+    ("given", "release"),
+    [("0.5.10.post1", "0.5.10"), ("0.6", "0.6.0"), ("1", "1.0.0"), ("0.5.9.1", "0.5.9"), ("0.5.13rc1", "0.5.13")],
+)
+def test_a_version_is_judged_and_named_as_its_release(given, release):
+    assert str(base_release(Version(given))) == release
+    f = codes(given, launch(*steps(3, 1, 8)))["spec-draft-tokens-overridden"]
+    assert f.what.endswith(f"(sglang {release})")
+
+
+def test_the_rules_cannot_be_changed_by_a_caller():
+    """The rule table is shared by every doctor run (and the docs); the flags and findings are values."""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        RULES[0].severity = INFO  # type: ignore[misc]
+    f = spec_flags(parse_launch_args(launch()), Version("0.5.9"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.topk = 4  # type: ignore[misc]
+    finding = BY_CODE["spec-draft-tokens-overridden"].judge(dataclasses.replace(f, num_steps=3, topk=1, draft_tokens=8))
+    assert finding is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        finding.fix = ""  # type: ignore[misc]
 
 
 # ------------------------------------------------------------------------------------------------ SGLANG_ENABLE_SPEC_V2
