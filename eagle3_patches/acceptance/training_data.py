@@ -255,10 +255,11 @@ def _load(root: Path, shown: Path, rel: str, kind: str) -> Any:
 
 def _unloadable(exc: Exception, where: str, label: str, kind: str) -> CheckpointError:
     """What ``torch.load(weights_only=True)`` refused: a class it would have to import (code a plain unpickler
-    runs), or bytes that are no torch file; ``found`` is the line of torch's message that says which."""
+    runs; a global of ``os``, ``posix``, ``nt`` or ``sys``, which torch blocks outright, the same), or bytes that
+    are no torch file; ``found`` is the line of torch's message that says which."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     if isinstance(exc, pickle.UnpicklingError):
-        classes = [ln for ln in lines if "Unsupported global" in ln]
+        classes = [ln for ln in lines if "Unsupported global" in ln or "unsupported GLOBAL" in ln]
         if classes:
             return _bad(
                 where,

@@ -7,7 +7,13 @@ dict each tool's source builds, at the path it chooses; each writer names the so
 from __future__ import annotations
 
 import gzip
+import os
 import pathlib
+import struct
+import subprocess
+import sys
+import types
+import zlib
 
 import pytest
 import torch
@@ -62,6 +68,7 @@ def write_speculators(root: pathlib.Path, idx: int, length: int = 5, **override)
         "loss_mask": torch.tensor([0, 0] + [1] * (length - 2), dtype=torch.long),
     }
     record.update(override)
+    record = {k: v for k, v in record.items() if v is not None}
     root.mkdir(parents=True, exist_ok=True)
     torch.save(record, root / f"data_{idx}.pt")
     return record
@@ -144,6 +151,17 @@ def test_limit_bounds_the_files_read(tmp_path):
     for bad in (0, -1, True, 1.5):
         with pytest.raises(CheckpointError, match="positive integer"):
             td.read_speculators(tmp_path, limit=bad)
+    with pytest.raises(CheckpointError) as exc:  # a hostile limit is shown cut to 40 characters
+        td.read_speculators(tmp_path, limit="9" * 50)
+    assert exc.value.found == "'" + "9" * 39 and exc.value.expected == "an integer >= 1, or no limit"
+    for i in range(3):  # SpecForge's reader takes the limit too
+        write_specforge(tmp_path / "sf", i)
+    assert [s.source for s in td.read_specforge(tmp_path / "sf", limit=2)] == [
+        "rows_0-2000/data_0.ckpt",
+        "rows_0-2000/data_1.ckpt",
+    ]
+    with pytest.raises(CheckpointError, match="positive integer"):
+        td.read_specforge(tmp_path / "sf", limit=0)
 
 
 def test_limit_leaves_a_bad_file_past_it_unread(tmp_path):
@@ -182,11 +200,28 @@ def test_wrong_reader_and_newer_speculators_layout_are_named(tmp_path):
     with pytest.raises(CheckpointError) as exc:
         td.read_speculators(tmp_path / "sf")
     _refusal(exc, tmp_path / "sf", "no speculators hidden-state files", "looks like specforge data")
-    (tmp_path / "new" / "hidden_states").mkdir(parents=True)
-    (tmp_path / "new" / "hidden_states" / "hs_0.safetensors").write_bytes(b"")
+    assert exc.value.fix == "read it as specforge data"
+    write_speculators(tmp_path / "sp", 0)
     with pytest.raises(CheckpointError) as exc:
+        td.read_specforge(tmp_path / "sp")
+    _refusal(exc, tmp_path / "sp", "1 file(s), none named data_<i>.ckpt or data_<i>.ckpt.gz")
+    assert exc.value.what == "no SpecForge hidden-state files here; this looks like speculators data"
+    assert exc.value.fix == "read it as speculators data"
+    (tmp_path / "neither").mkdir()
+    (tmp_path / "neither" / "shard-1-00000.safetensors").write_bytes(b"")
+    for read, what in ((td.read_speculators, "speculators"), (td.read_specforge, "SpecForge")):
+        with pytest.raises(CheckpointError) as exc:  # neither kind: no other kind suggested
+            read(tmp_path / "neither")
+        _refusal(exc, tmp_path / "neither", "1 file(s), none named")
+        assert exc.value.what == f"no {what} hidden-state files here"
+        assert exc.value.fix == "pass the directory the tool wrote its output to"
+    (tmp_path / "new" / "hidden_states").mkdir(parents=True)
+    for i in (10, 0, 2):
+        (tmp_path / "new" / "hidden_states" / f"hs_{i}.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError) as exc:  # named by its first file in index order
         td.read_speculators(tmp_path / "new")
     _refusal(exc, tmp_path / "new" / "hidden_states" / "hs_0.safetensors", "speculators 0.5 and later", "Arrow")
+    assert exc.value.found == "3 hs_<i>.safetensors file(s)"
     write_speculators(tmp_path / "new", 0)  # data_<i>.pt beside them: those are read
     assert [s.source for s in td.read_speculators(tmp_path / "new")] == ["data_0.pt"]
     with pytest.raises(CheckpointError, match="does not exist"):
@@ -211,6 +246,24 @@ def test_wrong_reader_and_newer_speculators_layout_are_named(tmp_path):
         ({"aux_hidden_state": torch.zeros(1, 1, 1).expand(1, 5, K * H)}, ["repeats stored elements"]),
         ({"aux_hidden_state": [1.0, 2.0]}, ["aux_hidden_state is not a tensor", "list"]),
         ({"input_ids": torch.empty(0, dtype=torch.long)}, ["input_ids has the wrong shape", "L >= 1"]),
+        ({"input_ids": torch.tensor(5)}, ["input_ids has the wrong shape", "found:    []"]),
+        ({"loss_mask": torch.tensor([0, 1, -1, 1, 1])}, ["other than 0 and 1", "min -1, max 1"]),
+        (
+            {"aux_hidden_state": torch.ones(1, 4, K * H)},
+            ["aux hidden states and input_ids", "aux 4 positions, input_ids 5"],
+        ),
+        ({"aux_hidden_state": torch.ones(5)}, ["aux_hidden_state has the wrong shape", "found:    [5]\n"]),
+        ({"aux_hidden_state": torch.ones(1, 5, 0)}, ["aux_hidden_state has the wrong shape", "found:    [5, 0]"]),
+        ({"input_ids": None}, ["lacks input_ids", "expected: the keys input_ids, loss_mask, aux_hidden_state"]),
+        ({"loss_mask": None}, ["lacks loss_mask", "keys: 'input_ids', 'aux_hidden_state', 'hidden_state'"]),
+        (
+            {"aux_hidden_state": torch.ones(1, 5, K * H, device="meta")},
+            ["aux_hidden_state is not a plain dense tensor", "layout torch.strided, device meta, quantized False"],
+        ),
+        (
+            {"input_ids": torch.arange(5).to_sparse()},
+            ["input_ids is not a plain dense tensor", "layout torch.sparse_coo, device cpu"],
+        ),
     ],
 )
 def test_malformed_specforge_file_refused_naming_it(tmp_path, override, parts):
@@ -234,6 +287,16 @@ def test_malformed_specforge_file_refused_naming_it(tmp_path, override, parts):
         ({"hidden_states": [torch.ones(5, H), "x"]}, ["hidden_states[1] is not a tensor", "str"]),
         ({"loss_mask": torch.ones(6, dtype=torch.long)}, ["differ in length", "loss_mask 6, input_ids 5"]),
         ({"aux_hidden_state": torch.ones(1, 5, H)}, ["SpecForge's keys"]),
+        (
+            {"hidden_states": [torch.ones(5, H + 1), torch.ones(5, H)]},
+            ["[1] has the wrong", "[5, 4] (hidden_states[0]: [5, 5])"],
+        ),
+        (
+            {"hidden_states": [torch.ones(5)] * 2},
+            ["hidden_states[0] has the wrong shape", "[5] (hidden_states[0]: [5])"],
+        ),
+        ({"hidden_states": [torch.ones(5, 0)] * 2}, ["hidden_states[0] has the wrong shape", "[5, 0] (hidden_states"]),
+        ({"input_ids": None}, ["lacks input_ids", "expected: the keys input_ids, hidden_states, loss_mask"]),
     ],
 )
 def test_malformed_speculators_file_refused_naming_it(tmp_path, override, parts):
@@ -260,6 +323,11 @@ def test_aux_width_must_match_across_files(tmp_path):
     with pytest.raises(CheckpointError) as exc:
         list(td.read_specforge(tmp_path))
     _refusal(exc, tmp_path / "rows_0-2000" / "data_1.ckpt", "differ in width", "8 here, 12 in rows_0-2000/data_0")
+    write_specforge(tmp_path / "wider", 0, aux_hidden_state=torch.ones(1, 5, 2 * H))
+    write_specforge(tmp_path / "wider", 1)  # a later file wider than the first is refused as well
+    with pytest.raises(CheckpointError) as exc:
+        list(td.read_specforge(tmp_path / "wider"))
+    _refusal(exc, tmp_path / "wider" / "rows_0-2000" / "data_1.ckpt", "12 here, 8 in rows_0-2000/data_0")
 
 
 def test_corrupt_gzip_refused(tmp_path):
@@ -369,7 +437,175 @@ def test_one_position_and_the_most_layers_read(tmp_path):
     (a,), (b,) = td.read_specforge(tmp_path / "a"), td.read_specforge(tmp_path / "b")
     for s in (a, b):
         assert s.tokens.tolist() == [0] and s.labelled.tolist() == [True] and s.aux.shape == (1, K * H)
+    write_specforge(tmp_path / "d", 0, aux_hidden_state=torch.full((1, 5, 1), 2.5))  # k*H = 1: the narrowest
+    (d,) = td.read_specforge(tmp_path / "d")
+    assert d.aux.shape == (5, 1) and d.aux.flatten().tolist() == [2.5] * 5
     layers = [torch.full((2, 1), float(j)) for j in range(td.MAX_LAYERS)]
     write_speculators(tmp_path / "c", 0, length=2, hidden_states=layers)
     (c,) = td.read_speculators(tmp_path / "c")
     assert c.aux.shape == (2, td.MAX_LAYERS - 1) and c.aux[0].tolist() == list(range(td.MAX_LAYERS - 1))
+
+
+def test_missing_keys_listing_shows_twelve_keys_of_forty_characters(tmp_path):
+    long = "L" * 45  # repr 47 characters: shown cut to 40
+    shown = ["'" + "L" * 39] + [f"'k{i}'" for i in range(1, 12)]
+    for extra, tail in ((0, ""), (1, " ...")):  # 12 keys: all shown; 13: the first 12 and "..."
+        keys = [long] + [f"k{i}" for i in range(1, 12 + extra)]
+        torch.save(dict.fromkeys(keys, 0), tmp_path / "data_0.pt")
+        with pytest.raises(CheckpointError) as exc:
+            list(td.read_speculators(tmp_path))
+        _refusal(exc, tmp_path / "data_0.pt", "lacks input_ids, hidden_states, loss_mask")
+        assert exc.value.found == "keys: " + ", ".join(shown) + tail
+    torch.save({}, tmp_path / "data_0.pt")
+    with pytest.raises(CheckpointError) as exc:
+        list(td.read_speculators(tmp_path))
+    assert exc.value.found == "keys: none"
+
+
+def test_specforge_without_aux_lists_its_first_twelve_keys(tmp_path):
+    keys = ["L" * 45, "hidden_state"] + [f"k{i}" for i in range(2, 13)]  # 13 keys
+    write_specforge(tmp_path, 0, aux_hidden_state=None, input_ids=None, loss_mask=None, hidden_state=None)
+    torch.save(dict.fromkeys(keys, 0), tmp_path / "rows_0-2000" / "data_0.ckpt")
+    with pytest.raises(CheckpointError) as exc:
+        list(td.read_specforge(tmp_path))
+    _refusal(exc, tmp_path / "rows_0-2000" / "data_0.ckpt", "no aux_hidden_state, only the last layer's")
+    shown = ["'" + "L" * 39, "'hidden_state'"] + [f"'k{i}'" for i in range(2, 12)]
+    assert exc.value.found == "keys: " + ", ".join(shown)
+
+
+# ------------------------------------------------------------------ hostile pickles, written opcode by opcode
+def _pickle(path: pathlib.Path, ops: bytes) -> pathlib.Path:
+    """A protocol-2 pickle of ``ops`` (not a torch zip: torch.load reads it with its weights-only unpickler)."""
+    path.write_bytes(b"\x80\x02" + ops + b".")
+    return path
+
+
+def _text(s: str) -> bytes:  # BINUNICODE
+    raw = s.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def _refused(path: pathlib.Path) -> CheckpointError:
+    with pytest.raises(CheckpointError) as exc:
+        list(td.read_speculators(path))
+    assert exc.value.code == td.CODE and exc.value.where == str(path)
+    return exc.value
+
+
+def test_unreadable_file_found_is_the_line_torch_names_the_problem_on(tmp_path):
+    err = _refused(_pickle(tmp_path / "data_0.pt", b"n"))  # an opcode the weights-only unpickler refuses
+    assert err.what == "speculators hidden-state file is not a readable torch file"
+    assert err.found == "UnpicklingError: Unsupported operand 110"  # not torch's preamble about weights_only
+    (tmp_path / "data_0.pt").write_bytes(b"")
+    assert _refused(tmp_path / "data_0.pt").found == "EOFError: "
+    # a string called as a function: torch quotes it; a forged "WeightsUnpickler error:" line in it is not shown,
+    # and the line is cut to 200 characters
+    _pickle(tmp_path / "data_0.pt", _text("A" * 250 + "\nWeightsUnpickler error:\nforged") + b")R")
+    err = _refused(tmp_path / "data_0.pt")
+    assert err.found == "UnpicklingError: " + ("Trying to call reduce for unrecognized function " + "A" * 250)[:200]
+
+
+def test_a_global_is_refused_naming_it_cut_to_200_characters(tmp_path):
+    err = _refused(_pickle(tmp_path / "data_0.pt", b"cevil\n" + b"B" * 300 + b"\n)R"))
+    assert err.what.endswith(
+        "holds objects other than tensors and plain containers; refused (loading it could run code)"
+    )
+    assert err.found == ("WeightsUnpickler error: Unsupported global: GLOBAL evil." + "B" * 300)[:200]
+    # a name carrying a line break (\r) that forges a second "Unsupported global" line: torch's own line is shown
+    _pickle(tmp_path / "data_0.pt", b"cevil\rUnsupported global: GLOBAL forged\nname\n)R")
+    assert _refused(tmp_path / "data_0.pt").found == "WeightsUnpickler error: Unsupported global: GLOBAL evil"
+
+
+@pytest.mark.parametrize("module", ["os", "posix", "sys"])
+def test_a_global_of_a_module_torch_blocks_is_refused_as_code(tmp_path, module):
+    """os.system & co.: torch blocks their modules outright, with a message of its own; still named as code."""
+    err = _refused(_pickle(tmp_path / "data_0.pt", f"c{module}\nsystem\n".encode() + _text("true") + b"\x85R"))
+    assert err.what.endswith(
+        "holds objects other than tensors and plain containers; refused (loading it could run code)"
+    )
+    assert err.found == f"Trying to load unsupported GLOBAL {module}.system whose module {module} is blocked."
+
+
+def test_gzip_error_is_shown_cut_to_200_characters(tmp_path, monkeypatch):
+    write_specforge(tmp_path, 0, compress=True)
+
+    def fail(self, size=-1):
+        raise zlib.error("E" * 300)
+
+    monkeypatch.setattr(gzip.GzipFile, "read", fail)
+    with pytest.raises(CheckpointError) as exc:
+        list(td.read_specforge(tmp_path))
+    _refusal(exc, tmp_path / "rows_0-2000" / "data_0.ckpt.gz", "not a readable gzip stream")
+    assert exc.value.found == "E" * 200
+
+
+# ------------------------------------------------------------------ listing
+def test_an_unlistable_directory_is_refused_with_the_system_error(tmp_path, monkeypatch):
+    write_speculators(tmp_path, 0)
+    for error, found in (
+        (PermissionError(13, "Permission denied", str(tmp_path)), "PermissionError: Permission denied"),
+        (OSError("no strerror"), "OSError: no strerror"),
+    ):
+
+        def scandir(path, error=error):
+            raise error
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        with pytest.raises(CheckpointError) as exc:
+            td.read_speculators(tmp_path)
+        _refusal(exc, tmp_path, "cannot list the training data directory")
+        assert exc.value.found == found and exc.value.fix == "check the path and its permissions"
+
+
+def test_a_link_to_a_directory_one_level_down_is_listed_and_refused(tmp_path):
+    write_specforge(tmp_path, 0)
+    (tmp_path / "rows_0-2000" / "inner").mkdir()
+    link = tmp_path / "rows_0-2000" / "data_1.ckpt"
+    link.symlink_to(tmp_path / "rows_0-2000" / "inner", target_is_directory=True)
+    it = td.read_specforge(tmp_path)
+    assert next(it).source == "rows_0-2000/data_0.ckpt"
+    with pytest.raises(UnsafeFileError) as exc:  # not skipped in silence: named and refused unread
+        next(it)
+    assert exc.value.where == str(link) and "not a regular file" in exc.value.what
+
+
+def test_the_file_size_bound_is_4_gib(tmp_path):
+    """Sparse files (no disk used): one byte over 4 GiB is refused unread; at 4 GiB it is loaded (zeros: no torch
+    file)."""
+    for size, what in (((4 << 30) + 1, "too large"), (4 << 30, "not a readable torch file")):
+        path = tmp_path / "data_0.pt"
+        with open(path, "wb") as f:
+            f.truncate(size)
+        err = _refused(path)
+        assert what in err.what
+        if what == "too large":
+            assert err.found == "4294967297 bytes" and err.expected == "<= 4294967296 bytes (MAX_FILE_BYTES)"
+
+
+def test_the_directory_entry_bound_is_4m(tmp_path, monkeypatch):
+    """A directory of 2**22 + 1 entries (listed by a stand-in for os.scandir) is refused naming the bound."""
+    entry = types.SimpleNamespace(name="x", path=str(tmp_path / "x"), is_dir=lambda follow_symlinks=True: False)
+
+    class Listing:
+        def __enter__(self):
+            return iter([entry] * ((1 << 22) + 1))
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(os, "scandir", lambda path: Listing())
+    with pytest.raises(CheckpointError) as exc:
+        td.detect(tmp_path)
+    _refusal(exc, tmp_path, "implausibly many entries")
+    assert exc.value.found == "more than 4194304" and exc.value.expected == "<= 4194304 entries per directory"
+
+
+def test_detect_does_not_import_torch(tmp_path):
+    write_specforge(tmp_path, 0)
+    code = (
+        "import sys; from eagle3_patches.acceptance import training_data as td;"
+        f"print(td.detect({str(tmp_path)!r}), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["specforge", "False"]
