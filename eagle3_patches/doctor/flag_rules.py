@@ -94,7 +94,7 @@ def spec_flags(la: LaunchArgs, version: Version) -> SpecFlags:
 
 def base_release(version: Version) -> Version:
     """``0.5.10.post1`` and ``0.5.13rc1`` as their release (the release tuple decides, as everywhere in the doctor)."""
-    return Version(".".join(map(str, (tuple(version.release) + (0, 0, 0))[:3])))
+    return Version(".".join(map(str, (tuple(version.release) + (0, 0))[:3])))  # a release has one part at least
 
 
 @dataclass(frozen=True)

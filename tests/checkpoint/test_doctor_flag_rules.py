@@ -126,6 +126,7 @@ def test_the_tree_bound_is_topk_plus_steps_minus_one_times_topk_squared(n, k, d,
 def test_the_tree_finding_names_the_largest_number_that_starts():
     f = codes("0.5.9", launch(*steps(3, 4, 64)))["spec-draft-tokens-exceed-tree"]
     assert f.expected == "--speculative-num-draft-tokens at most 37"
+    assert f.fix.startswith("pass --speculative-num-draft-tokens 37 or less,")
     assert "36 candidates" in f.what and "63 of them" in f.what
 
 
@@ -148,6 +149,7 @@ def test_the_override_names_what_the_server_runs_with():
         ("--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8"),  # steps left to sglang
         ("--speculative-num-steps", "3", "--speculative-eagle-topk", "1"),  # draft tokens left to sglang
         ("--speculative-num-steps", "3", "--speculative-num-draft-tokens", "64"),  # topk left to sglang
+        ("--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "64"),  # a tree, steps left to sglang
         (),
     ],
 )
@@ -155,8 +157,9 @@ def test_values_left_to_sglang_are_not_judged(flags):
     assert codes("0.5.9", launch(*flags)) == {}
 
 
-def test_topk_above_one_under_spec_v2_is_refused_not_judged_as_an_ignored_overlap_flag():
-    found = codes("0.5.9", launch(*steps(3, 4, 8), "--disable-overlap-schedule", env=f"{SPEC_V2}=1"))
+@pytest.mark.parametrize("topk", [2, 4])
+def test_topk_above_one_under_spec_v2_is_refused_not_judged_as_an_ignored_overlap_flag(topk):
+    found = codes("0.5.9", launch(*steps(3, topk, 8), "--disable-overlap-schedule", env=f"{SPEC_V2}=1"))
     assert "spec-v2-topk-refused" in found and "spec-overlap-forced-on" not in found
 
 
@@ -247,6 +250,11 @@ def test_the_variable_is_read_as_sglangs_env_bool_reads_it(value, parsed):
 def test_a_value_sglang_does_not_read_is_not_taken_for_on():
     f = spec_flags(parse_launch_args(launch(env=f"{SPEC_V2}=maybe")), Version("0.5.9"))
     assert f.spec_v2 is False and "'maybe' in the launch command is not a boolean" in f.spec_v2_from
+    f = spec_flags(parse_launch_args(launch(env=f"{SPEC_V2}={'x' * 30}")), Version("0.5.9"))
+    assert (
+        f.spec_v2_from
+        == f"sglang 0.5.9's default ({SPEC_V2} {'x' * 20!r} in the launch command is not a boolean " + ("sglang reads)")
+    )
 
 
 @pytest.mark.parametrize(
