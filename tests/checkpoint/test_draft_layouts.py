@@ -331,9 +331,112 @@ def test_an_eagle1_class_name_on_an_eagle3_fc_needs_the_eagle3_class(tmp_path):
 def test_a_hostile_architecture_name_is_shown_bounded(tmp_path):
     cfg = tm.eagle3_draft_config() | {"architectures": ["LlamaForCausalLMEagle3" + "x" * 10_000]}
     r = doctor(draft=_write(tmp_path / "d", cfg, _eagle3_tensors()), sglang_version="0.5.9", with_patches=False)
-    assert len(_kind_finding(r).found) < 200
+    found = _kind_finding(r).found
+    assert len(found) < 200
+    shown = repr(cfg["architectures"])  # shown to its first 80 characters
+    assert found.endswith(f"architectures {shown[:80]}"), found
 
 
 def test_the_table_in_the_docs_is_generated_from_the_layouts():
     page = (Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md").read_text(encoding="utf-8")
     assert D.layouts_table() in page
+
+
+def test_the_table_in_the_docs_has_one_row_per_layout_with_its_verdicts():
+    """The generated block is exactly the table (not only its header), one row per layout, in the table's order,
+    each row's release columns the verdicts a user gets from the doctor."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "checkpoints.md").read_text(encoding="utf-8")
+    block = page.split("<!-- BEGIN draft kinds:", 1)[1].split("\n", 1)[1].split("<!-- END draft kinds -->")[0]
+    assert block.strip() == D.layouts_table()
+    rows = block.strip().splitlines()[2:]
+    assert len(rows) == len(D.LAYOUTS)
+    shown = {D.SERVED: "served", D.CONVERT: "after convert", D.NOT_SERVED: "not served"}
+    for row, lay in zip(rows, D.LAYOUTS, strict=True):
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert cells[:3] == [lay.kind, lay.name, lay.detected_by], row
+        assert cells[3:5] == [shown[D.verdict(lay, "0.5.9").status], shown[D.verdict(lay, "0.5.23").status]], row
+    dflash = next(r for r in rows if r.startswith("| DFlash |"))
+    assert "| not served | served | 0.5.11 (DFLASH) | as stock |" in dflash
+
+
+def test_the_shared_table_and_the_answers_cannot_be_changed_by_a_caller():
+    """LAYOUTS is one module-level table every caller (doctor, guard, docs) reads: nobody may edit it in place."""
+    import dataclasses
+
+    lay = D.BY_KEY["sglang-eagle3"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lay.served_from = None
+    found = D.classify(tm.eagle3_draft_config())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.layout = D.BY_KEY["peagle"]
+    v = D.verdict(lay, "0.5.9")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        v.status = D.NOT_SERVED
+    assert D.verdict(lay, "0.5.9").status == D.SERVED
+
+
+def _key(config: dict, tensors: dict | None = None) -> str | None:
+    found = D.classify(config, tensors)
+    return None if found is None else found.layout.key
+
+
+@pytest.mark.parametrize("field", ["fc_norm", "use_aux_norm", "norm_output"])
+@pytest.mark.parametrize("where", ["top", "eagle_config"])
+def test_each_eagle31_field_alone_makes_an_eagle31_draft(field, where):
+    """Any one of EAGLE-3.1's fields set true (at the top or in eagle_config) is EAGLE-3.1; set false it is not."""
+    for value, key in ((True, "sglang-eagle31"), (False, "sglang-eagle3")):
+        cfg = tm.eagle3_draft_config()
+        if where == "top":
+            cfg[field] = value
+        else:
+            cfg["eagle_config"] = cfg["eagle_config"] | {field: value}
+        found = D.classify(cfg)
+        assert found is not None and found.layout.key == key, (field, where, value)
+        if value:
+            assert found.evidence.endswith(f", {field} true") and found.kind == D.KIND_EAGLE31
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        ({"speculators_model_type": "eagle"}, "speculators-eagle"),  # the model type without its architecture
+        ({"architectures": ["EagleSpeculator"]}, "speculators-eagle"),  # the architecture without the model type
+        ({"architectures": ["LlamaForCausalLM"], "transformer_layer_config": _llama()}, "speculators-eagle3"),
+        ({"architectures": ["Eagle3DraftModel"]}, "speculators-eagle3"),
+        ({"architectures": ["Eagle3Speculator"]}, "speculators-eagle3"),
+        ({"architectures": ["Qwen3ForCausalLM"], "dflash_config": {"mask_token_id": 3}}, "dflash"),
+        ({"architectures": ["DFlashDraftModel", "Qwen3ForCausalLM"]}, "dflash"),
+        ({"architectures": ["LlamaEagle3DraftModel", "LlamaForCausalLM"]}, "automodel-eagle3"),
+        ({"architectures": ["LlamaEagleDraftModel", "LlamaForCausalLM"]}, "automodel-eagle"),
+        ({"architectures": ["DeepseekV3ForCausalLMNextN", "DeepseekV3ForCausalLM"]}, "mtp-nextn"),
+        ({"architectures": ["MiMoMTP"]}, "mtp-nextn"),  # sglang models/mimo_mtp.py
+        ({"architectures": ["LlamaForCausalLM", "LlamaForCausalLMEagle"]}, "sglang-eagle"),
+        ({"architectures": [], "hidden_size": H}, None),
+        ({"hidden_size": H, "num_hidden_layers": 2}, None),
+    ],
+)
+def test_a_config_with_only_one_mark_or_a_mixture_of_architectures_is_classified_by_its_mark(config, key):
+    """Hostile configs: one mark of a layout is enough, and one layout's architecture among others names it."""
+    assert _key(config) == key
+
+
+def test_a_target_whose_mtp_layer_count_is_zero_is_no_draft_kind(tmp_path):
+    cfg = DeepseekV3Config(hidden_size=H, num_hidden_layers=2, vocab_size=V, num_nextn_predict_layers=0).to_dict()
+    cfg["architectures"] = ["DeepseekV3ForCausalLM"]
+    assert D.classify(cfg) is None
+    r = doctor(draft=_write(tmp_path / "t", cfg, {"model.norm.weight": torch.ones(H)}), sglang_version="0.5.9")
+    assert "draft-kind" not in r.codes() and "draft_kind" not in r.facts
+
+
+def test_the_fc_width_is_shown_as_states_times_hidden(tmp_path):
+    """The doctor's draft-kind note says how many hidden states fc takes and the hidden size it read."""
+    r = doctor(draft=eagle_repo_eagle3(tmp_path), sglang_version="0.5.9", with_patches=False)
+    assert _kind_finding(r).found == f"fc.weight takes {3 * H} = 3 x hidden ({H}) inputs"
+
+
+def test_an_fc_under_model_is_read_as_fc():
+    cfg = _llama(architectures=["LlamaForCausalLM"])
+    found = D.classify(cfg, {"model.fc.weight": (H, 4 * H)})
+    assert found is not None and found.layout.key == "eagle-repo-eagle3"
+    assert found.evidence == f"fc.weight takes {4 * H} = 4 x hidden ({H}) inputs"
+    assert _key(cfg, {"model.fc.weight": (H, 2 * H)}) == "eagle-repo-eagle"
