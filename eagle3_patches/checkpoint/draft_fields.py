@@ -104,7 +104,7 @@ def installed_source() -> tuple[Path, str] | None:
 
 def read_by_release(release: tuple[int, ...]) -> frozenset[str]:
     """The read names of :data:`FIRST_READ` that ``release`` reads."""
-    return frozenset(name for name, first in FIRST_READ.items() if tuple(release[:3]) >= first)
+    return frozenset(name for name, first in FIRST_READ.items() if tuple(release) >= first)
 
 
 def newest_read() -> frozenset[str]:
@@ -149,7 +149,7 @@ def set_fields(config: dict) -> list[tuple[str, str, Any]]:
     eagle = config.get(EAGLE_CONFIG)
     for field in MATH_FIELDS:
         for name, block in ((field, config), (f"{EAGLE_CONFIG}.{field}", eagle)):
-            if isinstance(block, dict) and block.get(field) not in (None, False, 0):
+            if isinstance(block, dict) and block.get(field) not in (None, False):  # 0 == False, 0.0 too
                 out.append((field, name, block.get(field)))
     return out
 

@@ -68,3 +68,42 @@ def test_the_first_release_reading_a_field_is_named():
     assert F.first_reading("norm_before_residual") == "no sglang release up to 0.5.23 reads it"
     assert F.read_by_release((0, 5, 16)) == {"fc_norm", "use_aux_norm", "norm_output"}
     assert F.read_by_release((0, 5, 11, 9)) == frozenset()
+
+
+@pytest.mark.parametrize("value", [None, False, 0, 0.0])
+def test_a_field_set_to_a_false_value_is_not_set(value):
+    assert F.set_fields({"norm_output": value, F.EAGLE_CONFIG: {"fc_norm": value}}) == []
+    assert F.set_fields({"norm_output": 1, F.EAGLE_CONFIG: {"fc_norm": True}}) == [
+        ("fc_norm", "eagle_config.fc_norm", True),
+        ("norm_output", "norm_output", 1),
+    ]
+
+
+def test_the_weights_a_field_adds_are_named_per_aux_state():
+    assert F.weights_of("fc_norm", 3) == ["fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"]
+    assert F.weights_of("use_aux_norm", 2) == ["fc_norm.0.weight", "fc_norm.1.weight"]
+    assert F.weights_of("norm_before_fc", 3) == ["input_norm.weight"]
+    assert F.weights_of("norm_output", 3) == []  # a field without weights of its own
+
+
+def test_a_weight_is_named_by_the_field_that_adds_it():
+    assert F.field_of_weight("model.fc_norm.12.weight") == "fc_norm"  # the first of two fields adding it
+    assert F.field_of_weight("input_norm.weight") == "norm_before_fc"
+    assert F.field_of_weight("fc_norm.x.weight") is None and F.field_of_weight("norm.weight") is None
+
+
+def test_the_installed_module_is_none_without_sglang_or_its_file(monkeypatch, tmp_path):
+    import importlib.machinery
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert F.installed_source() is None
+    spec = importlib.machinery.ModuleSpec("sglang", None, is_package=True)
+    spec.submodule_search_locations = []  # a package found nowhere
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    assert F.installed_source() is None
+    spec.submodule_search_locations = [str(tmp_path)]  # an sglang without the draft module
+    assert F.installed_source() is None
+    (tmp_path / F.DRAFT_MODULE).parent.mkdir(parents=True)
+    (tmp_path / F.DRAFT_MODULE).write_text("x = config.norm_output\n")
+    assert F.installed_source() == (tmp_path / F.DRAFT_MODULE, "x = config.norm_output\n")
