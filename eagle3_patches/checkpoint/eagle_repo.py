@@ -169,7 +169,8 @@ def build_config(
             "(cnets.py); its training writes them from the token frequencies",
         )
     dtype = dv.dtype or SAFETENSORS_DTYPE_TO_CONFIG.get(fc.dtype)
-    out = {k: v for k, v in config.items() if k not in ("architectures", "auto_map", "eagle_config")}
+    # the dtype is written once, as torch_dtype (below); architectures and eagle_config are replaced
+    out = {k: v for k, v in config.items() if k not in ("auto_map", "dtype")}
     out.update(
         {
             "architectures": ["LlamaForCausalLMEagle3"],

@@ -77,7 +77,8 @@ def test_the_converted_draft_is_sglangs_eagle3_with_the_repositorys_ids_and_ever
     assert cfg["draft_vocab_size"] == DV and cfg["target_hidden_size"] == H and cfg["num_hidden_layers"] == 1
     # rope and every other llama field carried as they are
     assert cfg["rope_scaling"] == {"type": "linear", "factor": 2.0} and cfg["rope_theta"] == 500000.0
-    rewritten = {"architectures", "model_type", "num_hidden_layers", "draft_vocab_size"}
+    rewritten = {"architectures", "model_type", "num_hidden_layers", "draft_vocab_size", "dtype"}  # dtype: torch_dtype
+    assert cfg["torch_dtype"] == source["dtype"] and "dtype" not in cfg
     assert {k: v for k, v in source.items() if k not in rewritten} == {
         k: v for k, v in cfg.items() if k in source and k not in rewritten
     }
@@ -145,12 +146,14 @@ def test_a_full_vocabulary_draft_needs_no_d2t(tmp_path):
         ({}, "bfloat16"),  # the config's own dtype
         ({"dtype": "float16"}, "float16"),  # the config's dtype wins over the stored bfloat16
         ({"dtype": None}, "bfloat16"),  # none stated: fc.weight's stored dtype
+        ({"dtype": "torch.float16", "torch_dtype": None}, "float16"),  # written as transformers reads it
     ],
 )
 def test_torch_dtype_is_the_configs_else_the_stored_one(tmp_path, config, dtype):
     res = convert(ea3(tmp_path, config=config), tmp_path / "out", num_target_layers=8, run_doctor=False, progress=False)
     assert json.loads((tmp_path / "out" / "config.json").read_text())["torch_dtype"] == dtype
     assert res.config["torch_dtype"] == dtype
+    assert "dtype" not in res.config  # one dtype field: transformers would read a carried dtype before torch_dtype
 
 
 def test_draft_vocab_size_is_the_configs_else_the_rows_of_lm_head(tmp_path):
