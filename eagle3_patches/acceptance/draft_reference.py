@@ -10,8 +10,9 @@ The forward, as sglang's draft worker runs it (``speculative/eagle_worker.py``):
   attention over the step-1 keys up to t and neox RoPE at position t, the residual ``h``; then
   ``norm(out) @ lm_head`` gives draft-vocabulary logits for ``x_{t+2}``;
 * step k > 1: the hidden is the previous step's pre-norm output (H wide: ``fc`` is skipped, as sglang skips it on
-  an H-wide input), the token ``x_{t+k}``, position ``t+k-1``, attending to the step-1 keys up to t and to its own
-  chain's keys;
+  an H-wide input), the token ``x_{t+k}``, position ``t+k`` (``EAGLEWorker.draft_forward`` starts from ``seq_lens``,
+  t + 1, and advances the positions by one before each forward; sglang 0.5.23's ``EAGLEWorkerV2`` runs step k at
+  ``t+k-1``), attending to the step-1 keys up to t and to its own chain's keys;
 * draft id i means target id ``i + d2t[i]``; the embedding is the target's (sglang's ``set_embed``).
 
 Teacher-forced: step k is fed the true ``x_{t+k}``.  With greedy verification and topk 1 that gives exactly the
@@ -193,7 +194,7 @@ class DraftForward:
                 break
             tok = tokens[step : step + n]
             hid = out[:n]
-            q, k, v = self.qkv(tok, hid, base[:n] + step - 1)
+            q, k, v = self.qkv(tok, hid, base[:n] + step)
             chain_k = [c[:n] for c in chain_k] + [k]
             chain_v = [c[:n] for c in chain_v] + [v]
             s1 = torch.einsum("thd,shd->hts", q, k1).masked_fill(~causal[:n], float("-inf"))
