@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eagle3_patches.acceptance.draft_reference import DraftForward, DraftShape  # noqa: E402
+from eagle3_patches.acceptance.draft_reference import SPEC_V2, DraftForward, DraftShape  # noqa: E402
 from eagle3_patches.testing import tiny_models  # noqa: E402
 
 STEPS = 3
@@ -171,7 +171,9 @@ class Draft(DraftForward):
         super().__init__(params, embed, DraftShape(hidden=h, num_heads=nh, num_kv_heads=nh, head_dim=h // nh))
 
     def forward_seq(self, tokens, aux, steps: int = STEPS, dropout: float = 0.0, gen=None):
-        return super().forward_seq(tokens, aux, steps, dropout, gen)
+        # the committed draft was trained with the chain at t + k - 1 (the spec v2 worker's positions); kept, so that
+        # --check reproduces it bit for bit
+        return super().forward_seq(tokens, aux, steps, dropout, gen, worker=SPEC_V2)
 
     def tensors(self, hot):
         import torch

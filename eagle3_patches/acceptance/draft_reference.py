@@ -10,9 +10,8 @@ The forward, as sglang's draft worker runs it (``speculative/eagle_worker.py``):
   attention over the step-1 keys up to t and neox RoPE at position t, the residual ``h``; then
   ``norm(out) @ lm_head`` gives draft-vocabulary logits for ``x_{t+2}``;
 * step k > 1: the hidden is the previous step's pre-norm output (H wide: ``fc`` is skipped, as sglang skips it on
-  an H-wide input), the token ``x_{t+k}``, position ``t+k`` (``EAGLEWorker.draft_forward`` starts from ``seq_lens``,
-  t + 1, and advances the positions by one before each forward; sglang 0.5.23's ``EAGLEWorkerV2`` runs step k at
-  ``t+k-1``), attending to the step-1 keys up to t and to its own chain's keys;
+  an H-wide input), the token ``x_{t+k}``, at the position the serving worker gives it (:data:`CHAIN_OFFSET`),
+  attending to the step-1 keys up to t and to its own chain's keys;
 * draft id i means target id ``i + d2t[i]``; the embedding is the target's (sglang's ``set_embed``).
 
 Teacher-forced: step k is fed the true ``x_{t+k}``.  With greedy verification and topk 1 that gives exactly the
@@ -28,6 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+#: sglang's two draft workers, as ``SGLANG_ENABLE_SPEC_V2`` picks them
+SPEC_V1, SPEC_V2 = "v1", "v2"
+#: where each worker runs draft step k > 1, relative to t + k: the spec v1 worker (``EAGLEWorker.draft_forward``,
+#: observed on sglang 0.5.9) starts from ``seq_lens`` (t + 1) and advances one before each forward, so t + k; the
+#: spec v2 worker (``EAGLEWorkerV2``, observed on 0.5.23, the only worker there) runs it at t + k - 1
+CHAIN_OFFSET = {SPEC_V1: 0, SPEC_V2: -1}
 #: the draft config fields whose meaning this forward does not implement (another forward would be measured)
 UNIMPLEMENTED_FIELDS = ("norm_before_fc", "fc_norm", "use_aux_norm", "norm_output", "norm_before_residual")
 #: the midlayer's tensors, as the sglang-format checkpoint names them
@@ -166,9 +171,10 @@ class DraftForward:
         logits = rms(out, P["norm.weight"], eps) @ P["lm_head.weight"].T
         return logits, out
 
-    def forward_seq(self, tokens, aux, steps: int, dropout: float = 0.0, gen=None) -> list:
-        """Per base position t (0..L-2): the logits of steps 1..steps; step k predicts ``tokens[t + k + 1]``
-        (``dropout`` on the fc output: training only)."""
+    def forward_seq(self, tokens, aux, steps: int, dropout: float = 0.0, gen=None, worker: str = SPEC_V1) -> list:
+        """Per base position t (0..L-2): the logits of steps 1..steps; step k predicts ``tokens[t + k + 1]``; steps
+        k > 1 at the positions ``worker`` runs them (:data:`CHAIN_OFFSET`); ``dropout`` on the fc output: training
+        only."""
         import torch
 
         L = aux.shape[0]
@@ -194,7 +200,7 @@ class DraftForward:
                 break
             tok = tokens[step : step + n]
             hid = out[:n]
-            q, k, v = self.qkv(tok, hid, base[:n] + step)
+            q, k, v = self.qkv(tok, hid, base[:n] + step + CHAIN_OFFSET[worker])
             chain_k = [c[:n] for c in chain_k] + [k]
             chain_v = [c[:n] for c in chain_v] + [v]
             s1 = torch.einsum("thd,shd->hts", q, k1).masked_fill(~causal[:n], float("-inf"))

@@ -28,7 +28,7 @@ from ..checkpoint.formats import list_weight_files, read_config
 from ..checkpoint.safe_io import open_checkpoint_file
 from ..errors import Eagle3ConfigError
 from . import training_data
-from .draft_reference import REQUIRED, DraftForward, draft_shape
+from .draft_reference import REQUIRED, SPEC_V1, DraftForward, draft_shape
 from .target_states import TargetStates, dump_shards, read_dump
 
 #: the tensor names a draft checkpoint may use for the same parameter, mapped to sglang's (as its loader maps them)
@@ -49,6 +49,7 @@ class Acceptance:
     histogram: list[int]  # verify steps that accepted 0..steps draft tokens
     sequences: int
     skipped: list[str] = field(default_factory=list)
+    worker: str = SPEC_V1  # the draft worker whose positions were replayed (draft_reference.CHAIN_OFFSET)
 
     @property
     def verify_steps(self) -> int:
@@ -88,6 +89,7 @@ class Acceptance:
                 "verify_steps": self.verify_steps,
                 "sequences": self.sequences,
                 "skipped": self.skipped,
+                "spec_worker": self.worker,
                 **self.config_field(num_draft_tokens),
             },
             indent=2,
@@ -97,7 +99,8 @@ class Acceptance:
         lines = [
             f"expected accept length {self.accept_length:.3f} at --speculative-num-steps {self.steps} "
             f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {num_draft_tokens} (greedy), over "
-            f"{self.verify_steps} verify steps of {self.sequences} sequence(s)",
+            f"{self.verify_steps} verify steps of {self.sequences} sequence(s), the draft run as sglang's spec "
+            f"{self.worker} worker runs it",
             "draft token k accepted in this fraction of verify steps:",
         ]
         lines += [f"  k={k}: {p:.3f}" for k, p in enumerate(self.per_position, start=1)]
@@ -286,13 +289,15 @@ def read_states(data: os.PathLike | str, config: dict, *, limit: int) -> list[Ta
 
 
 # ---------------------------------------------------------------------- the replay
-def replay(forward: DraftForward, hot, sequences: Iterable[TargetStates], steps: int) -> Acceptance:
+def replay(
+    forward: DraftForward, hot, sequences: Iterable[TargetStates], steps: int, worker: str = SPEC_V1
+) -> Acceptance:
     """Greedy, topk 1: the verify steps a server would run over ``sequences`` (module docstring)."""
     import torch
 
     if steps < 1:
         raise MeasureError("--speculative-num-steps must be at least 1", found=str(steps))
-    result = Acceptance(steps=steps, histogram=[0] * (steps + 1), sequences=0)
+    result = Acceptance(steps=steps, histogram=[0] * (steps + 1), sequences=0, worker=worker)
     for st in sequences:
         tokens, lab = st.tokens, st.labelled
         L = int(tokens.shape[0])
@@ -326,7 +331,7 @@ def replay(forward: DraftForward, hot, sequences: Iterable[TargetStates], steps:
             continue
         result.sequences += 1
         with torch.no_grad():  # the caller's autograd mode is left as it was
-            preds = [hot[logits.argmax(-1)] for logits in forward.forward_seq(tokens, st.aux, steps)]
+            preds = [hot[logits.argmax(-1)] for logits in forward.forward_seq(tokens, st.aux, steps, worker=worker)]
         t = 0
         while t + 2 <= L - 1:  # the token just produced (t + 1) and at least one to draft for
             if not bool(lab[t + 1]):  # a prompt token: the next verify step starts after the next target token
@@ -351,6 +356,7 @@ def expected_accept_length(
     *,
     target: os.PathLike | str | None = None,
     steps: int = 3,
+    worker: str = SPEC_V1,
 ) -> Acceptance:
     forward, hot, _ = load_draft(draft, target)
-    return replay(forward, hot, sequences, steps)
+    return replay(forward, hot, sequences, steps, worker)

@@ -52,10 +52,33 @@ def add_parser(sub) -> argparse.ArgumentParser:
         metavar="N",
         help="draft tokens per verify step (topk 1: steps + 1, the default)",
     )
+    p.add_argument(
+        "--spec-worker",
+        choices=("v1", "v2"),
+        help="the sglang draft worker to replay (they run draft steps after the first one position apart): v1 "
+        "(EAGLEWorker) or v2 (EAGLEWorkerV2, SGLANG_ENABLE_SPEC_V2); default: the one the installed sglang runs "
+        "with this environment",
+    )
     p.add_argument("--max-sequences", type=int, default=1000, metavar="N", help="sequences read at most (1000)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
+
+
+def installed_worker(environ=None) -> str:
+    """The draft worker the installed sglang runs with ``environ``: v2 where it is the only one (from 0.5.13, and
+    without an installed sglang), else ``SGLANG_ENABLE_SPEC_V2`` as sglang parses it, else the release's default
+    (v2 from 0.5.11)."""
+    import os
+
+    from ..doctor.flag_rules import ONE_WORKER_FROM, SPEC_V2, SPEC_V2_DEFAULT_ON_FROM, base_release, env_bool
+    from ..sglang_version import installed_sglang_version
+
+    installed = installed_sglang_version()
+    if installed is None or base_release(installed) >= ONE_WORKER_FROM:
+        return "v2"
+    on = env_bool((os.environ if environ is None else environ).get(SPEC_V2))
+    return "v2" if (base_release(installed) >= SPEC_V2_DEFAULT_ON_FROM if on is None else on) else "v1"
 
 
 def run(args) -> int:
@@ -74,6 +97,6 @@ def run(args) -> int:
 
     forward, hot, config = load_draft(args.draft, args.target)
     states = read_states(args.data, config, limit=args.max_sequences)
-    result = replay(forward, hot, states, args.steps)
+    result = replay(forward, hot, states, args.steps, args.spec_worker or installed_worker())
     print(result.to_json(draft_tokens) if args.json else result.format(draft_tokens))
     return 0

@@ -42,6 +42,8 @@ SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
 #: the first release where :data:`SPEC_V2` defaults to true (``srt/environ.py``: ``EnvBool(False)`` in 0.5.9 and
 #: 0.5.10, ``EnvBool(True)`` from 0.5.11)
 SPEC_V2_DEFAULT_ON_FROM = Version("0.5.11")
+#: the first release with one EAGLE worker (``EAGLEWorkerV2``, whatever :data:`SPEC_V2` says; ``spec-v1-fallback``)
+ONE_WORKER_FROM = Version("0.5.13")
 #: the algorithms whose flags sglang resolves as below (``NEXTN`` becomes ``EAGLE``)
 EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 

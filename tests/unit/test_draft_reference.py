@@ -332,3 +332,25 @@ def test_dropout_is_repeatable_with_its_generator(golden):
         )
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], c[0])
+
+
+def test_the_spec_v2_worker_runs_the_chain_one_position_earlier(monkeypatch, golden):
+    """Step 1 is the same for both workers; steps k > 1 run at t + k (v1) and t + k - 1 (v2)."""
+    from eagle3_patches.acceptance import draft_reference as R
+
+    seen: list = []
+    qkv = R.DraftForward.qkv
+
+    def record(self, tokens, hidden, pos):
+        seen.append(pos.clone())
+        return qkv(self, tokens, hidden, pos)
+
+    monkeypatch.setattr(R.DraftForward, "qkv", record)
+    forward, tokens, aux, _ = _recording(golden)
+    for worker, offset in (("v1", 0), ("v2", -1)):
+        seen.clear()
+        forward.forward_seq(tokens, aux, 3, worker=worker)
+        base = torch.arange(len(tokens) - 1)
+        assert torch.equal(seen[0], base)  # step 1 at t
+        for k, pos in enumerate(seen[1:], start=2):
+            assert torch.equal(pos, base[: len(tokens) - k] + k + offset)

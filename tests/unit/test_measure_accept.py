@@ -37,7 +37,7 @@ class Scripted:
         self.params = {"fc.weight": torch.zeros(4, W)}
         self.embed = torch.zeros(V, 4)
 
-    def forward_seq(self, tokens, aux, steps):
+    def forward_seq(self, tokens, aux, steps, worker="v1"):
         L = tokens.shape[0]
         out = []
         for k in range(1, steps + 1):
@@ -161,7 +161,8 @@ def test_the_report_and_the_json_exactly():
     )
     assert a.format(4).splitlines() == [
         "expected accept length 3.667 at --speculative-num-steps 3 --speculative-eagle-topk 1 "
-        "--speculative-num-draft-tokens 4 (greedy), over 3 verify steps of 1 sequence(s)",
+        "--speculative-num-draft-tokens 4 (greedy), over 3 verify steps of 1 sequence(s), the draft run as sglang's "
+        "spec v1 worker runs it",
         "draft token k accepted in this fraction of verify steps:",
         "  k=1: 1.000",
         "  k=2: 1.000",
@@ -174,6 +175,49 @@ def test_the_report_and_the_json_exactly():
     assert out == json.dumps(json.loads(out), indent=2)  # two-space indented
     got = json.loads(out)
     assert got["accept_length"] == 11 / 3 and got[FIELD]["accept_length"] == 3.667 and got["sequences"] == 1
+    assert got["spec_worker"] == "v1"
+
+
+class Recording(Scripted):
+    """A scripted draft that records the worker each replay asks it to run as."""
+
+    def forward_seq(self, tokens, aux, steps, worker="v1"):
+        self.asked = worker
+        return super().forward_seq(tokens, aux, steps)
+
+
+@pytest.mark.parametrize("worker", ["v1", "v2"])
+def test_the_replay_runs_the_draft_as_the_worker_asked_and_says_so(worker):
+    draft = Recording({})
+    r = replay(draft, torch.arange(V), [_states(list(range(1, 9)), 3)], 3, worker)
+    assert draft.asked == worker and r.worker == worker and json.loads(r.to_json(4))["spec_worker"] == worker
+    assert r.format(4).splitlines()[0].endswith(f"the draft run as sglang's spec {worker} worker runs it")
+
+
+@pytest.mark.parametrize(
+    ("installed", "env", "worker"),
+    [
+        ("0.5.9", None, "v1"),  # spec v2 off by default before 0.5.11
+        ("0.5.9", "1", "v2"),
+        ("0.5.10.post1", "true", "v2"),
+        ("0.5.10", "maybe", "v1"),  # a value sglang does not read: the default
+        ("0.5.11", None, "v2"),  # on by default from 0.5.11
+        ("0.5.12", "0", "v1"),
+        ("0.5.13", "0", "v2"),  # one worker from 0.5.13, whatever the variable says
+        ("0.5.23", None, "v2"),
+        (None, "0", "v2"),  # no sglang here: the newest releases' worker
+    ],
+)
+def test_the_default_worker_is_the_one_the_installed_sglang_runs(monkeypatch, installed, env, worker):
+    from packaging.version import Version
+
+    from eagle3_patches.cli import measure_accept_cmd
+
+    monkeypatch.setattr(
+        "eagle3_patches.sglang_version.installed_sglang_version", lambda: installed and Version(installed)
+    )
+    environ = {} if env is None else {"SGLANG_ENABLE_SPEC_V2": env}
+    assert measure_accept_cmd.installed_worker(environ) == worker
 
 
 # ---------------------------------------------------------------------- the expected-figure field
