@@ -26,6 +26,9 @@ pytestmark = [pytest.mark.server, pytest.mark.timeout(1200)]
 #: how far the offline figure may be from the live one (accept length, absolute): the replay and the server see the
 #: same tokens; what is left is the float arithmetic of two implementations of the draft (an argmax that flips)
 TOLERANCE = 0.1
+#: the degraded draft's acceptance sits near its decision boundaries: between two dumps of the same prompts on CPU
+#: (whose states are not bit-identical run to run) its offline figure was seen to move by 0.17
+DEGRADED_TOLERANCE = 0.25
 #: the noise on the degraded draft's fc and midlayer weights, relative to each tensor's standard deviation
 NOISE = 0.6
 BELOW = "eagle3-patches watchdog: drafts are accepted far less often than this draft is expected to be"
@@ -133,5 +136,5 @@ def test_a_degraded_draft_is_flagged_against_its_expected_figure(degraded, measu
     assert per_position and set(per_position) <= {(("position", str(k)),) for k in range(1, 4)}
     assert all(0.0 <= v <= 1.0 for v in per_position.values())
     # the offline measurement of the degraded draft predicts its live figure as well
-    assert abs(degraded["offline"]["accept_length"] - live) <= TOLERANCE
+    assert abs(degraded["offline"]["accept_length"] - live) <= DEGRADED_TOLERANCE
     assert live - 1 < fraction * (expected - 1)
