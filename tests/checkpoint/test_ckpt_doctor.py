@@ -627,6 +627,15 @@ def test_a_multimodal_target_s_text_config_dtype_is_checked(make_draft, make_tar
     assert f.where.endswith("config.json: text_config.torch_dtype") and "target" in f.what
 
 
+def test_a_draft_config_without_its_head_count_is_one_error_not_a_shape_error_per_projection(make_draft):
+    """The attention projections' shapes need the head count: unknown, they are not judged (the missing field is
+    the finding), while the shapes that do not need it still are."""
+    drop = ("num_attention_heads", "num_key_value_heads")
+    r = run(None, make_draft(config=lambda cfg: {k: v for k, v in cfg.items() if k not in drop}))
+    assert "draft-config-field" in r.codes(ERROR)
+    assert not [f for f in r.findings if f.code == "tensor-shape"], r.format()
+
+
 def test_integer_weight_dtype(make_draft, tiny):
     def bad(t):
         t["norm.weight"] = t["norm.weight"].to(torch.int16)
