@@ -138,6 +138,18 @@ def test_wrapper_redirects_the_no_argument_call_only_during_capture():
     assert runner.model.language_model.layers_to_capture == DEFAULTS
 
 
+class _RunnerCallingWithIds(_Runner):
+    def init_device_graphs(self):  # a capture that names its own ids: they are kept
+        self.model.set_eagle3_layers_to_capture([0, 1])
+        self.seen.append(list(self.model.language_model.layers_to_capture))
+
+
+def test_wrapper_keeps_the_ids_a_call_during_capture_gives():
+    runner = _RunnerCallingWithIds(_Wrapper(), [1, 2, 3])
+    _call(runner)
+    assert runner.model.language_model.calls[-1] == [0, 1]
+
+
 class _RunnerWithoutTheNoArgumentCall(_Runner):
     def init_device_graphs(self):  # CPUGraphRunner / NPUGraphRunner: capture without calling the setter
         self.seen.append(list(self.model.language_model.layers_to_capture))
