@@ -2102,3 +2102,73 @@ def test_tensors_of_the_shards_that_read_are_judged_when_another_shard_does_not(
     assert "safetensors-header" in r.codes(ERROR), r.format()
     shape = [f for f in r.errors if f.code == "tensor-shape"]
     assert [f.what.split(" ")[0] for f in shape] == ["norm.weight"], r.format()
+
+
+# ------------------------------------------------------------------ eagle3_draft_norms' rule (draft-config-ignored)
+#: each field eagle3_draft_norms backports -> (a draft config edit setting it, the last release that never reads it)
+NORM_FIELDS = {
+    "fc_norm": ({"fc_norm": True}, "0.5.11"),
+    "use_aux_norm": ({"use_aux_norm": True}, "0.5.11"),
+    "norm_output": ({"norm_output": True}, "0.5.11"),
+    "norm_before_fc": ({"norm_before_fc": True}, "0.5.16"),
+    "eagle_config.norm_before_fc": ({"eagle_config": {"norm_before_fc": True}}, "0.5.16"),
+}
+
+
+def _ignored(report):
+    return [f for f in report.findings if f.code == "draft-config-ignored"]
+
+
+def _norms_doctor(tiny, draft, version, **kw):
+    return doctor(tiny["kimi_k25"], draft, sglang_version=version, launch=["--speculative-algorithm", "EAGLE3"], **kw)
+
+
+@pytest.mark.parametrize("name", list(NORM_FIELDS))
+def test_each_backported_norm_field_is_an_error_on_stock_and_a_note_under_the_backport(make_draft, tiny, name):
+    """On a release below the first that reads it: stock serves the draft without the norm (one error naming the
+    field); under eagle3-patches the backport reads it (one note naming eagle3_draft_norms, nothing refused)."""
+    edit, release = NORM_FIELDS[name]
+    d = make_draft(name.replace(".", "-"), config=edit)
+    (f,) = _ignored(_norms_doctor(tiny, d, release, with_patches=False))
+    assert f.severity == ERROR and f.where == f"{d / 'config.json'}: {name}", f
+    assert f"which sglang {release}'s LlamaForCausalLMEagle3 never reads" in f.what
+    (f,) = _ignored(_norms_doctor(tiny, d, release, with_patches=True))
+    assert f.severity == INFO and f.where == f"{d / 'config.json'}: {name}", f
+    assert f.what.endswith("fixed by eagle3-patches' eagle3_draft_norms (the launch runs under it)"), f.what
+
+
+def test_with_the_backport_switched_off_only_the_start_check_reports_the_field(make_draft, tiny, monkeypatch):
+    """EAGLE3_PATCHES_DISABLE=eagle3_draft_norms: one error, eagle3_draft_config_fields' refusal at start (the
+    backport's own rule says nothing)."""
+    from eagle3_patches import settings
+
+    monkeypatch.setenv("EAGLE3_PATCHES_DISABLE", "eagle3_draft_norms")
+    settings.reload()
+    try:
+        r = _norms_doctor(tiny, make_draft(config={"fc_norm": True}), "0.5.9", with_patches=True)
+    finally:
+        monkeypatch.delenv("EAGLE3_PATCHES_DISABLE")
+        settings.reload()
+    (f,) = _ignored(r)
+    assert f.severity == ERROR and f.what.endswith("eagle3-patches (eagle3_draft_config_fields) refuses this at start")
+
+
+def test_a_release_below_the_backports_range_reports_the_field_once(make_draft, tiny):
+    """sglang 0.5.7 (below eagle3_draft_norms' range, 0.5.8 up): the field is reported once, as an error with or
+    without eagle3-patches (no backport there)."""
+    d = make_draft(config={"fc_norm": True})
+    for with_patches in (False, True):
+        (f,) = _ignored(_norms_doctor(tiny, d, "0.5.7", with_patches=with_patches))
+        assert f.severity == ERROR and "fixed by" not in f.what and "refuses" not in f.what, f
+
+
+def test_the_norm_fields_are_no_finding_where_the_rule_does_not_judge_them(make_draft, tiny):
+    """No draft-config-ignored: the converter's check of the checkpoints alone (checkpoint_only), a speculators
+    draft (its options are the converter's refusals), and a draft that sets none of the fields."""
+    fields = {"fc_norm": True, "norm_output": True, "norm_before_fc": True}
+    d = make_draft("eagle3", config=fields)
+    assert _ignored(_norms_doctor(tiny, d, "0.5.9", with_patches=False, checkpoint_only=True)) == []
+    spec = make_draft("speculators", speculators=True, config=fields)
+    for with_patches in (False, True):
+        assert _ignored(_norms_doctor(tiny, spec, "0.5.9", with_patches=with_patches)) == []
+    assert _ignored(_norms_doctor(tiny, make_draft("plain"), "0.5.9", with_patches=False)) == []

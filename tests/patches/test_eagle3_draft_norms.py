@@ -180,6 +180,254 @@ def test_norm_output_hands_on_the_normed_state(patched):
     assert not torch.allclose(patched["legacy_names"]["handed_on"], patched["legacy_names"]["to_logits"])
 
 
+@pytest.mark.stock
+def test_a_draft_that_sets_none_of_the_fields_runs_exactly_as_on_stock(tiny):
+    """The tiny draft (no norm field set, no norm weights) through the real draft ModelRunner: with the patch (and
+    the strict loader) every output equals stock sglang's, bit for bit."""
+    import torch
+
+    target, draft = str(tiny["deepseek_v3"]), str(tiny["draft"])
+    patched = run_isolated(draft_layer_outputs, target, draft, patches=PATCHES)
+    stock = run_isolated(draft_layer_outputs, target, draft, patches=None)
+    assert [k for k in OUTPUTS if not torch.equal(patched[k], stock[k])] == []
+
+
+# --------------------------------------------------------------------------- the patch on a module of sglang's shape
+# In-process, no sglang: a module shaped like 0.5.9's llama_eagle3.py (the names and code the patch's check() expects,
+# a LlamaModel whose forward runs fc on states wider or narrower than the draft's hidden, as sglang's does) with
+# check() and patch() run on it as the registry runs them.  The forward records what reaches fc.
+FAKE_LLAMA_EAGLE3 = """
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.variance_epsilon = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon) * self.weight
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.hidden_size_in = config.target_hidden_size
+        self.embed_tokens = nn.Embedding(16, config.hidden_size)
+        self.fc = nn.Linear(3 * self.hidden_size_in, config.hidden_size, bias=False)
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.fc_inputs = []
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None):
+        embeds = self.embed_tokens(input_ids) if input_embeds is None else input_embeds
+        hidden_states = forward_batch.spec_info.hidden_states
+        if hidden_states.shape[-1] != embeds.shape[-1]:
+            self.fc_inputs.append(hidden_states)
+            hidden_states = self.fc(hidden_states)
+        return self.norm(hidden_states + embeds), [hidden_states + embeds]
+
+
+class LlamaForCausalLMEagle3(nn.Module):
+    def load_weights(self, weights):
+        self.loaded = [name for name, _ in weights]
+"""
+FAKE_HIDDEN = 8
+FAKE_TOKENS = 5
+
+
+def _fake_module(tmp_path, name: str, source: str = FAKE_LLAMA_EAGLE3):
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def fake_patched(tmp_path):
+    """The fake module with the patch landed (check() passes, patch() wraps), restored afterwards."""
+    from eagle3_patches.patches.eagle3_draft_norms import PATCH
+    from eagle3_patches.registry import Saver
+
+    module = _fake_module(tmp_path, "fake_llama_eagle3")
+    assert PATCH.upstream(module) is None
+    PATCH.check(module)
+    saver = Saver()
+    PATCH.patch(module, saver)
+    yield module
+    saver.restore()
+
+
+def _rms(x, weight):
+    import torch
+
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+
+def _fake_draft(module, fields: dict, target_hidden: int = FAKE_HIDDEN):
+    """The fake draft LlamaModel built from a config setting ``fields`` (nothing else of the norms), its norm
+    weights set far from 1 so a skipped or misplaced norm shows."""
+    import types
+
+    import torch
+
+    config = types.SimpleNamespace(
+        hidden_size=FAKE_HIDDEN, target_hidden_size=target_hidden, rms_norm_eps=1e-6, **fields
+    )
+    model = module.LlamaModel(config)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + torch.rand(p.shape, generator=gen))
+    return model
+
+
+#: how the draft's LlamaModel is called: sglang's LlamaForCausalLM passes input_embeds too; a module call may leave
+#: it out, or name forward_batch
+CALLS = ("input_embeds passed", "input_embeds left out", "forward_batch by keyword")
+
+
+def _fake_forward(model, width: int, call: str = CALLS[0]):
+    """The draft's forward on FAKE_TOKENS states ``width`` wide, called as ``call`` says: (the states it was handed,
+    what fc received, (to_logits, handed on), the batch's states afterwards)."""
+    import types
+
+    import torch
+
+    states = 3.0 * torch.randn(FAKE_TOKENS, width, generator=torch.Generator().manual_seed(1))
+    fb = types.SimpleNamespace(spec_info=types.SimpleNamespace(hidden_states=states))
+    ids, pos = torch.arange(FAKE_TOKENS), torch.arange(FAKE_TOKENS)
+    model.fc_inputs.clear()
+    with torch.no_grad():
+        if call == "forward_batch by keyword":
+            out = model(ids, pos, forward_batch=fb)
+        else:
+            out = model(ids, pos, fb, None) if call == "input_embeds passed" else model(ids, pos, fb)
+    return states, list(model.fc_inputs), (out[0], out[1][0]), fb.spec_info.hidden_states
+
+
+def _expected_fc_input(model, states, fields: dict):
+    """sglang 0.5.23's order: input_norm over the concatenated states, then fc_norm on each aux state."""
+    import torch
+
+    x = states
+    if fields.get("norm_before_fc") or fields.get("eagle_config", {}).get("norm_before_fc"):
+        x = _rms(x, model.input_norm.weight)
+    if fields.get("fc_norm") or fields.get("use_aux_norm"):
+        x = torch.cat([_rms(c, n.weight) for c, n in zip(x.chunk(3, dim=-1), model.fc_norm)], dim=-1)
+    return x
+
+
+#: draft config fields -> the parameters the patch adds for them (the checkpoint names the same draft must carry)
+FAKE_DRAFTS = {
+    "none": ({}, []),
+    "norm_before_fc": ({"norm_before_fc": True}, ["input_norm.weight"]),
+    "eagle_config.norm_before_fc": ({"eagle_config": {"norm_before_fc": True}}, ["input_norm.weight"]),
+    "fc_norm": ({"fc_norm": True}, ["fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"]),
+    "use_aux_norm": ({"use_aux_norm": True}, ["fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight"]),
+    "norm_output": ({"norm_output": True}, []),
+    "all set false": ({"norm_before_fc": False, "fc_norm": False, "use_aux_norm": False, "norm_output": False}, []),
+}
+STOCK_PARAMETERS = ["embed_tokens.weight", "fc.weight", "norm.weight"]
+
+
+@pytest.mark.parametrize("target_hidden", [FAKE_HIDDEN, 2], ids=["3x-hidden", "narrower-than-hidden"])
+@pytest.mark.parametrize("draft", list(FAKE_DRAFTS))
+def test_each_field_adds_its_norm_in_0_5_23s_order_and_no_other(fake_patched, draft, target_hidden):
+    """Per field the draft's config sets: the parameters added (none for a draft that sets none, which then loads
+    and runs as on stock), what reaches fc (wider target states, or narrower ones: sglang runs fc on any width but
+    the draft's hidden), the state handed on (the normed one with norm_output), the batch's states left as they
+    came; however the forward is called (:data:`CALLS`)."""
+    import torch
+
+    fields, added = FAKE_DRAFTS[draft]
+    model = _fake_draft(fake_patched, fields, target_hidden)
+    assert sorted(n for n, _ in model.named_parameters()) == sorted(STOCK_PARAMETERS + added)
+    for call in CALLS:
+        states, fc_inputs, (to_logits, handed_on), after = _fake_forward(model, 3 * target_hidden, call)
+        assert len(fc_inputs) == 1 and torch.equal(fc_inputs[0], _expected_fc_input(model, states, fields))
+        assert after is states
+        assert torch.equal(handed_on, to_logits) == bool(fields.get("norm_output")), draft
+
+
+@pytest.mark.parametrize("draft", list(FAKE_DRAFTS))
+def test_the_drafts_own_hidden_state_is_left_alone(fake_patched, draft):
+    """A draft step fed the draft's own hidden state (as wide as its hidden: fc does not run) gets no norm."""
+    model = _fake_draft(fake_patched, FAKE_DRAFTS[draft][0])
+    for call in CALLS:
+        states, fc_inputs, _, after = _fake_forward(model, FAKE_HIDDEN, call)
+        assert fc_inputs == [] and after is states
+
+
+def test_the_older_fc_norm_weight_names_load_as_fc_norm(fake_patched):
+    model = fake_patched.LlamaForCausalLMEagle3()
+    names = ["model.aux_norm_low.weight", "model.aux_norm_mid.weight", "model.aux_norm_high.weight", "fc.weight"]
+    model.load_weights([(n, None) for n in names])
+    expected = ["model.fc_norm.0.weight", "model.fc_norm.1.weight", "model.fc_norm.2.weight", "fc.weight"]
+    assert model.loaded == expected
+    model.load_weights(weights=[(n, None) for n in names])
+    assert model.loaded == expected
+
+
+def _init_without_eps(source: str) -> str:
+    return source.replace("RMSNorm(config.hidden_size, eps=config.rms_norm_eps)", "RMSNorm(config.hidden_size)")
+
+
+#: a release whose llama_eagle3.py the patch was not written for -> (the edit, the end of check()'s refusal)
+FOREIGN_RELEASES = {
+    "LlamaModel.__init__ inherited": ("del module.LlamaModel.__init__", "LlamaModel.__init__ does not exist"),
+    "LlamaModel.__init__ without rms_norm_eps": (_init_without_eps, "no longer contains 'rms_norm_eps'"),
+    "fc applied elsewhere": (
+        lambda src: src.replace("self.fc(hidden_states)", "self.fc.forward(hidden_states)"),
+        "LlamaModel.forward no longer contains 'self.fc(hidden_states)'",
+    ),
+    "no RMSNorm": ("del module.RMSNorm", "RMSNorm does not exist"),
+    "load_weights inherited": (
+        "del module.LlamaForCausalLMEagle3.load_weights",
+        "LlamaForCausalLMEagle3.load_weights does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FOREIGN_RELEASES))
+def test_check_refuses_a_llama_eagle3_it_was_not_written_for(tmp_path, case):
+    """Each thing the patch relies on, gone or changed: check() refuses (the registry's not-applicable, sglang left
+    untouched) naming what is missing, instead of wrapping code it was not written for."""
+    from eagle3_patches.patches.eagle3_draft_norms import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    edit, refusal = FOREIGN_RELEASES[case]
+    name = "foreign_" + "".join(c if c.isalnum() else "_" for c in case)
+    if callable(edit):
+        module = _fake_module(tmp_path, name, edit(FAKE_LLAMA_EAGLE3))
+    else:
+        module = _fake_module(tmp_path, name)
+        exec(edit, {"module": module})
+    with pytest.raises(NotApplicable) as refused:
+        PATCH.check(module)
+    assert str(refused.value).endswith(refusal), str(refused.value)
+
+
+def test_the_upstream_probe_says_nothing_of_a_module_without_source():
+    """A module whose source cannot be read (no file): the probe does not claim a fix upstream, check() refuses."""
+    import types
+
+    from eagle3_patches.patches.eagle3_draft_norms import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    module = types.ModuleType("llama_eagle3_without_source")
+    assert PATCH.upstream(module) is None
+    with pytest.raises(NotApplicable, match="LlamaModel does not exist"):
+        PATCH.check(module)
+
+
 if __name__ == "__main__":  # the newest release's side of the proof, run by newest_outputs in its environment
     from safetensors.torch import save_file
 
