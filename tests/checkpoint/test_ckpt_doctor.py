@@ -519,7 +519,8 @@ def test_speculators_unsupported_norms(make_draft, tiny, tmp_path):
 def test_a_speculators_draft_with_one_aux_id_is_noted_with_the_id_it_is_handed_as(setup):
     r = setup("one", spec=tm.TinyDraftSpec(aux_ids=(2,)), speculators=True, with_patches=True, version="0.5.9")
     f = next(f for f in r.findings if f.code == "draft-speculators-format")
-    assert f.severity == INFO and "aux ids [3] (speculators' meaning) are handed to sglang 0.5.9 as [2] (the outputs of layers [2])" in f.what
+    handed = "aux ids [3] (speculators' meaning) are handed to sglang 0.5.9 as [2] (the outputs of layers [2])"
+    assert f.severity == INFO and handed in f.what
 
 
 def test_speculators_draft_served_directly_under_the_patches(tiny, tmp_path):
