@@ -798,6 +798,17 @@ def write_operators_table() -> None:
     DOC.write_text(TABLE.sub(lambda m: m.group(1) + operators_table() + m.group(2), text))
 
 
+def _ranges(lines: list[int]) -> str:
+    """``[3, 4, 5, 9]`` as ``3-5, 9``."""
+    spans: list[list[int]] = []
+    for n in sorted(lines):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def scores_table(modules: list[Path]) -> tuple[str, list[tuple[Path, dict]]]:
     """The markdown table of the sessions of ``modules`` (those that have one), and their survivors."""
     rows = [
@@ -811,7 +822,7 @@ def scores_table(modules: list[Path]) -> tuple[str, list[tuple[Path, dict]]]:
             continue
         score = f"{100 * r['score']:.0f}%" if r["score"] is not None else "-"
         meta = json.loads((STATE / f"{slug(module)}.json").read_text())
-        part = f" (lines {', '.join(map(str, meta['lines']))} only)" if meta.get("lines") else ""
+        part = f" (lines {_ranges(meta['lines'])} only)" if meta.get("lines") else ""
         part += f" (operators {', '.join(meta['operators'])} only)" if meta.get("operators") else ""
         part += f" (sglang {meta['release']})" if meta.get("release") else ""
         rows.append(

@@ -256,3 +256,8 @@ def test_the_operators_table_in_docs_testing_md_is_the_tools(mutation):
     assert table.group(1) == mutation.operators_table(), "run python tools/mutation.py --operators-table"
     names = {row[0] for row in mutation.operator_rows()}
     assert {f"eagle3/{n}" for n in mutation.mutation_operators.OPERATORS} <= names
+
+
+def test_a_line_limited_session_names_its_lines_as_ranges(mutation):
+    assert mutation._ranges([418, 419, 420, 430, 7]) == "7, 418-420, 430"
+    assert mutation._ranges([5]) == "5"
