@@ -150,6 +150,23 @@ def test_capture_points_per_convention():
         lic.capture_points_for([1], "nonsense")
 
 
+@pytest.mark.parametrize("value", ["x", "output-of-layers"])
+def test_an_unknown_convention_in_the_environment_is_refused_naming_the_variable(monkeypatch, value):
+    """A one-character value too: a typo in the variable never falls back to sglang's rule unnoticed."""
+    from eagle3_patches import settings
+    from eagle3_patches.errors import Eagle3ConfigError
+
+    monkeypatch.setattr(lic, "server_arg", lambda name: None)  # no draft path: nothing recorded
+    settings.reload({settings.LAYER_ID_CONVENTION: value})
+    try:
+        with pytest.raises(Eagle3ConfigError) as info:
+            lic.draft_convention()
+    finally:
+        settings.reload()
+    d = info.value.diagnostic
+    assert d.where == settings.LAYER_ID_CONVENTION and d.found == repr(value)
+
+
 def test_convention_read_from_the_draft_config(drafts):
     assert lic._read_draft_config(str(drafts["marked"]))["eagle_config"][CONVENTION_KEY] == OUTPUT_OF_LAYER
     assert lic._read_draft_config(str(drafts["unmarked"]))["eagle_config"].get(CONVENTION_KEY) is None
