@@ -453,9 +453,9 @@ def _check_config_dtype(ctx: Context, side: str, config: dict, where: Callable[[
 def _resolve_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str]:
     """(dtype sglang would run, reason) following ``_get_and_verify_dtype`` (0.5.9) for a dtype name transformers
     accepted (:func:`_check_config_dtype`)."""
-    flag = (flag or "auto").lower()
+    flag = flag or "auto"  # sglang's --dtype choices are lower case: any other spelling is refused at start
     if flag != "auto":
-        canon = {"half": "float16", "float": "float32", "bf16": "bfloat16"}.get(flag, flag)
+        canon = {"half": "float16", "float": "float32"}.get(flag, flag)
         return canon, f"--dtype {flag}"
     cd = config_dtype or ""
     if cd in ("", "float32", "float"):

@@ -628,6 +628,25 @@ def test_a_config_dtype_that_is_no_string_is_an_error(make_draft):
     assert f.fix == 'write "torch_dtype": "bfloat16"'
 
 
+def test_the_draft_s_dtype_error_says_it_stops_the_server_after_the_target_has_loaded(make_draft, make_target):
+    r = run(make_target(config={"torch_dtype": "BFloat16"}), make_draft(config={"torch_dtype": "BFloat16"}))
+    draft, target = sorted((f for f in r.errors if f.code == "config-dtype"), key=lambda f: "target" in f.what)
+    assert draft.what.endswith(" (the draft loads after the target)") and "draft's" in draft.what
+    assert not target.what.endswith("(the draft loads after the target)") and "target's" in target.what
+
+
+def test_a_multimodal_target_s_own_dtype_is_named_at_the_top_of_its_config(make_draft, make_target):
+    r = run(make_target("kimi_k25", config={"torch_dtype": "BFloat16"}), make_draft())
+    (f,) = [f for f in r.errors if f.code == "config-dtype"]
+    assert f.where.endswith("config.json: torch_dtype")  # not text_config.torch_dtype
+
+
+@pytest.mark.parametrize(("flag", "runs"), [("half", "float16"), ("float", "float32"), ("bfloat16", "bfloat16")])
+def test_the_dtype_flag_is_read_as_sglang_s_choices_name_it(make_draft, make_target, flag, runs):
+    r = run(make_target(config={"torch_dtype": "bfloat16"}), make_draft(), launch=f"--dtype {flag}")
+    assert r.facts["draft_dtype"]["dtype"] == runs
+
+
 def test_a_multimodal_target_s_text_config_dtype_is_checked(make_draft, make_target):
     r = run(make_target("kimi_k25", config={"text_config": {"torch_dtype": "torch.bfloat16"}}), make_draft())
     (f,) = [f for f in r.errors if f.code == "config-dtype"]
