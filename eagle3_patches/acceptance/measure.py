@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint.d2t import check_d2t
 from ..checkpoint.expected_accept import FIELD as EXPECTED_FIELD
 from ..checkpoint.formats import list_weight_files, read_config
 from ..checkpoint.safe_io import open_checkpoint_file
@@ -128,7 +129,7 @@ def _tensor_file_map(path: Path) -> dict[str, str]:
 
 
 def _load(path: Path, wanted: dict[str, str]) -> dict[str, Any]:
-    """{name: float32 tensor} for ``wanted`` = {name: file}, through the safe open."""
+    """{name: tensor} for ``wanted`` = {name: file}, through the safe open: floats as float32."""
     from safetensors import safe_open
 
     out: dict[str, Any] = {}
@@ -138,7 +139,8 @@ def _load(path: Path, wanted: dict[str, str]) -> dict[str, Any]:
     for file, names in by_file.items():
         with open_checkpoint_file(path, file, what="weights") as cf, safe_open(cf.library_path, "pt") as f:
             for name in names:
-                out[name] = f.get_tensor(name).float()
+                t = f.get_tensor(name)
+                out[name] = t.float() if t.is_floating_point() else t  # d2t stays the integers it is stored as
     return out
 
 
@@ -224,24 +226,17 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
             fix="pass the target this draft was trained for",
         )
     if "d2t" in params:
-        d2t = params.pop("d2t").to(torch.int64)
-        if d2t.dim() != 1:
-            raise MeasureError(
-                "d2t is not a map of the draft vocabulary",
-                where=str(dpath),
-                found=f"d2t of shape {list(d2t.shape)}",
-                expected=f"1-D offsets [{vocab_draft}] (d2t[i] = target id - i)",
-                fix="check it with `eagle3-patches doctor`",
-            )
-        hot = d2t + torch.arange(d2t.shape[0])
-        if d2t.shape[0] != vocab_draft or int(hot.min()) < 0 or int(hot.max()) >= embed.shape[0]:
+        d2t = params.pop("d2t")
+        problem = check_d2t(d2t.numpy(), target_vocab=int(embed.shape[0]), draft_vocab=vocab_draft)
+        if problem is not None:  # the checks the doctor and the strict loader make: one rule
             raise MeasureError(
                 "d2t does not map the draft vocabulary into the target's",
                 where=str(dpath),
-                found=f"{d2t.shape[0]} entries, target ids {int(hot.min())}..{int(hot.max())}",
-                expected=f"{vocab_draft} entries, ids in 0..{embed.shape[0] - 1}",
-                fix="check it with `eagle3-patches doctor`",
+                found=problem.what,
+                expected=f"{vocab_draft} offsets: i + d2t[i] distinct target ids in 0..{embed.shape[0] - 1}",
+                fix=problem.fix,
             )
+        hot = d2t.to(torch.int64) + torch.arange(d2t.shape[0])
     else:
         hot = torch.arange(vocab_draft)
     return DraftForward(params, embed, shape), hot, config
