@@ -2198,3 +2198,6 @@ def test_the_norm_fields_are_no_finding_where_the_rule_does_not_judge_them(make_
     for with_patches in (False, True):
         assert _ignored(_norms_doctor(tiny, spec, "0.5.9", with_patches=with_patches)) == []
     assert _ignored(_norms_doctor(tiny, make_draft("plain"), "0.5.9", with_patches=False)) == []
+    for name, layout in (("repo", _MODEL), ("eagle1", _EAGLE1)):  # the formats that sort before sglang's
+        other = make_draft(name, config=lambda c, layout=layout: {**layout(c), **fields})
+        assert _ignored(_norms_doctor(tiny, other, "0.5.9", with_patches=True)) == [], name
