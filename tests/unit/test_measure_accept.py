@@ -597,6 +597,8 @@ def test_expected_accept_length_is_the_replay_of_the_draft_with_the_targets_embe
     assert r.steps == 3 and r.histogram == replay(forward, hot, [st], 3).histogram  # --speculative-num-steps 3
     r = expected_accept_length(draft, [st], target=target, steps=2)
     assert r.steps == 2 and r.histogram == replay(forward, hot, [st], 2).histogram
+    r = expected_accept_length(draft, [st], target=target, worker="v2")
+    assert r.worker == "v2" and r.histogram == replay(forward, hot, [st], 3, "v2").histogram
 
 
 # ---------------------------------------------------------------------- states no replay can run on
