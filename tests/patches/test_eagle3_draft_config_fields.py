@@ -120,3 +120,27 @@ def test_a_lowercase_eagle3_is_checked_too(drafts):
     assert kind == "Eagle3ConfigError", out["unread"]
     assert "config.json: norm_before_residual" in message and "never reads" in message
     assert out["plain"] == ("ok", "eagle3")
+
+
+# -- no sglang: what the refusal and the doctor say ---------------------------------------------------------
+def test_the_readers_of_one_field_and_of_fields_no_release_reads():
+    from eagle3_patches.patches.eagle3_draft_config_fields import readers
+
+    assert readers([]) == ""
+    one = readers(["norm_output"])
+    assert one.startswith("carries the draft norms norm_output: read by sglang >= 0.5.12")
+    both = readers(["norm_output", "norm_before_residual"])  # one never read: no release reads them all
+    assert "read by no sglang release up to 0.5.23" in both and "sglang >= 0.5.12" not in both
+
+
+def test_only_the_fields_asked_about_are_reported():
+    from eagle3_patches.patches.eagle3_draft_config_fields import ignored_fields
+
+    config = {"norm_output": True, "norm_before_residual": True}
+    kw = dict(version="0.5.9", source="x", config_path="d/config.json")
+    assert {d.where for d in ignored_fields(config, frozenset(), **kw)} == {
+        "d/config.json: norm_output",
+        "d/config.json: norm_before_residual",
+    }
+    only = ignored_fields(config, frozenset(), among=["norm_output"], **kw)
+    assert [d.where for d in only] == ["d/config.json: norm_output"]
