@@ -71,14 +71,13 @@ def installed_worker(environ=None) -> str:
     (v2 from 0.5.11)."""
     import os
 
-    from ..doctor.flag_rules import ONE_WORKER_FROM, SPEC_V2, SPEC_V2_DEFAULT_ON_FROM, base_release, env_bool
+    from ..doctor.flag_rules import ONE_WORKER_FROM, SPEC_V2, base_release, spec_v2_on
     from ..sglang_version import installed_sglang_version
 
     installed = installed_sglang_version()
     if installed is None or base_release(installed) >= ONE_WORKER_FROM:
         return "v2"
-    on = env_bool((os.environ if environ is None else environ).get(SPEC_V2))
-    return "v2" if (base_release(installed) >= SPEC_V2_DEFAULT_ON_FROM if on is None else on) else "v1"
+    return "v2" if spec_v2_on((os.environ if environ is None else environ).get(SPEC_V2), installed) else "v1"
 
 
 def run(args) -> int:

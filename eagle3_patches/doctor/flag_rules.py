@@ -76,6 +76,13 @@ class SpecFlags:
         return self.topk + (self.num_steps - 1) * self.topk**2
 
 
+def spec_v2_on(value: str | None, version: Version) -> bool:
+    """Whether ``version`` runs spec v2 with :data:`SPEC_V2` set to ``value`` (None: unset): the value as sglang's
+    ``EnvBool`` parses it, else the release's default."""
+    parsed = env_bool(value)
+    return base_release(version) >= SPEC_V2_DEFAULT_ON_FROM if parsed is None else parsed
+
+
 def spec_flags(la: LaunchArgs, version: Version) -> SpecFlags:
     """Read :class:`SpecFlags` from the launch: :data:`SPEC_V2` from the command's own assignments, else from this
     environment (which the launch inherits), else the release's default."""
@@ -84,11 +91,10 @@ def spec_flags(la: LaunchArgs, version: Version) -> SpecFlags:
         if SPEC_V2 in la.env
         else (os.environ.get(SPEC_V2), "the environment")
     )
-    parsed = env_bool(value)
-    if value is not None and parsed is not None:
-        on, source = parsed, f"{SPEC_V2}={value[:20]} in {where}"
+    on = spec_v2_on(value, version)
+    if value is not None and env_bool(value) is not None:
+        source = f"{SPEC_V2}={value[:20]} in {where}"
     else:
-        on = base_release(version) >= SPEC_V2_DEFAULT_ON_FROM
         unset = "unset" if value is None else f"{value[:20]!r} in {where} is not a boolean sglang reads"
         source = f"sglang {base_release(version)}'s default ({SPEC_V2} {unset})"
     return SpecFlags(la.num_steps, la.eagle_topk, la.num_draft_tokens, la.disable_overlap_schedule, on, source)
