@@ -264,9 +264,34 @@ def compare(server: ServerReport, baseline: ServerReport) -> dict:
             "output_tokens_per_s": _ratio(s.output_tokens_per_s, b.output_tokens_per_s),
             "latency_p50": _ratio(s.latency_p50, b.latency_p50),
             "latency_p90": _ratio(s.latency_p90, b.latency_p90),
+            "cycle_in_plain_steps": cycle_in_plain_steps(
+                s.accept_length_pooled, s.output_tokens_per_s, b.output_tokens_per_s
+            ),
         }
     out["same_outputs"] = server.outputs == baseline.outputs
     return out
+
+
+def cycle_in_plain_steps(
+    accept_length: float | None, spec_tokens_per_s: float | None, plain_tokens_per_s: float | None
+) -> float | None:
+    """What one speculative cycle (the target's verify forward and the draft's forwards) cost, in decode steps of the
+    server without speculation, measured: a cycle yields ``accept_length`` tokens (the pooled figure: completion
+    tokens / verify steps) in ``accept_length / spec_tokens_per_s`` seconds, a plain step one token in
+    ``1 / plain_tokens_per_s``.  The speed ratio is ``accept_length / cycle_in_plain_steps``."""
+    if not accept_length or not spec_tokens_per_s or not plain_tokens_per_s:
+        return None
+    return accept_length * plain_tokens_per_s / spec_tokens_per_s
+
+
+def expected_speedup(accept_length: float, steps: int, draft_cost: float, verify_cost: float = 1.0) -> float:
+    """The speedup over plain decoding that an accept length gives, as speculative decoding's walltime analysis
+    computes it (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding", section 3.3;
+    the EAGLE papers report the accept length as tau): a cycle yields ``accept_length`` tokens and costs one verify
+    forward of the target (``verify_cost`` decode steps: about 1 where decoding is memory-bound, as on a GPU at small
+    batch, since the weights are read once for all the tokens verified) plus ``steps`` draft forwards, each costing
+    ``draft_cost`` of a target decode step.  Scheduling overhead and the draft's extend are left out."""
+    return accept_length / (verify_cost + steps * draft_cost)
 
 
 def run(
@@ -350,6 +375,12 @@ def format_table(report: dict) -> str:
                     f"{a} / {b} ({phase}): output tok/s x{_fmt(r['output_tokens_per_s'])}, "
                     f"p50 latency x{_fmt(r['latency_p50'])}, p90 latency x{_fmt(r['latency_p90'])}"
                 )
+                if r.get("cycle_in_plain_steps"):
+                    accept = report["servers"][0][phase]["accept_length_pooled"]
+                    lines.append(
+                        f"  a {a} cycle yields {_fmt(accept)} tokens (the accept length) and costs the wall time of "
+                        f"{_fmt(r['cycle_in_plain_steps'])} {b} decode steps: x{_fmt(r['output_tokens_per_s'])}"
+                    )
         lines.append(f"same outputs (single stream): {'yes' if ratios['same_outputs'] else 'NO'}")
     for s in report["servers"]:
         for phase in ("single", "concurrent"):

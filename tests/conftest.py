@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_patches.testing import tiny_models
+from eagle3_patches.testing import costs, tiny_models
 
 
 @pytest.fixture(autouse=True)
@@ -94,3 +94,14 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("measured figures")
         for line in _FIGURES:
             terminalreporter.write_line(line)
+
+
+# -- where the time goes: EAGLE3_TEST_COSTS (eagle3_patches/testing/costs.py, tools/test_costs.py) -------------
+def pytest_runtest_logreport(report):
+    costs.record("test", test=report.nodeid, phase=report.when, seconds=round(report.duration, 3))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    with costs.timed("fixture", fixture=fixturedef.argname, scope=fixturedef.scope):
+        yield

@@ -13,11 +13,14 @@
 #   stream 1: mode (a) without the real servers, then mode (b);
 #   stream 2: mode (a)'s real servers (tests/e2e), while the venv of (c) is built (network and disk), then (c).
 # Stream 2's output is printed when it ends.  EAGLE3_SKIP_NEWEST=1 leaves (c) out (a quick local run).
+# Where the time went is recorded under .matrix/costs (EAGLE3_TEST_COSTS, one directory a mode) and printed at the
+# end (tools/test_costs.py; `python tools/test_costs.py --docs` writes the tables into docs/development.md).
 # Extra arguments: one mode (a) pytest run with them, in the foreground, and nothing else.
 set -euo pipefail
 set -m  # every background job in its own process group: the EXIT trap stops a stream with its children
 cd "$(dirname "$0")/.."
 bash tools/setup_env.sh
+SETUP_SECONDS=$SECONDS
 PY=.venv/bin/python
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider)
 
@@ -27,6 +30,18 @@ if [ $# -gt 0 ]; then
 fi
 
 mkdir -p .matrix
+rm -rf .matrix/costs
+mkdir -p .matrix/costs
+COSTS="$PWD/.matrix/costs"
+printf '{"part": "set-up (tools/setup_env.sh)", "seconds": %d}\n' "$SETUP_SECONDS" >"$COSTS/modes.jsonl"
+# timed PART COMMAND...: run it with its costs recorded under .matrix/costs/<mode> and its wall time noted
+timed() {
+    local part=$1 mode=$2 start=$SECONDS rc=0
+    shift 2
+    EAGLE3_TEST_COSTS="$COSTS/$mode" "$@" || rc=$?
+    printf '{"part": "%s", "seconds": %d}\n' "$part" $((SECONDS - start)) >>"$COSTS/modes.jsonl"
+    return "$rc"
+}
 STREAM2_LOG=.matrix/ci-stream2.log
 stream2() {
     local setup="" rc=0
@@ -35,7 +50,7 @@ stream2() {
         setup=$!
     fi
     echo "== mode (a), the real servers: tests/e2e"
-    "${PYTEST[@]}" tests/e2e || rc=$?
+    timed "stream 2: (a) tests/e2e" a-e2e "${PYTEST[@]}" tests/e2e || rc=$?
     if [ -n "$setup" ]; then
         echo "== mode (c): the newest known sglang release in its own venv"
         if ! wait "$setup"; then
@@ -44,7 +59,7 @@ stream2() {
             return 1
         fi
         cat .matrix/ci-setup.log
-        $PY tools/matrix.py --ci --releases newest-known --no-selftest || rc=$?
+        timed "stream 2: (c) the newest known release" c $PY tools/matrix.py --ci --releases newest-known --no-selftest || rc=$?
     fi
     return "$rc"
 }
@@ -54,18 +69,21 @@ trap '[ -z "$stream2_pid" ] || kill -- "-$stream2_pid" 2>/dev/null || true' EXIT
 
 rc_lint=0 rc_a=0 rc_b=0 rc_2=0
 echo "== the linters (tools/lint.sh)"
-bash tools/lint.sh || rc_lint=$?
+timed "stream 1: the linters" lint bash tools/lint.sh || rc_lint=$?
 echo "== mode (a): stock sglang + runtime patches (tests/e2e runs beside it: its output follows)"
-"${PYTEST[@]}" --ignore=tests/e2e || rc_a=$?
+timed "stream 1: (a) without tests/e2e" a "${PYTEST[@]}" --ignore=tests/e2e || rc_a=$?
 
 echo "== mode (b): sglang with the fork-path diffs applied, runtime patching off"
 rm -rf .fork-tree
 $PY tools/make_fork_tree.py .fork-tree >/dev/null
-PYTHONPATH="$PWD/.fork-tree" "${PYTEST[@]}" tests/patches tests/fork || rc_b=$?
+PYTHONPATH="$PWD/.fork-tree" timed "stream 1: (b) the fork-path diffs" b "${PYTEST[@]}" tests/patches tests/fork || rc_b=$?
 
 wait "$stream2_pid" || rc_2=$?
 stream2_pid=""
 cat "$STREAM2_LOG"
+printf '{"part": "the test command", "seconds": %d}\n' "$SECONDS" >>"$COSTS/modes.jsonl"
+echo "== where the time went (tools/test_costs.py)"
+$PY tools/test_costs.py || true
 for rc in "$rc_lint" "$rc_a" "$rc_b" "$rc_2"; do
     [ "$rc" = 0 ] || exit "$rc"
 done

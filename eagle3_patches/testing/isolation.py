@@ -17,6 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from . import costs
+
 
 def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, cpu_profile: bool, patches: Any, env: dict) -> Any:
     if os.environ != env:  # a forkserver's child: the environment of the caller, as a spawned child inherits it
@@ -71,7 +73,8 @@ def run_isolated(
             patches if patches in (None, "all") else list(patches),
             {**os.environ, **(env or {})},
         )
-        return fut.result(timeout=timeout)
+        with costs.timed("process", fn=getattr(fn, "__name__", str(fn)), ranks=1):
+            return fut.result(timeout=timeout)
     except FutureTimeout:
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.kill()
@@ -132,7 +135,8 @@ def run_ranks(
             pool.submit(_child, fn, (rank, world_size, port, *args), {}, cpu_profile, sel[rank], env_list[rank] or {})
             for rank in ranks
         ]
-        return [f.result(timeout=timeout) for f in futures]
+        with costs.timed("process", fn=getattr(fn, "__name__", str(fn)), ranks=world_size):
+            return [f.result(timeout=timeout) for f in futures]
     except FutureTimeout:
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.kill()

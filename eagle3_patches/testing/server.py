@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import costs, cpu_pools
 from .isolation import free_port
 
 #: flags every CPU server needs (docs/cpu-profile.md, docs/e2e.md)
@@ -38,10 +39,11 @@ CPU_FLAGS = [
     "--triton-attention-num-kv-splits",
     "1",
     "--skip-server-warmup",
+    # the KV pool's size given, not profiled from the host's free memory (cpu_pools says why)
     "--mem-fraction-static",
-    "0.05",
+    str(cpu_pools.MEM_FRACTION_STATIC),
     "--max-total-tokens",
-    "4096",
+    str(cpu_pools.SERVER_MAX_TOTAL_TOKENS),
     "--random-seed",
     "0",
     "--log-level",
@@ -109,6 +111,7 @@ class Server:
     ):
         from eagle3_patches import _bootstrap, settings
 
+        self.model_name = Path(model).name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
@@ -147,6 +150,10 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 240.0) -> Server:
+        with costs.timed("server", model=self.model_name, refused=False):
+            return self._start(timeout)
+
+    def _start(self, timeout: float) -> Server:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
@@ -168,6 +175,10 @@ class Server:
 
     def wait_exit(self, timeout: float = 240.0) -> int:
         """For a server expected to refuse to start: its exit status (killed after ``timeout``)."""
+        with costs.timed("server", model=self.model_name, refused=True):
+            return self._wait_exit(timeout)
+
+    def _wait_exit(self, timeout: float) -> int:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
@@ -257,20 +268,33 @@ def serve(
     max_new_tokens: int,
     temperature: float = 0.0,
     metrics: bool = False,
+    then: Sequence[tuple[str, Sequence[Sequence[int]], float]] = (),
     **kw,
 ) -> dict:
     """Start a server, send ``prompts`` one after the other, read ``/metrics`` when asked, stop it.
 
     Returns ``responses``, ``outputs`` (token ids), ``log``, ``metrics`` (text or None), the ``command`` and
     ``env`` it was started with and the launcher's ``pid``; raises
-    :class:`ServerError` with the log's tail when the server does not start or a request fails."""
+    :class:`ServerError` with the log's tail when the server does not start or a request fails.
+
+    ``then``: more questions for the same server, ``(name, prompts, temperature)`` each, asked after ``prompts``
+    in order: ``out[name]`` holds their ``responses``, ``outputs`` and the ``metrics`` page read after them (the
+    server's counters since its start)."""
     server = Server(model, args, log_path=log_path, **kw)
+    more: dict[str, dict] = {}
     try:
         server.start()
         assert server.proc is not None  # started
         pid = server.proc.pid
         responses = [server.generate(p, max_new_tokens, temperature=temperature) for p in prompts]
         page = server.metrics() if metrics else None
+        for name, later_prompts, later_temperature in then:
+            later = [server.generate(p, max_new_tokens, temperature=later_temperature) for p in later_prompts]
+            more[name] = {
+                "responses": later,
+                "outputs": [r["output_ids"] for r in later],
+                "metrics": server.metrics() if metrics else None,
+            }
     except ServerError:
         raise
     except Exception as exc:  # noqa: BLE001 - the log says why
@@ -285,4 +309,5 @@ def serve(
         "command": server.command,
         "env": server.env,
         "pid": pid,
+        **more,
     }

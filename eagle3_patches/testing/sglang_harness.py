@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from . import cpu_pools
 from .sglang_eras import current as era
 
 
@@ -29,8 +30,8 @@ def server_args(model_path: str, **overrides: Any):
         attention_backend="torch_native",
         disable_cuda_graph=True,
         skip_tokenizer_init=True,
-        max_total_tokens=1024,
-        mem_fraction_static=0.05,
+        max_total_tokens=cpu_pools.RUNNER_MAX_TOTAL_TOKENS,  # given, not profiled from free memory (cpu_pools)
+        mem_fraction_static=cpu_pools.MEM_FRACTION_STATIC,
         trust_remote_code=True,
         random_seed=0,
         disable_overlap_schedule=True,
@@ -335,13 +336,14 @@ def draft_extend_buffer_width(runner) -> int:
     return getattr(runner, "buffers", runner).hidden_states.shape[-1]
 
 
-def eagle_prefill_batch(target, prompts: Sequence[Sequence[int]]):
+def eagle_prefill_batch(target, prompts: Sequence[Sequence[int]], max_new_tokens: int = 8):
     """A speculative prefill ``ScheduleBatch`` of ``prompts``, prepared for extend (not run yet)."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     runner = target.model_runner
     algorithm = SpeculativeAlgorithm.from_string(runner.server_args.speculative_algorithm)
-    batch = schedule_batch(make_reqs(prompts, vocab_size=runner.model_config.vocab_size), runner, algorithm)
+    reqs = make_reqs(prompts, max_new_tokens=max_new_tokens, vocab_size=runner.model_config.vocab_size)
+    batch = schedule_batch(reqs, runner, algorithm)
     batch.prepare_for_extend()
     return batch
 

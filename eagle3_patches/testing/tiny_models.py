@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import costs
+
 HIDDEN = 64
 VOCAB = 1024
 NUM_LAYERS = 6
@@ -283,6 +285,7 @@ def write_checkpoint(path: Path, config: dict, tensors: dict, vocab: int) -> Pat
     path = Path(path)
     if (path / "config.json").exists():
         return path
+    costs.record("tiny_model", model=path.name)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))

@@ -95,10 +95,26 @@ def measured(models, tmp_path_factory) -> dict:
     return {"outputs": outputs, "dump": dump_dir, **measure_accept(models["draft"], models["target"], dump_dir)}
 
 
+#: the EAGLE3 server's second question: held-out prompts at temperature 1.0 (tests/e2e/test_watchdog.py)
+SAMPLED_PROMPTS = held_out_prompts(8, seed=8765)
+
+
+@pytest.fixture(scope="session")
+def baseline(models, tmp_path_factory, request) -> dict:
+    """The target without speculation, greedy on :data:`PROMPTS`: the reference outputs.  Where the dump server of
+    :func:`measured` runs (the same target, no speculation, greedy, the same prompts), its outputs are the
+    reference and no other server starts."""
+    if patch_applies("hidden_state_dump"):
+        return {"outputs": request.getfixturevalue("measured")["outputs"]}
+    return serve_or_fail("baseline", models["target"], [], tmp_path_factory.mktemp("baseline"), PROMPTS)
+
+
 @pytest.fixture(scope="session")
 def eagle3(models, tmp_path_factory, request) -> dict:
     """EAGLE3 with the patches, the diagnostic probe writing JSON lines, metrics on; greedy; the watchdog told the
-    offline figure (``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``) where the dump it is measured on can be made."""
+    offline figure (``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``) where the dump it is measured on can be made.
+    Then, in the same server, :data:`SAMPLED_PROMPTS` at temperature 1.0 (``out["sampled"]``, read by the
+    ``eagle3_sampled`` fixture); the greedy figures and ``metrics`` are read before them."""
     expected = (
         {settings.EXPECTED_ACCEPT_LENGTH: str(request.getfixturevalue("measured")["accept_length"])}
         if patch_applies("hidden_state_dump")
@@ -113,6 +129,7 @@ def eagle3(models, tmp_path_factory, request) -> dict:
         tmp,
         PROMPTS,
         metrics=True,
+        then=[("sampled", SAMPLED_PROMPTS, 1.0)],
         env={
             settings.PROBE: str(probe_dir),
             **expected,
@@ -121,6 +138,12 @@ def eagle3(models, tmp_path_factory, request) -> dict:
     )
     out["probe"] = probe_records(probe_dir)
     return out
+
+
+@pytest.fixture(scope="session")
+def eagle3_sampled(eagle3) -> dict:
+    """The EAGLE3 server's answers at temperature 1.0: its responses, and its log and ``/metrics`` after them."""
+    return {**eagle3["sampled"], "log": eagle3["log"]}
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,9 @@
 """End to end on CPU: the real ``sglang.launch_server`` doing EAGLE-3 speculative decoding.
 
-Servers (tests/e2e/e2e_servers.py, shared with tests/e2e/test_watchdog.py): the target without
-speculation (the reference, here), EAGLE3 with the patches (+ the diagnostic probe), and
-``--speculative-algorithm EAGLE`` with the algorithm and fc guards disabled (the field's symptom);
-plus one start with the guard on, refused before any model loads.
+Servers (tests/e2e/e2e_servers.py, shared with tests/e2e/test_watchdog.py): the target without speculation (the
+reference: the server that dumps the hidden states for tests/e2e/test_expected_accept.py), EAGLE3 with the patches
+(+ the diagnostic probe), and ``--speculative-algorithm EAGLE`` with the algorithm and fc guards disabled (the
+field's symptom); plus one start with the guard on, refused before any model loads.
 And the trained draft as the real speculators library (0.9.0) wrote it
 (``tools/make_speculators_fixture.py``), served as it is (``speculators_draft_config``).
 """
@@ -21,11 +21,6 @@ from eagle3_patches.testing.server import Server, mean_accept_length, speculativ
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
 
 H = tiny_models.HIDDEN
-
-
-@pytest.fixture(scope="module")
-def baseline(models, tmp_path_factory) -> dict:
-    return serve_or_fail("baseline", models["target"], [], tmp_path_factory.mktemp("baseline"), PROMPTS)
 
 
 def test_eagle3_greedy_outputs_identical_to_no_speculation(baseline, eagle3):

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_patches.checkpoint.releases import NEWEST_KNOWN
+from eagle3_patches.testing import costs
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import only_release
@@ -113,13 +114,14 @@ def newest_outputs(target: Path, draft: Path, out: Path) -> dict:
     from safetensors.torch import load_file
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [str(NEWEST_PYTHON), __file__, str(target), str(draft), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    with costs.timed("process", fn=f"draft_layer_outputs on sglang {NEWEST}", ranks=1):
+        proc = subprocess.run(
+            [str(NEWEST_PYTHON), __file__, str(target), str(draft), str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return load_file(str(out))
 

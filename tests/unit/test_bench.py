@@ -112,3 +112,39 @@ def test_unreachable_server_is_an_error(capsys):
     bench_wait = bench.wait_ready
     with pytest.raises(Eagle3Error, match="no SGLang server answers at http://127.0.0.1:9"):
         bench_wait("http://127.0.0.1:9", timeout=0.5)
+
+
+def test_a_cycle_is_priced_in_plain_decode_steps():
+    # 2.5 tokens a cycle at 1.0 tok/s against 2.0 tok/s plain: a cycle lasts 2.5 s, a plain step 0.5 s
+    assert bench.cycle_in_plain_steps(2.5, 1.0, 2.0) == pytest.approx(5.0)
+    assert 2.5 / bench.cycle_in_plain_steps(2.5, 1.0, 2.0) == pytest.approx(1.0 / 2.0)  # the speed ratio
+    assert bench.cycle_in_plain_steps(None, 1.0, 2.0) is None and bench.cycle_in_plain_steps(2.5, 0.0, 2.0) is None
+
+
+def test_the_expected_speedup_is_the_accept_length_over_the_cycles_cost():
+    assert bench.expected_speedup(3.0, steps=3, draft_cost=0.0) == pytest.approx(3.0)
+    assert bench.expected_speedup(3.0, steps=3, draft_cost=0.05) == pytest.approx(3.0 / 1.15)
+    assert bench.expected_speedup(3.0, steps=2, draft_cost=0.5, verify_cost=2.0) == pytest.approx(1.0)
+
+
+def test_the_table_prices_the_cycle(servers):
+    url, base = servers
+    rep = bench.run([url, base], bench.random_prompts(2, 5, 100), concurrency=1, max_new_tokens=8, progress=False)
+    steps = rep["ratios"]["single"]["cycle_in_plain_steps"]
+    assert steps == pytest.approx(2.0 / rep["ratios"]["single"]["output_tokens_per_s"])
+    assert f"costs the wall time of {steps:.2f} baseline decode steps" in bench.format_table(rep)
+
+
+def test_the_demo_explains_its_ratio_from_its_own_measurements(tool):
+    demo = tool("demo_cpu")
+    report = {
+        "servers": [{"single": {"accept_length_pooled": 2.0}}],
+        "ratios": {"single": {"cycle_in_plain_steps": 4.0}},
+    }
+    parts = {"plain_decode": 0.1, "cycle": 0.4, "draft": 0.1, "verify": 0.25, "forward_draft_extend_after_decode": 0.05}
+    text = "\n".join(demo.why_slower_here(report, parts, steps=3))
+    assert "2.00 / 4.0 = x0.50" in text
+    assert "an EAGLE3 cycle 0.40 s = 4.00 plain steps" in text
+    assert "draft steps 1.00, target verify 2.50, draft extend 0.50" in text
+    assert f"x{bench.expected_speedup(2.0, 3, 0.03):.1f} with c = 0.03" in text
+    assert demo.why_slower_here({**report, "ratios": {"single": {"cycle_in_plain_steps": None}}}, parts, 3) == []
