@@ -41,6 +41,7 @@ CONSEQUENCE = (
         "embed-",
         "cuda-graph-capture-order",
         "tp-allreduce-fusion",
+        "dp-attention-a2a-aux-rows",
         "two-batch-overlap",
     ),
     ("keys-", "tensor-", "d2t-", "t2d-", "draft-", "duplicate-tensor", "safetensors-", "target-"),

@@ -6,14 +6,17 @@ layer ``i + 1``: id ``n - 1`` becomes ``n`` and is never reached (two states ins
 captures nothing past ``first_k_dense_replace``; pipeline parallelism captures only the last stage's layers.
 
 What users see: a shape error deep in the draft's ``fc``, a ``TypeError`` on a ``None`` residual, a crash far away,
-or, worst, nothing: a narrower or reordered concatenation (garbage) and a low accept length.
+or, worst, nothing: a narrower or reordered concatenation (garbage), or other ranks' rows mixed in, and a low accept
+length.
 
 What the patch changes: ``DeepseekV2ForCausalLM.set_eagle3_layers_to_capture`` validates the ids against the
 target's layer count (``0 <= id <= n - 2``, integers, distinct, ascending) and raises ``Eagle3ConfigError`` naming
 ``eagle_config.eagle_aux_hidden_state_layer_ids`` in the draft config; it refuses two-batch overlap and pipeline
 parallel with capture on, and logs once per rank and configuration which layers it captures and which patches are
 live there.  After every capturing forward, ``DeepseekV2Model.forward`` checks that exactly
-``len(layers_to_capture)`` states of the hidden width came back and ``DeepseekV2ForCausalLM.forward`` that the
+``len(layers_to_capture)`` states of the hidden width came back, each with as many rows as the hidden state beside
+it (the tokens of this forward on this rank: on 0.5.9, DP attention with an all-to-all MoE backend gathers the aux
+states over the whole TP group, other ranks' tokens mixed in), and ``DeepseekV2ForCausalLM.forward`` that the
 stored ``logits_output.hidden_states`` is ``len(ids) x hidden`` wide (``Eagle3CaptureError`` otherwise).  The checks
 read shapes only (no device synchronisation).
 
@@ -25,7 +28,9 @@ Upstream probe: none (0.5.23 raises for too few states, still nothing for TBO).
 Tests: ``tests/patches/test_aux_capture_validation.py``: stock 0.5.9 accepts ``[1, 2, 5]`` and ``[1, 1, 3]`` and
 stores a 128-wide tensor where the draft's fc expects 192 (asserted); patched refuses both at set time; a capture
 lost in the forward is named with the counts; two-batch overlap and pipeline parallel are refused (the flags are
-set on the real objects: neither can be built on CPU), stock starts with both; a correct setup stays silent.
+set on the real objects: neither can be built on CPU), stock starts with both; aux states gathered over a group
+larger than the attention-TP group (the real forward with ``enable_a2a_moe`` on and the gather of a TP group of two
+whose other rank holds other tokens) are named by their rows, stock passes them on; a correct setup stays silent.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import logging
 from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
@@ -44,6 +50,10 @@ from . import get_registry
 logger = logging.getLogger("eagle3_patches")
 
 FIELD = "eagle_config.eagle_aux_hidden_state_layer_ids"
+#: the all-to-all MoE backends with which sglang gathers a captured aux state past the dense layers, and the release
+#: that gathers it over the attention-TP group instead of the whole TP group (sglang PR #20492)
+A2A_GATHERING_BACKENDS = ("deepep", "mooncake")
+A2A_ROWS_FIXED = Version("0.5.10")
 
 
 def validate_layer_ids(layer_ids, num_layers: int) -> None:
@@ -164,6 +174,18 @@ def _checked_model_forward(wrapped, instance, args, kwargs):
                 fix="check the launch flags with `eagle3-patches doctor` (two-batch overlap, pipeline parallel and "
                 "out-of-range layer ids all lose captures)",
             )
+        rows = (out[0] if isinstance(out, tuple) else out).shape[0]
+        if any(a.shape[0] != rows for a in aux):
+            raise Eagle3CaptureError(
+                "the target captured EAGLE-3 aux hidden states of other tokens than its own",
+                where=f"DeepseekV2Model.forward, layers_to_capture={instance.layers_to_capture}",
+                found=f"aux states of {[a.shape[0] for a in aux]} rows",
+                expected=f"{rows} rows each: the tokens of this forward on this rank",
+                fix=f"before sglang {A2A_ROWS_FIXED}, DP attention with an all-to-all MoE backend (--moe-a2a-backend "
+                f"{' or '.join(A2A_GATHERING_BACKENDS)}) gathers the aux states over the whole TP group "
+                f"({A2A_ROWS_FIXED} gathers them over the attention-TP group): serve without --enable-dp-attention or "
+                "upgrade; else report it with `eagle3-patches status` output",
+            )
     return out
 
 
@@ -209,6 +231,30 @@ class AuxCaptureValidation(Patch):
                     found="on",
                     expected="off",
                     fix="drop --enable-two-batch-overlap when serving with an EAGLE-3 draft",
+                )
+            la = setup.launch
+            if (
+                la.enable_dp_attention
+                and (la.moe_a2a_backend or "none") in A2A_GATHERING_BACKENDS
+                and setup.version < A2A_ROWS_FIXED
+            ):
+                refused = setup.patched(self.name)
+                out.add(
+                    ERROR,
+                    "dp-attention-a2a-aux-rows",
+                    f"DP attention with --moe-a2a-backend {la.moe_a2a_backend} and EAGLE-3 on sglang {setup.version}: "
+                    "the target gathers each captured aux state over the whole TP group, so the draft's fc gets "
+                    "other attention-DP ranks' tokens mixed in "
+                    + (
+                        "(eagle3-patches refuses it at the first forward: aux_capture_validation)"
+                        if refused
+                        else "(garbage, no error)"
+                    )
+                    + setup.once_eagle3,
+                    where="--enable-dp-attention --moe-a2a-backend",
+                    found=f"--enable-dp-attention, --moe-a2a-backend {la.moe_a2a_backend}",
+                    expected=f"sglang >= {A2A_ROWS_FIXED} (it gathers over the attention-TP group), or no DP attention",
+                    fix=f"upgrade to sglang >= {A2A_ROWS_FIXED}, or serve without --enable-dp-attention",
                 )
             if setup.pp > 1:
                 out.add(

@@ -106,6 +106,41 @@ def test_stock_forward_with_a_lost_capture_passes_silently(tiny):
     assert run_isolated(_capture_lost, str(tiny["deepseek_v3"]), patches=None) == ("ok", None)
 
 
+def _aux_gathered_over_the_tp_group(target: str, prompt=(5, 6, 7, 8, 9)):
+    """The real forward with an all-to-all MoE backend on (``enable_a2a_moe``: sglang gathers each aux state past
+    the dense layers), under DP attention with TP 2: the module's TP-group gather returns this rank's rows and
+    the other attention-DP rank's, which serves other tokens (zeros here)."""
+    import sglang.srt.models.deepseek_v2 as deepseek_v2
+    import torch
+
+    from eagle3_patches.testing import sglang_harness as h
+
+    runner = h.model_runner(h.server_args(target))
+    runner.model.set_eagle3_layers_to_capture([1, 2, 3])  # layers 2, 3, 4: past first_k_dense_replace = 1
+    runner.model.model.enable_a2a_moe = True
+    deepseek_v2.tensor_model_parallel_all_gather = lambda x, dim=-1: torch.cat([x, torch.zeros_like(x)], dim=dim)
+    try:
+        step = h.prefill(runner, [list(prompt)], return_hidden_states=True)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc)
+    return "ok", tuple(step.logits_output.hidden_states.shape)
+
+
+@pytest.mark.stock
+def test_stock_hands_the_draft_other_ranks_rows_silently(tiny):
+    """Five tokens, ten rows of aux states stored for the draft: the other rank's tokens mixed in, no error."""
+    assert run_isolated(_aux_gathered_over_the_tp_group, str(tiny["deepseek_v3"]), patches=None) == ("ok", (10, 192))
+
+
+def test_patched_forward_check_names_aux_states_of_other_tokens(tiny):
+    kind, message = run_isolated(
+        _aux_gathered_over_the_tp_group, str(tiny["deepseek_v3"]), patches=["aux_capture_validation"]
+    )
+    assert kind == "Eagle3CaptureError", message
+    assert "aux states of [10, 10, 10] rows" in message and "5 rows each" in message
+    assert "--enable-dp-attention" in message and "0.5.10" in message
+
+
 def _stored_width_checked(target: str, case: str):
     """A real prefill with the capture on.  ``final-state``: a build whose logits processor is not handed the aux
     states (it stores the final hidden state, width H, where the draft needs 3 x H).  ``no-states``: a forward that
