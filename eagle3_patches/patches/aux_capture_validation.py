@@ -16,9 +16,9 @@ parallel with capture on, and logs once per rank and configuration which layers 
 live there.  After every capturing forward, ``DeepseekV2Model.forward`` checks that exactly
 ``len(layers_to_capture)`` states of the hidden width came back, each with as many rows as the hidden state beside
 it (the tokens of this forward on this rank: on 0.5.9, DP attention with an all-to-all MoE backend gathers the aux
-states over the whole TP group, other ranks' tokens mixed in), and ``DeepseekV2ForCausalLM.forward`` that the
-stored ``logits_output.hidden_states`` is ``len(ids) x hidden`` wide (``Eagle3CaptureError`` otherwise).  The checks
-read shapes only (no device synchronisation).
+states over the whole TP group where ``dp_attention_aux_gather`` is off, other ranks' tokens mixed in), and
+``DeepseekV2ForCausalLM.forward`` that the stored ``logits_output.hidden_states`` is ``len(ids) x hidden`` wide
+(``Eagle3CaptureError`` otherwise).  The checks read shapes only (no device synchronisation).
 
 Releases: 0.5.8 - 0.5.12 (the +1 rule it validates against changed in 0.5.13).  Its check requires that
 ``set_eagle3_layers_to_capture`` still contains the ``val + 1`` rule, else ``not-applicable``.
@@ -39,21 +39,18 @@ import logging
 from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import Version
 
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from . import get_registry
+from .dp_attention_aux_gather import A2A_GATHERING_BACKENDS, FIXED_IN
+from .dp_attention_aux_gather import NAME as GATHER_PATCH
 
 logger = logging.getLogger("eagle3_patches")
 
 FIELD = "eagle_config.eagle_aux_hidden_state_layer_ids"
-#: the all-to-all MoE backends with which sglang gathers a captured aux state past the dense layers, and the release
-#: that gathers it over the attention-TP group instead of the whole TP group (sglang PR #20492)
-A2A_GATHERING_BACKENDS = ("deepep", "mooncake")
-A2A_ROWS_FIXED = Version("0.5.10")
 
 
 def validate_layer_ids(layer_ids, num_layers: int) -> None:
@@ -181,10 +178,10 @@ def _checked_model_forward(wrapped, instance, args, kwargs):
                 where=f"DeepseekV2Model.forward, layers_to_capture={instance.layers_to_capture}",
                 found=f"aux states of {[a.shape[0] for a in aux]} rows",
                 expected=f"{rows} rows each: the tokens of this forward on this rank",
-                fix=f"before sglang {A2A_ROWS_FIXED}, DP attention with an all-to-all MoE backend (--moe-a2a-backend "
-                f"{' or '.join(A2A_GATHERING_BACKENDS)}) gathers the aux states over the whole TP group "
-                f"({A2A_ROWS_FIXED} gathers them over the attention-TP group): serve without --enable-dp-attention or "
-                "upgrade; else report it with `eagle3-patches status` output",
+                fix=f"before sglang {FIXED_IN}, DP attention with an all-to-all MoE backend (--moe-a2a-backend "
+                f"{' or '.join(A2A_GATHERING_BACKENDS)}) gathers the aux states over the whole TP group: keep "
+                f"{GATHER_PATCH} on, upgrade or serve without --enable-dp-attention; else report it with "
+                "`eagle3-patches status` output",
             )
     return out
 
@@ -231,30 +228,6 @@ class AuxCaptureValidation(Patch):
                     found="on",
                     expected="off",
                     fix="drop --enable-two-batch-overlap when serving with an EAGLE-3 draft",
-                )
-            la = setup.launch
-            if (
-                la.enable_dp_attention
-                and (la.moe_a2a_backend or "none") in A2A_GATHERING_BACKENDS
-                and setup.version < A2A_ROWS_FIXED
-            ):
-                refused = setup.patched(self.name)
-                out.add(
-                    ERROR,
-                    "dp-attention-a2a-aux-rows",
-                    f"DP attention with --moe-a2a-backend {la.moe_a2a_backend} and EAGLE-3 on sglang {setup.version}: "
-                    "the target gathers each captured aux state over the whole TP group, so the draft's fc gets "
-                    "other attention-DP ranks' tokens mixed in "
-                    + (
-                        "(eagle3-patches refuses it at the first forward: aux_capture_validation)"
-                        if refused
-                        else "(garbage, no error)"
-                    )
-                    + setup.once_eagle3,
-                    where="--enable-dp-attention --moe-a2a-backend",
-                    found=f"--enable-dp-attention, --moe-a2a-backend {la.moe_a2a_backend}",
-                    expected=f"sglang >= {A2A_ROWS_FIXED} (it gathers over the attention-TP group), or no DP attention",
-                    fix=f"upgrade to sglang >= {A2A_ROWS_FIXED}, or serve without --enable-dp-attention",
                 )
             if setup.pp > 1:
                 out.add(

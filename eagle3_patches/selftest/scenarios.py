@@ -183,6 +183,45 @@ def capture_outcomes(
     return {"stock": stock, "patched": run_cases()}
 
 
+def a2a_capture_rows(target: str, overrides: dict | None = None, then_patched: bool = False) -> dict:
+    """One capturing prefill of ``PROMPTS[0]`` with an all-to-all MoE backend on (``enable_a2a_moe``: sglang gathers
+    each aux state past the dense layers) under DP attention at TP 2, emulated on one rank: the TP group's gather
+    (the group ``tensor_model_parallel_all_gather`` reads) returns this rank's rows and a second attention-DP rank's,
+    which serves other tokens (zeros here); the attention-TP group is this rank alone.  ``("ok", shape of the
+    stored hidden states)`` or ``(exception type, message)``; ``then_patched``: again after the patch set was applied
+    in this process, ``{"stock": ..., "patched": ...}``."""
+    import torch
+    from sglang.srt.distributed import communication_op
+
+    from eagle3_patches.testing import sglang_harness as h
+
+    runner = h.model_runner(h.server_args(target, **(overrides or {})))
+    runner.model.set_eagle3_layers_to_capture([1, 2, 3])  # layers past the tiny target's one dense layer
+    runner.model.model.enable_a2a_moe = True
+    this_rank = communication_op.get_tp_group()
+
+    class TpGroupOfTwo:
+        """This rank's TP group as a group of two whose other rank serves other tokens."""
+
+        def all_gather(self, input_, dim: int = -1):
+            return torch.cat([input_, torch.zeros_like(input_)], dim=dim)
+
+        def __getattr__(self, name: str):
+            return getattr(this_rank, name)
+
+    communication_op.get_tp_group = TpGroupOfTwo
+
+    def run() -> tuple:
+        step = h.prefill(runner, PROMPTS[:1], return_hidden_states=True)
+        return tuple(step.logits_output.hidden_states.shape)
+
+    stock = outcome(run)
+    if not then_patched:
+        return {"stock": stock}
+    apply_patch_set()
+    return {"stock": stock, "patched": outcome(run)}
+
+
 def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | None = None) -> dict:
     """Which target layers' outputs the aux tensor holds for the draft config ``marked`` (ids recording the
     library's convention): with the process's patches, then with ``layer_id_convention`` reverted (the same

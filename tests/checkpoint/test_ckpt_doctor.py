@@ -799,33 +799,6 @@ def test_parallel_modes_judged_only_where_eagle3_capture_runs(tiny, flags):
         assert not {"two-batch-overlap", "pipeline-parallel"} & set(r.codes()), r.format()
 
 
-#: Kimi-K2.5's production flags at scale: DP attention with expert parallelism over DeepEP
-A2A_DP = "--speculative-algorithm EAGLE3 --tp-size 2 --enable-dp-attention --dp-size 2 --moe-a2a-backend deepep"
-
-
-@pytest.mark.parametrize(
-    "with_patches, verdict", [(False, "(garbage, no error)"), (True, "eagle3-patches refuses it at the first forward")]
-)
-def test_dp_attention_with_an_a2a_backend_before_0_5_10(tiny, with_patches, verdict):
-    r = run(tiny["deepseek_v3"], tiny["draft"], "0.5.9", launch=A2A_DP, with_patches=with_patches)
-    assert_error(r, "dp-attention-a2a-aux-rows")
-    assert verdict in r.format() and "upgrade to sglang >= 0.5.10" in r.format()
-
-
-@pytest.mark.parametrize(
-    "version, launch",
-    [
-        ("0.5.10", A2A_DP),  # gathered over the attention-TP group
-        ("0.5.9", A2A_DP.replace(" --enable-dp-attention --dp-size 2", "")),  # attention TP is the TP group
-        ("0.5.9", A2A_DP.replace("deepep", "none")),  # nothing gathered
-        ("0.5.9", A2A_DP.replace("EAGLE3", "STANDALONE")),  # nothing captured
-    ],
-)
-def test_dp_attention_with_an_a2a_backend_is_silent_where_the_rows_are_right(tiny, version, launch):
-    r = run(tiny["deepseek_v3"], tiny["draft"], version, launch=launch)
-    assert "dp-attention-a2a-aux-rows" not in r.codes(), r.format()
-
-
 def test_cuda_graph_capture_order(tiny):
     r = run(tiny["deepseek_v3"], tiny["draft"], "0.5.9")
     assert_error(r, "cuda-graph-capture-order")

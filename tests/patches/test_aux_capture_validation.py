@@ -108,17 +108,19 @@ def test_stock_forward_with_a_lost_capture_passes_silently(tiny):
 
 def _aux_gathered_over_the_tp_group(target: str, prompt=(5, 6, 7, 8, 9)):
     """The real forward with an all-to-all MoE backend on (``enable_a2a_moe``: sglang gathers each aux state past
-    the dense layers), under DP attention with TP 2: the module's TP-group gather returns this rank's rows and
-    the other attention-DP rank's, which serves other tokens (zeros here)."""
-    import sglang.srt.models.deepseek_v2 as deepseek_v2
+    the dense layers) and a gather that returns this rank's rows and another rank's, which serves other tokens
+    (zeros here): the TP group's gather of 0.5.9 under DP attention, or any other gather over too large a group.
+    The group object is replaced in place, so the gather sglang calls (0.5.9's TP group, or the attention-TP group
+    of 0.5.10 and of ``dp_attention_aux_gather``: the same object without DP attention) returns both."""
     import torch
+    from sglang.srt.distributed.parallel_state import get_tp_group
 
     from eagle3_patches.testing import sglang_harness as h
 
     runner = h.model_runner(h.server_args(target))
     runner.model.set_eagle3_layers_to_capture([1, 2, 3])  # layers 2, 3, 4: past first_k_dense_replace = 1
     runner.model.model.enable_a2a_moe = True
-    deepseek_v2.tensor_model_parallel_all_gather = lambda x, dim=-1: torch.cat([x, torch.zeros_like(x)], dim=dim)
+    get_tp_group().all_gather = lambda x, dim=-1: torch.cat([x, torch.zeros_like(x)], dim=dim)
     try:
         step = h.prefill(runner, [list(prompt)], return_hidden_states=True)
     except Exception as exc:  # noqa: BLE001

@@ -199,6 +199,7 @@ PATCHES = [
     "kimi_vl_eagle3_delegation",
     "qwen3_vl_eagle3_capture",
     "aux_capture_validation",
+    "dp_attention_aux_gather",
     "cuda_graph_capture_order",
     "tp_allreduce_fusion_capture",
     "speculators_draft_config",
