@@ -222,6 +222,36 @@ def a2a_capture_rows(target: str, overrides: dict | None = None, then_patched: b
     return {"stock": stock, "patched": outcome(run)}
 
 
+def chunked_prefix_switch(target: str, draft: str, overrides: dict | None = None, then_patched: bool = False) -> dict:
+    """The real target and draft model runners on their shared ``ServerArgs``, each running its own
+    ``model_specific_adjustment`` as it does when it is built, with an MLA backend that reads the chunked prefix cache
+    named (fa3: the flag value only, no kernel runs) and the switch on.  ``{"target": switch after the target's
+    adjustment, "draft": after the draft's}`` (``disable_chunked_prefix_cache``); ``then_patched``: again after the
+    patch set was applied in this process, ``{"stock": ..., "patched": ...}``."""
+    from eagle3_patches.testing import sglang_harness as h
+
+    sa = h.eagle3_server_args(target, draft, **(overrides or {}))
+    target_runner = h.model_runner(sa)
+    draft_runner = h.draft_runner(sa, target_runner)
+    backend = sa.attention_backend
+
+    def run() -> dict:
+        sa.attention_backend, sa.disable_chunked_prefix_cache = "fa3", False
+        try:
+            target_runner.model_specific_adjustment()
+            after_target = sa.disable_chunked_prefix_cache
+            draft_runner.model_specific_adjustment()
+            return {"target": after_target, "draft": sa.disable_chunked_prefix_cache}
+        finally:
+            sa.attention_backend = backend
+
+    stock = outcome(run)
+    if not then_patched:
+        return {"stock": stock}
+    apply_patch_set()
+    return {"stock": stock, "patched": outcome(run)}
+
+
 def captured_layers(target: str, marked: str, unmarked: str, overrides: dict | None = None) -> dict:
     """Which target layers' outputs the aux tensor holds for the draft config ``marked`` (ids recording the
     library's convention): with the process's patches, then with ``layer_id_convention`` reverted (the same

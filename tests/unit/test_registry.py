@@ -201,6 +201,7 @@ PATCHES = [
     "aux_capture_validation",
     "dp_attention_aux_gather",
     "cuda_graph_capture_order",
+    "draft_chunked_prefix_cache",
     "tp_allreduce_fusion_capture",
     "speculators_draft_config",
     "eagle3_draft_strict_loading",

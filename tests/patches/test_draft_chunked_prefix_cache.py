@@ -1,0 +1,68 @@
+"""draft_chunked_prefix_cache: the draft's model runner leaves the chunked-prefix-cache switch the MLA target set."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_patches.diagnostic import ERROR, INFO
+from eagle3_patches.doctor import doctor
+from eagle3_patches.selftest import PASSED
+from eagle3_patches.testing.releases import requires_patch
+
+
+@pytest.fixture(scope="module")
+def check(run_check):
+    """The selftest check: the real runners' own adjustment on their shared ServerArgs, stock then patched."""
+    return run_check("draft_chunked_prefix_cache")
+
+
+@pytest.mark.sglang
+@pytest.mark.stock
+@requires_patch("draft_chunked_prefix_cache")
+def test_stock_draft_turns_off_the_targets_chunked_prefix_cache(check):
+    assert check.observations["stock"] == ("ok", {"target": False, "draft": True})
+    assert check.bug == "present"
+
+
+@pytest.mark.sglang
+@requires_patch("draft_chunked_prefix_cache")
+def test_patched_draft_leaves_the_switch_as_the_target_set_it(check):
+    assert check.status == PASSED, check.reason
+    assert check.observations["patched"] == ("ok", {"target": False, "draft": False})
+
+
+EAGLE3 = "--speculative-algorithm EAGLE3"
+CODE = "draft-chunked-prefix-cache"
+
+
+@pytest.mark.parametrize("backend, severity", [("fa3", ERROR), ("flashmla", ERROR), (None, INFO)])
+def test_the_doctor_flags_an_mla_target_with_a_llama_draft(tiny, backend, severity):
+    launch = EAGLE3 + (f" --attention-backend {backend}" if backend else "")
+    r = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.9", launch=launch)
+    assert CODE in r.codes(severity), r.format()
+    assert "upgrade to sglang >= 0.5.16" in r.format() and "--disable-chunked-prefix-cache" in r.format()
+
+
+def test_the_doctor_notes_the_fix_with_the_patch(tiny):
+    r = doctor(
+        tiny["kimi_k25"],
+        tiny["draft"],
+        sglang_version="0.5.15",
+        launch=EAGLE3 + " --attention-backend fa3",
+        with_patches=True,
+    )
+    assert CODE in r.codes(INFO) and CODE not in r.codes(ERROR), r.format()
+    assert "fixed by eagle3-patches' draft_chunked_prefix_cache" in r.format()
+
+
+@pytest.mark.parametrize(
+    "version, launch",
+    [
+        ("0.5.16", EAGLE3 + " --attention-backend fa3"),  # the draft runner returns before it sets the switch
+        ("0.5.9", EAGLE3 + " --attention-backend triton"),  # a backend that never reads the chunked prefix cache
+        ("0.5.9", "--speculative-algorithm STANDALONE --attention-backend fa3"),  # no EAGLE-3 draft
+    ],
+)
+def test_the_doctor_is_silent_where_the_switch_stays(tiny, version, launch):
+    r = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version=version, launch=launch)
+    assert CODE not in r.codes(), r.format()
