@@ -65,3 +65,33 @@ def test_the_doctor_notes_the_fix_with_the_patch(tiny):
 def test_the_doctor_is_silent_where_the_rows_are_right(tiny, version, launch):
     r = doctor(tiny["deepseek_v3"], tiny["draft"], sglang_version=version, launch=launch)
     assert CODE not in r.codes(), r.format()
+
+
+def _module_calling_the_gather(tmp_path, calls: int):
+    """A module shaped as 0.5.9's deepseek_v2 (the capture's gather under ``enable_a2a_moe``), calling the gather
+    ``calls`` times in all."""
+    import importlib.util
+
+    extra = "".join(
+        f"\n\ndef other_{i}(x):\n    return tensor_model_parallel_all_gather(x)\n" for i in range(calls - 1)
+    )
+    path = tmp_path / f"deepseek_v2_{calls}.py"
+    path.write_text(
+        "from operator import getitem as tensor_model_parallel_all_gather  # imported, as sglang's is\n\n\n"
+        "class DeepseekV2Model:\n    def forward(self, x):\n        if self.enable_a2a_moe:\n"
+        "            return tensor_model_parallel_all_gather(x, dim=0)\n        return x\n" + extra
+    )
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_check_refuses_a_module_that_gathers_elsewhere_too(tmp_path):
+    """Rebinding the module's gather is exact only while the capture is its one caller."""
+    from eagle3_patches.patches.dp_attention_aux_gather import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    PATCH.check(_module_calling_the_gather(tmp_path, 1))
+    with pytest.raises(NotApplicable, match="calls tensor_model_parallel_all_gather 2 times"):
+        PATCH.check(_module_calling_the_gather(tmp_path, 2))

@@ -66,3 +66,17 @@ def test_the_doctor_notes_the_fix_with_the_patch(tiny):
 def test_the_doctor_is_silent_where_the_switch_stays(tiny, version, launch):
     r = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version=version, launch=launch)
     assert CODE not in r.codes(), r.format()
+
+
+def test_the_doctor_is_silent_for_an_mla_draft(tiny, tmp_path):
+    """An MLA draft's own adjustment leaves the switch on: nothing to report."""
+    import json
+    import shutil
+
+    draft = tmp_path / "mla-draft"
+    shutil.copytree(tiny["draft"], draft)
+    config = json.loads((draft / "config.json").read_text())
+    config["architectures"] = ["Eagle3DeepseekV2ForCausalLM"]
+    (draft / "config.json").write_text(json.dumps(config))
+    r = doctor(tiny["kimi_k25"], str(draft), sglang_version="0.5.9", launch=EAGLE3 + " --attention-backend fa3")
+    assert CODE not in r.codes(), r.format()
