@@ -124,16 +124,23 @@ def check_context(ctx: Context) -> None:
             "target's rope_scaling",
         )
     if _describe_rope(draft) != _describe_rope(target):
+        # The draft's attention rotates with its own RoPE, in training and in serving alike: unlike the target's is
+        # no fault.  What changes the outcome is a served context past the draft's own length, which
+        # draft-context-length judges (sglang's refusal, or its overwrite); here a note.
+        within = served <= own
         ctx.add(
-            WARNING,
+            INFO,
             "draft-rope",
-            "the draft's RoPE is not the target's: a draft trained without the target's rope_scaling (or theta) "
-            "predicts worse as contexts grow past its original length",
+            "the draft has its own RoPE, not the target's: it rotates with it as it was trained"
+            + (
+                f", and the served context ({served}) is within its own length ({own})"
+                if within
+                else f"; the served context ({served}) passes its own length ({own}): see [draft-context-length]"
+            ),
             where=ctx.dcfg(ctx.draft_view.layer_prefix + "rope_scaling"),
             found=f"draft: {_describe_rope(draft)}",
-            expected=f"the target's: {_describe_rope(target)}",
-            fix="use a draft trained with the target's RoPE settings (eagle3-patches convert keeps a speculators "
-            "draft's rope_scaling; a draft config edited by hand is not what was trained)",
+            expected=f"the target's: {_describe_rope(target)}, or the draft's own within its length",
+            fix="" if within else "keep --context-length within the draft's own length (see [draft-context-length])",
         )
 
 
