@@ -47,6 +47,7 @@ class LaunchArgs:
     disable_cuda_graph: bool = False
     enable_flashinfer_allreduce_fusion: bool = False
     enable_dp_attention: bool = False
+    enable_hierarchical_cache: bool = False  # HiCache: the host tier of the KV cache
     moe_a2a_backend: str = "none"
     json_model_override_args: str | None = None
     # what the draft inherits from the target unless told otherwise (docs/doctor.md, "What the draft runs with")
@@ -106,6 +107,7 @@ def _parser() -> _Parser:
         default=None,
     )
     a("--enable-dp-attention", dest="enable_dp_attention", action="store_true", default=None)
+    a("--enable-hierarchical-cache", dest="enable_hierarchical_cache", action="store_true", default=None)
     a("--moe-a2a-backend", dest="moe_a2a_backend")
     a("--json-model-override-args", dest="json_model_override_args")
     a("--context-length", dest="context_length", type=int)

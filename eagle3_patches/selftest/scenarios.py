@@ -121,16 +121,15 @@ def eagle_without_capture(target: str, draft: str, overrides: dict | None = None
 
 
 # --------------------------------------------------------------------------- flag resolution (launcher)
-def launcher_outcomes(
-    cases: dict[str, tuple[str, str, str]], overrides: dict | None = None
-) -> dict[str, tuple[str, Any]]:
-    """Per case ``(target, draft, algorithm)``: the server arguments resolved as the launcher resolves them,
-    before any rank starts.  ``("ok", resolved algorithm)`` or ``(exception type, message)``."""
+def launcher_outcomes(cases: dict[str, tuple], overrides: dict | None = None) -> dict[str, tuple[str, Any]]:
+    """Per case ``(target, draft, algorithm)``, or ``(target, draft, algorithm, flags)`` with server arguments of
+    its own: the server arguments resolved as the launcher resolves them, before any rank starts.
+    ``("ok", resolved algorithm)`` or ``(exception type, message)``."""
     from eagle3_patches.testing import sglang_harness as h
 
-    def resolve(target: str, draft: str, algorithm: str) -> str:
+    def resolve(target: str, draft: str, algorithm: str, flags: dict | None = None) -> str:
         return h.launcher_server_args(
-            h.eagle3_server_args, target, draft, algorithm=algorithm, **(overrides or {})
+            h.eagle3_server_args, target, draft, algorithm=algorithm, **(overrides or {}), **(flags or {})
         ).speculative_algorithm
 
     return {name: outcome(resolve, *case) for name, case in cases.items()}

@@ -208,6 +208,7 @@ PATCHES = [
     "eagle3_fc_guard",
     "eagle3_draft_norms",
     "eagle3_algorithm_guard",
+    "hicache_draft_kv",
     "eagle3_target_capability",
     "eagle3_draft_config_fields",
     "layer_id_convention",
