@@ -23,6 +23,14 @@ MEASURED_AT = (
     ("speculative_eagle_topk", "topk", "--speculative-eagle-topk"),
     ("speculative_num_draft_tokens", "num_draft_tokens", "--speculative-num-draft-tokens"),
 )
+#: why a server launched with ``--speculative-adaptive`` (sglang 0.5.11+) is held to no accept length: sglang picks
+#: ``--speculative-num-steps`` per batch from the acceptance it observes, among its candidate steps, which include
+#: 0 (no drafting) at larger batches in the defaults of newer releases
+ADAPTIVE_STEPS = (
+    "served with --speculative-adaptive: sglang changes --speculative-num-steps at run time (down to 0, no "
+    "drafting, at larger batches), so neither a figure measured at fixed steps nor a low accept length says "
+    "what the draft does"
+)
 #: 64 bounds what any config states (an accept length is at most a verify step's draft tokens)
 MAX_ACCEPT_LENGTH = 64.0
 

@@ -60,6 +60,7 @@ class LaunchArgs:
     num_steps: int | None = None  # --speculative-num-steps
     eagle_topk: int | None = None  # --speculative-eagle-topk
     num_draft_tokens: int | None = None  # --speculative-num-draft-tokens
+    speculative_adaptive: bool = False  # --speculative-adaptive: sglang changes the steps at run time (0.5.11+)
     disable_overlap_schedule: bool = False
     #: the environment assignments in front of the command (``SGLANG_ENABLE_SPEC_V2=1 python -m ...``)
     env: dict[str, str] = field(default_factory=dict)
@@ -118,6 +119,7 @@ def _parser() -> _Parser:
     a("--speculative-num-steps", dest="num_steps", type=int)
     a("--speculative-eagle-topk", dest="eagle_topk", type=int)
     a("--speculative-num-draft-tokens", dest="num_draft_tokens", type=int)
+    a("--speculative-adaptive", dest="speculative_adaptive", action="store_true", default=None)
     a("--disable-overlap-schedule", dest="disable_overlap_schedule", action="store_true", default=None)
     return p
 

@@ -203,6 +203,15 @@ def check_expected(ctx: Context) -> None:
     launch's ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``, else the draft config's field, and the flags it was
     measured at against the launch's."""
     la = ctx.launch
+    if la.speculative_adaptive:
+        ctx.add(
+            INFO,
+            "speculative-adaptive",
+            "the watchdog judges no accept length on this server, neither the floor near 1.0 nor an expected "
+            f"figure: {expected_accept.ADAPTIVE_STEPS}",
+            where="--speculative-adaptive",
+        )
+        return
     var = settings.EXPECTED_ACCEPT_LENGTH
     # the command's assignment, else the doctor's own environment: both read as the settings read them
     stated = settings.read({var: la.env[var]}) if var in la.env else settings.read()

@@ -12,7 +12,9 @@ window whose gain over the target alone is below ``EAGLE3_PATCHES_WATCHDOG_EXPEC
 is reported the same way, with per-position acceptance), then applies the diagnostic probe (``eagle3_probe``, if it
 is not on) for one record per hop, analyses the records after the next decode batch with
 :func:`.probe_diagnosis.analyse` (the first wrong hop, logged as ``eagle3-patches probe-report`` prints it) and
-reverts the probe. At most one report per interval (default 600 s). With ``--enable-metrics`` it also wraps
+reverts the probe. At most one report per interval (default 600 s). On a server launched with
+``--speculative-adaptive`` (sglang 0.5.11+: the steps change at run time, down to 0 at larger batches) it judges
+nothing and says so once at its first batch (:meth:`Watchdog.stand_down`). With ``--enable-metrics`` it also wraps
 ``SchedulerMetricsCollector.__init__`` to create its gauges (``watchdog_metrics``: the verdicts, the live and
 expected accept length, per-position acceptance, every patch's state) next to sglang's ``sglang:*`` ones, with
 sglang's labels, in sglang's multiprocess directory: sglang's own Prometheus set-up. Settings, the message, the
@@ -55,7 +57,8 @@ Upstream probe: none (a diagnostic, nothing to fix upstream).
 
 Tests: ``tests/unit/test_accept_watchdog.py`` (windows, warm-up, firing, silence at 1.06 and above, the interval
 with an injected clock, the probe hand-off with the real ``analyse``, the settings; against an expected figure:
-fires below the fraction, silent at it, not compared at other flags, per-position counts),
+fires below the fraction, silent at it, not compared at other flags, per-position counts; under adaptive steps
+silent, once said),
 ``tests/probe/test_watchdog_on_sglang.py`` (the installed sglang's real scheduler classes and collector in an
 isolated process: it lands, sglang's counters still count, it fires, the real probe is applied and reverted, the
 gauges read back through ``MultiProcessCollector`` as sglang's ``/metrics`` reads them; off, nothing of sglang is
@@ -258,6 +261,8 @@ class Watchdog:
         self.below_expected = False
         self.positions = Positions()
         self.last_positions: list[float] = []
+        #: why this server's acceptance is judged against nothing (:meth:`stand_down`), None while it is judged
+        self.stood_down: str | None = None
 
     @classmethod
     def from_settings(cls, s: settings.Settings, **kw: Any) -> Watchdog:
@@ -279,7 +284,7 @@ class Watchdog:
     def _judge(self, mean: float) -> None:
         self.last_mean = mean
         self.min_mean = mean if self.min_mean is None else min(self.min_mean, mean)
-        self.degraded = mean < self.threshold
+        self.degraded = self.stood_down is None and mean < self.threshold
         self.below_expected = (
             not self.degraded and self.expected is not None and mean - 1.0 < self.fraction * self.expected.gain
         )
@@ -345,6 +350,8 @@ class Watchdog:
     ) -> None:
         """Compare with ``figure`` from now on, unless it was measured at other flags than ``served`` (steps, topk,
         draft tokens): then say so once and compare with nothing."""
+        if self.stood_down is not None:
+            figure = None
         why = figure.not_comparable(*served) if figure is not None else None
         if figure is not None and why is not None:
             logger.warning(
@@ -354,6 +361,19 @@ class Watchdog:
             )
             figure = None
         self.expected = figure
+
+    def stand_down(self, why: str) -> None:
+        """Judge no window from now on (the windows and gauges still follow the live accept length), and say so
+        once: for a server whose steps change at run time (``--speculative-adaptive``), where a low accept length
+        may be sglang's own choice of fewer steps."""
+        if self.stood_down is None:
+            logger.warning(
+                "eagle3-patches watchdog: judges no accept length on this server (%s); the probe "
+                "(EAGLE3_PATCHES_PROBE=1, `eagle3-patches probe-report`) still checks the capture",
+                why,
+            )
+        self.stood_down = why
+        self.expected = None
 
     def _report(self, mean: float) -> None:
         self.reports += 1
@@ -465,7 +485,10 @@ def _counted_spec_metrics(wrapped, instance, args, kwargs):
             _state.logging_rank = _stats_logging_rank(instance)
             dog.algorithm = _algorithm()
             if _state.logging_rank:
-                dog.set_expected(expected_figure(), served_flags())
+                if adaptive_steps():
+                    dog.stand_down(expected_accept.ADAPTIVE_STEPS)
+                else:
+                    dog.set_expected(expected_figure(), served_flags())
         if _state.logging_rank:
             dog.add(*accept_counts(args, kwargs))
     except Exception as exc:  # noqa: BLE001 - the watchdog never breaks the scheduler
@@ -543,6 +566,14 @@ def served_flags() -> tuple[Any, Any, Any]:
         )
     except Exception:  # noqa: BLE001
         return (None, None, None)
+
+
+def adaptive_steps() -> bool:
+    """Whether sglang changes the steps at run time (``--speculative-adaptive``, 0.5.11+; absent before)."""
+    try:
+        return bool(server_arg("speculative_adaptive", False))
+    except Exception:  # noqa: BLE001 - no server arguments in this process: fixed steps
+        return False
 
 
 def _algorithm() -> str | None:

@@ -26,7 +26,8 @@ class Gauges:
         self.degraded = gauge(
             "watchdog_degraded",
             "1 when the last window's mean accept length was below the "
-            "watchdog's threshold (drafts essentially never accepted), else 0",
+            "watchdog's threshold (drafts essentially never accepted), else 0; absent when the watchdog judges "
+            "nothing (--speculative-adaptive)",
         )
         self.below_expected = gauge(
             "watchdog_below_expected",
@@ -69,8 +70,9 @@ class Gauges:
         self.export_patch_states()
         if dog is None:
             return
-        self._at(self.degraded).set(1 if dog.degraded else 0)
-        self._at(self.below_expected).set(1 if dog.below_expected else 0)
+        if dog.stood_down is None:  # a watchdog that judges nothing exports no verdict (adaptive steps)
+            self._at(self.degraded).set(1 if dog.degraded else 0)
+            self._at(self.below_expected).set(1 if dog.below_expected else 0)
         self._at(self.threshold).set(dog.threshold)
         self._at(self.reports).set(dog.reports)
         if dog.expected is not None:

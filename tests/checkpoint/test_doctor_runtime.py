@@ -234,6 +234,21 @@ def test_an_expected_figure_measured_at_other_flags_is_a_warning(tiny, make_draf
     assert "measure-accept" in f.fix
 
 
+def test_under_adaptive_steps_the_doctor_says_the_watchdog_judges_nothing(tiny, make_draft):
+    d = make_draft(config={"expected_accept_length": FIGURE})
+    r = doctor(
+        tiny["kimi_k25"],
+        d,
+        sglang_version="0.5.13",
+        launch=["--speculative-algorithm", "EAGLE3", *SHAPE, "--speculative-adaptive"],
+    )
+    f = finding(r, "speculative-adaptive")
+    assert f.severity == INFO and f.where == "--speculative-adaptive"
+    assert "judges no accept length" in f.what and "down to 0, no drafting" in f.what
+    assert "expected-accept-length" not in r.codes()  # no comparison promised that the watchdog will not make
+    assert "speculative-adaptive" not in run(tiny, *SHAPE, draft=d).codes()
+
+
 def test_a_malformed_expected_figure_is_a_warning_naming_the_field(tiny, make_draft):
     d = make_draft(config={"expected_accept_length": {"accept_length": 0.9}})
     f = finding(run(tiny, *SHAPE, draft=d), "expected-accept-length")

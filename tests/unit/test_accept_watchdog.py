@@ -488,3 +488,79 @@ def test_the_expected_figure_comes_from_the_setting_first_then_the_draft_config(
         assert _warnings(caplog) == []  # no server: no figure, nothing to say
     finally:
         settings.reload()
+
+
+def _through_sglangs_call(monkeypatch, adaptive: bool, batches: list[tuple[int, int]]) -> Watchdog:
+    """The watchdog as sglang's ``update_spec_metrics(bs, accepted_drafts)`` reaches it, on a server whose
+    ``--speculative-adaptive`` is ``adaptive``, fed ``batches``; the figure the draft states is 3.0 at fixed steps."""
+    from eagle3_patches.checkpoint.expected_accept import ExpectedAccept
+    from eagle3_patches.instruments import accept_watchdog as aw
+
+    dog = _dog()
+    monkeypatch.setattr(aw, "_state", aw._State())
+    aw._state.watchdog = dog
+    monkeypatch.setattr(aw, "server_arg", lambda name, default=None: {"speculative_adaptive": adaptive}.get(name))
+    monkeypatch.setattr(aw, "expected_figure", lambda: ExpectedAccept(3.0, source="draft/config.json"))
+
+    class Scheduler:
+        is_stats_logging_rank = True
+
+    for bs, accepted in batches:
+        aw._counted_spec_metrics(lambda *a: None, Scheduler(), (bs, accepted), {})
+    return dog
+
+
+# the steps sglang's adaptive speculation runs change from batch to batch: 3 steps accepting 2 drafts a request,
+# then at a large batch 0 steps (no drafting: accept length 1.0), then 1 step accepting a little
+ADAPTIVE_BATCHES = [(1, 2)] * 4 + [(16, 0)] * 2 + [(1, 0), (1, 1)] * 8
+
+
+def test_under_adaptive_steps_nothing_false_is_said_and_the_stand_down_is_said_once(monkeypatch, caplog):
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        dog = _through_sglangs_call(monkeypatch, True, ADAPTIVE_BATCHES)
+    (warning,) = _warnings(caplog)
+    assert "judges no accept length on this server (served with --speculative-adaptive" in warning
+    assert "down to 0, no drafting" in warning and "probe-report" in warning
+    assert dog.stood_down and dog.expected is None and not dog.degraded and not dog.below_expected
+    assert dog.reports == 0 and dog.probe.armed == 0 and dog.last_mean is not None  # followed, not judged
+
+
+def test_the_same_batches_at_fixed_steps_are_judged(monkeypatch, caplog):
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        dog = _through_sglangs_call(monkeypatch, False, ADAPTIVE_BATCHES)
+    assert dog.stood_down is None and dog.expected is not None and dog.reports >= 1
+    assert any("speculative decoding accepts essentially no draft tokens" in w for w in _warnings(caplog))
+
+
+def test_a_watchdog_that_judges_nothing_exports_no_verdict(monkeypatch):
+    import prometheus_client
+
+    from eagle3_patches.instruments.watchdog_metrics import Gauges
+
+    values: dict[tuple[str, tuple], float] = {}
+
+    class Gauge:  # prometheus_client's Gauge, recording what is set instead of registering it
+        def __init__(self, name, doc, labelnames, multiprocess_mode):
+            self.name = name
+
+        def labels(self, **labels):
+            gauge = self
+
+            class Child:
+                def set(self, value):
+                    values[(gauge.name, tuple(sorted(labels.items())))] = value
+
+            return Child()
+
+    monkeypatch.setattr(prometheus_client, "Gauge", Gauge)
+    names = lambda: {name for name, _ in values}  # noqa: E731
+    dog = _dog()
+    _feed(dog, 12)
+    Gauges({"model_name": "m"}).export(dog)
+    assert values[("eagle3_patches:watchdog_degraded", (("model_name", "m"),))] == 1
+    values.clear()
+    dog.stand_down("served with --speculative-adaptive")
+    _feed(dog, 8)
+    Gauges({"model_name": "m"}).export(dog)
+    assert "eagle3_patches:watchdog_accept_length" in names()
+    assert not {"eagle3_patches:watchdog_degraded", "eagle3_patches:watchdog_below_expected"} & names()
