@@ -310,6 +310,7 @@ class Registry:
         self._selection: dict[str, int] = {}  # name -> the apply() call that selected it
         self._calls = 0
         self._hooked: set[str] = set()
+        self._absent: set[str] = set()  # modules this install does not have (module_absent)
         for p in sorted(patches, key=lambda p: (p.order, p.name)):
             self.add(p)
 
@@ -355,6 +356,9 @@ class Registry:
                     continue  # idempotent
                 self._selection[name] = self._calls
                 patch = self._patches[name]
+                if patch.module in self._absent:
+                    self._set_absent(name)
+                    continue
                 self._set(name, State.PENDING, f"waits for `import {patch.module}`")
                 if patch.module not in modules:
                     modules.append(patch.module)
@@ -363,6 +367,20 @@ class Registry:
                     self._land_module(sys.modules[module_name], raise_errors=True)
                 self._hook(module_name)
         return self.status()
+
+    def module_absent(self, module_name: str) -> None:
+        """This install has no ``module_name`` (a module of later releases): its patches, pending or selected
+        later, will never land, and say so."""
+        with self._lock:
+            self._absent.add(module_name)
+            for name, patch in self._patches.items():
+                if patch.module == module_name and self._status(name).state is State.PENDING:
+                    self._set_absent(name)
+
+    def _set_absent(self, name: str) -> None:
+        patch = self._patches[name]
+        version = installed_sglang_version()
+        self._set(name, State.NOT_APPLICABLE, f"sglang {version} has no {patch.module} ({patch.applies_to})")
 
     def revert(self, names: Iterable[str] | None = None) -> dict[str, PatchStatus]:
         """Restore every original changed by the given (default: all) patches.

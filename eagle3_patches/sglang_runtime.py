@@ -71,3 +71,14 @@ def _config_leaf(ctx: Any, name: str) -> Any:
     for seg in parts[1:]:
         bag = object.__getattribute__(bag, "_subs")[seg]
     return getattr(bag, name)
+
+
+def linear_widths(layer: Any) -> tuple[int | None, int | None]:
+    """(input, output) width of a linear layer: torch's ``Linear`` (``in_features`` / ``out_features``, the Llama
+    draft's ``fc``) or sglang's parallel linear layers (``input_size`` / ``output_size``, the MLA draft's ``fc``)."""
+    if layer is None:
+        return None, None
+    return (
+        getattr(layer, "in_features", None) or getattr(layer, "input_size", None),
+        getattr(layer, "out_features", None) or getattr(layer, "output_size", None),
+    )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from . import releases as R
 from .draft_fields import FIRST_READ
-from .formats import SGLANG_EAGLE3, detect_format
+from .formats import MLA_DRAFT_ARCH, SGLANG_EAGLE3, detect_format
 
 KIND_EAGLE1 = "EAGLE-1/2"
 KIND_EAGLE3 = "EAGLE-3"
@@ -364,7 +364,7 @@ def classify(config: Mapping, tensors: Mapping[str, Sequence[int]] | None = None
         return found("speculators-eagle3", f"config.json: speculators format, architectures {first}")
     if isinstance(config.get("dflash_config"), Mapping) or any(a.startswith("DFlash") for a in archs):
         return found("dflash", f"config.json: architectures {first}, dflash_config")
-    if "Eagle3DeepseekV2ForCausalLM" in archs:
+    if MLA_DRAFT_ARCH in archs:
         return found("kimi-eagle3-mla", f"config.json: architectures {first}")
     if any(re.fullmatch(r"\w+Eagle3DraftModel", a) for a in archs):
         return found("automodel-eagle3", f"config.json: architectures {first}")

@@ -31,6 +31,24 @@ ADAPTIVE_STEPS = (
     "drafting, at larger batches), so neither a figure measured at fixed steps nor a low accept length says "
     "what the draft does"
 )
+
+
+def adaptive_turned_off(
+    algorithm: str | None, topk: int | None, dp_attention: bool, two_batch_overlap: bool
+) -> str | None:
+    """Why sglang falls back to fixed steps under ``--speculative-adaptive`` (its ``adaptive_unsupported_reason``,
+    read in the 0.5.23 wheel: it logs a warning and serves at the static flags), or None where the steps adapt."""
+    if algorithm not in (None, "EAGLE", "EAGLE3"):
+        return f"--speculative-algorithm {algorithm}"
+    if topk not in (None, 1):
+        return f"--speculative-eagle-topk {topk}: only 1 is supported"
+    if dp_attention:
+        return "--enable-dp-attention"
+    if two_batch_overlap:
+        return "--enable-two-batch-overlap"
+    return None
+
+
 #: 64 bounds what any config states (an accept length is at most a verify step's draft tokens)
 MAX_ACCEPT_LENGTH = 64.0
 

@@ -53,6 +53,12 @@ MAX_CONFIG_INT = (1 << 31) - 1
 MAX_ID_LIST = 1024
 
 KIMI_K25_ARCH = "KimiK25ForConditionalGeneration"
+#: sglang's EAGLE-3 draft with DeepSeek-V2 multi-latent attention (``models/kimi_k25_eagle3.py``, from 0.5.12),
+#: the class of the published MLA drafts for Kimi-K2.x; every other EAGLE-3 draft is ``LlamaForCausalLMEagle3``
+MLA_DRAFT_ARCH = "Eagle3DeepseekV2ForCausalLM"
+LLAMA_DRAFT_ARCH = "LlamaForCausalLMEagle3"
+#: the MLA sizes an MLA draft's config states (sglang refuses a draft without ``q_lora_rank``)
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 DEEPSEEK_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", KIMI_K25_ARCH})
 
 __all__ = ["CheckpointError"]  # re-exported: formats.CheckpointError is the error of every checkpoint read
@@ -444,6 +450,13 @@ class DraftView:
     ignored_top_level_ids: list[int] | None  # sglang format: a top-level id list sglang never reads
     layer_model_type: str | None
     problems: list[FieldProblem]
+    #: an MLA draft's sizes (:data:`MLA_FIELDS`, None where not stated); None for every other draft
+    mla: dict[str, int | None] | None = None
+
+    @property
+    def sglang_class(self) -> str:
+        """The class sglang builds for this draft."""
+        return MLA_DRAFT_ARCH if self.mla is not None else LLAMA_DRAFT_ARCH
 
     @property
     def is_eagle3(self) -> bool:
@@ -504,11 +517,12 @@ def draft_view(config: dict) -> DraftView:
     target_hidden = top.int("target_hidden_size")
     # speculators: a null target_hidden_size means "the verifier's hidden size"
     tie = top.bool("tie_word_embeddings", False)
+    archs = top.str_list("architectures")
     return DraftView(
         format=fmt,
         config=config,
         layer_prefix=prefix,
-        architectures=top.str_list("architectures"),
+        architectures=archs,
         model_type=top.str("model_type"),
         hidden=hidden,
         vocab=r.int("vocab_size", required=True),
@@ -530,6 +544,7 @@ def draft_view(config: dict) -> DraftView:
         ignored_top_level_ids=ignored_top,
         layer_model_type=layer.get("model_type") if isinstance(layer.get("model_type"), str) else None,
         problems=problems,
+        mla={f: r.int(f) for f in MLA_FIELDS} if MLA_DRAFT_ARCH in archs else None,
     )
 
 

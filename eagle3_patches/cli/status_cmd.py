@@ -58,6 +58,12 @@ def resolve_status(cpu_profile: bool = False) -> dict:
             module = eagle3_patches.get_patch(name).module
             try:
                 importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name != module:  # a dependency of sglang's module: reported once per cause
+                    failures.setdefault(_import_failure(exc, cpu_profile), []).append(module)
+                    continue
+                for registry in eagle3_patches.registries():  # a module of later releases than this one
+                    registry.module_absent(module)
             except Exception as exc:  # noqa: BLE001 - reported once per cause
                 failures.setdefault(_import_failure(exc, cpu_profile), []).append(module)
     if failures:

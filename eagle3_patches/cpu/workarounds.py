@@ -75,18 +75,21 @@ def _without_cuda_sync(wrapped, instance, args, kwargs):
 
 
 class NoCudaSyncInSetEmbed(Patch):
-    name = "cpu_no_cuda_sync_in_set_embed"
-    summary = "LlamaForCausalLM.set_embed / set_embed_and_head end in torch.cuda.synchronize(); a no-op on CPU"
-    module = "sglang.srt.models.llama"
-    applies_to = SpecifierSet(">=0.5.9")
+    """A draft class's ``set_embed`` / ``set_embed_and_head`` end in ``torch.cuda.synchronize()``: a no-op on CPU.
+    The Llama draft's (``LlamaForCausalLM``'s, every release) and the MLA draft's (``Eagle3DeepseekV2ForCausalLM``,
+    0.5.12+)."""
+
+    def __init__(self, name: str, module: str, cls: str, applies_to: str) -> None:
+        self.name, self.module, self.cls, self.applies_to = name, module, cls, SpecifierSet(applies_to)
+        self.summary = f"{cls}.set_embed / set_embed_and_head end in torch.cuda.synchronize(); a no-op on CPU"
 
     def check(self, module: ModuleType) -> None:
         for attr in ("set_embed", "set_embed_and_head"):
-            expect_source(expect_attr(module.LlamaForCausalLM, attr), "torch.cuda.synchronize()")
+            expect_source(expect_attr(getattr(module, self.cls), attr), "torch.cuda.synchronize()")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
         for attr in ("set_embed", "set_embed_and_head"):
-            saver.wrap(module.LlamaForCausalLM, attr, _without_cuda_sync)
+            saver.wrap(getattr(module, self.cls), attr, _without_cuda_sync)
 
 
 def split_cpus(cpus: list[int], ranks: int) -> str:
@@ -175,7 +178,15 @@ def build_registry() -> Registry:
         [
             TorchNativeMlaDispatch(),
             SkipTritonKvCopyWarmup(),
-            NoCudaSyncInSetEmbed(),
+            NoCudaSyncInSetEmbed(
+                "cpu_no_cuda_sync_in_set_embed", "sglang.srt.models.llama", "LlamaForCausalLM", ">=0.5.9"
+            ),
+            NoCudaSyncInSetEmbed(
+                "cpu_no_cuda_sync_in_mla_draft_set_embed",
+                "sglang.srt.models.kimi_k25_eagle3",
+                "Eagle3DeepseekV2ForCausalLM",
+                ">=0.5.12",
+            ),
             TpThreadBinding(),
             CpuSpecKernels(),
             TreeMaskModeForBackend(),

@@ -13,6 +13,7 @@ from ..checkpoint.d2t import check_d2t as check_d2t_values
 from ..checkpoint.draft_layouts import BY_KEY, EAGLE3_KINDS, KIND_EAGLE1, SERVED, classify, verdict
 from ..checkpoint.formats import (
     EAGLE,
+    LLAMA_DRAFT_ARCH,
     MODEL,
     SGLANG_EAGLE3,
     SPECULATORS,
@@ -165,7 +166,7 @@ def check_draft_format(ctx: Context) -> None:
             ctx.report.add_diagnostic(refusal.diagnostic.replace(code="draft-unsupported-architecture"))
         return
     if dv.format == SGLANG_EAGLE3:
-        if "LlamaForCausalLMEagle3" not in dv.architectures:
+        if dv.mla is None and LLAMA_DRAFT_ARCH not in dv.architectures:
             ctx.add(
                 WARNING,
                 "draft-architecture",

@@ -203,7 +203,18 @@ def check_expected(ctx: Context) -> None:
     launch's ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``, else the draft config's field, and the flags it was
     measured at against the launch's."""
     la = ctx.launch
-    if la.speculative_adaptive:
+    off = expected_accept.adaptive_turned_off(
+        la.algorithm, la.eagle_topk, la.enable_dp_attention, la.enable_two_batch_overlap
+    )
+    if la.speculative_adaptive and off:
+        ctx.add(
+            INFO,
+            "speculative-adaptive",
+            f"sglang turns --speculative-adaptive off for this launch ({off}) and runs fixed steps: the watchdog "
+            "judges the accept length as on any server",
+            where="--speculative-adaptive",
+        )
+    elif la.speculative_adaptive:
         ctx.add(
             INFO,
             "speculative-adaptive",

@@ -569,11 +569,20 @@ def served_flags() -> tuple[Any, Any, Any]:
 
 
 def adaptive_steps() -> bool:
-    """Whether sglang changes the steps at run time (``--speculative-adaptive``, 0.5.11+; absent before)."""
+    """Whether sglang changes the steps at run time: ``--speculative-adaptive`` (0.5.11+; absent before) where
+    sglang does not fall back to fixed steps (:func:`.expected_accept.adaptive_turned_off`)."""
     try:
-        return bool(server_arg("speculative_adaptive", False))
+        if not server_arg("speculative_adaptive", False):
+            return False
+        flags = ("speculative_algorithm", "speculative_eagle_topk", "enable_dp_attention", "enable_two_batch_overlap")
+        algorithm, topk, dp_attention, tbo = (server_arg(n) for n in flags)
     except Exception:  # noqa: BLE001 - no server arguments in this process: fixed steps
         return False
+    name = getattr(algorithm, "name", algorithm)  # sglang's SpeculativeAlgorithm enum, or the flag's string
+    return (
+        expected_accept.adaptive_turned_off(str(name).upper() if name else None, topk, bool(dp_attention), bool(tbo))
+        is None
+    )
 
 
 def _algorithm() -> str | None:

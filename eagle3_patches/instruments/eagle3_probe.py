@@ -45,7 +45,7 @@ from packaging.specifiers import SpecifierSet
 
 from .. import patches, settings
 from ..registry import Patch, Saver, expect_attr, expect_source
-from ..sglang_runtime import server_arg
+from ..sglang_runtime import linear_widths, server_arg
 from ..sglang_version import installed_sglang_version
 from . import get_registry
 from .probe_diagnosis import DRAFT, SCHEMA, TARGET, judge, summarize
@@ -236,7 +236,7 @@ def _record_draft(wrapped, runner, forward_batch, args, kwargs, mode: str):
 
 def _draft_record(runner, mode: str, hs) -> dict:
     inner = getattr(runner.model, "model", None)
-    fc = getattr(inner, "fc", None)
+    fc_in, fc_out = linear_widths(getattr(inner, "fc", None))
     embed = getattr(getattr(inner, "embed_tokens", None), "weight", None)
     cfg = getattr(getattr(runner, "model_config", None), "hf_config", None)
     rec = _base(runner, DRAFT, mode)
@@ -244,8 +244,8 @@ def _draft_record(runner, mode: str, hs) -> dict:
         model=type(runner.model).__name__,
         hidden_size=_hidden_size(runner),
         target_hidden_size=getattr(cfg, "target_hidden_size", None),
-        fc_in_features=getattr(fc, "in_features", None),
-        fc_out_features=getattr(fc, "out_features", None),
+        fc_in_features=fc_in,
+        fc_out_features=fc_out,
         embed_width=int(embed.shape[-1]) if embed is not None and getattr(embed, "ndim", 0) == 2 else None,
         width=int(hs.shape[-1]),
         tokens=int(hs.shape[0]),

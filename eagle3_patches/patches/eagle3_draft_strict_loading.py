@@ -61,7 +61,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..checkpoint import draft_fields as F
 from ..checkpoint.d2t import check_d2t
-from ..checkpoint.formats import SGLANG_EAGLE3, unknown_tensor_hints
+from ..checkpoint.formats import MLA_FIELDS, SGLANG_EAGLE3, unknown_tensor_hints
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics, first_few
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
@@ -82,7 +82,11 @@ _MISSING = object()
 FUSED_PROJECTIONS = {
     "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
     "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+    "self_attn.fused_qkv_a_proj_with_mqa": ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"),  # MLA
 }
+#: projections the MLA draft's loader takes in pairs and writes as one fused parameter once both arrived
+#: (``Eagle3DeepseekV2ForCausalLM.load_weights``): the first of a pair reaches no parameter by itself
+PAIRED_PROJECTIONS = (("q_a_proj", "kv_a_proj_with_mqa"),)
 #: what a quantized checkpoint stores next to (or, ``weight_packed``, instead of) a projection's ``weight``: fp8
 #: (``weight_scale``, ``weight_scale_inv``, ``input_scale``) and compressed-tensors (``weight_packed``,
 #: ``weight_shape``, ``weight_zero_point``, ``weight_g_idx``).  At run time the loader needs no such list: it sees
@@ -112,32 +116,24 @@ KV_SCALE_NAMES = (
 
 
 def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
-    """The tensors sglang's ``LlamaForCausalLMEagle3`` loads, for the draft ``setup`` describes: canonical name
-    (``midlayer.*``, no ``model.`` prefix) -> (shape, or None when unknown; ``required`` / ``optional``)."""
+    """The tensors sglang's draft class (``LlamaForCausalLMEagle3``, or ``Eagle3DeepseekV2ForCausalLM`` for an MLA
+    draft) loads, for the draft ``setup`` describes: canonical name (``midlayer.*``, no ``model.`` prefix) ->
+    (shape, or None when unknown; ``required`` / ``optional``)."""
     dv = setup.draft
-    H, hd, nh, kv, inter = dv.hidden, dv.head_dim, dv.heads, dv.kv_heads, dv.intermediate
+    H = dv.hidden
     th, k = setup.fc_input()
     tv = setup.target.vocab if setup.target and setup.target.vocab else dv.vocab
 
-    def shp(*dims):
-        return None if any(x is None for x in dims) else tuple(dims)
-
     m = "midlayer."
-    qo, kvo = (nh * hd if nh and hd else None), (kv * hd if kv and hd else None)
-    proj_shapes = {
-        "self_attn.q_proj": shp(qo, 2 * H if H else None),
-        "self_attn.k_proj": shp(kvo, 2 * H if H else None),
-        "self_attn.v_proj": shp(kvo, 2 * H if H else None),
-        "self_attn.o_proj": shp(H, qo),
-        "mlp.gate_proj": shp(inter, H),
-        "mlp.up_proj": shp(inter, H),
-        "mlp.down_proj": shp(H, inter),
-    }
+    proj_shapes = _mla_projections(dv, H) if dv.mla is not None else _llama_projections(dv, H)
     for whole, parts in FUSED_PROJECTIONS.items():
-        if f"{m}{whole}.weight" in setup.draft_tensors:
+        if f"{m}{whole}.weight" in setup.draft_tensors and all(p in proj_shapes for p in parts):
             shapes = [proj_shapes.pop(part) for part in parts]
-            proj_shapes[whole] = None if None in shapes else (sum(s[0] for s in shapes), shapes[0][1])
-    exp: dict[str, tuple[tuple[int, ...] | None, str]] = {"fc.weight": (shp(H, (k * th) if th else None), "required")}
+            known = [s for s in shapes if s is not None]
+            proj_shapes[whole] = (sum(s[0] for s in known), known[0][1]) if len(known) == len(shapes) else None
+    exp: dict[str, tuple[tuple[int, ...] | None, str]] = {
+        "fc.weight": (_shape(H, (k * th) if th else None), "required")
+    }
     quantized = isinstance(dv.config.get("quantization_config"), dict)
     for proj, shape in proj_shapes.items():
         packed = quantized and f"{m}{proj}.weight_packed" in setup.draft_tensors
@@ -145,30 +141,80 @@ def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str
         if quantized:
             exp.update({f"{m}{proj}.{suffix}": (None, "optional") for suffix in QUANT_SUFFIXES})
     exp.update({m + name: (None, "optional") for name in KV_SCALE_NAMES})
+    if dv.mla is not None:  # MLA's norms of the compressed q and kv
+        exp[m + "self_attn.q_a_layernorm.weight"] = (_shape(dv.mla["q_lora_rank"]), "required")
+        exp[m + "self_attn.kv_a_layernorm.weight"] = (_shape(dv.mla["kv_lora_rank"]), "required")
     exp.update(
         {
-            m + "input_layernorm.weight": (shp(H), "required"),
-            m + "post_attention_layernorm.weight": (shp(H), "required"),
-            m + "hidden_norm.weight": (shp(H), "required"),
-            "norm.weight": (shp(H), "required"),
-            "embed_tokens.weight": (shp(dv.vocab, H), "optional"),
-            "t2d": (shp(tv), "optional"),
+            m + "input_layernorm.weight": (_shape(H), "required"),
+            m + "post_attention_layernorm.weight": (_shape(H), "required"),
+            m + "hidden_norm.weight": (_shape(H), "required"),
+            "norm.weight": (_shape(H), "required"),
+            "embed_tokens.weight": (_shape(dv.vocab, H), "optional"),
+            "t2d": (_shape(tv), "optional"),
         }
     )
-    exp.update(_norm_tensors(setup, shp))
+    exp.update(_norm_tensors(setup))
     if dv.fc_bias:
-        exp["fc.bias"] = (shp(H), "required")
+        exp["fc.bias"] = (_shape(H), "required")
     dvocab = dv.draft_vocab
     if dv.tie_word_embeddings or dvocab is None:
-        exp["lm_head.weight"] = (shp(dv.vocab, H), "optional")
+        exp["lm_head.weight"] = (_shape(dv.vocab, H), "optional")
     else:
-        exp["lm_head.weight"] = (shp(dvocab, H), "required")
+        exp["lm_head.weight"] = (_shape(dvocab, H), "required")
     partial = dvocab is not None and dv.vocab is not None and dvocab < dv.vocab
-    exp["d2t"] = (shp(dvocab), "required" if partial else "optional")
+    exp["d2t"] = (_shape(dvocab), "required" if partial else "optional")
     return exp
 
 
-def _norm_tensors(setup, shp) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+def _dims(*dims: int | None, times: int | None = 1) -> int | None:
+    """``times x sum(dims)``, or None when a size is unknown."""
+    return None if times is None or any(d is None for d in dims) else times * sum(d for d in dims if d is not None)
+
+
+def _shape(*dims: int | None) -> tuple[int, ...] | None:
+    return None if any(d is None for d in dims) else tuple(d for d in dims if d is not None)
+
+
+def _llama_projections(dv, H: int | None) -> dict[str, tuple[int, ...] | None]:
+    """``LlamaForCausalLMEagle3``'s decoder layer: q/k/v over ``[embeds, hidden]`` (2 x H wide), o, the MLP."""
+    qo, kvo, two_h, inter = (
+        _dims(dv.head_dim, times=dv.heads),
+        _dims(dv.head_dim, times=dv.kv_heads),
+        _dims(H, times=2),
+        dv.intermediate,
+    )
+    return {
+        "self_attn.q_proj": _shape(qo, two_h),
+        "self_attn.k_proj": _shape(kvo, two_h),
+        "self_attn.v_proj": _shape(kvo, two_h),
+        "self_attn.o_proj": _shape(H, qo),
+        "mlp.gate_proj": _shape(inter, H),
+        "mlp.up_proj": _shape(inter, H),
+        "mlp.down_proj": _shape(H, inter),
+    }
+
+
+def _mla_projections(dv, H: int | None) -> dict[str, tuple[int, ...] | None]:
+    """``Eagle3DeepseekV2ForCausalLM``'s decoder layer: DeepSeek-V2 MLA whose down projections (``q_a_proj`` and
+    ``kv_a_proj_with_mqa``, which sglang fuses into ``fused_qkv_a_proj_with_mqa``, or stored so) take
+    ``[embeds, hidden]`` (2 x H wide), the up projections, o and a dense MLP."""
+    ml = dv.mla or {}
+    ql, kvl, nope, rope, v = (ml.get(f) for f in MLA_FIELDS)
+    nh, two_h, inter = dv.heads, _dims(H, times=2), dv.intermediate
+    return {
+        "self_attn.q_a_proj": _shape(ql, two_h),
+        "self_attn.kv_a_proj_with_mqa": _shape(_dims(kvl, rope), two_h),
+        "self_attn.q_b_proj": _shape(_dims(nope, rope, times=nh), ql),
+        "self_attn.kv_b_proj": _shape(_dims(nope, v, times=nh), kvl),
+        "self_attn.o_proj": _shape(H, _dims(v, times=nh)),
+        "mlp.gate_proj": _shape(inter, H),
+        "mlp.up_proj": _shape(inter, H),
+        "mlp.down_proj": _shape(H, inter),
+    }
+
+
+def _norm_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
     """The weights of the draft norms the served draft builds (its config sets the field, and the release or a
     backporting patch the launch runs under reads it): ``input_norm`` over the k aux states, ``fc_norm.<i>`` (or
     its older name) per aux state."""
@@ -179,12 +225,12 @@ def _norm_tensors(setup, shp) -> dict[str, tuple[tuple[int, ...] | None, str]]:
     out: dict[str, tuple[tuple[int, ...] | None, str]] = {}
     set_names = {name for _, name, _ in F.set_fields(setup.draft.config)}
     if set_names & served & {"norm_before_fc", f"{F.EAGLE_CONFIG}.norm_before_fc"}:
-        out["input_norm.weight"] = (shp(k * th) if th else None, "required")
+        out["input_norm.weight"] = (_shape(k * th) if th else None, "required")
     if set_names & served & {"fc_norm", "use_aux_norm"}:
         legacy = {new: old for old, new in LEGACY_FC_NORM_NAMES.items()}
         for i in range(k):
             old = f"{legacy.get(f'fc_norm.{i}', f'fc_norm.{i}')}.weight"
-            out[old if old in setup.draft_tensors else f"fc_norm.{i}.weight"] = (shp(th), "required")
+            out[old if old in setup.draft_tensors else f"fc_norm.{i}.weight"] = (_shape(th), "required")
     return out
 
 
@@ -305,7 +351,17 @@ def _draft_path() -> str:
         return "the draft checkpoint"
 
 
-def _strict_load_weights(wrapped, instance, args, kwargs):
+def _fused_with_partner(name: str, sources: set[str | None]) -> bool:
+    """Whether ``name`` is one of a pair the loader fuses (:data:`PAIRED_PROJECTIONS`) whose partner's arrival wrote
+    the fused parameter: the pair's first tensor then reached it too."""
+    for first, second in PAIRED_PROJECTIONS:
+        for mine, partner in ((first, second), (second, first)):
+            if f".{mine}." in name and name.replace(f".{mine}.", f".{partner}.") in sources:
+                return True
+    return False
+
+
+def strict_load_weights(wrapped, instance, args, kwargs):
     import sys
 
     weights = args[0] if args else kwargs["weights"]
@@ -352,7 +408,7 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
         logger.info(
             "eagle3-patches: %s: ignored as sglang's Llama loader ignores them: %s", _draft_path(), "; ".join(ignored)
         )
-    unknown = [n for n in passed if n not in ledger.sources]
+    unknown = [n for n in passed if n not in ledger.sources and not _fused_with_partner(n, ledger.sources)]
     optional = _defaulted_params(instance) | {"model.embed_tokens.weight"}  # embedding: shared from the target
     if getattr(instance, "load_lm_head_from_target", False):
         optional.add("lm_head.weight")
@@ -380,7 +436,7 @@ def _strict_load_weights(wrapped, instance, args, kwargs):
             "with `eagle3-patches convert SRC DST`"
         )
         raise Eagle3ConfigError(
-            "the EAGLE-3 draft checkpoint does not match LlamaForCausalLMEagle3",
+            f"the EAGLE-3 draft checkpoint does not match {type(instance).__name__}",
             where=_draft_path(),
             found="; ".join(found),
             expected="exactly the draft's parameters (midlayer.* or layers.0.*, fc, norm, lm_head, d2t/t2d offsets, "
@@ -433,7 +489,7 @@ class Eagle3DraftStrictLoading(Patch):
             out.add(
                 ERROR,
                 "keys-unknown",
-                f"{len(unknown)} tensor(s) LlamaForCausalLMEagle3 has no parameter for: sglang drops them silently "
+                f"{len(unknown)} tensor(s) {dv.sglang_class} has no parameter for: sglang drops them silently "
                 "(every release)",
                 where=str(setup.draft_dir),
                 found=first_few(unknown, 6),
@@ -495,7 +551,7 @@ class Eagle3DraftStrictLoading(Patch):
         expect_attr(module, "default_weight_loader")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
-        saver.wrap(module.LlamaForCausalLMEagle3, "load_weights", _strict_load_weights)
+        saver.wrap(module.LlamaForCausalLMEagle3, "load_weights", strict_load_weights)
 
 
 PATCH = Eagle3DraftStrictLoading()

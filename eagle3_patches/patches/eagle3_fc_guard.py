@@ -46,6 +46,7 @@ from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError
 from ..registry import Patch, Saver, expect_attr, expect_source
+from ..sglang_runtime import linear_widths
 
 #: the draft's forward modes whose ``spec_info.hidden_states`` come from the target (k x H when captured):
 #: the draft's prefill, and its extends after verify (v1 ``DRAFT_EXTEND``; the v2 worker's
@@ -56,18 +57,27 @@ from ..registry import Patch, Saver, expect_attr, expect_source
 TARGET_STATE_MODES = frozenset({"EXTEND", "MIXED", "DRAFT_EXTEND", "DRAFT_EXTEND_V2"})
 
 
-def _guard(wrapped, instance, args, kwargs):
-    forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
-    if forward_batch.forward_mode.name in TARGET_STATE_MODES:
-        hidden_states = forward_batch.spec_info.hidden_states
-        width = hidden_states.shape[-1]  # a shape read: no device synchronisation
-        expected = instance.fc.in_features
-        if width != expected and hidden_states.shape[0] > 0:
-            raise fc_width_error(width, expected, instance.config.hidden_size)
-    return wrapped(*args, **kwargs)
+def fc_guard(where: str):
+    """The wrapper of a draft model's ``forward(input_ids, positions, forward_batch, ...)`` whose ``fc`` is skipped
+    when the incoming width equals the embedding's; ``where`` names that forward in the message."""
+
+    def guard(wrapped, instance, args, kwargs):
+        forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
+        if forward_batch.forward_mode.name in TARGET_STATE_MODES:
+            hidden_states = forward_batch.spec_info.hidden_states
+            width = hidden_states.shape[-1]  # a shape read: no device synchronisation
+            expected, _ = linear_widths(instance.fc)
+            if expected is not None and width != expected and hidden_states.shape[0] > 0:
+                raise fc_width_error(width, expected, instance.config.hidden_size, where=where)
+        return wrapped(*args, **kwargs)
+
+    return guard
 
 
-def fc_width_error(width: int, expected: int, hidden: int) -> Eagle3CaptureError:
+_guard = fc_guard("draft model LlamaModel.forward (sglang/srt/models/llama_eagle3.py)")
+
+
+def fc_width_error(width: int, expected: int, hidden: int, *, where: str) -> Eagle3CaptureError:
     if width == hidden:
         found = f"{width}-wide hidden states (one layer's width) entering the draft in a draft-extend step"
         fix = (
@@ -84,7 +94,7 @@ def fc_width_error(width: int, expected: int, hidden: int) -> Eagle3CaptureError
         )
     return Eagle3CaptureError(
         "the EAGLE-3 draft's fc would be skipped or fed the wrong width (accept length would fall to ~1.0)",
-        where="draft model LlamaModel.forward (sglang/srt/models/llama_eagle3.py)",
+        where=where,
         found=found,
         expected=f"{expected} = fc.in_features (len(aux layer ids) x target hidden)",
         fix=fix,

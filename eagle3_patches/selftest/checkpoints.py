@@ -119,6 +119,26 @@ def _converted_speculators(path: Path) -> Path:
     return path
 
 
+def _mla_variant(edit: Callable[[dict], object] | None = None) -> Callable[[Path], Path]:
+    """The tiny MLA draft (``Eagle3DeepseekV2ForCausalLM``), its tensors changed by ``edit``."""
+
+    def build(path: Path) -> Path:
+        t = tm.mla_draft_tensors()
+        if edit is not None:
+            edit(t)
+        return tm.build_mla_draft(path, t)
+
+    return build
+
+
+_MLA = "layers.0.self_attn."
+#: the MLA drafts the MLA strict-loading check loads, and what a bad one must be refused for (a needle)
+MLA_REFUSED_FOR = {
+    "mla_missing_draft": "kv_b_proj.weight",
+    "mla_unknown_draft": "q_proj.weight",
+    "mla_unpaired_draft": "fused_qkv_a_proj_with_mqa.weight",
+}
+
 #: name -> (directory under the root, builder of that directory)
 BUILDERS: dict[str, tuple[str, Callable[[Path], Path]]] = {
     "deepseek_v3": ("tiny-deepseek-v3", tm.build_deepseek_v3),
@@ -156,6 +176,16 @@ BUILDERS: dict[str, tuple[str, Callable[[Path], Path]]] = {
     "qwen3_vl_moe": ("tiny-qwen3-vl-moe", lambda p: _qwen3_vl(p, moe=True)),
     "speculators_draft": ("speculators", lambda p: tm.build_speculators_fixture(p)),
     "speculators_converted": ("speculators-converted", _converted_speculators),
+    "mla_draft": ("tiny-eagle3-mla-draft", _mla_variant()),
+    "mla_missing_draft": ("mla-strict-loading/missing", _mla_variant(lambda t: t.pop(_MLA + "kv_b_proj.weight"))),
+    "mla_unknown_draft": (
+        "mla-strict-loading/unknown",
+        _mla_variant(lambda t: t.update({_MLA + "q_proj.weight": t[_MLA + "q_a_proj.weight"].clone()})),
+    ),
+    "mla_unpaired_draft": (
+        "mla-strict-loading/unpaired",
+        _mla_variant(lambda t: t.pop(_MLA + "kv_a_proj_with_mqa.weight")),
+    ),
 }
 
 

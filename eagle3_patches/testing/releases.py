@@ -10,6 +10,8 @@ below and are skipped, with the reason, elsewhere.  The facts come from
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from packaging.version import Version
 
 from ..checkpoint.releases import PINNED, facts
@@ -38,6 +40,26 @@ def patch_applies(name: str) -> bool:
 
     v = sglang_version()
     return v is not None and eagle3_patches.get_patch(name).covers(v)
+
+
+def import_hooked_modules() -> dict[str, ModuleType]:
+    """Every sglang module a patch or an instrument hooks, imported (patch name -> module); a module this release
+    does not have (one of later releases) is left out and its patches told so (``Registry.module_absent``)."""
+    import importlib
+
+    import eagle3_patches
+
+    out = {}
+    for reg in eagle3_patches.registries():
+        for name in reg.names():
+            module = reg[name].module
+            try:
+                out[name] = importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name != module:
+                    raise
+                reg.module_absent(module)
+    return out
 
 
 def expected_state(name: str, *, upstream: str = "upstream") -> str:

@@ -385,6 +385,67 @@ def build_eagle3_draft(path: os.PathLike, spec: TinyDraftSpec = TinyDraftSpec(),
     return write_checkpoint(Path(path), eagle3_draft_config(spec), tensors or eagle3_draft_tensors(spec), spec.vocab)
 
 
+def mla_draft_config(spec: TinyTargetSpec = TinyTargetSpec(), draft: TinyDraftSpec = TinyDraftSpec()) -> dict:
+    """An EAGLE-3 draft with MLA attention (sglang's ``Eagle3DeepseekV2ForCausalLM``, 0.5.12+), as NVIDIA ModelOpt
+    exports the Kimi-K2.x MLA drafts: the target's MLA sizes, one dense decoder layer, its own draft vocabulary."""
+    moe = ("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "num_experts_per_tok")
+    routing = ("routed_scaling_factor", "n_group", "topk_group", "first_k_dense_replace", "moe_layer_freq")
+    cfg = {k: v for k, v in spec.text_config().items() if k not in {*moe, *routing, "topk_method", "scoring_func"}}
+    cfg.update(
+        {
+            "architectures": ["Eagle3DeepseekV2ForCausalLM"],
+            "num_hidden_layers": 1,
+            "intermediate_size": draft.intermediate_size,
+            "draft_vocab_size": draft.draft_vocab,
+            "target_hidden_size": draft.target_hidden,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(draft.aux_ids), "use_aux_hidden_state": True},
+        }
+    )
+    cfg.pop("norm_topk_prob", None)
+    cfg.update(draft.extra_config)
+    return cfg
+
+
+def mla_draft_tensors(spec: TinyTargetSpec = TinyTargetSpec(), draft: TinyDraftSpec = TinyDraftSpec()) -> dict:
+    """The MLA draft's tensors as the ModelOpt export names them (``layers.0.*``; sglang maps them onto
+    ``midlayer``): MLA's down projections over ``[embeds, hidden]`` (2 x hidden), random bf16 values."""
+    import torch
+
+    assert spec.q_lora_rank is not None, "sglang's MLA draft requires q_lora_rank"
+    gen = _generator(draft.seed + 10)
+    h, nh, k = draft.hidden, spec.num_heads, len(draft.aux_ids)
+    kv_lora, rope, nope, v_dim = spec.kv_lora_rank, spec.qk_rope_head_dim, spec.qk_nope_head_dim, spec.v_head_dim
+    a, m = "layers.0.self_attn.", "layers.0.mlp."
+    t = {
+        "fc.weight": _rand(gen, h, k * draft.target_hidden),
+        a + "q_a_proj.weight": _rand(gen, spec.q_lora_rank, 2 * h),
+        a + "q_a_layernorm.weight": _ones(spec.q_lora_rank),
+        a + "q_b_proj.weight": _rand(gen, nh * (nope + rope), spec.q_lora_rank),
+        a + "kv_a_proj_with_mqa.weight": _rand(gen, kv_lora + rope, 2 * h),
+        a + "kv_a_layernorm.weight": _ones(kv_lora),
+        a + "kv_b_proj.weight": _rand(gen, nh * (nope + v_dim), kv_lora),
+        a + "o_proj.weight": _rand(gen, h, nh * v_dim),
+        m + "gate_proj.weight": _rand(gen, draft.intermediate_size, h),
+        m + "up_proj.weight": _rand(gen, draft.intermediate_size, h),
+        m + "down_proj.weight": _rand(gen, h, draft.intermediate_size),
+        "layers.0.input_layernorm.weight": _ones(h),
+        "layers.0.hidden_norm.weight": _ones(h),
+        "layers.0.post_attention_layernorm.weight": _ones(h),
+        "norm.weight": _ones(h),
+        "lm_head.weight": _rand(gen, draft.draft_vocab, h, std=0.5),
+    }
+    hot = hot_token_ids(draft.vocab, draft.draft_vocab)
+    t["d2t"] = (hot - torch.arange(draft.draft_vocab)).to(torch.int64)
+    t2d = torch.zeros(draft.vocab, dtype=torch.bool)
+    t2d[hot] = True
+    t["t2d"] = t2d
+    return t
+
+
+def build_mla_draft(path: os.PathLike, tensors: dict | None = None, config: dict | None = None) -> Path:
+    return write_checkpoint(Path(path), config or mla_draft_config(), tensors or mla_draft_tensors(), VOCAB)
+
+
 def speculators_config(spec: TinyDraftSpec = TinyDraftSpec(), verifier: str = "tiny-kimi-k25") -> dict:
     """``config.json`` as speculators 0.9 ``save_pretrained`` writes it (see docs/checkpoints.md)."""
     layer = spec.llama_config()
@@ -431,6 +492,7 @@ def build_all(root: os.PathLike) -> dict[str, Path]:
         "kimi_k25": build_kimi_k25(root / "tiny-kimi-k25"),
         "draft": build_eagle3_draft(root / "tiny-eagle3-draft"),
         "speculators_draft": build_speculators_draft(root / "tiny-eagle3-draft-speculators"),
+        "mla_draft": build_mla_draft(root / "tiny-eagle3-mla-draft"),
     }
 
 

@@ -112,6 +112,21 @@ def make_draft(tmp_path) -> Callable[..., Path]:
 
 
 @pytest.fixture
+def make_mla_draft(tmp_path) -> Callable[..., Path]:
+    """``make_mla_draft(name, config=edit, tensors=edit)`` -> an MLA EAGLE-3 draft (``Eagle3DeepseekV2ForCausalLM``)."""
+
+    def make(name: str = "mla-draft", config=None, tensors: Callable[[dict], dict | None] | None = None) -> Path:
+        cfg = _merge(copy.deepcopy(tm.mla_draft_config()), config)
+        t = tm.mla_draft_tensors()
+        if tensors is not None:
+            out = tensors(t)
+            t = out if isinstance(out, dict) else t
+        return write_checkpoint(tmp_path / name, cfg, t)
+
+    return make
+
+
+@pytest.fixture
 def make_target(tmp_path, tiny) -> Callable[..., Path]:
     """``make_target(kind="deepseek_v3"|"kimi_k25", config=edit)``: edited config.json + hard-linked weights."""
 

@@ -740,6 +740,7 @@ def test_no_flags_mean_sglangs_defaults():
             "disable_cuda_graph": False,
             "enable_flashinfer_allreduce_fusion": False,
             "enable_dp_attention": False,
+            "enable_hierarchical_cache": False,
             "moe_a2a_backend": "none",
             "json_model_override_args": None,
             "context_length": None,
@@ -750,6 +751,7 @@ def test_no_flags_mean_sglangs_defaults():
             "num_steps": None,
             "eagle_topk": None,
             "num_draft_tokens": None,
+            "speculative_adaptive": False,
             "disable_overlap_schedule": False,
             "env": {"A": "1"} if argv == "A=1 env" else {},  # the assignment in front of the (empty) command
             "with_patches": False,

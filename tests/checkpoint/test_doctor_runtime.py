@@ -249,6 +249,15 @@ def test_under_adaptive_steps_the_doctor_says_the_watchdog_judges_nothing(tiny, 
     assert "speculative-adaptive" not in run(tiny, *SHAPE, draft=d).codes()
 
 
+def test_where_sglang_turns_adaptive_steps_off_the_doctor_says_the_watchdog_judges(tiny, make_draft):
+    d = make_draft(config={"expected_accept_length": FIGURE})
+    launch = ["--speculative-algorithm", "EAGLE3", *SHAPE, "--speculative-adaptive", "--enable-dp-attention"]
+    r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.13", launch=launch)
+    f = finding(r, "speculative-adaptive")
+    assert "turns --speculative-adaptive off for this launch (--enable-dp-attention)" in f.what
+    assert finding(r, "expected-accept-length").severity == INFO  # compared as at any fixed steps
+
+
 def test_a_malformed_expected_figure_is_a_warning_naming_the_field(tiny, make_draft):
     d = make_draft(config={"expected_accept_length": {"accept_length": 0.9}})
     f = finding(run(tiny, *SHAPE, draft=d), "expected-accept-length")

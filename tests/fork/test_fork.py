@@ -432,14 +432,14 @@ def fork_tree(tmp_path_factory, installed) -> Path:
 
 
 _STATUS = """
-import importlib, json
+import json
 from eagle3_patches import cpu
+from eagle3_patches.testing.releases import import_hooked_modules
 cpu.activate()
 import eagle3_patches, sglang
 reg = eagle3_patches.get_registry()
 eagle3_patches.apply()
-for name in reg.names():
-    importlib.import_module(reg[name].module)
+import_hooked_modules()  # a module of later releases (the MLA draft's) is left out
 print(json.dumps({"sglang": sglang.__file__, "states": {n: s.state.value for n, s in eagle3_patches.status().items()}}))
 """
 
@@ -454,4 +454,5 @@ def test_registry_reports_every_patch_in_source_on_the_patched_copy(fork_tree):
     assert {n: s for n, s in result["states"].items() if n in FIXES} == {name: "in-source" for name in FIXES}
     runtime_only = {p.name for p in eagle3_patches.get_registry().patches() if not p.in_fork_series}
     # nothing of the series patched at run time on top of the fork (a check of the library's own deployment may be)
-    assert "applied" not in [s for n, s in result["states"].items() if n not in runtime_only]
+    series = set(eagle3_patches.get_registry().names()) - runtime_only  # instruments are never in the series
+    assert "applied" not in [s for n, s in result["states"].items() if n in series]

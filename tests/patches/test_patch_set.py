@@ -11,14 +11,11 @@ pytestmark = pytest.mark.sglang
 
 
 def _apply_twice_and_revert():
-    import importlib
-
     import eagle3_patches
+    from eagle3_patches.testing.releases import import_hooked_modules
 
     # every module a patch or an instrument hooks, imported first: a hook on a module not yet imported is pending
-    modules = {
-        name: importlib.import_module(reg[name].module) for reg in eagle3_patches.registries() for name in reg.names()
-    }
+    modules = import_hooked_modules()
 
     def snapshot():
         """Every class attribute of every patched module, by identity."""

@@ -490,7 +490,9 @@ def test_the_expected_figure_comes_from_the_setting_first_then_the_draft_config(
         settings.reload()
 
 
-def _through_sglangs_call(monkeypatch, adaptive: bool, batches: list[tuple[int, int]]) -> Watchdog:
+def _through_sglangs_call(
+    monkeypatch, adaptive: bool, batches: list[tuple[int, int]], **server_args: object
+) -> Watchdog:
     """The watchdog as sglang's ``update_spec_metrics(bs, accepted_drafts)`` reaches it, on a server whose
     ``--speculative-adaptive`` is ``adaptive``, fed ``batches``; the figure the draft states is 3.0 at fixed steps."""
     from eagle3_patches.checkpoint.expected_accept import ExpectedAccept
@@ -499,7 +501,8 @@ def _through_sglangs_call(monkeypatch, adaptive: bool, batches: list[tuple[int, 
     dog = _dog()
     monkeypatch.setattr(aw, "_state", aw._State())
     aw._state.watchdog = dog
-    monkeypatch.setattr(aw, "server_arg", lambda name, default=None: {"speculative_adaptive": adaptive}.get(name))
+    flags = {"speculative_adaptive": adaptive, "speculative_algorithm": "EAGLE3", **server_args}
+    monkeypatch.setattr(aw, "server_arg", lambda name, default=None: flags.get(name, default))
     monkeypatch.setattr(aw, "expected_figure", lambda: ExpectedAccept(3.0, source="draft/config.json"))
 
     class Scheduler:
@@ -525,9 +528,17 @@ def test_under_adaptive_steps_nothing_false_is_said_and_the_stand_down_is_said_o
     assert dog.reports == 0 and dog.probe.armed == 0 and dog.last_mean is not None  # followed, not judged
 
 
-def test_the_same_batches_at_fixed_steps_are_judged(monkeypatch, caplog):
+@pytest.mark.parametrize(
+    "adaptive, server_args",
+    [
+        (False, {}),
+        (True, {"enable_dp_attention": True}),  # sglang falls back to fixed steps: its adaptive_unsupported_reason
+        (True, {"speculative_eagle_topk": 4}),
+    ],
+)
+def test_the_same_batches_at_fixed_steps_are_judged(monkeypatch, caplog, adaptive, server_args):
     with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
-        dog = _through_sglangs_call(monkeypatch, False, ADAPTIVE_BATCHES)
+        dog = _through_sglangs_call(monkeypatch, adaptive, ADAPTIVE_BATCHES, **server_args)
     assert dog.stood_down is None and dog.expected is not None and dog.reports >= 1
     assert any("speculative decoding accepts essentially no draft tokens" in w for w in _warnings(caplog))
 

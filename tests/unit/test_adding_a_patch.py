@@ -242,7 +242,7 @@ def test_adding_a_patch_is_the_checklist_and_nothing_else(tmp_path, tiny):
     (copy / "tests/patches").mkdir()
     (copy / "tests/patches/test_throwaway_fix.py").write_text(THROWAWAY_TEST)
     snapshot = copy / "tests/unit/test_registry.py"
-    text, before_it = snapshot.read_text(), '    "eagle3_draft_strict_loading",\n'
+    text, before_it = snapshot.read_text(), '    "mla_draft_strict_loading",\n'
     assert text.count(before_it) == 1
     snapshot.write_text(text.replace(before_it, before_it + '    "throwaway_fix",\n'))
     # 3. its fork-path diff, by the copy's own tool

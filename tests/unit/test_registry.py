@@ -61,6 +61,19 @@ def test_lazy_until_import_then_applied(module_name):
     assert mod.Target().method() == "patched:original"
 
 
+def test_a_module_the_install_lacks_makes_its_patches_not_applicable_now_and_later(module_name):
+    later = f"absent_{uuid.uuid4().hex}"  # a module of later releases
+    reg = Registry("t", [_patch(module_name), _patch(later, name="q")])
+    reg.apply(["q"])
+    assert reg.status()["q"].state is State.PENDING
+    reg.module_absent(later)
+    assert reg.status()["q"].state is State.NOT_APPLICABLE and later in reg.status()["q"].reason
+    reg.revert()
+    reg.apply()  # selected again: said at once, nothing waits for the import
+    assert reg.status()["q"].state is State.NOT_APPLICABLE
+    assert reg.status()["p"].state is State.PENDING  # the other module's patch is untouched
+
+
 def test_apply_twice_changes_nothing_and_revert_restores_identity(module_name):
     mod = importlib.import_module(module_name)
     original = mod.Target.__dict__["method"]
@@ -205,7 +218,9 @@ PATCHES = [
     "tp_allreduce_fusion_capture",
     "speculators_draft_config",
     "eagle3_draft_strict_loading",
+    "mla_draft_strict_loading",
     "eagle3_fc_guard",
+    "mla_draft_fc_guard",
     "eagle3_draft_norms",
     "eagle3_algorithm_guard",
     "hicache_draft_kv",

@@ -1,0 +1,63 @@
+"""mla_draft_strict_loading: the MLA draft's loader loads a good draft and refuses a missing, an unknown and an
+unpaired tensor."""
+
+from __future__ import annotations
+
+from .. import scenarios as sc
+from ..base import Check, Context, Finding, describe_error
+from ..checkpoints import MLA_REFUSED_FOR
+
+MLA_DRAFTS = ("mla_draft", *MLA_REFUSED_FOR)
+
+
+def strict_loading(ctx: Context) -> Finding:
+    """Every draft of :data:`MLA_DRAFTS` into a real draft ``ModelRunner`` beside the tiny Kimi-K2.5, stock and
+    patched."""
+    paths = {n: ctx.path(n) for n in MLA_DRAFTS}
+    target = ctx.path("kimi_k25")
+    stock = ctx.observe(sc.load_drafts_to_host, target, list(paths.values()), ctx.overrides())
+    patched = ctx.observe(sc.load_drafts_to_host, target, list(paths.values()), ctx.overrides(), patches="all")
+    obs = {"stock": stock, "patched": patched, "paths": paths}
+    if stock[0] != "ok" or patched[0] != "ok":
+        failed = stock if stock[0] != "ok" else patched
+        return Finding(False, f"the draft runner could not be built: {describe_error(failed)}", None, observations=obs)
+    s, p = dict(zip(MLA_DRAFTS, stock[1])), dict(zip(MLA_DRAFTS, patched[1]))
+    obs.update(stock_by_name=s, patched_by_name=p)
+    silent = [n for n in MLA_REFUSED_FOR if s[n]["ok"]]
+    stock_text = (
+        f"{len(silent)} of {len(MLA_REFUSED_FOR)} bad MLA drafts (a tensor missing, one unknown, a down projection "
+        "without its partner) loaded without an error"
+        if silent
+        else "every bad MLA draft was refused"
+    )
+    not_refused = [
+        n
+        for n, needle in MLA_REFUSED_FOR.items()
+        if p[n]["ok"] or p[n]["type"] != "Eagle3ConfigError" or needle not in p[n]["message"]
+    ]
+    good = p["mla_draft"]["ok"]
+    refusal = "" if good else describe_error((p["mla_draft"]["type"], p["mla_draft"]["message"]))
+    patched_text = (
+        f"the MLA draft {'loads' if good else 'does NOT load: ' + refusal}"
+        f"; bad drafts {'refused, naming the tensor' if not not_refused else 'NOT refused: ' + ', '.join(not_refused)}"
+    )
+    return Finding(
+        good and not not_refused,
+        patched_text,
+        bool(silent),
+        stock_text,
+        *patched.patch("mla_draft_strict_loading"),
+        observations=obs,
+    )
+
+
+CHECKS: tuple[Check, ...] = (
+    Check(
+        "mla_draft_strict_loading",
+        "the MLA draft's loader refuses missing, unknown and unpaired tensors and loads a good draft",
+        strict_loading,
+        patch="mla_draft_strict_loading",
+        runs_on=">=0.5.12",
+        outside="sglang's MLA draft class (models/kimi_k25_eagle3.py) arrived in 0.5.12",
+    ),
+)
