@@ -379,6 +379,9 @@ class TargetView:
     first_k_dense_replace: int | None
     quantized: bool
     problems: list[FieldProblem]
+    #: the target's attention is MLA (a DeepSeek-V3-family config stating ``kv_lora_rank``): one latent KV per token,
+    #: which sglang's disaggregation sends whole from one prefill rank
+    mla: bool = False
 
     @property
     def arch(self) -> str:
@@ -420,6 +423,7 @@ def target_view(config: dict) -> TargetView:
         quantized=isinstance(config.get("quantization_config"), dict)
         or isinstance(src.get("quantization_config"), dict),
         problems=problems,
+        mla=r.int("kv_lora_rank") is not None,
     )
 
 

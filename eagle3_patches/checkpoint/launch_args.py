@@ -41,6 +41,7 @@ class LaunchArgs:
     algorithm: str | None = None
     tp: int = 1
     pp: int = 1
+    dp: int = 1  # --dp-size: with --enable-dp-attention, attention runs on tp / dp ranks per replica
     nnodes: int = 1
     dtype: str = "auto"
     enable_two_batch_overlap: bool = False
@@ -62,12 +63,23 @@ class LaunchArgs:
     num_draft_tokens: int | None = None  # --speculative-num-draft-tokens
     speculative_adaptive: bool = False  # --speculative-adaptive: sglang changes the steps at run time (0.5.11+)
     disable_overlap_schedule: bool = False
+    # prefill/decode disaggregation (docs/disaggregation.md)
+    disaggregation_mode: str = "null"  # --disaggregation-mode: "prefill", "decode" or "null" (colocated)
+    transfer_backend: str = "mooncake"  # --disaggregation-transfer-backend
+    page_size: int | None = None  # --page-size (None: sglang chooses it from the attention backend)
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype
     #: the environment assignments in front of the command (``SGLANG_ENABLE_SPEC_V2=1 python -m ...``)
     env: dict[str, str] = field(default_factory=dict)
     with_patches: bool = False  # wrapped in `eagle3-patches run`
     program: str = ""  # what was recognised: "flags", "python -m sglang.launch_server", ...
     given: set[str] = field(default_factory=set)  # dests set explicitly on the command line
     unknown: list[str] = field(default_factory=list)
+
+    @property
+    def attention_tp(self) -> int:
+        """The ranks one attention replica spans: ``tp / dp`` under ``--enable-dp-attention``, else ``tp`` (sglang's
+        ``compute_dp_attention_world_info``)."""
+        return max(1, self.tp // self.dp) if self.enable_dp_attention else self.tp
 
     def as_dict(self) -> dict:
         return dict(vars(self), given=sorted(self.given), unknown=list(self.unknown), env=dict(self.env))
@@ -97,6 +109,7 @@ def _parser() -> _Parser:
     a("--speculative-algorithm", dest="algorithm", type=_algorithm)
     a(*SPELLINGS["tp"], dest="tp", type=int)
     a(*SPELLINGS["pp"], dest="pp", type=int)
+    a("--data-parallel-size", "--dp-size", "--dp", dest="dp", type=int)  # --dp: argparse's abbreviation
     a("--nnodes", dest="nnodes", type=int)
     a("--dtype", dest="dtype")
     a("--enable-two-batch-overlap", dest="enable_two_batch_overlap", action="store_true", default=None)
@@ -121,6 +134,10 @@ def _parser() -> _Parser:
     a("--speculative-num-draft-tokens", dest="num_draft_tokens", type=int)
     a("--speculative-adaptive", dest="speculative_adaptive", action="store_true", default=None)
     a("--disable-overlap-schedule", dest="disable_overlap_schedule", action="store_true", default=None)
+    a("--disaggregation-mode", dest="disaggregation_mode")
+    a("--disaggregation-transfer-backend", dest="transfer_backend")
+    a("--page-size", dest="page_size", type=int)
+    a("--kv-cache-dtype", dest="kv_cache_dtype")
     return p
 
 
@@ -216,7 +233,7 @@ def parse_launch_args(argv: Sequence[str] | str) -> LaunchArgs:
         if v is not None:
             setattr(out, k, v)
             out.given.add(k)
-    for k in ("tp", "pp", "nnodes"):
+    for k in ("tp", "pp", "dp", "nnodes"):
         if getattr(out, k) < 1:
             raise LaunchArgsError(f"--{k} must be >= 1", found=str(getattr(out, k)))
     return out

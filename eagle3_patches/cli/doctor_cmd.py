@@ -17,9 +17,12 @@ examples:
   eagle3-patches doctor -- python -m sglang.launch_server --model-path T \\
       --speculative-algorithm EAGLE3 --speculative-draft-model-path D --tp 8
   eagle3-patches doctor --command "eagle3-patches run -- python -m sglang.launch_server ..." --json
+  eagle3-patches doctor --prefill "python -m sglang.launch_server --disaggregation-mode prefill ..." \
+      --decode "python -m sglang.launch_server --disaggregation-mode decode ..."
 
 Only config.json, the whole safetensors index and every safetensors header are read, plus
-the draft's d2t/t2d; never through a link that leaves the checkpoint ({doc_pointer("security")}).
+the draft's d2t/t2d (for a pair whose drafts have two paths, both drafts whole); never through a
+link that leaves the checkpoint ({doc_pointer("security")}).
 Every check, the symptom it prevents and an example report: {doc_pointer("doctor")}.
 """
 
@@ -109,6 +112,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--command", metavar="STRING", help="a whole launch command line as one string (instead of the flags after --)"
     )
     p.add_argument(
+        "--prefill",
+        metavar="STRING",
+        help="a disaggregated pair: the prefill server's whole launch command (with --decode); each side is judged, "
+        "then what the two must agree on",
+    )
+    p.add_argument("--decode", metavar="STRING", help="a disaggregated pair: the decode server's launch command")
+    p.add_argument(
         "--deep", action="store_true", help=argparse.SUPPRESS
     )  # the complete check is the default now; kept for old scripts
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -136,6 +146,8 @@ def run(args) -> int:
     launch_argv = list(args.launch or [])
     if launch_argv and launch_argv[0] == "--":
         launch_argv = launch_argv[1:]
+    if args.prefill is not None or args.decode is not None:
+        return _run_pair(args, launch_argv)
     if launch_argv and args.command:
         return _usage("give the launch command either after -- or with --command, not both")
     launch = None
@@ -165,6 +177,45 @@ def run(args) -> int:
         launch=launch,
         with_patches=args.with_patches,
     )
+    if args.json:
+        print(report.to_json())
+    else:
+        print(report.format(show_info=not args.quiet, color=sys.stdout.isatty()))
+    return report.exit_code
+
+
+def _run_pair(args, launch_argv: list[str]) -> int:
+    from ..checkpoint.launch_args import LaunchArgsError
+    from ..checkpoint.releases import parse_version
+    from ..doctor import doctor_pair
+
+    if args.prefill is None or args.decode is None:
+        return _usage("a pair needs both --prefill and --decode (each a whole launch command)")
+    own = {
+        "--target": args.target,
+        "--draft": args.draft,
+        "--speculative-algorithm": args.speculative_algorithm,
+        "--tp": args.tp,
+        "--pp": args.pp,
+        "--command": args.command,
+        "-- LAUNCH": launch_argv or None,
+    }
+    clash = [flag for flag, v in own.items() if v is not None]
+    if clash:
+        return _usage(
+            f"with --prefill/--decode, {', '.join(clash)} belong in each side's launch command, not beside them"
+        )
+    if args.sglang_version is not None:
+        try:
+            parse_version(args.sglang_version)
+        except ValueError as exc:
+            return _usage(str(exc))
+    try:
+        report = doctor_pair(
+            args.prefill, args.decode, sglang_version=args.sglang_version, with_patches=args.with_patches
+        )
+    except LaunchArgsError as exc:
+        return _usage(str(exc).removeprefix("eagle3-patches: "))
     if args.json:
         print(report.to_json())
     else:

@@ -15,12 +15,14 @@ The doctor never raises for a bad checkpoint: unreadable files become findings.
 
 Where things are: :mod:`.run` (the entry points and the order of the checks), :mod:`.context` (what a check reads
 and writes), :mod:`.target_checks`, :mod:`.draft_checks` and :mod:`.pairing_checks` (the checks that belong to no
-sglang bug; each bug's own rule is its patch module's ``preflight``), :mod:`.report` (the report and its forms).
+sglang bug; each bug's own rule is its patch module's ``preflight``), :mod:`.pair` (a disaggregated prefill/decode
+pair: each side, then what the two must agree on), :mod:`.report` (the report and its forms).
 """
 
 from __future__ import annotations
 
-from .report import MAX_FINDINGS_PER_CODE, Report
+from .pair import doctor_pair
+from .report import MAX_FINDINGS_PER_CODE, PairReport, Report
 from .run import check_draft, doctor
 
-__all__ = ["MAX_FINDINGS_PER_CODE", "Report", "check_draft", "doctor"]
+__all__ = ["MAX_FINDINGS_PER_CODE", "PairReport", "Report", "check_draft", "doctor", "doctor_pair"]

@@ -19,7 +19,7 @@ _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 #: the capture); then the draft's own tensors and vocabulary map; then the rest (dtypes, release notes) in the order
 #: found.  Code prefixes, first match wins.
 CONSEQUENCE = (
-    ("algorithm-", "no-speculation"),
+    ("algorithm-", "no-speculation", "pd-mode", "pd-algorithm"),
     (
         "nothing-to-check",
         "not-a-checkpoint",
@@ -155,13 +155,10 @@ class Report:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, default=str)
 
-    def format(self, *, show_info: bool = True, color: bool = False) -> str:
+    def format(self, *, show_info: bool = True, color: bool = False, title: str = "eagle3-patches doctor") -> str:
         """The human report; every string read from a checkpoint is printed escaped (:mod:`.terminal`)."""
-
-        def paint(s: str, code: str) -> str:
-            return f"\033[{code}m{s}\033[0m" if color else s
-
-        lines = ["eagle3-patches doctor"]
+        paint = _painter(color)
+        lines = [title]
         fx = self.facts
         setup = [f"sglang {fx.get('sglang_version')} ({fx.get('sglang_version_source')})"]
         if fx.get("algorithm"):
@@ -175,12 +172,8 @@ class Report:
             if fx.get(role):
                 lines.append(f"  {role}: {'' if role == 'target' else ' '}{escape_terminal(fx[role])}")
         lines.append("")
-        labels = {ERROR: paint("ERROR  ", "1;31"), WARNING: paint("WARNING", "1;33"), INFO: paint("info   ", "2")}
-        for f in self.ordered():
-            if f.severity == INFO and not show_info:
-                continue
-            lines.append(f.render(f"{labels.get(f.severity, f.severity)} [{f.code}] ", indent=8))
-        n_e, n_w, n_i = (len(self.by_severity(s)) for s in (ERROR, WARNING, INFO))
+        lines.extend(self.finding_lines(show_info=show_info, color=color))
+        n_e, n_w, n_i = self.counts()
         read = fx.get("bytes_read")
         tail = f" Read {_human(read)} in {fx.get('seconds', 0):.2f} s." if read is not None else ""
         verdict = paint("FAIL", "1;31") if n_e else paint("OK", "1;32")
@@ -192,11 +185,26 @@ class Report:
             lines.extend(self._with_patches_summary(paint))
         return "\n".join(lines)
 
+    def counts(self) -> tuple[int, int, int]:
+        """(errors, warnings, notes)."""
+        n_e, n_w, n_i = (len(self.by_severity(s)) for s in (ERROR, WARNING, INFO))
+        return n_e, n_w, n_i
+
+    def finding_lines(self, *, show_info: bool = True, color: bool = False) -> list[str]:
+        """The findings in the human form, in :meth:`ordered` order."""
+        paint = _painter(color)
+        labels = {ERROR: paint("ERROR  ", "1;31"), WARNING: paint("WARNING", "1;33"), INFO: paint("info   ", "2")}
+        return [
+            f.render(f"{labels.get(f.severity, f.severity)} [{f.code}] ", indent=8)
+            for f in self.ordered()
+            if show_info or f.severity != INFO
+        ]
+
     def _with_patches_summary(self, paint) -> list[str]:
         """The verdict with eagle3-patches, in a few lines: what it fixes, what stays wrong."""
         wp = self.with_patches
         assert wp is not None
-        n_e, n_w, n_i = (len(wp.by_severity(s)) for s in (ERROR, WARNING, INFO))
+        n_e, n_w, n_i = wp.counts()
         verdict = paint("FAIL", "1;31") if n_e else paint("OK", "1;32")
         lines = [f"{verdict} with eagle3-patches: {n_e} error(s), {n_w} warning(s), {n_i} note(s)."]
         still = {f.code for f in wp.errors}
@@ -212,6 +220,13 @@ class Report:
             " and exits by it; --without-patches judges stock sglang alone."
         )
         return lines
+
+
+def _painter(color: bool):
+    def paint(s: str, code: str) -> str:
+        return f"\033[{code}m{s}\033[0m" if color else s
+
+    return paint
 
 
 def _patch_mode(fx: dict[str, Any], both: bool, differs: bool) -> str:
@@ -240,3 +255,50 @@ def _human(n: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return str(size)
+
+
+@dataclass
+class PairReport:
+    """The doctor's report on a prefill/decode pair: each side's own report, and the findings across the two."""
+
+    prefill: Report
+    decode: Report
+    pair: Report
+
+    def sides(self) -> list[tuple[str, Report]]:
+        return [("prefill", self.prefill), ("decode", self.decode), ("pair", self.pair)]
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for _, r in self.sides())
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "exit_code": self.exit_code}
+        for name, r in self.sides():
+            out[name] = r.to_dict()
+        del out["pair"]["facts"]  # the pair's facts are its sides'
+        return out
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    def format(self, *, show_info: bool = True, color: bool = False) -> str:
+        paint = _painter(color)
+        parts = [
+            r.format(show_info=show_info, color=color, title=f"eagle3-patches doctor: the {name} server")
+            for name, r in self.sides()[:2]
+        ]
+        pair = ["eagle3-patches doctor: what the two sides must agree on", ""]
+        pair += self.pair.finding_lines(show_info=show_info, color=color) or ["  nothing differs that must not"]
+        pair.append("")
+        totals = [sum(c) for c in zip(*(r.counts() for _, r in self.sides()))]
+        verdict = paint("FAIL", "1;31") if not self.ok else paint("OK", "1;32")
+        pair.append(
+            f"{verdict} for the pair: {totals[0]} error(s), {totals[1]} warning(s), {totals[2]} note(s) "
+            "(both sides and across them)."
+        )
+        return "\n\n".join([*parts, "\n".join(pair)])

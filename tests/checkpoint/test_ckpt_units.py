@@ -734,6 +734,7 @@ def test_no_flags_mean_sglangs_defaults():
             "algorithm": None,
             "tp": 1,
             "pp": 1,
+            "dp": 1,
             "nnodes": 1,
             "dtype": "auto",
             "enable_two_batch_overlap": False,
@@ -753,6 +754,10 @@ def test_no_flags_mean_sglangs_defaults():
             "num_draft_tokens": None,
             "speculative_adaptive": False,
             "disable_overlap_schedule": False,
+            "disaggregation_mode": "null",
+            "transfer_backend": "mooncake",
+            "page_size": None,
+            "kv_cache_dtype": "auto",
             "env": {"A": "1"} if argv == "A=1 env" else {},  # the assignment in front of the (empty) command
             "with_patches": False,
             "program": "flags",

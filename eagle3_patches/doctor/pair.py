@@ -1,0 +1,324 @@
+"""The doctor on a prefill/decode pair: each side judged as one server, then what the two must agree on.
+
+With EAGLE-3 the prefill server runs the target's prefill and the draft's extend, and sends the decode server the
+target's KV, the draft's KV and, per request, one metadata row (the first token, the draft's top-k and its last
+hidden state) that the decode server turns back into its draft input.  sglang compares only the page size (and from
+0.5.23 the KV dtype) across the pair, at the first transfer; every other disagreement serves, at a lower accept
+length.  Each check here names both sides.  It reads the two launch commands as operators write them (one per
+server; sglang's router is given only their URLs) and the checkpoints they name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from .. import settings
+from ..checkpoint.digest import checkpoint_digest
+from ..checkpoint.formats import MLA_DRAFT_ARCH, read_config, target_view
+from ..checkpoint.launch_args import LaunchArgs, parse_launch_args
+from ..checkpoint.releases import NEWEST_KNOWN
+from ..diagnostic import ERROR, WARNING
+from ..errors import Eagle3ConfigError
+from .report import PairReport, Report
+from .run import doctor
+
+SIDES = ("prefill", "decode")
+#: the launch environment that changes what eagle3-patches does in a server: both sides must agree on it
+PATCH_SET_ENV = (
+    settings.APPLY,
+    settings.ENABLE,
+    settings.DISABLE,
+    settings.UPGRADE_ALGORITHM,
+    settings.LAYER_ID_CONVENTION,
+)
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+#: the speculative flags both sides must give alike (``LaunchArgs`` field -> sglang flag)
+SPECULATIVE_FLAGS = {
+    "num_steps": "--speculative-num-steps",
+    "eagle_topk": "--speculative-eagle-topk",
+    "num_draft_tokens": "--speculative-num-draft-tokens",
+    "speculative_adaptive": "--speculative-adaptive",
+}
+_NEWEST = ".".join(map(str, NEWEST_KNOWN))
+
+
+def doctor_pair(
+    prefill: LaunchArgs | Sequence[str] | str,
+    decode: LaunchArgs | Sequence[str] | str,
+    *,
+    sglang_version: str | None = None,
+    with_patches: bool | None = None,
+) -> PairReport:
+    """Judge a disaggregated pair from its two launch commands (see the module docstring).
+
+    Raises :class:`~eagle3_patches.checkpoint.launch_args.LaunchArgsError` for a command that cannot be parsed and
+    ``ValueError`` for a bad version string, as :func:`~.run.doctor` does; never for a bad checkpoint.
+    """
+    la = {
+        side: cmd if isinstance(cmd, LaunchArgs) else parse_launch_args(cmd)
+        for side, cmd in zip(SIDES, (prefill, decode), strict=True)
+    }
+    reports = {
+        side: doctor(launch=la[side], sglang_version=sglang_version, with_patches=with_patches) for side in SIDES
+    }
+    pair = Report()
+    _check_pair(pair, la["prefill"], la["decode"], reports)
+    pair.close()
+    return PairReport(prefill=reports["prefill"], decode=reports["decode"], pair=pair)
+
+
+def _both(field: str, p: object, d: object) -> str:
+    return f"prefill {field} {p}; decode {field} {d}"
+
+
+def _check_pair(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str, Report]) -> None:
+    for side, la in (("prefill", p), ("decode", d)):
+        if la.disaggregation_mode != side:
+            out.add(
+                ERROR,
+                "pd-mode",
+                f"the {side} server's launch does not run it as the {side} side",
+                where=f"{side}: --disaggregation-mode",
+                found=la.disaggregation_mode if "disaggregation_mode" in la.given else "not given (colocated)",
+                expected=side,
+                fix=f"add --disaggregation-mode {side} to the {side} server's launch",
+            )
+    _check_algorithm(out, p, d)
+    if p.algorithm is not None and d.algorithm is not None:
+        _check_speculative_flags(out, p, d)
+        _check_draft(out, p, d)
+        _check_draft_kv_split(out, p, d)
+    _check_target(out, p, d)
+    _check_transfer(out, p, d)
+    _check_patches(out, p, d, reports)
+    if _spec_v2(p) != _spec_v2(d):
+        out.add(
+            ERROR,
+            "pd-spec-v2",
+            "one side runs sglang's spec-v2 EAGLE worker and the other the classic one",
+            where=f"{SPEC_V2_ENV} in the launch environment",
+            found=_both(SPEC_V2_ENV, p.env.get(SPEC_V2_ENV, "unset"), d.env.get(SPEC_V2_ENV, "unset")),
+            expected="the same on both sides",
+            fix=f"set {SPEC_V2_ENV} alike in front of both launches",
+        )
+    if p.context_length != d.context_length:
+        out.add(
+            WARNING,
+            "pd-context-length",
+            "the two sides accept different context lengths: a prompt the prefill side takes may be refused or cut "
+            "on the decode side",
+            where="--context-length",
+            found=_both("--context-length", p.context_length, d.context_length),
+            fix="give both sides the same --context-length",
+        )
+
+
+def _check_algorithm(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+    if p.algorithm == d.algorithm:
+        return
+    found = _both("--speculative-algorithm", p.algorithm or "none", d.algorithm or "none")
+    if p.algorithm is None:
+        out.add(
+            ERROR,
+            "pd-algorithm",
+            "the decode server speculates and the prefill server does not: the decode side reads a zero metadata "
+            "row for every request (first token 0, probability 0, a zero draft hidden state) and, with an MLA "
+            "target, its draft KV for the prompt is never written; it serves, at a lower accept length",
+            where="prefill: --speculative-algorithm",
+            found=found,
+            expected=f"--speculative-algorithm {d.algorithm} on both sides",
+            fix="pass the same speculative flags (algorithm, draft, steps, topk, draft tokens) to both servers",
+        )
+    elif d.algorithm is None:
+        out.add(
+            WARNING,
+            "pd-algorithm",
+            "the prefill server runs the draft and the decode server does not speculate: the draft's work on the "
+            "prefill side is thrown away",
+            where="decode: --speculative-algorithm",
+            found=found,
+            expected=f"--speculative-algorithm {p.algorithm} on both sides, or on neither",
+            fix="pass the same speculative flags to both servers",
+        )
+    else:
+        out.add(
+            ERROR,
+            "pd-algorithm",
+            "the two sides run different speculative algorithms: the decode side rebuilds its draft input from "
+            "what another algorithm wrote",
+            where="--speculative-algorithm",
+            found=found,
+            expected="the same on both sides",
+            fix="pass the same speculative flags to both servers",
+        )
+
+
+def _check_speculative_flags(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+    for field, flag in SPECULATIVE_FLAGS.items():
+        pv, dv = getattr(p, field), getattr(d, field)
+        if pv == dv:
+            continue
+        chosen = None in (pv, dv)  # one side leaves it to sglang, whose choice may or may not be the other's
+        shown = ["not given (sglang chooses)" if v is None else f"{v}" for v in (pv, dv)]
+        out.add(
+            WARNING if chosen else ERROR,
+            "pd-speculative-flags",
+            f"{flag} differs between the two sides: the draft's top-k the prefill side sends is not the one the "
+            "decode side verifies with"
+            if field == "eagle_topk"
+            else f"{flag} differs between the two sides",
+            where=flag,
+            found=f"prefill: {shown[0]}; decode: {shown[1]}",
+            expected="the same on both sides",
+            fix=f"give both servers the same {flag}",
+        )
+
+
+def _check_draft(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+    if p.draft_path is None or d.draft_path is None:
+        return  # each side's own report says a draft is missing
+    if os.path.abspath(p.draft_path) == os.path.abspath(d.draft_path):
+        return
+    digests = {}
+    for side, path in (("prefill", p.draft_path), ("decode", d.draft_path)):
+        try:
+            digests[side] = checkpoint_digest(path, "draft")
+        except Eagle3ConfigError:
+            return  # that side's report names the unreadable draft
+    if digests["prefill"] != digests["decode"]:
+        out.add(
+            ERROR,
+            "pd-draft",
+            "the two sides serve different drafts: the decode side continues from a hidden state and top-k another "
+            "draft produced",
+            where="--speculative-draft-model-path",
+            found=f"prefill {p.draft_path} (sha256 {digests['prefill'][:16]}); decode {d.draft_path} "
+            f"(sha256 {digests['decode'][:16]})",
+            expected="the same checkpoint (the same files) on both sides",
+            fix="copy one draft checkpoint to both nodes and point both launches at it",
+        )
+
+
+def _check_draft_kv_split(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+    """An MLA target with an MHA (Llama-class) draft across attention-TP sizes that differ."""
+    if p.attention_tp == d.attention_tp or p.model_path is None or p.draft_path is None:
+        return
+    try:
+        target_mla = target_view(read_config(p.model_path, "target")).mla
+        draft_mla = MLA_DRAFT_ARCH in (read_config(p.draft_path, "draft").get("architectures") or [])
+    except Eagle3ConfigError:
+        return  # the prefill side's report names the unreadable checkpoint
+    if target_mla and not draft_mla:
+        out.add(
+            ERROR,
+            "pd-draft-kv-split",
+            "an MLA target with a per-head (Llama-class) draft across different attention-TP sizes: sglang judges "
+            "the KV layout from the target's pool and sends the draft's per-head KV unsliced from one prefill rank, "
+            "so it arrives misplaced or partial on the decode side (sglang PR #13555: accept length 2.8 -> 2.1; "
+            f"the fix, PR #20698, is not in a release up to {_NEWEST})",
+            where="--tp / --dp-size / --enable-dp-attention",
+            found=_both("attention-TP size", p.attention_tp, d.attention_tp),
+            expected="the same attention-TP size on both sides, or an MLA draft",
+            fix=f"serve an MLA EAGLE-3 draft ({MLA_DRAFT_ARCH}), or give both sides the same attention-TP size "
+            "(tp / dp-size under --enable-dp-attention)",
+        )
+
+
+def _check_target(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+    if p.model_path is None or d.model_path is None:
+        return
+    if os.path.abspath(p.model_path) == os.path.abspath(d.model_path):
+        return
+    try:
+        same = read_config(p.model_path, "target") == read_config(d.model_path, "target")
+    except Eagle3ConfigError:
+        return
+    if not same:
+        out.add(
+            ERROR,
+            "pd-target",
+            "the two sides serve targets whose config.json differ",
+            where="--model-path",
+            found=f"prefill {p.model_path}; decode {d.model_path}",
+            expected="the same target on both sides",
+            fix="point both launches at copies of one target checkpoint",
+        )
+
+
+def _check_transfer(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+    if p.transfer_backend != d.transfer_backend:
+        out.add(
+            ERROR,
+            "pd-transfer-backend",
+            "the two sides use different transfer backends: they cannot exchange KV",
+            where="--disaggregation-transfer-backend",
+            found=_both("--disaggregation-transfer-backend", p.transfer_backend, d.transfer_backend),
+            expected="the same on both sides",
+            fix="give both servers the same --disaggregation-transfer-backend",
+        )
+    elif p.transfer_backend == "fake":
+        out.add(
+            WARNING,
+            "pd-transfer-backend",
+            "the fake transfer backend moves no bytes: the decode side starts every request from an empty KV and a "
+            "zero metadata row (a test backend, not a deployment)",
+            where="--disaggregation-transfer-backend",
+            found="fake",
+            expected="mooncake, nixl, mori or ascend",
+            fix="choose the backend of your interconnect",
+        )
+    if p.page_size != d.page_size:
+        out.add(
+            WARNING if None in (p.page_size, d.page_size) else ERROR,
+            "pd-page-size",
+            "the two sides' KV page sizes differ: sglang refuses the pair at the first transfer, after both servers "
+            "have loaded",
+            where="--page-size",
+            found=_both("--page-size", p.page_size or "sglang's choice", d.page_size or "sglang's choice"),
+            expected="the same on both sides",
+            fix="give both servers the same --page-size (and --attention-backend, which picks the default)",
+        )
+    if p.kv_cache_dtype != d.kv_cache_dtype:
+        out.add(
+            ERROR,
+            "pd-kv-cache-dtype",
+            "the two sides' KV cache dtypes differ: the decode side reads the prefill side's KV bytes as another type",
+            where="--kv-cache-dtype",
+            found=_both("--kv-cache-dtype", p.kv_cache_dtype, d.kv_cache_dtype),
+            expected="the same on both sides",
+            fix="give both servers the same --kv-cache-dtype",
+        )
+
+
+def _check_patches(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str, Report]) -> None:
+    patched = {side: reports[side].facts.get("with_patches") for side in SIDES}
+    if None not in patched.values() and patched["prefill"] != patched["decode"]:
+        without = "prefill" if not patched["prefill"] else "decode"
+        out.add(
+            ERROR,
+            "pd-patches",
+            f"only one side runs under eagle3-patches: every fix the {without} side lacks shows on the decode "
+            "side as lower acceptance",
+            where=f"{without}: the launch command",
+            found=f"prefill: {reports['prefill'].facts.get('with_patches_source')}; decode: "
+            f"{reports['decode'].facts.get('with_patches_source')}",
+            expected="both sides under eagle3-patches",
+            fix=f"launch the {without} server with `eagle3-patches run -- ...` (or install eagle3-patches there)",
+        )
+    differs = [k for k in PATCH_SET_ENV if p.env.get(k) != d.env.get(k)]
+    if differs:
+        out.add(
+            ERROR,
+            "pd-patch-set",
+            "the two sides run different eagle3-patches settings: a different patch set or layer-id convention "
+            "changes what the draft is fed on one side only",
+            where="the launch environment",
+            found="; ".join(_both(k, p.env.get(k, "unset"), d.env.get(k, "unset")) for k in differs),
+            expected="the same on both sides",
+            fix="set the EAGLE3_PATCHES_* variables alike in front of both launches",
+        )
+
+
+def _spec_v2(la: LaunchArgs) -> bool:
+    return la.env.get(SPEC_V2_ENV, "").strip().lower() in ("1", "true", "yes", "on")
