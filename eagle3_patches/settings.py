@@ -67,6 +67,9 @@ WATCHDOG_WARMUP = "EAGLE3_PATCHES_WATCHDOG_WARMUP"
 WATCHDOG_INTERVAL = "EAGLE3_PATCHES_WATCHDOG_INTERVAL"
 EXPECTED_ACCEPT_LENGTH = "EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH"
 WATCHDOG_EXPECTED_FRACTION = "EAGLE3_PATCHES_WATCHDOG_EXPECTED_FRACTION"
+#: the variables that change what a server under eagle3-patches does to the EAGLE-3 path (which patches, the
+#: algorithm's upgrade, the layer-id convention): two servers that must agree (a prefill/decode pair) set them alike
+BEHAVIOUR = (APPLY, ENABLE, DISABLE, UPGRADE_ALGORITHM, LAYER_ID_CONVENTION)
 KNOWN = (
     APPLY,
     DISABLE,

@@ -24,14 +24,6 @@ from .report import PairReport, Report
 from .run import doctor
 
 SIDES = ("prefill", "decode")
-#: the launch environment that changes what eagle3-patches does in a server: both sides must agree on it
-PATCH_SET_ENV = (
-    settings.APPLY,
-    settings.ENABLE,
-    settings.DISABLE,
-    settings.UPGRADE_ALGORITHM,
-    settings.LAYER_ID_CONVENTION,
-)
 SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 #: the speculative flags both sides must give alike (``LaunchArgs`` field -> sglang flag)
 SPECULATIVE_FLAGS = {
@@ -306,7 +298,7 @@ def _check_patches(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str,
             expected="both sides under eagle3-patches",
             fix=f"launch the {without} server with `eagle3-patches run -- ...` (or install eagle3-patches there)",
         )
-    differs = [k for k in PATCH_SET_ENV if p.env.get(k) != d.env.get(k)]
+    differs = [k for k in settings.BEHAVIOUR if p.env.get(k) != d.env.get(k)]
     if differs:
         out.add(
             ERROR,

@@ -601,3 +601,41 @@ def to_host(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(to_host(v) for v in value)
     return value
+
+
+# --------------------------------------------------------------------------- prefill/decode disaggregation
+def pd_metadata_commits(target: str, draft: str, other_draft: str, then_patched: bool = True) -> dict:
+    """One request's metadata row through sglang's real disaggregation code, per prefill setup: the prefill side's
+    ``MetadataBuffers.set_buf`` writes it (its ``ServerArgs`` this process's, as in a prefill scheduler), the row's
+    bytes are copied into the decode side's buffers (what the transfer engine does), and the decode side's
+    ``DecodeTransferQueue._commit_transfer_to_req`` commits it.  Per case: ``pd_commit``'s (committed first token,
+    abort message or None, the row's ``output_ids`` as sent).  Cases: ``same`` (the decode server's own flags),
+    ``unpatched`` (the same flags, the prefill process without eagle3-patches), ``no_spec`` (the prefill without
+    speculation), ``other_draft``, ``topk`` (another ``--speculative-eagle-topk``), ``fake`` (the fake backend on
+    both sides, the prefill without speculation), ``decode_no_spec`` (neither side speculates).  ``then_patched``:
+    again after the patch set was applied in this process, ``{"stock": ..., "patched": ...}``."""
+    from eagle3_patches.testing import sglang_harness as h
+
+    p, d, fake = {"disaggregation_mode": "prefill"}, {"disaggregation_mode": "decode"}, "fake"
+    decode = h.eagle3_server_args(target, draft, **d)
+    prefills = {
+        "same": h.eagle3_server_args(target, draft, **p),
+        "no_spec": h.server_args(target, **p),
+        "other_draft": h.eagle3_server_args(target, other_draft, **p),
+        "topk": h.eagle3_server_args(target, draft, speculative_eagle_topk=2, speculative_num_draft_tokens=4, **p),
+    }
+    fake_prefill = h.server_args(target, disaggregation_transfer_backend=fake, **p)
+    fake_decode = h.eagle3_server_args(target, draft, disaggregation_transfer_backend=fake, **d)
+
+    def run() -> dict:
+        out = {name: outcome(h.pd_commit, prefill, decode) for name, prefill in prefills.items()}
+        out["unpatched"] = outcome(h.pd_commit, prefills["same"], decode, stamped=False)
+        out["fake"] = outcome(h.pd_commit, fake_prefill, fake_decode)
+        out["decode_no_spec"] = outcome(h.pd_commit, prefills["no_spec"], h.server_args(target, **d))
+        return out
+
+    stock = run()
+    if not then_patched:
+        return {"stock": stock}
+    apply_patch_set()
+    return {"stock": stock, "patched": run()}

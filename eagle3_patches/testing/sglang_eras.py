@@ -144,6 +144,10 @@ class V1Worker:
     def init_layer_runtime(self, model_config) -> None:
         """The scheduler's per-model layer set-up; inside ``ModelRunner`` here."""
 
+    def publish_server_args(self, sa) -> None:
+        """The ``ServerArgs`` as a scheduler process publishes them, without its parallel runtime (what code that
+        reads the published config needs, e.g. the disaggregation queues); nothing to publish here."""
+
     # -- batches -------------------------------------------------------------------------------
     def init_req(self, req) -> None:
         """A new ``Req``'s extend range, as the release's one-batch benchmark sets it (nothing cached)."""
@@ -448,6 +452,12 @@ class PublishedRuntime(ResolveOnce):
         from sglang.srt.distributed import bootstrap
 
         bootstrap.init_layer_runtime(model_config=model_config)
+
+    def publish_server_args(self, sa) -> None:
+        from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
+
+        self.resolve_server_args(sa)
+        publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=spawn_world_rank(sa, tp_rank=0, pp_rank=0), gpu_id=0))
 
 
 class ExtendEnd(PublishedRuntime):

@@ -606,3 +606,90 @@ def load_drafts(target: str, drafts: Sequence[str | tuple[str, dict]], **overrid
         )
     klass.load_weights = load_weights
     return results
+
+
+# --------------------------------------------------------------------------- prefill/decode disaggregation
+class _Receiver:
+    """The decode side's KV receiver once its transfer succeeded: ``_commit_transfer_to_req`` only clears it."""
+
+    def clear(self) -> None:
+        pass
+
+
+def pd_commit(
+    prefill_sa, decode_sa, *, stamped: bool = True, first_token: int = 7, room: int = 4242, index: int = 1
+) -> tuple:
+    """One request's metadata row through sglang's real disaggregation buffers: the prefill side's
+    ``MetadataBuffers.set_buf`` (``prefill_sa`` being the ServerArgs of its process: the patch's
+    ``current_server_args`` answers them, as a prefill scheduler's process does), every buffer's row copied into
+    the decode side's buffers as the transfer engine copies them (nothing with the ``fake`` backend), then the
+    decode side's ``DecodeTransferQueue._commit_transfer_to_req`` (``decode_sa`` its scheduler's).
+    ``stamped=False``: the row's columns past sglang's own zeroed after ``set_buf``, as a prefill process without
+    eagle3-patches leaves them.  Returns the committed first token, the abort message (None when the request was
+    committed) and the row's ``output_ids`` columns as sent."""
+    import ctypes
+    import inspect
+
+    import torch
+    from sglang.srt.disaggregation.decode import DecodeRequest, DecodeTransferQueue, MetadataBuffers
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    from eagle3_patches.patches import disaggregation_fingerprint as fingerprint
+
+    hidden = 64  # the tiny draft's hidden size (the row's hidden state)
+
+    def request() -> Any:
+        req = Req("pd", "", [1, 2, 3], SamplingParams(max_new_tokens=4), bootstrap_room=room)
+        req.vocab_size = 1024  # the tiny target's (0.5.23's fake backend draws its first token from it)
+        return req
+
+    def algorithm(sa) -> Any:
+        return SpeculativeAlgorithm.from_string(sa.speculative_algorithm)
+
+    def buffers(sa) -> Any:
+        # 0.5.23 sizes a sampling-mask buffer from the server's flag (``max_sampling_mask_tokens``)
+        kw = {}
+        if "max_sampling_mask_tokens" in inspect.signature(MetadataBuffers.__init__).parameters:
+            kw["max_sampling_mask_tokens"] = int(getattr(sa, "sampling_mask_max_tokens", 0) or 0)
+        return MetadataBuffers(4, hidden, torch.float32, **kw)
+
+    sent = buffers(prefill_sa)
+    req = request()
+    req.output_ids, req.metadata_buffer_index = [first_token], index
+    if not algorithm(prefill_sa).is_none():
+        req.hidden_states_tensor = torch.full((hidden,), 0.5)
+        req.output_topk_p, req.output_topk_index = torch.tensor([0.9]), torch.tensor([first_token])
+    own = fingerprint.current_server_args
+    fingerprint.current_server_args = lambda: prefill_sa
+    try:
+        sent.set_buf(req)
+    finally:
+        fingerprint.current_server_args = own
+    if not stamped:
+        sent.output_ids[index, 1:] = 0
+    received = buffers(decode_sa)
+    if decode_sa.disaggregation_transfer_backend != "fake":
+        # what the transfer engine does: each buffer's row, byte for byte, at the addresses sglang registers
+        src, _, item_lens = sent.get_buf_infos()[:3]
+        dst = received.get_buf_infos()[0]
+        for s, d, n in zip(src, dst, item_lens, strict=True):
+            ctypes.memmove(d + index * n, s + index * n, n)
+    era().publish_server_args(decode_sa)  # the decode scheduler's process config (0.5.21+ reads it from there)
+    queue = DecodeTransferQueue.__new__(DecodeTransferQueue)
+    queue.metadata_buffers = received
+    # the scheduler's parts the commit reads: its flags, no KV checksum, the reasoning-token count of 0.5.23 (none
+    # here: the tiny target has no reasoning parser)
+    queue.scheduler = SimpleNamespace(
+        server_args=decode_sa,
+        kv_checksum_computer=None,
+        batch_result_processor=SimpleNamespace(_maybe_update_reasoning_tokens=lambda req, token: None),
+    )
+    queue.spec_algorithm = algorithm(decode_sa)
+    decode_req = DecodeRequest(req=request(), kv_receiver=_Receiver(), metadata_buffer_index=index)
+    queue._commit_transfer_to_req(decode_req)
+    r = decode_req.req
+    reason = r.finished_reason
+    message = getattr(reason, "message", None) if reason else None
+    return r.output_ids[-1] if r.output_ids else None, message, sent.output_ids[index].tolist()

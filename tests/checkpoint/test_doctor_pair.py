@@ -233,3 +233,27 @@ def test_every_pair_code_is_in_the_doctors_page():
     emitted = set(re.findall(r'"(pd-[a-z0-9-]+)"', Path(module.__file__).read_text()))
     page = (Path(__file__).parents[2] / "docs" / "doctor.md").read_text()
     assert emitted and all(f"`{code}`" in page for code in emitted), emitted
+
+
+def test_the_sampled_digest_reads_a_bounded_part_and_tells_two_trainings_apart(tmp_path):
+    """What a serving process fingerprints its draft with: the head and ``blocks`` blocks of each weight file."""
+    import torch
+    from safetensors.torch import save_file
+
+    from eagle3_patches.checkpoint import digest
+    from eagle3_patches.checkpoint.safetensors_header import bytes_read
+
+    def draft(name: str, seed: int):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        save_file({"w": torch.randn(1 << 20, generator=torch.Generator().manual_seed(seed))}, str(d / "m.safetensors"))
+        return d
+
+    a, b, copy = draft("a", 1), draft("b", 2), draft("copy", 1)
+    before = bytes_read()
+    sampled = digest.checkpoint_digest(a, blocks=8)
+    read = bytes_read() - before
+    assert read <= len(b"{}") + digest.HEAD + 8 * digest.BLOCK < (4 << 20) // 8  # an eighth of the 4 MB file
+    assert sampled == digest.checkpoint_digest(copy, blocks=8) != digest.checkpoint_digest(b, blocks=8)
+    assert sampled != digest.checkpoint_digest(a)  # a sampled digest is compared only with a sampled one

@@ -198,8 +198,8 @@ SURVIVOR_KINDS = [
     (
         "ShiftEmptinessBoundary",
         "eagle3_patches/patches/eagle3_fc_guard.py",
-        "if width != expected and hidden_states.shape[0] > 0:",
-        "if width != expected and hidden_states.shape[0] > 1:",
+        "if expected is not None and width != expected and hidden_states.shape[0] > 0:",
+        "if expected is not None and width != expected and hidden_states.shape[0] > 1:",
     ),
 ]
 

@@ -208,6 +208,7 @@ def test_in_source_marker_reports_in_source(tmp_path, monkeypatch):
 #: the patches in the tests is derived from the registries (the fork series, the selftest's checks, the docs table).
 PATCHES = [
     "rank_consistency",
+    "disaggregation_fingerprint",
     "kimi_k25_eagle3_delegation",
     "kimi_vl_eagle3_delegation",
     "qwen3_vl_eagle3_capture",

@@ -1,0 +1,314 @@
+"""disaggregation_fingerprint
+
+Bug: nothing checks that the two servers of a prefill/decode pair speculate alike.  With EAGLE-3 the prefill
+server runs the draft's first step and sends the decode server, per request, one metadata row (the first token,
+the draft's top-k and its last hidden state) that the decode server continues from.  sglang compares only the
+page size (0.5.23 also the KV dtype) across the pair.  A prefill server launched without speculation, with another
+draft, another top-k or without eagle3-patches sends a row the decode server takes as it is: a zero row (token 0,
+probability 0, a zero hidden state) or another draft's state.
+
+What users see: the pair serves, at a lower accept length, and the decode server (where the watchdog runs) cannot
+tell that the cause is on the prefill side.
+
+What the patch changes: the prefill server stamps a fingerprint into columns 1-10 of the request's row of
+``output_ids`` in sglang's ``MetadataBuffers`` (16 int32 per request, of which sglang uses column 0): a marker, its
+format, whether the request carries the draft's state, ``--speculative-eagle-topk``, ``--speculative-num-steps``,
+``--speculative-num-draft-tokens``, a hash of the patch set and of the eagle3-patches settings that change it, and
+96 bits of the draft's digest (``checkpoint.digest`` with sampled blocks; a draft named by a hub id: the id).  No
+new transfer: the row travels whole already.  The decode server reads the row when sglang commits a transfer
+(``DecodeTransferQueue._commit_transfer_to_req``) and, when it speculates, refuses a row without the marker
+("the prefill server does not speculate, or runs without eagle3-patches") and one whose fingerprint differs from
+its own: the request fails with sglang's own abort (an error to the client, the transfer-failure metric counted),
+and one log line per distinct difference names both sides.  With the ``fake`` transfer backend, which moves no
+bytes, it says once that nothing is verified.
+
+Cost: per request, on the prefill side one 10-int copy into a host tensor; on the decode side one 16-int read and
+a comparison.  Once per process, the draft's sampled digest (a few hundred KB read).
+
+Releases: every release with ``MetadataBuffers.set_buf`` and ``DecodeTransferQueue._commit_transfer_to_req`` (read
+in 0.5.9 and 0.5.23); sglang has no such check.  Upgrade the prefill servers before the decode servers: a decode
+server under this patch refuses the rows of a prefill server without it (``EAGLE3_PATCHES_DISABLE`` on the decode
+side switches the check off).
+
+Upstream probe: none (sglang has no cross-server check of speculation).
+
+Tests: ``tests/patches/test_disaggregation_fingerprint.py``: sglang's real ``MetadataBuffers`` and
+``DecodeTransferQueue._commit_transfer_to_req`` on CPU with real ``Req`` objects: stock commits a zero row and
+another draft's row silently; patched, a prefill row stamped by the same setup commits, a zero row, a row from a
+prefill without speculation, another draft, another top-k or another patch set each abort the request naming both
+sides, the fake backend is said once and not refused, a decode server without speculation checks nothing.
+
+Not verified on CPU: a served pair over a real transfer engine (mooncake, nixl) carrying the row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+from packaging.specifiers import SpecifierSet
+
+from .. import settings
+from ..checkpoint.digest import checkpoint_digest
+from ..errors import Eagle3ConfigError
+from ..registry import Patch, Saver, State, expect_attr
+from ..sglang_runtime import current_server_args
+from ..version import __version__
+from . import get_registry
+
+logger = logging.getLogger("eagle3_patches")
+
+NAME = "disaggregation_fingerprint"
+#: "E3PF": the first column of a stamped row
+MAGIC = 0x45335046
+FORMAT = 1
+#: the columns of ``MetadataBuffers.output_ids`` the fingerprint occupies (sglang writes column 0)
+FIRST_COLUMN = 1
+#: sampled blocks of each draft weight file in the draft's digest
+DIGEST_BLOCKS = 64
+SPECULATING = 1  # flag bit: the request carries the draft's state
+DRAFT_BY_CONTENT = 2  # flag bit: the draft digest is of its files (else of the name it was given)
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+FIX = (
+    "launch the prefill and the decode servers with the same speculative flags and draft, both under eagle3-patches "
+    "with the same EAGLE3_PATCHES_* settings (`eagle3-patches doctor --prefill CMD --decode CMD` names every "
+    "difference)"
+)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What one side speculates with, as the row carries it."""
+
+    format: int
+    flags: int
+    topk: int
+    steps: int
+    draft_tokens: int
+    patch_set: int
+    draft: tuple[int, int, int]
+
+    def row(self) -> list[int]:
+        return [MAGIC, self.format, self.flags, self.topk, self.steps, self.draft_tokens, self.patch_set, *self.draft]
+
+    @classmethod
+    def from_row(cls, values: list[int]) -> Fingerprint | None:
+        """The fingerprint in a row's columns (from :data:`FIRST_COLUMN`), or None when the row is not stamped."""
+        if len(values) < 10 or values[0] != MAGIC:
+            return None
+        fmt, flags, topk, steps, tokens, ps, d0, d1, d2 = values[1:10]
+        return cls(fmt, flags, topk, steps, tokens, ps, (d0, d1, d2))
+
+    @property
+    def speculating(self) -> bool:
+        return bool(self.flags & SPECULATING)
+
+    def with_speculating(self, on: bool) -> Fingerprint:
+        return Fingerprint(
+            self.format,
+            (self.flags | SPECULATING) if on else (self.flags & ~SPECULATING),
+            self.topk,
+            self.steps,
+            self.draft_tokens,
+            self.patch_set,
+            self.draft,
+        )
+
+    def describe(self) -> str:
+        if not self.speculating:
+            return "no speculation"
+        draft = "".join(f"{v & 0xFFFFFFFF:08x}" for v in self.draft)
+        return (
+            f"topk {self.topk}, steps {self.steps}, draft tokens {self.draft_tokens}, draft {draft[:16]}"
+            f"{'' if self.flags & DRAFT_BY_CONTENT else ' (by name)'}, patch set {self.patch_set & 0xFFFFFFFF:08x}"
+        )
+
+
+def differences(mine: Fingerprint, theirs: Fingerprint) -> list[str]:
+    """What the prefill side's fingerprint (``theirs``) has that this decode side's does not."""
+    if theirs.format != mine.format:
+        return [f"fingerprint format: prefill {theirs.format}, decode {mine.format}"]
+    if not theirs.speculating:
+        return ["speculation: the prefill server sent no draft state"]
+    out = []
+    for label, a, b in (
+        ("--speculative-eagle-topk", theirs.topk, mine.topk),
+        ("--speculative-num-steps", theirs.steps, mine.steps),
+        ("--speculative-num-draft-tokens", theirs.draft_tokens, mine.draft_tokens),
+    ):
+        if a != b:
+            out.append(f"{label}: prefill {a}, decode {b}")
+    if (theirs.draft, theirs.flags & DRAFT_BY_CONTENT) != (mine.draft, mine.flags & DRAFT_BY_CONTENT):
+        out.append("the draft: its digest differs between the two sides")
+    if theirs.patch_set != mine.patch_set:
+        out.append("the eagle3-patches patch set or settings differ between the two sides")
+    return out
+
+
+def _int32(b: bytes) -> int:
+    return int.from_bytes(b[:4], "little", signed=True)
+
+
+def _draft_digest(server_args) -> tuple[bytes, bool]:
+    path = getattr(server_args, "speculative_draft_model_path", None) or ""
+    if path and os.path.isdir(path):
+        return bytes.fromhex(checkpoint_digest(path, "draft", blocks=DIGEST_BLOCKS)), True
+    revision = getattr(server_args, "speculative_draft_model_revision", None) or ""
+    return hashlib.sha256(f"{path}@{revision}".encode()).digest(), False
+
+
+def selection() -> dict:
+    """What of eagle3-patches this process runs, as two sides must agree on it: the library's version, each patch
+    and instrument on or off (a patch waiting for its module counts as on: the two sides import sglang's modules in
+    their own order) and the settings that change what a patch does."""
+    states = get_registry().status()
+    cfg = settings.current()
+    return {
+        "eagle3_patches": __version__,
+        "on": sorted(n for n, s in states.items() if s.state not in (State.NOT_SELECTED, State.DISABLED, State.FAILED)),
+        "upgrade_algorithm": cfg.upgrade_algorithm,
+        "layer_id_convention": cfg.layer_id_convention,
+    }
+
+
+def fingerprint_of(server_args) -> Fingerprint:
+    """This server's fingerprint, from its resolved ``ServerArgs`` and this process's patch set."""
+    algorithm = str(getattr(server_args, "speculative_algorithm", None) or "").upper()
+    speculating = algorithm in SPECULATIVE_ALGORITHMS
+    digest, by_content = _draft_digest(server_args) if speculating else (bytes(12), False)
+    ps = hashlib.sha256(json.dumps(selection(), sort_keys=True).encode()).digest()
+    return Fingerprint(
+        format=FORMAT,
+        flags=(SPECULATING if speculating else 0) | (DRAFT_BY_CONTENT if by_content else 0),
+        topk=int(getattr(server_args, "speculative_eagle_topk", None) or 0),
+        steps=int(getattr(server_args, "speculative_num_steps", None) or 0),
+        draft_tokens=int(getattr(server_args, "speculative_num_draft_tokens", None) or 0),
+        patch_set=_int32(ps),
+        draft=(_int32(digest[0:4]), _int32(digest[4:8]), _int32(digest[8:12])),
+    )
+
+
+#: id(ServerArgs) -> (the ServerArgs, its fingerprint), computed at the first request a server handles
+_mine: dict[int, tuple[object, Fingerprint]] = {}
+_said: set[str] = set()  # the log lines said once per process
+
+
+def local_fingerprint(server_args=None) -> Fingerprint:
+    """The fingerprint of the server whose ``ServerArgs`` these are (default: this process's), computed once."""
+    sa = server_args if server_args is not None else current_server_args()
+    if id(sa) not in _mine:
+        _mine[id(sa)] = (sa, fingerprint_of(sa))
+    return _mine[id(sa)][1]
+
+
+def _say_once(key: str, level: int, message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        logger.log(level, message)
+
+
+# ------------------------------------------------------------------ prefill: stamp
+def _stamped_set_buf(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    req = args[0] if args else kwargs["req"]
+    fp = local_fingerprint().with_speculating(getattr(req, "hidden_states_tensor", None) is not None)
+    import torch
+
+    row = fp.row()
+    instance.output_ids[req.metadata_buffer_index, FIRST_COLUMN : FIRST_COLUMN + len(row)] = torch.tensor(
+        row, dtype=instance.output_ids.dtype
+    )
+    return result
+
+
+# ------------------------------------------------------------------ decode: verify
+def _row(instance, decode_req) -> list[int]:
+    idx = decode_req.metadata_buffer_index
+    return instance.metadata_buffers.output_ids[idx, FIRST_COLUMN : FIRST_COLUMN + 10].tolist()
+
+
+def _fake_transfer(instance, decode_req) -> bool:
+    from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
+
+    host = getattr(decode_req.req, "bootstrap_host", None)
+    backend = getattr(instance.scheduler.server_args, "disaggregation_transfer_backend", None)
+    return host == FAKE_BOOTSTRAP_HOST or (host is None and backend == "fake")
+
+
+def refusal(theirs: Fingerprint | None, mine: Fingerprint) -> Eagle3ConfigError | None:
+    """Why the decode side refuses a row (None: it agrees)."""
+    if theirs is None:
+        found = "no eagle3-patches fingerprint in the request's metadata row"
+        what = (
+            "the prefill server sent no eagle3-patches fingerprint: it does not speculate, or runs without "
+            "eagle3-patches; the decode server would continue from a zero draft state"
+        )
+    else:
+        diffs = differences(mine, theirs)
+        if not diffs:
+            return None
+        found = "; ".join(diffs)
+        what = "the prefill server speculates otherwise than this decode server: its draft state does not fit"
+    return Eagle3ConfigError(
+        what,
+        where="the prefill/decode pair (this is the decode server)",
+        found=f"{found} (prefill: {theirs.describe() if theirs else 'not stamped'}; decode: {mine.describe()})",
+        expected="the prefill server's fingerprint equal to this decode server's",
+        fix=FIX,
+    )
+
+
+def _verified_commit(wrapped, instance, args, kwargs):
+    decode_req = args[0] if args else kwargs["decode_req"]
+    row = _row(instance, decode_req)
+    result = wrapped(*args, **kwargs)
+    if result is False:  # 0.5.9: the metadata is not there yet
+        return result
+    from sglang.srt.disaggregation.utils import prepare_abort
+    from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+    req = decode_req.req
+    if isinstance(getattr(req, "finished_reason", None), FINISH_ABORT) or instance.spec_algorithm.is_none():
+        return result
+    if _fake_transfer(instance, decode_req):
+        _say_once(
+            "fake",
+            logging.WARNING,
+            "eagle3-patches: the fake transfer backend moves no bytes: the decode server starts every request from a "
+            "zero draft state and nothing about the prefill side is verified",
+        )
+        return result
+    exc = refusal(Fingerprint.from_row(row), local_fingerprint(instance.scheduler.server_args))
+    if exc is not None:
+        d = exc.diagnostic
+        _say_once(d.found, logging.ERROR, f"{exc}\n  (first refused: request {getattr(req, 'rid', '?')})")
+        from http import HTTPStatus
+
+        message = f"eagle3-patches: {d.what}. Found: {d.found}. Fix: {d.fix}"
+        prepare_abort(req, message, status_code=HTTPStatus.INTERNAL_SERVER_ERROR)
+    return result
+
+
+class DisaggregationFingerprint(Patch):
+    name = NAME
+    order = 6
+    summary = "the decode server of a prefill/decode pair refuses a request whose prefill side speculates otherwise"
+    module = "sglang.srt.disaggregation.decode"
+    applies_to = SpecifierSet(">=0.5.8")
+    remedy = "refused"
+    in_fork_series = False  # it compares eagle3-patches' own fingerprints: a forked sglang runs without the library
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(expect_attr(module, "MetadataBuffers"), "set_buf")
+        expect_attr(expect_attr(module, "DecodeTransferQueue"), "_commit_transfer_to_req")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.wrap(module.MetadataBuffers, "set_buf", _stamped_set_buf)
+        saver.wrap(module.DecodeTransferQueue, "_commit_transfer_to_req", _verified_commit)
+
+
+PATCH = DisaggregationFingerprint()
