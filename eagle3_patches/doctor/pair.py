@@ -94,16 +94,16 @@ def _check_pair(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str, Re
             expected="the same on both sides",
             fix=f"set {SPEC_V2_ENV} alike in front of both launches",
         )
-    if p.context_length != d.context_length:
-        out.add(
-            WARNING,
-            "pd-context-length",
-            "the two sides accept different context lengths: a prompt the prefill side takes may be refused or cut "
-            "on the decode side",
-            where="--context-length",
-            found=_both("--context-length", p.context_length, d.context_length),
-            fix="give both sides the same --context-length",
-        )
+    _must_match(
+        out,
+        WARNING,
+        "pd-context-length",
+        "--context-length",
+        p.context_length,
+        d.context_length,
+        "the two sides accept different context lengths: a prompt the prefill side takes may be refused or cut on "
+        "the decode side",
+    )
 
 
 def _check_algorithm(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
@@ -238,49 +238,63 @@ def _check_target(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
         )
 
 
-def _check_transfer(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
-    if p.transfer_backend != d.transfer_backend:
+def _must_match(out: Report, severity: str, code: str, flag: str, pv: object, dv: object, what: str, fix: str = ""):
+    """One finding when the two sides give ``flag`` different values."""
+    if pv != dv:
         out.add(
-            ERROR,
-            "pd-transfer-backend",
-            "the two sides use different transfer backends: they cannot exchange KV",
-            where="--disaggregation-transfer-backend",
-            found=_both("--disaggregation-transfer-backend", p.transfer_backend, d.transfer_backend),
+            severity,
+            code,
+            what,
+            where=flag,
+            found=_both(flag, pv, dv),
             expected="the same on both sides",
-            fix="give both servers the same --disaggregation-transfer-backend",
+            fix=fix or f"give both servers the same {flag}",
         )
-    elif p.transfer_backend == "fake":
+
+
+def _check_transfer(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+    backend = "--disaggregation-transfer-backend"
+    _must_match(
+        out,
+        ERROR,
+        "pd-transfer-backend",
+        backend,
+        p.transfer_backend,
+        d.transfer_backend,
+        "the two sides use different transfer backends: they cannot exchange KV",
+    )
+    if p.transfer_backend == d.transfer_backend == "fake":
         out.add(
             WARNING,
             "pd-transfer-backend",
             "the fake transfer backend moves no bytes: the decode side starts every request from an empty KV and a "
             "zero metadata row (a test backend, not a deployment)",
-            where="--disaggregation-transfer-backend",
+            where=backend,
             found="fake",
             expected="mooncake, nixl, mori or ascend",
             fix="choose the backend of your interconnect",
         )
-    if p.page_size != d.page_size:
-        out.add(
-            WARNING if None in (p.page_size, d.page_size) else ERROR,
-            "pd-page-size",
-            "the two sides' KV page sizes differ: sglang refuses the pair at the first transfer, after both servers "
-            "have loaded",
-            where="--page-size",
-            found=_both("--page-size", p.page_size or "sglang's choice", d.page_size or "sglang's choice"),
-            expected="the same on both sides",
-            fix="give both servers the same --page-size (and --attention-backend, which picks the default)",
-        )
-    if p.kv_cache_dtype != d.kv_cache_dtype:
-        out.add(
-            ERROR,
-            "pd-kv-cache-dtype",
-            "the two sides' KV cache dtypes differ: the decode side reads the prefill side's KV bytes as another type",
-            where="--kv-cache-dtype",
-            found=_both("--kv-cache-dtype", p.kv_cache_dtype, d.kv_cache_dtype),
-            expected="the same on both sides",
-            fix="give both servers the same --kv-cache-dtype",
-        )
+    chosen = "sglang's choice"
+    _must_match(
+        out,
+        WARNING if None in (p.page_size, d.page_size) else ERROR,
+        "pd-page-size",
+        "--page-size",
+        p.page_size or chosen,
+        d.page_size or chosen,
+        "the two sides' KV page sizes differ: sglang refuses the pair at the first transfer, after both servers have "
+        "loaded",
+        "give both servers the same --page-size (and --attention-backend, which picks the default)",
+    )
+    _must_match(
+        out,
+        ERROR,
+        "pd-kv-cache-dtype",
+        "--kv-cache-dtype",
+        p.kv_cache_dtype,
+        d.kv_cache_dtype,
+        "the two sides' KV cache dtypes differ: the decode side reads the prefill side's KV bytes as another type",
+    )
 
 
 def _check_patches(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str, Report]) -> None:
