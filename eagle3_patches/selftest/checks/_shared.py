@@ -3,6 +3,8 @@ wrapper targets."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ...testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 from .. import scenarios as sc
 from ..base import Context, Finding, describe_error
@@ -52,3 +54,21 @@ def wrapper_check(patch: str, targets: tuple[str, ...]):
         return Finding(fixed_all, "; ".join(texts), all(bugs), "; ".join(stock_text), *state)
 
     return check
+
+
+def drafts_loaded(ctx: Context, target: str, names: tuple[str, ...]) -> tuple[dict[str, Any], dict, dict] | Finding:
+    """Every draft of ``names`` loaded into a real draft ``ModelRunner`` beside ``target``, stock and then with the
+    patch set: ``(observations, stock by name, patched by name)``, or the failing :class:`Finding` when a runner
+    could not be built."""
+    paths = {n: ctx.path(n) for n in names}
+    stock = ctx.observe(sc.load_drafts_to_host, ctx.path(target), list(paths.values()), ctx.overrides())
+    patched = ctx.observe(
+        sc.load_drafts_to_host, ctx.path(target), list(paths.values()), ctx.overrides(), patches="all"
+    )
+    obs: dict[str, Any] = {"stock": stock, "patched": patched, "paths": paths}
+    if stock[0] != "ok" or patched[0] != "ok":
+        failed = stock if stock[0] != "ok" else patched
+        return Finding(False, f"the draft runner could not be built: {describe_error(failed)}", None, observations=obs)
+    s, p = dict(zip(names, stock[1])), dict(zip(names, patched[1]))
+    obs.update(stock_by_name=s, patched_by_name=p)
+    return obs, s, p

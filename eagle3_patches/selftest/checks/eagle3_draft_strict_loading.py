@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .. import scenarios as sc
 from ..base import Check, Context, Finding, describe_error
+from ._shared import drafts_loaded
 
 #: the drafts the strict-loading check loads, and what a bad one must be refused for (a needle of the message)
 STRICT_DRAFTS = (
@@ -26,16 +27,11 @@ REFUSED_FOR = {
 
 def strict_loading(ctx: Context) -> Finding:
     """Every draft of :data:`STRICT_DRAFTS` into a real draft ``ModelRunner``, stock and patched."""
-    paths = {n: ctx.path(n) for n in STRICT_DRAFTS}
-    target = ctx.path("deepseek_v3")
-    stock = ctx.observe(sc.load_drafts_to_host, target, list(paths.values()), ctx.overrides())
-    patched = ctx.observe(sc.load_drafts_to_host, target, list(paths.values()), ctx.overrides(), patches="all")
-    obs = {"stock": stock, "patched": patched, "paths": paths}
-    if stock[0] != "ok" or patched[0] != "ok":
-        failed = stock if stock[0] != "ok" else patched
-        return Finding(False, f"the draft runner could not be built: {describe_error(failed)}", None, observations=obs)
-    s, p = dict(zip(STRICT_DRAFTS, stock[1])), dict(zip(STRICT_DRAFTS, patched[1]))
-    obs.update(stock_by_name=s, patched_by_name=p)
+    loaded = drafts_loaded(ctx, "deepseek_v3", STRICT_DRAFTS)
+    if isinstance(loaded, Finding):
+        return loaded
+    obs, s, p = loaded
+    paths = obs["paths"]
 
     def exact(result: dict, name: str) -> bool:
         return result["ok"] and sc.bit_exact_mismatches(result["params"], paths[name]) == []
@@ -64,8 +60,15 @@ def strict_loading(ctx: Context) -> Finding:
         f"; full-vocabulary draft {'loads' if full_vocab else 'does NOT load'}; bad drafts "
         f"{'refused, naming the tensor' if not not_refused else 'NOT refused: ' + ', '.join(not_refused)}"
     )
+    state, reason = obs["patched"].patch("eagle3_draft_strict_loading")
     return Finding(
-        fixed, patched_text, bool(bugs), stock_text, *patched.patch("eagle3_draft_strict_loading"), observations=obs
+        fixed,
+        patched_text,
+        bool(bugs),
+        stock_text,
+        state,
+        reason,
+        observations=obs,
     )
 
 

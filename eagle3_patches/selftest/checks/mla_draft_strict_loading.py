@@ -3,9 +3,9 @@ unpaired tensor."""
 
 from __future__ import annotations
 
-from .. import scenarios as sc
 from ..base import Check, Context, Finding, describe_error
 from ..checkpoints import MLA_REFUSED_FOR
+from ._shared import drafts_loaded
 
 MLA_DRAFTS = ("mla_draft", *MLA_REFUSED_FOR)
 
@@ -13,16 +13,10 @@ MLA_DRAFTS = ("mla_draft", *MLA_REFUSED_FOR)
 def strict_loading(ctx: Context) -> Finding:
     """Every draft of :data:`MLA_DRAFTS` into a real draft ``ModelRunner`` beside the tiny Kimi-K2.5, stock and
     patched."""
-    paths = {n: ctx.path(n) for n in MLA_DRAFTS}
-    target = ctx.path("kimi_k25")
-    stock = ctx.observe(sc.load_drafts_to_host, target, list(paths.values()), ctx.overrides())
-    patched = ctx.observe(sc.load_drafts_to_host, target, list(paths.values()), ctx.overrides(), patches="all")
-    obs = {"stock": stock, "patched": patched, "paths": paths}
-    if stock[0] != "ok" or patched[0] != "ok":
-        failed = stock if stock[0] != "ok" else patched
-        return Finding(False, f"the draft runner could not be built: {describe_error(failed)}", None, observations=obs)
-    s, p = dict(zip(MLA_DRAFTS, stock[1])), dict(zip(MLA_DRAFTS, patched[1]))
-    obs.update(stock_by_name=s, patched_by_name=p)
+    loaded = drafts_loaded(ctx, "kimi_k25", MLA_DRAFTS)
+    if isinstance(loaded, Finding):
+        return loaded
+    obs, s, p = loaded
     silent = [n for n in MLA_REFUSED_FOR if s[n]["ok"]]
     stock_text = (
         f"{len(silent)} of {len(MLA_REFUSED_FOR)} bad MLA drafts (a tensor missing, one unknown, a down projection "
@@ -41,12 +35,14 @@ def strict_loading(ctx: Context) -> Finding:
         f"the MLA draft {'loads' if good else 'does NOT load: ' + refusal}"
         f"; bad drafts {'refused, naming the tensor' if not not_refused else 'NOT refused: ' + ', '.join(not_refused)}"
     )
+    state, reason = obs["patched"].patch("mla_draft_strict_loading")
     return Finding(
         good and not not_refused,
         patched_text,
         bool(silent),
         stock_text,
-        *patched.patch("mla_draft_strict_loading"),
+        state,
+        reason,
         observations=obs,
     )
 
