@@ -105,6 +105,13 @@ RELATED = (
     "aux-ids-convention",
     "fc-width",
 )
+#: what the decode server of a prefill/decode pair adds to a report: the causes it cannot see
+PREFILL_SIDE = (
+    "this is the decode server of a prefill/decode pair: the prefill server's own causes show here as well (its "
+    "capture, its layer-id convention, HiCache there); a prefill server without speculation, with another draft or "
+    "without eagle3-patches is refused per request by `disaggregation_fingerprint` when this server runs it. Run "
+    "`eagle3-patches doctor --prefill CMD --decode CMD`, and the probe on the prefill server"
+)
 LIKELY_CAUSES = (
     "--speculative-algorithm EAGLE (or NEXTN) with an EAGLE-3 draft (the usual one: the target captures nothing, "
     "the draft's fc is skipped and its head replaced by the target's); the target not capturing its aux layers "
@@ -254,6 +261,8 @@ class Watchdog:
         self.diagnosis: Diagnostic | str | None = None
         self.gauges: Gauges | None = None
         self.algorithm: str | None = None  # for the message (read lazily from sglang's server args)
+        #: ``--disaggregation-mode`` of this server ("decode": the prefill server's causes show here too)
+        self.disaggregation_mode: str | None = None
         #: the accept length the draft should reach (:meth:`set_expected`), the fraction of its gain below which
         #: a window is reported, and whether the last window was below it
         self.expected: expected_accept.ExpectedAccept | None = None
@@ -391,6 +400,8 @@ class Watchdog:
             )
         else:
             self.waiting = 0
+        if self.disaggregation_mode == "decode":
+            tail += "\n  pair:     " + PREFILL_SIDE
         logger.warning("%s%s", self.finding(mean).render(head), tail)
 
     # -- after the probe was armed
@@ -484,6 +495,7 @@ def _counted_spec_metrics(wrapped, instance, args, kwargs):
         if _state.logging_rank is None:
             _state.logging_rank = _stats_logging_rank(instance)
             dog.algorithm = _algorithm()
+            dog.disaggregation_mode = _disaggregation_mode()
             if _state.logging_rank:
                 if adaptive_steps():
                     dog.stand_down(expected_accept.ADAPTIVE_STEPS)
@@ -583,6 +595,14 @@ def adaptive_steps() -> bool:
         expected_accept.adaptive_turned_off(str(name).upper() if name else None, topk, bool(dp_attention), bool(tbo))
         is None
     )
+
+
+def _disaggregation_mode() -> str | None:
+    try:
+        mode = server_arg("disaggregation_mode")
+        return str(getattr(mode, "value", mode)) if mode is not None else None
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _algorithm() -> str | None:

@@ -178,6 +178,16 @@ def test_fires_once_with_the_symptom_window_and_causes_then_names_the_first_wron
     assert dog.diagnosis.context["hop"] == "target_output"
 
 
+@pytest.mark.parametrize("mode", ["decode", "prefill", None])
+def test_a_decode_server_of_a_pair_points_at_the_prefill_side(caplog, mode):
+    dog = _dog(warmup=0, window=200)
+    dog.disaggregation_mode = mode
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        _feed(dog, 1, bs=256, accepted=3)
+    (warning,) = _warnings(caplog)
+    assert ("doctor --prefill CMD --decode CMD" in warning) == (mode == "decode")
+
+
 def test_fires_for_a_big_batch_that_fills_the_window_at_once(caplog):
     dog = _dog(warmup=0, window=200)
     with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
@@ -575,3 +585,10 @@ def test_a_watchdog_that_judges_nothing_exports_no_verdict(monkeypatch):
     Gauges({"model_name": "m"}).export(dog)
     assert "eagle3_patches:watchdog_accept_length" in names()
     assert not {"eagle3_patches:watchdog_degraded", "eagle3_patches:watchdog_below_expected"} & names()
+
+
+def test_the_decode_server_of_a_pair_is_known_from_sglangs_flags(monkeypatch, caplog):
+    with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+        dog = _through_sglangs_call(monkeypatch, False, ADAPTIVE_BATCHES, disaggregation_mode="decode")
+    assert dog.disaggregation_mode == "decode"
+    assert any("prefill/decode pair" in w and "--prefill CMD --decode CMD" in w for w in _warnings(caplog))
