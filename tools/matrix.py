@@ -83,6 +83,9 @@ PLUGIN_SERVER_FILE = "tests/e2e/test_plugin_server.py"
 #: from 0.5.12, the MLA draft (``Eagle3DeepseekV2ForCausalLM``) in the real server: the outputs of no speculation,
 #: fc fed 3 x hidden, a draft missing a tensor refused at start
 MLA_SERVER_FILE = "tests/e2e/test_mla_draft_server.py"
+#: a prefill/decode pair (mooncake over TCP, sglang's router): the outputs of no speculation at the colocated accept
+#: length, a prefill server without speculation refused by the decode server; CI runs it on the pinned release
+PD_PAIR_FILE = "tests/e2e/test_pd_pair.py"
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
 LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
 #: the selftest checks those two tests assert on (the ``run_check`` fixture): where ``selftest`` runs in the
@@ -103,7 +106,7 @@ SERVER_TESTS = [
 #: the patch states, the bug on stock, the real worker feeding 3 x H to fc and the layer-id convention come from
 #: `status` and `selftest` (with --no-selftest the two tests of the same checks run instead: SELFTEST_TWINS).
 #: --behavioural adds the behavioural suite (about 15 min more a release)
-FULL_SELECTION = [*SERVER_TESTS, PLUGIN_SERVER_FILE, MLA_SERVER_FILE]
+FULL_SELECTION = [*SERVER_TESTS, PLUGIN_SERVER_FILE, MLA_SERVER_FILE, PD_PAIR_FILE]
 SELFTEST_TWINS = {FC_CHECK: FC_TEST, LAYER_CHECK: LAYER_TEST_FILE}
 #: --ci runs the behavioural suite and the plugin server (about 12 min a release on 2 cores), on fewer releases
 CI_SELECTION = [*BEHAVIOURAL, PLUGIN_SERVER_FILE, MLA_SERVER_FILE]

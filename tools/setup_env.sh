@@ -8,6 +8,16 @@ VENV=${EAGLE3_VENV:-.venv}
 SGLANG_VERSION=${SGLANG_VERSION:-0.5.9}
 stamp="$VENV/.eagle3-env-$(cat requirements-test.txt pyproject.toml | sha256sum | cut -c1-16)-sglang-$SGLANG_VERSION"
 if [ -f "$stamp" ]; then exit 0; fi
+# mooncake's transfer engine (requirements-test.txt) loads libibverbs even where it talks TCP: Debian's packages
+if ! ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 '; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get install -y -qq libibverbs1 librdmacm1 libnuma1 ibverbs-providers >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq libibverbs1 librdmacm1 libnuma1 ibverbs-providers >/dev/null; } \
+      || echo "setup_env: could not install libibverbs1 (tests/e2e/test_pd_pair.py will skip)" >&2
+  else
+    echo "setup_env: libibverbs1 is missing; install libibverbs1 librdmacm1 libnuma1 ibverbs-providers (tests/e2e/test_pd_pair.py will skip)" >&2
+  fi
+fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # pip's notes about this machine's unused local index locations are noise here
 exec 2> >(grep -v "^WARNING: Location 'file://" >&2)

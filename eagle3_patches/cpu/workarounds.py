@@ -169,6 +169,24 @@ class TreeMaskModeForBackend(Patch):
         saver.set(module, "default_tree_mask_mode", default_tree_mask_mode, imported_by="sglang.")
 
 
+class MooncakeHostTensorIndices(Patch):
+    """A prefill server's mooncake sender (``supports_host_tensor_indices``, newer releases) stages the request's KV
+    indices in pinned host memory and records a ``torch.cuda.Event`` for them (``disaggregation/prefill.py``):
+    ``pin_memory=True`` raises on a machine without an accelerator.  With the flag off the prefill takes its
+    other branch, the indices as a NumPy array on the host, which mooncake's TCP transport sends as well."""
+
+    name = "cpu_mooncake_host_tensor_indices"
+    summary = "the mooncake prefill sender's KV indices as a host array (pinned memory needs an accelerator)"
+    module = "sglang.srt.disaggregation.mooncake.conn"
+    applies_to = SpecifierSet(">=0.5.9")
+
+    def check(self, module: ModuleType) -> None:
+        expect_attr(expect_attr(module, "MooncakeKVSender"), "supports_host_tensor_indices")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        saver.set(module.MooncakeKVSender, "supports_host_tensor_indices", False)
+
+
 def build_registry() -> Registry:
     from .cache_loc_ops import build_patches as cache_loc_ops
     from .spec_kernels import CpuSpecKernels
@@ -190,6 +208,7 @@ def build_registry() -> Registry:
             TpThreadBinding(),
             CpuSpecKernels(),
             TreeMaskModeForBackend(),
+            MooncakeHostTensorIndices(),
             # KV-slot ops of the EAGLE decode loop: 0.5.13 - 0.5.15's assign_extend_cache_locs_func has no CPU
             # branch (returns None); 0.5.16 on calls sgl_kernel CPU-build ops the stand-ins cannot serve
             *cache_loc_ops(),

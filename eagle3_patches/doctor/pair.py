@@ -263,16 +263,17 @@ def _check_transfer(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
         d.transfer_backend,
         "the two sides use different transfer backends: they cannot exchange KV",
     )
-    if p.transfer_backend == d.transfer_backend == "fake":
+    if p.transfer_backend == "fake":
         out.add(
-            WARNING,
+            ERROR,
             "pd-transfer-backend",
-            "the fake transfer backend moves no bytes: the decode side starts every request from an empty KV and a "
-            "zero metadata row (a test backend, not a deployment)",
-            where=backend,
+            "a prefill server cannot run the fake transfer backend (sglang refuses it at start; 0.5.9 fails there): "
+            "fake is a decode-only test backend that moves no bytes, the decode side starting every request from an "
+            "empty KV and a zero metadata row",
+            where=f"prefill: {backend}",
             found="fake",
             expected="mooncake, nixl, mori or ascend",
-            fix="choose the backend of your interconnect",
+            fix="choose the backend of your interconnect on both sides",
         )
     chosen = "sglang's choice"
     _must_match(

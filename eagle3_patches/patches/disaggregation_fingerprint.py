@@ -20,7 +20,8 @@ new transfer: the row travels whole already.  The decode server reads the row wh
 ("the prefill server does not speculate, or runs without eagle3-patches") and one whose fingerprint differs from
 its own: the request fails with sglang's own abort (an error to the client, the transfer-failure metric counted),
 and one log line per distinct difference names both sides.  With the ``fake`` transfer backend, which moves no
-bytes, it says once that nothing is verified.
+bytes, it says once that nothing is verified; sglang's own health-check and warm-up requests (its fake bootstrap
+host) are not checked.
 
 Cost: per request, on the prefill side one 10-int copy into a host tensor; on the decode side one 16-int read and
 a comparison.  Once per process, the draft's sampled digest (a few hundred KB read).
@@ -36,9 +37,12 @@ Tests: ``tests/patches/test_disaggregation_fingerprint.py``: sglang's real ``Met
 ``DecodeTransferQueue._commit_transfer_to_req`` on CPU with real ``Req`` objects: stock commits a zero row and
 another draft's row silently; patched, a prefill row stamped by the same setup commits, a zero row, a row from a
 prefill without speculation, another draft, another top-k or another patch set each abort the request naming both
-sides, the fake backend is said once and not refused, a decode server without speculation checks nothing.
+sides, the fake backend is said once and not refused, sglang's own health-check requests are not checked, a decode
+server without speculation checks nothing.  ``tests/e2e/test_pd_pair.py``: a real pair (mooncake's transfer engine
+over TCP, sglang's router) serves with the fingerprint on, and a prefill server without speculation is refused by
+the decode server, the reason in the client's error.
 
-Not verified on CPU: a served pair over a real transfer engine (mooncake, nixl) carrying the row.
+Not verified on CPU: the RDMA and nixl transports carrying the row.
 """
 
 from __future__ import annotations
@@ -231,12 +235,11 @@ def _row(instance, decode_req) -> list[int]:
     return instance.metadata_buffers.output_ids[idx, FIRST_COLUMN : FIRST_COLUMN + 10].tolist()
 
 
-def _fake_transfer(instance, decode_req) -> bool:
+def _fake_host(decode_req) -> bool:
+    """sglang's own requests with nothing transferred: its health check and warm-up (``FAKE_BOOTSTRAP_HOST``)."""
     from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
 
-    host = getattr(decode_req.req, "bootstrap_host", None)
-    backend = getattr(instance.scheduler.server_args, "disaggregation_transfer_backend", None)
-    return host == FAKE_BOOTSTRAP_HOST or (host is None and backend == "fake")
+    return getattr(decode_req.req, "bootstrap_host", None) == FAKE_BOOTSTRAP_HOST
 
 
 def refusal(theirs: Fingerprint | None, mine: Fingerprint) -> Eagle3ConfigError | None:
@@ -274,7 +277,7 @@ def _verified_commit(wrapped, instance, args, kwargs):
     req = decode_req.req
     if isinstance(getattr(req, "finished_reason", None), FINISH_ABORT) or instance.spec_algorithm.is_none():
         return result
-    if _fake_transfer(instance, decode_req):
+    if getattr(instance.scheduler.server_args, "disaggregation_transfer_backend", None) == "fake":
         _say_once(
             "fake",
             logging.WARNING,
@@ -282,6 +285,8 @@ def _verified_commit(wrapped, instance, args, kwargs):
             "zero draft state and nothing about the prefill side is verified",
         )
         return result
+    if _fake_host(decode_req):
+        return result  # sglang's health check or warm-up: no prefill server sent it
     exc = refusal(Fingerprint.from_row(row), local_fingerprint(instance.scheduler.server_args))
     if exc is not None:
         d = exc.diagnostic

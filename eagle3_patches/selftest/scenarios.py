@@ -612,7 +612,8 @@ def pd_metadata_commits(target: str, draft: str, other_draft: str, then_patched:
     abort message or None, the row's ``output_ids`` as sent).  Cases: ``same`` (the decode server's own flags),
     ``unpatched`` (the same flags, the prefill process without eagle3-patches), ``no_spec`` (the prefill without
     speculation), ``other_draft``, ``topk`` (another ``--speculative-eagle-topk``), ``fake`` (the fake backend on
-    both sides, the prefill without speculation), ``decode_no_spec`` (neither side speculates).  ``then_patched``:
+    both sides, the prefill without speculation), ``health_check`` (sglang's own health-check request, nothing
+    transferred), ``decode_no_spec`` (neither side speculates).  ``then_patched``:
     again after the patch set was applied in this process, ``{"stock": ..., "patched": ...}``."""
     from eagle3_patches.testing import sglang_harness as h
 
@@ -630,6 +631,7 @@ def pd_metadata_commits(target: str, draft: str, other_draft: str, then_patched:
     def run() -> dict:
         out = {name: outcome(h.pd_commit, prefill, decode) for name, prefill in prefills.items()}
         out["unpatched"] = outcome(h.pd_commit, prefills["same"], decode, stamped=False)
+        out["health_check"] = outcome(h.pd_commit, prefills["no_spec"], decode, stamped=False, health_check=True)
         out["fake"] = outcome(h.pd_commit, fake_prefill, fake_decode)
         out["decode_no_spec"] = outcome(h.pd_commit, prefills["no_spec"], h.server_args(target, **d))
         return out

@@ -8,6 +8,7 @@ reads back (for failures, and for the probe / dump log lines).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -311,3 +312,126 @@ def serve(
         "pid": pid,
         **more,
     }
+
+
+class DisaggregatedPair:
+    """A prefill and a decode server of one model on this machine (``--disaggregation-mode prefill|decode``, sglang's
+    mooncake transfer engine over TCP) behind sglang's router (``sglang_router.launch_router --pd-disaggregation``),
+    each server started as :class:`Server` starts one.  Use as a context manager; :meth:`generate` asks the router.
+
+    The router answers 503 for a moment after its ``/health`` is up (until its own health check has seen the
+    prefill server): :meth:`generate` retries those for up to ``ROUTER_WARMUP_S`` seconds."""
+
+    ROUTER_WARMUP_S = 120.0
+
+    def __init__(
+        self,
+        model: str,
+        prefill_args: Sequence[str],
+        decode_args: Sequence[str],
+        *,
+        log_dir: os.PathLike,
+        env: dict | None = None,
+        python: str | None = None,
+    ):
+        log_dir = Path(log_dir)
+        self.bootstrap_port = free_port()
+        env = {"MOONCAKE_PROTOCOL": "tcp", **(env or {})}  # sglang 0.5.23 reads it; mooncake falls back to TCP anyway
+        backend = ["--disaggregation-transfer-backend", "mooncake"]
+        self.prefill = Server(
+            model,
+            ["--disaggregation-mode", "prefill", *backend, "--disaggregation-bootstrap-port", str(self.bootstrap_port)]
+            + list(prefill_args),
+            log_path=log_dir / "prefill.log",
+            env=env,
+            python=python,
+        )
+        self.decode = Server(
+            model,
+            ["--disaggregation-mode", "decode", *backend, *decode_args],
+            log_path=log_dir / "decode.log",
+            env=env,
+            python=python,
+        )
+        self.router_log = log_dir / "router.log"
+        self.router_port = free_port()
+        self.url = f"http://127.0.0.1:{self.router_port}"
+        self.router_command = [
+            python or sys.executable,
+            "-m",
+            "sglang_router.launch_router",
+            "--pd-disaggregation",
+            "--prefill",
+            self.prefill.url,
+            str(self.bootstrap_port),
+            "--decode",
+            self.decode.url,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.router_port),
+        ]
+        self.router: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 600.0) -> DisaggregatedPair:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:  # the two servers load side by side
+            started = [pool.submit(s.start, timeout) for s in (self.prefill, self.decode)]
+            for fut in started:
+                fut.result()
+        log = open(self.router_log, "wb")
+        self.router = subprocess.Popen(
+            self.router_command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True
+        )
+        log.close()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.router.poll() is not None:
+                raise ServerError(f"the router exited with {self.router.returncode}:\n{self.router_log.read_text()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        raise ServerError(f"the router is not up after 120 s:\n{self.router_log.read_text()}")
+
+    def generate(self, input_ids: Sequence[int], max_new_tokens: int = 16, timeout: float = 300.0) -> dict:
+        """The router's answer to a greedy request; a request the pair refuses raises ``urllib.error.HTTPError``."""
+        body = {
+            "input_ids": list(input_ids),
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        }
+        deadline = time.monotonic() + self.ROUTER_WARMUP_S
+        while True:
+            req = urllib.request.Request(
+                self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=timeout) as r:
+                    return json.loads(r.read())
+            except urllib.error.HTTPError as exc:
+                if exc.code != 503 or time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
+
+    def stop(self) -> None:
+        router, self.router = self.router, None
+        if router is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(router.pid, signal.SIGKILL)
+            router.wait(10)
+        self.decode.stop()
+        self.prefill.stop()
+
+    def __enter__(self) -> DisaggregatedPair:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

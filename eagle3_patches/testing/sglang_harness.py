@@ -617,7 +617,14 @@ class _Receiver:
 
 
 def pd_commit(
-    prefill_sa, decode_sa, *, stamped: bool = True, first_token: int = 7, room: int = 4242, index: int = 1
+    prefill_sa,
+    decode_sa,
+    *,
+    stamped: bool = True,
+    health_check: bool = False,
+    first_token: int = 7,
+    room: int = 4242,
+    index: int = 1,
 ) -> tuple:
     """One request's metadata row through sglang's real disaggregation buffers: the prefill side's
     ``MetadataBuffers.set_buf`` (``prefill_sa`` being the ServerArgs of its process: the patch's
@@ -625,8 +632,9 @@ def pd_commit(
     the decode side's buffers as the transfer engine copies them (nothing with the ``fake`` backend), then the
     decode side's ``DecodeTransferQueue._commit_transfer_to_req`` (``decode_sa`` its scheduler's).
     ``stamped=False``: the row's columns past sglang's own zeroed after ``set_buf``, as a prefill process without
-    eagle3-patches leaves them.  Returns the committed first token, the abort message (None when the request was
-    committed) and the row's ``output_ids`` columns as sent."""
+    eagle3-patches leaves them.  ``health_check``: the decode request is one of sglang's own (its health check or
+    warm-up: the fake bootstrap host), for which nothing is transferred.  Returns the committed first token, the
+    abort message (None when the request was committed) and the row's ``output_ids`` columns as sent."""
     import ctypes
     import inspect
 
@@ -670,7 +678,7 @@ def pd_commit(
     if not stamped:
         sent.output_ids[index, 1:] = 0
     received = buffers(decode_sa)
-    if decode_sa.disaggregation_transfer_backend != "fake":
+    if decode_sa.disaggregation_transfer_backend != "fake" and not health_check:
         # what the transfer engine does: each buffer's row, byte for byte, at the addresses sglang registers
         src, _, item_lens = sent.get_buf_infos()[:3]
         dst = received.get_buf_infos()[0]
@@ -688,6 +696,10 @@ def pd_commit(
     )
     queue.spec_algorithm = algorithm(decode_sa)
     decode_req = DecodeRequest(req=request(), kv_receiver=_Receiver(), metadata_buffer_index=index)
+    if health_check:
+        from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
+
+        decode_req.req.bootstrap_host = FAKE_BOOTSTRAP_HOST
     queue._commit_transfer_to_req(decode_req)
     r = decode_req.req
     reason = r.finished_reason

@@ -218,10 +218,10 @@ def test_another_target_config_is_refused_and_a_copy_is_not(tiny, make_target):
     assert f.severity == ERROR and str(other) in f.found
 
 
-def test_the_fake_backend_on_both_sides_is_said_to_move_nothing(tiny):
+def test_the_fake_backend_on_the_prefill_side_is_refused(tiny):
     fake = ("--disaggregation-transfer-backend", "fake")
     f = only(pair(tiny, launch(tiny, "prefill", *fake), launch(tiny, "decode", *fake)), "pd-transfer-backend")
-    assert f.severity == WARNING and "moves no bytes" in f.what
+    assert f.severity == ERROR and "moves no bytes" in f.what and f.where.startswith("prefill")
 
 
 def test_every_pair_code_is_in_the_doctors_page():

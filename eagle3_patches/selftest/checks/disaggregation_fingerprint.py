@@ -15,7 +15,7 @@ REFUSED = {
     "topk": "--speculative-eagle-topk: prefill 2, decode 1",
 }
 #: the setups it must commit as stock sglang does
-COMMITTED = ("same", "fake", "decode_no_spec")
+COMMITTED = ("same", "fake", "health_check", "decode_no_spec")
 
 
 def refused(case) -> str | None:
