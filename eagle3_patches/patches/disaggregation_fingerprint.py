@@ -10,18 +10,20 @@ probability 0, a zero hidden state) or another draft's state.
 What users see: the pair serves, at a lower accept length, and the decode server (where the watchdog runs) cannot
 tell that the cause is on the prefill side.
 
-What the patch changes: the prefill server stamps a fingerprint into columns 1-10 of the request's row of
+What the patch changes: the prefill server stamps a fingerprint into columns 1-11 of the request's row of
 ``output_ids`` in sglang's ``MetadataBuffers`` (16 int32 per request, of which sglang uses column 0): a marker, its
 format, whether the request carries the draft's state, ``--speculative-eagle-topk``, ``--speculative-num-steps``,
-``--speculative-num-draft-tokens``, a hash of the patch set and of the eagle3-patches settings that change it, and
-96 bits of the draft's digest (``checkpoint.digest`` with sampled blocks; a draft named by a hub id: the id).  No
-new transfer: the row travels whole already.  The decode server reads the row when sglang commits a transfer
-(``DecodeTransferQueue._commit_transfer_to_req``) and, when it speculates, refuses a row without the marker
-("the prefill server does not speculate, or runs without eagle3-patches") and one whose fingerprint differs from
-its own: the request fails with sglang's own abort (an error to the client, the transfer-failure metric counted),
-and one log line per distinct difference names both sides.  With the ``fake`` transfer backend, which moves no
-bytes, it says once that nothing is verified; sglang's own health-check and warm-up requests (its fake bootstrap
-host) are not checked.
+``--speculative-num-draft-tokens``, a hash of the patch set and of the eagle3-patches settings that change it, 96
+bits of the draft's digest (``checkpoint.digest`` with sampled blocks; a draft named by a hub id: the id) and the
+attention-TP size.  No new transfer: the row travels whole already.  The decode server reads the row when
+sglang commits a transfer (``DecodeTransferQueue._commit_transfer_to_req``) and, when it speculates, refuses a row
+without the marker ("the prefill server does not speculate, or runs without eagle3-patches") and one whose
+fingerprint differs from its own, and, with an MLA target and a per-head (Llama-class) draft, one from a prefill
+server of another attention-TP size (sglang sends that draft's KV unsliced from one prefill rank, PR #13555; no
+release fixes it): the request fails with sglang's own abort (an error to the client, the transfer-failure metric
+counted), and one log line per distinct difference names both sides.  With the ``fake`` transfer backend, which
+moves no bytes, it says once that nothing is verified; sglang's own health-check and warm-up requests (its fake
+bootstrap host) are not checked.
 
 Cost: per request, on the prefill side one 10-int copy into a host tensor; on the decode side one 16-int read and
 a comparison.  Once per process, the draft's sampled digest (a few hundred KB read).
@@ -58,6 +60,7 @@ from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..checkpoint.digest import checkpoint_digest
+from ..checkpoint.formats import MLA_DRAFT_ARCH, read_config, target_view
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, State, expect_attr
 from ..sglang_runtime import current_server_args
@@ -76,6 +79,11 @@ FIRST_COLUMN = 1
 DIGEST_BLOCKS = 64
 SPECULATING = 1  # flag bit: the request carries the draft's state
 DRAFT_BY_CONTENT = 2  # flag bit: the draft digest is of its files (else of the name it was given)
+#: flag bit: an MLA target (one latent KV a token) with a per-head (Llama-class) draft, whose KV sglang sends unsliced
+#: from one prefill rank when the two sides' attention-TP sizes differ (PR #13555)
+PER_HEAD_DRAFT_KV = 4
+#: the fingerprint's columns
+COLUMNS = 11
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 FIX = (
     "launch the prefill and the decode servers with the same speculative flags and draft, both under eagle3-patches "
@@ -95,31 +103,46 @@ class Fingerprint:
     draft_tokens: int
     patch_set: int
     draft: tuple[int, int, int]
+    attention_tp: int = 0  # the ranks one attention replica spans (tp / dp under DP attention); 0: not known
 
     def row(self) -> list[int]:
-        return [MAGIC, self.format, self.flags, self.topk, self.steps, self.draft_tokens, self.patch_set, *self.draft]
+        return [
+            MAGIC,
+            self.format,
+            self.flags,
+            self.topk,
+            self.steps,
+            self.draft_tokens,
+            self.patch_set,
+            *self.draft,
+            self.attention_tp,
+        ]
 
     @classmethod
     def from_row(cls, values: list[int]) -> Fingerprint | None:
         """The fingerprint in a row's columns (from :data:`FIRST_COLUMN`), or None when the row is not stamped."""
-        if len(values) < 10 or values[0] != MAGIC:
+        if len(values) < COLUMNS or values[0] != MAGIC:
             return None
-        fmt, flags, topk, steps, tokens, ps, d0, d1, d2 = values[1:10]
-        return cls(fmt, flags, topk, steps, tokens, ps, (d0, d1, d2))
+        fmt, flags, topk, steps, tokens, ps, d0, d1, d2, attention_tp = values[1:COLUMNS]
+        return cls(fmt, flags, topk, steps, tokens, ps, (d0, d1, d2), attention_tp)
 
     @property
     def speculating(self) -> bool:
         return bool(self.flags & SPECULATING)
 
     def with_speculating(self, on: bool) -> Fingerprint:
+        return self.with_flag(SPECULATING, on)
+
+    def with_flag(self, bit: int, on: bool) -> Fingerprint:
         return Fingerprint(
             self.format,
-            (self.flags | SPECULATING) if on else (self.flags & ~SPECULATING),
+            (self.flags | bit) if on else (self.flags & ~bit),
             self.topk,
             self.steps,
             self.draft_tokens,
             self.patch_set,
             self.draft,
+            self.attention_tp,
         )
 
     def describe(self) -> str:
@@ -150,6 +173,13 @@ def differences(mine: Fingerprint, theirs: Fingerprint) -> list[str]:
         out.append("the draft: its digest differs between the two sides")
     if theirs.patch_set != mine.patch_set:
         out.append("the eagle3-patches patch set or settings differ between the two sides")
+    if mine.flags & PER_HEAD_DRAFT_KV and 0 not in (theirs.attention_tp, mine.attention_tp):
+        if theirs.attention_tp != mine.attention_tp:
+            out.append(
+                f"attention-TP size: prefill {theirs.attention_tp}, decode {mine.attention_tp}, with an MLA target and "
+                "a per-head (Llama-class) draft: sglang sends the draft's KV unsliced from one prefill rank and it "
+                "arrives misplaced (sglang PR #13555); serve an MLA draft or give both sides one attention-TP size"
+            )
     return out
 
 
@@ -193,7 +223,30 @@ def fingerprint_of(server_args) -> Fingerprint:
         draft_tokens=int(getattr(server_args, "speculative_num_draft_tokens", None) or 0),
         patch_set=_int32(ps),
         draft=(_int32(digest[0:4]), _int32(digest[4:8]), _int32(digest[8:12])),
-    )
+        attention_tp=_attention_tp(server_args),
+    ).with_flag(PER_HEAD_DRAFT_KV, speculating and _per_head_draft_beside_mla(server_args))
+
+
+def _attention_tp(server_args) -> int:
+    """sglang's attention-TP size (``compute_dp_attention_world_info``): ``tp / dp`` under DP attention, else tp."""
+    tp = int(getattr(server_args, "tp_size", 1) or 1)
+    dp = int(getattr(server_args, "dp_size", 1) or 1) if getattr(server_args, "enable_dp_attention", False) else 1
+    return max(1, tp // dp)
+
+
+def _per_head_draft_beside_mla(server_args) -> bool:
+    """An MLA target (its config states ``kv_lora_rank``) with a draft that is not the MLA class; False where either
+    checkpoint is not a local directory (a hub id) or cannot be read."""
+    target = getattr(server_args, "model_path", None) or ""
+    draft = getattr(server_args, "speculative_draft_model_path", None) or ""
+    if not (os.path.isdir(target) and os.path.isdir(draft)):
+        return False
+    try:
+        mla_target = target_view(read_config(target, "target")).mla
+        draft_archs = read_config(draft, "draft").get("architectures") or []
+    except Eagle3ConfigError:
+        return False
+    return mla_target and MLA_DRAFT_ARCH not in draft_archs
 
 
 #: id(ServerArgs) -> (the ServerArgs, its fingerprint), computed at the first request a server handles
@@ -232,7 +285,7 @@ def _stamped_set_buf(wrapped, instance, args, kwargs):
 # ------------------------------------------------------------------ decode: verify
 def _row(instance, decode_req) -> list[int]:
     idx = decode_req.metadata_buffer_index
-    return instance.metadata_buffers.output_ids[idx, FIRST_COLUMN : FIRST_COLUMN + 10].tolist()
+    return instance.metadata_buffers.output_ids[idx, FIRST_COLUMN : FIRST_COLUMN + COLUMNS].tolist()
 
 
 def _fake_host(decode_req) -> bool:

@@ -611,10 +611,11 @@ def pd_metadata_commits(target: str, draft: str, other_draft: str, then_patched:
     ``DecodeTransferQueue._commit_transfer_to_req`` commits it.  Per case: ``pd_commit``'s (committed first token,
     abort message or None, the row's ``output_ids`` as sent).  Cases: ``same`` (the decode server's own flags),
     ``unpatched`` (the same flags, the prefill process without eagle3-patches), ``no_spec`` (the prefill without
-    speculation), ``other_draft``, ``topk`` (another ``--speculative-eagle-topk``), ``fake`` (the fake backend on
-    both sides, the prefill without speculation), ``health_check`` (sglang's own health-check request, nothing
-    transferred), ``decode_no_spec`` (neither side speculates).  ``then_patched``:
-    again after the patch set was applied in this process, ``{"stock": ..., "patched": ...}``."""
+    speculation), ``other_draft``, ``topk`` (another ``--speculative-eagle-topk``), ``attention_tp`` (the prefill
+    at TP 2: the MLA target's Llama-class draft KV split otherwise), ``fake`` (the fake backend on both sides, the
+    prefill without speculation), ``health_check`` (sglang's own health-check request, nothing transferred),
+    ``decode_no_spec`` (neither side speculates).  ``then_patched``: again after the patch set was applied in this
+    process, ``{"stock": ..., "patched": ...}``."""
     from eagle3_patches.testing import sglang_harness as h
 
     p, d, fake = {"disaggregation_mode": "prefill"}, {"disaggregation_mode": "decode"}, "fake"
@@ -624,6 +625,7 @@ def pd_metadata_commits(target: str, draft: str, other_draft: str, then_patched:
         "no_spec": h.server_args(target, **p),
         "other_draft": h.eagle3_server_args(target, other_draft, **p),
         "topk": h.eagle3_server_args(target, draft, speculative_eagle_topk=2, speculative_num_draft_tokens=4, **p),
+        "attention_tp": h.eagle3_server_args(target, draft, tp_size=2, **p),
     }
     fake_prefill = h.server_args(target, disaggregation_transfer_backend=fake, **p)
     fake_decode = h.eagle3_server_args(target, draft, disaggregation_transfer_backend=fake, **d)

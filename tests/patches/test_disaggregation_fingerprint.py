@@ -136,3 +136,28 @@ def test_a_message_said_once_is_said_once(caplog, monkeypatch):
         for _ in range(3):
             fp._say_once("fake", logging.WARNING, "the fake transfer backend moves no bytes")
     assert [r.getMessage() for r in caplog.records].count("the fake transfer backend moves no bytes") == 1
+
+
+def test_attention_tp_sizes_are_compared_only_for_a_per_head_draft_beside_an_mla_target():
+    per_head = fp.SPECULATING | fp.DRAFT_BY_CONTENT | fp.PER_HEAD_DRAFT_KV
+    exc = fp.refusal(_fp(flags=per_head, attention_tp=8), _fp(flags=per_head, attention_tp=1))
+    assert exc is not None and "attention-TP size: prefill 8, decode 1" in exc.diagnostic.found
+    assert fp.refusal(_fp(flags=per_head, attention_tp=8), _fp(flags=per_head, attention_tp=8)) is None
+    assert fp.refusal(_fp(attention_tp=8), _fp(attention_tp=1)) is None  # an MLA draft: the KV arrives whole
+    assert fp.refusal(_fp(flags=per_head, attention_tp=0), _fp(flags=per_head, attention_tp=1)) is None  # unknown
+
+
+def test_the_attention_tp_size_and_the_draft_kind_are_read_from_the_server_args(tiny):
+    from types import SimpleNamespace
+
+    assert fp._attention_tp(SimpleNamespace(tp_size=8, dp_size=8, enable_dp_attention=True)) == 1
+    assert fp._attention_tp(SimpleNamespace(tp_size=8, dp_size=8, enable_dp_attention=False)) == 8
+    assert fp._attention_tp(SimpleNamespace(tp_size=8, dp_size=2, enable_dp_attention=True)) == 4
+
+    def args(draft, target=tiny["kimi_k25"]):
+        return SimpleNamespace(model_path=str(target), speculative_draft_model_path=str(draft))
+
+    assert fp._per_head_draft_beside_mla(args(tiny["draft"]))
+    assert not fp._per_head_draft_beside_mla(args(tiny["mla_draft"]))
+    assert not fp._per_head_draft_beside_mla(args("lightseekorg/kimi-k2.5-eagle3"))
+    assert fp._per_head_draft_beside_mla(args(tiny["draft"], tiny["deepseek_v3"]))  # DeepSeek-V3 is MLA too

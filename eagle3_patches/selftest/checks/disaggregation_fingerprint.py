@@ -13,6 +13,7 @@ REFUSED = {
     "unpatched": "no eagle3-patches fingerprint",
     "other_draft": "the draft: its digest differs",
     "topk": "--speculative-eagle-topk: prefill 2, decode 1",
+    "attention_tp": "attention-TP size: prefill 2, decode 1",
 }
 #: the setups it must commit as stock sglang does
 COMMITTED = ("same", "fake", "health_check", "decode_no_spec")
