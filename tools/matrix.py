@@ -830,7 +830,10 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "gives the outputs of the server without speculation at accept length >= 2.0, the probe sees `fc` fed 3 x "
         "hidden, `--speculative-algorithm EAGLE` is refused at start (the tests of that file in the selection). "
         f"*plugin server*: `{PLUGIN_SERVER_FILE}` - a plain `python -m sglang.launch_server` (no "
-        "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+).",
+        "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+). "
+        f"*PD pair*: `{PD_PAIR_FILE}` - a prefill and a decode server behind sglang's router, mooncake over TCP: "
+        "the outputs of no speculation at the colocated EAGLE3 accept length, a prefill server without speculation "
+        "refused by the decode server.",
         "",
     ]
     head = [
@@ -843,6 +846,7 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "layer ids",
         "EAGLE3 server",
         "plugin server",
+        "PD pair",
     ]
     lines.append("| " + " | ".join(f"`{h}`" if h in names else h for h in head) + " |")
     lines.append("|" + "---|" * len(head))
@@ -851,7 +855,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         pins = (res.get("setup") or {}).get("pins", {})
         tf = pins.get("transformers", "").split("==")[-1] or "?"
         if not (res.get("setup") or {}).get("ok"):
-            lines.append(f"| {v} | {tf} | " + " | ".join("-" for _ in names) + " | set-up failed | - | - | - | - | - |")
+            rest = " | ".join(["set-up failed", *["-"] * (len(head) - len(names) - 3)])
+            lines.append(f"| {v} | {tf} | " + " | ".join("-" for _ in names) + f" | {rest} |")
             continue
         states = {p["name"]: p for p in (res.get("status") or {}).get("patches", [])}
         cells = [SHORT.get(states[n]["state"], states[n]["state"]) if n in states else "-" for n in names]
@@ -862,7 +867,7 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
             + " | ".join(cells)
             + f" | {suite} | {_selftest_cell(res)} | {_check_verdict(res, FC_CHECK)} | "
             f"{_check_verdict(res, LAYER_CHECK)} | {_file_verdict(res, SERVER_FILE)} | "
-            f"{_file_verdict(res, PLUGIN_SERVER_FILE)} |"
+            f"{_file_verdict(res, PLUGIN_SERVER_FILE)} | {_file_verdict(res, PD_PAIR_FILE)} |"
         )
     lines.append("")
     lines += _upstream_section(results, names)
