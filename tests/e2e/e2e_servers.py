@@ -40,6 +40,17 @@ def serve_or_fail(name: str, model: str, args, tmp, prompts, **kw) -> dict:
         pytest.fail(f"{name} server failed: {exc}")
 
 
+def dumped_rows(dump_dir) -> int:
+    """The rows (tokens) the ``hidden_state_dump`` shards in ``dump_dir`` hold so far."""
+    from safetensors import safe_open
+
+    rows = 0
+    for shard in dump_dir.glob("shard-*.safetensors"):
+        with safe_open(str(shard), "pt") as f:
+            rows += f.get_slice("input_ids").get_shape()[0]
+    return rows
+
+
 def probe_records(probe_dir) -> list[dict]:
     """The diagnostic probe's JSON lines (``EAGLE3_PATCHES_PROBE=<dir>``: one file per process)."""
     return [
@@ -85,8 +96,11 @@ def measured(models, tmp_path_factory) -> dict:
     try:
         server.start()
         outputs = [server.generate(p, MAX_NEW_TOKENS)["output_ids"] for p in PROMPTS]
-        deadline = time.monotonic() + 30  # the dump writes its shard after one idle second
-        while not list(dump_dir.glob("shard-*.safetensors")) and time.monotonic() < deadline:
+        # every request's rows (its prompt, then each generated token but the last, which no forward reads): the
+        # dump writes a shard after each idle second, so a loaded machine may split them over several shards
+        expected = sum(len(p) + MAX_NEW_TOKENS - 1 for p in PROMPTS)
+        deadline = time.monotonic() + 120  # a bound for a dump that never completes, not an expected time
+        while dumped_rows(dump_dir) < expected and time.monotonic() < deadline:
             time.sleep(0.5)
     except ServerError as exc:
         pytest.fail(f"dump server failed: {exc}")
