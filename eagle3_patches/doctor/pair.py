@@ -17,14 +17,14 @@ from .. import settings
 from ..checkpoint.digest import checkpoint_digest
 from ..checkpoint.formats import MLA_DRAFT_ARCH, read_config, target_view
 from ..checkpoint.launch_args import LaunchArgs, parse_launch_args
-from ..checkpoint.releases import NEWEST_KNOWN
+from ..checkpoint.releases import NEWEST_KNOWN, parse_version
 from ..diagnostic import ERROR, WARNING
 from ..errors import Eagle3ConfigError
+from .flag_rules import SPEC_V2, spec_flags
 from .report import PairReport, Report
 from .run import doctor
 
 SIDES = ("prefill", "decode")
-SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
 #: the speculative flags both sides must give alike (``LaunchArgs`` field -> sglang flag)
 SPECULATIVE_FLAGS = {
     "num_steps": "--speculative-num-steps",
@@ -84,15 +84,18 @@ def _check_pair(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str, Re
     _check_target(out, p, d)
     _check_transfer(out, p, d)
     _check_patches(out, p, d, reports)
-    if _spec_v2(p) != _spec_v2(d):
+    version = parse_version(str(reports["prefill"].facts["sglang_version"]))
+    v2 = {side: spec_flags(la, version) for side, la in (("prefill", p), ("decode", d))}
+    if v2["prefill"].spec_v2 != v2["decode"].spec_v2:
         out.add(
             ERROR,
             "pd-spec-v2",
             "one side runs sglang's spec-v2 EAGLE worker and the other the classic one",
-            where=f"{SPEC_V2_ENV} in the launch environment",
-            found=_both(SPEC_V2_ENV, p.env.get(SPEC_V2_ENV, "unset"), d.env.get(SPEC_V2_ENV, "unset")),
+            where=f"{SPEC_V2} in the launch environment",
+            found=f"prefill: spec v2 {'on' if v2['prefill'].spec_v2 else 'off'} ({v2['prefill'].spec_v2_from}); "
+            f"decode: spec v2 {'on' if v2['decode'].spec_v2 else 'off'} ({v2['decode'].spec_v2_from})",
             expected="the same on both sides",
-            fix=f"set {SPEC_V2_ENV} alike in front of both launches",
+            fix=f"set {SPEC_V2} alike in front of both launches",
         )
     _must_match(
         out,
@@ -325,7 +328,3 @@ def _check_patches(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str,
             expected="the same on both sides",
             fix="set the EAGLE3_PATCHES_* variables alike in front of both launches",
         )
-
-
-def _spec_v2(la: LaunchArgs) -> bool:
-    return la.env.get(SPEC_V2_ENV, "").strip().lower() in ("1", "true", "yes", "on")

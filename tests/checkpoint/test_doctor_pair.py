@@ -98,7 +98,7 @@ def test_another_draft_on_the_decode_side_is_refused_naming_both(tiny, make_draf
         (lambda c: c + " --kv-cache-dtype fp8_e4m3", "pd-kv-cache-dtype", ERROR),
         (lambda c: c + " --disaggregation-transfer-backend nixl", "pd-transfer-backend", ERROR),
         (lambda c: c + " --context-length 8192", "pd-context-length", WARNING),
-        (lambda c: "SGLANG_ENABLE_SPEC_V2=1 " + c, "pd-spec-v2", ERROR),
+        (lambda c: "SGLANG_ENABLE_SPEC_V2=0 " + c, "pd-spec-v2", ERROR),  # 0.5.23's default is on
         (lambda c: "EAGLE3_PATCHES_DISABLE=eagle3_fc_guard " + c, "pd-patch-set", ERROR),
         (lambda c: c.replace("eagle3-patches run -- ", ""), "pd-patches", ERROR),
         (lambda c: c.replace("--disaggregation-mode decode", "--disaggregation-mode prefill"), "pd-mode", ERROR),
@@ -257,3 +257,12 @@ def test_the_sampled_digest_reads_a_bounded_part_and_tells_two_trainings_apart(t
     assert read <= len(b"{}") + digest.HEAD + 8 * digest.BLOCK < (4 << 20) // 8  # an eighth of the 4 MB file
     assert sampled == digest.checkpoint_digest(copy, blocks=8) != digest.checkpoint_digest(b, blocks=8)
     assert sampled != digest.checkpoint_digest(a)  # a sampled digest is compared only with a sampled one
+
+
+def test_spec_v2_is_compared_as_each_release_resolves_it(tiny):
+    """Unset is the release's default: on from 0.5.11, off before."""
+    on = "SGLANG_ENABLE_SPEC_V2=1 "
+    assert "pd-spec-v2" not in codes(pair(tiny, launch(tiny, "prefill"), on + launch(tiny, "decode")))
+    old = doctor_pair(launch(tiny, "prefill"), on + launch(tiny, "decode"), sglang_version="0.5.9")
+    f = only(old, "pd-spec-v2")
+    assert "prefill: spec v2 off" in f.found and "decode: spec v2 on" in f.found
