@@ -552,6 +552,14 @@ def draft_view(config: dict) -> DraftView:
     )
 
 
+def per_head_draft_beside_mla(target: os.PathLike | str, draft: os.PathLike | str) -> bool:
+    """An MLA target (its config states ``kv_lora_rank``) with a draft that is not the MLA class: the pair whose
+    draft KV sglang's disaggregation sends unsliced from one prefill rank.  Raises :class:`CheckpointError` for a
+    config that cannot be read."""
+    mla_target = target_view(read_config(target, "target")).mla
+    return mla_target and MLA_DRAFT_ARCH not in (read_config(draft, "draft").get("architectures") or [])
+
+
 def unknown_tensor_hints(names, *, read: Iterable[str], release: str) -> list[str]:
     """What tensors sglang's ``LlamaForCausalLMEagle3`` has no parameter for usually mean (doctor,
     converter and the strict loader say the same).  ``read``: the config fields (read names, as

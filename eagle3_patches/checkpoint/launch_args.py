@@ -30,6 +30,12 @@ SPELLINGS = {
 }
 
 
+def attention_tp_size(tp: int, dp: int, dp_attention: bool) -> int:
+    """The ranks one attention replica spans: ``tp / dp`` under DP attention, else ``tp`` (sglang's
+    ``compute_dp_attention_world_info``)."""
+    return max(1, tp // max(1, dp)) if dp_attention else tp
+
+
 class LaunchArgsError(Eagle3ConfigError):
     """The launch command line cannot be understood (a usage error)."""
 
@@ -79,7 +85,7 @@ class LaunchArgs:
     def attention_tp(self) -> int:
         """The ranks one attention replica spans: ``tp / dp`` under ``--enable-dp-attention``, else ``tp`` (sglang's
         ``compute_dp_attention_world_info``)."""
-        return max(1, self.tp // self.dp) if self.enable_dp_attention else self.tp
+        return attention_tp_size(self.tp, self.dp, self.enable_dp_attention)
 
     def as_dict(self) -> dict:
         return dict(vars(self), given=sorted(self.given), unknown=list(self.unknown), env=dict(self.env))

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from .. import settings
 from ..checkpoint.digest import checkpoint_digest
-from ..checkpoint.formats import MLA_DRAFT_ARCH, read_config, target_view
+from ..checkpoint.formats import MLA_DRAFT_ARCH, per_head_draft_beside_mla, read_config
 from ..checkpoint.launch_args import LaunchArgs, parse_launch_args
 from ..checkpoint.releases import NEWEST_KNOWN, parse_version
 from ..diagnostic import ERROR, WARNING
@@ -200,11 +200,10 @@ def _check_draft_kv_split(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
     if p.attention_tp == d.attention_tp or p.model_path is None or p.draft_path is None:
         return
     try:
-        target_mla = target_view(read_config(p.model_path, "target")).mla
-        draft_mla = MLA_DRAFT_ARCH in (read_config(p.draft_path, "draft").get("architectures") or [])
+        split = per_head_draft_beside_mla(p.model_path, p.draft_path)
     except Eagle3ConfigError:
         return  # the prefill side's report names the unreadable checkpoint
-    if target_mla and not draft_mla:
+    if split:
         out.add(
             ERROR,
             "pd-draft-kv-split",

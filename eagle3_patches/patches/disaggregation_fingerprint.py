@@ -60,7 +60,8 @@ from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..checkpoint.digest import checkpoint_digest
-from ..checkpoint.formats import MLA_DRAFT_ARCH, read_config, target_view
+from ..checkpoint.formats import per_head_draft_beside_mla
+from ..checkpoint.launch_args import attention_tp_size
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, State, expect_attr
 from ..sglang_runtime import current_server_args
@@ -229,9 +230,8 @@ def fingerprint_of(server_args) -> Fingerprint:
 
 def _attention_tp(server_args) -> int:
     """sglang's attention-TP size (``compute_dp_attention_world_info``): ``tp / dp`` under DP attention, else tp."""
-    tp = int(getattr(server_args, "tp_size", 1) or 1)
-    dp = int(getattr(server_args, "dp_size", 1) or 1) if getattr(server_args, "enable_dp_attention", False) else 1
-    return max(1, tp // dp)
+    tp, dp = (int(getattr(server_args, n, 1) or 1) for n in ("tp_size", "dp_size"))
+    return attention_tp_size(tp, dp, bool(getattr(server_args, "enable_dp_attention", False)))
 
 
 def _per_head_draft_beside_mla(server_args) -> bool:
@@ -242,11 +242,9 @@ def _per_head_draft_beside_mla(server_args) -> bool:
     if not (os.path.isdir(target) and os.path.isdir(draft)):
         return False
     try:
-        mla_target = target_view(read_config(target, "target")).mla
-        draft_archs = read_config(draft, "draft").get("architectures") or []
+        return per_head_draft_beside_mla(target, draft)
     except Eagle3ConfigError:
         return False
-    return mla_target and MLA_DRAFT_ARCH not in draft_archs
 
 
 #: id(ServerArgs) -> (the ServerArgs, its fingerprint), computed at the first request a server handles
