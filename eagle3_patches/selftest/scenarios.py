@@ -612,7 +612,7 @@ def pd_metadata_commits(target: str, draft: str, other_draft: str, then_patched:
     abort message or None, the row's ``output_ids`` as sent).  Cases: ``same`` (the decode server's own flags),
     ``unpatched`` (the same flags, the prefill process without eagle3-patches), ``no_spec`` (the prefill without
     speculation), ``other_draft``, ``topk`` (another ``--speculative-eagle-topk``), ``attention_tp`` (the prefill
-    at TP 2: the MLA target's Llama-class draft KV split otherwise), ``fake`` (the fake backend on both sides, the
+    at TP 2: the MLA target's Llama-class draft KV split otherwise), ``fake`` (the fake backend on the decode side, the
     prefill without speculation), ``health_check`` (sglang's own health-check request, nothing transferred),
     ``decode_no_spec`` (neither side speculates).  ``then_patched``: again after the patch set was applied in this
     process, ``{"stock": ..., "patched": ...}``."""
@@ -627,7 +627,9 @@ def pd_metadata_commits(target: str, draft: str, other_draft: str, then_patched:
         "topk": h.eagle3_server_args(target, draft, speculative_eagle_topk=2, speculative_num_draft_tokens=4, **p),
         "attention_tp": h.eagle3_server_args(target, draft, tp_size=2, **p),
     }
-    fake_prefill = h.server_args(target, disaggregation_transfer_backend=fake, **p)
+    # the fake case's prefill keeps the default backend: some releases (0.5.10) refuse a fake prefill server, and
+    # only the decode side's backend decides what is transferred
+    fake_prefill = prefills["no_spec"]
     fake_decode = h.eagle3_server_args(target, draft, disaggregation_transfer_backend=fake, **d)
 
     def run() -> dict:
