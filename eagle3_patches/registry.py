@@ -42,7 +42,7 @@ from packaging.specifiers import SpecifierSet
 from . import settings
 from .diagnostic import INFO, Diagnostic
 from .errors import PatchError
-from .sglang_version import installed_sglang_version
+from .sglang_version import base_release, installed_sglang_version
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -251,9 +251,7 @@ class Patch:
         """The patch applies to sglang ``version`` (its ``applies_to``; post releases as their base release)."""
         if version is None or not self.applies_to:
             return True
-        from packaging.version import Version
-
-        return Version(".".join(map(str, (tuple(version.release) + (0, 0, 0))[:3]))) in self.applies_to
+        return base_release(version) in self.applies_to
 
 
 def expect_source(obj: Any, *snippets: str) -> None:

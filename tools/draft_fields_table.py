@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from eagle3_patches.checkpoint import draft_fields as F  # noqa: E402
+from eagle3_patches.checkpoint.releases import parse_version, rel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".matrix" / "wheels"
@@ -45,10 +46,7 @@ def names_read(version: str) -> frozenset[str]:
 
 
 def release_tuple(version: str) -> tuple[int, int, int]:
-    from packaging.version import Version
-
-    r = tuple(Version(version).release) + (0, 0, 0)
-    return (r[0], r[1], r[2])
+    return rel(parse_version(version))
 
 
 def observe(versions: list[str]) -> dict[str, tuple[int, int, int]]:

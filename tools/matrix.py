@@ -26,8 +26,8 @@ from an empty ``.matrix/`` about 2 min (2026-12-02).  uv writes no bytecode and 
 torch, transformers and sglang again (the full run took 14.0 min for two releases, 6.3 min with it).  Releases run
 two side by side (``--jobs``), each process with one OpenMP thread per core it gets (one each: 5.3 min for the two).
 ``newest`` means the newest sglang on PyPI
-(``pip index versions sglang``; the data file's ``newest_known`` when offline); ``newest-known`` is
-``newest_known``, the newest release the data file has been checked against, which CI runs (a new
+(``pip index versions sglang``; ``newest-known`` when offline); ``newest-known`` is ``NEWEST_CHECKED`` of
+eagle3_patches/checkpoint/releases.py, the newest release the library has been checked against, which CI runs (a new
 upstream release must not turn CI red under an unrelated change; ``--ci`` says when there is one).
 
 Exit status: 0 when every release ran green (no failed test, no failed patch, no import error, selftest exit 0).
@@ -36,6 +36,7 @@ Exit status: 0 when every release ran green (no failed test, no failed patch, no
 from __future__ import annotations
 
 import argparse
+import ast
 import concurrent.futures
 import datetime as _dt
 import hashlib
@@ -62,6 +63,7 @@ except ImportError:  # a bare interpreter: release numbers like 0.5.10.post1 com
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / ".matrix"
 DATA_FILE = ROOT / "tools" / "matrix_releases.json"
+RELEASES_MODULE = ROOT / "eagle3_patches" / "checkpoint" / "releases.py"
 REQUIREMENTS = ROOT / "requirements-test.txt"
 COMPAT = ROOT / "docs" / "compat.md"
 CI_REPORT = MATRIX / "ci-report.md"
@@ -114,8 +116,37 @@ TORCH_PIN = "torch==2.13.0"
 
 
 # -- releases ----------------------------------------------------------------------------------
+def release_facts(path: Path = RELEASES_MODULE) -> dict[str, str]:
+    """``pinned`` and ``newest_known`` of the matrix: ``PINNED`` and ``NEWEST_CHECKED`` of the library's release
+    module, their one place (read from its source, not imported: the matrix runs before any venv exists)."""
+    found: dict[str, str] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and len(node.value.args) == 1
+            and isinstance(node.value.args[0], ast.Constant)
+        ):
+            found[node.targets[0].id] = str(node.value.args[0].value)
+    missing = [n for n in ("PINNED", "NEWEST_CHECKED") if n not in found]
+    if missing:
+        raise SystemExit(f'{path}: no `{missing[0]} = Version("...")` line; the matrix reads the releases from there')
+    return {"pinned": found["PINNED"], "newest_known": found["NEWEST_CHECKED"]}
+
+
 def load_data() -> dict:
-    return json.loads(DATA_FILE.read_text())
+    """tools/matrix_releases.json, with ``pinned`` and ``newest_known`` from the release module
+    (:func:`release_facts`)."""
+    data = json.loads(DATA_FILE.read_text())
+    twice = sorted({"pinned", "newest_known"} & set(data))
+    if twice:
+        raise SystemExit(
+            f"{DATA_FILE}: {twice[0]!r} is set there; the release module {RELEASES_MODULE.relative_to(ROOT)} is its "
+            "one place: remove it from the data file"
+        )
+    return {**data, **release_facts()}
 
 
 def host_python() -> str:
@@ -978,9 +1009,9 @@ def main(argv: list[str] | None = None) -> int:
         live = newest_release(data)
         if Version(live) > Version(data["newest_known"]):
             log(
-                f"NOTE: sglang {live} is on PyPI, newer than newest_known {data['newest_known']} in "
-                f"{DATA_FILE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}` and update the data "
-                "file"
+                f"NOTE: sglang {live} is on PyPI, newer than NEWEST_CHECKED {data['newest_known']} in "
+                f"{RELEASES_MODULE.relative_to(ROOT)}: run `python tools/matrix.py --releases {live}`, then set it "
+                "there (docs/development.md, a new sglang release)"
             )
     installer = "pip" if args.report_only else choose_installer(args.installer)
     t0 = time.time()

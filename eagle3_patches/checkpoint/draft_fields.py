@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .releases import NEWEST_CHECKED, rel
+
 #: the fields that change what the draft computes when set true, and what each adds
 MATH_FIELDS = {
     "norm_before_fc": "an RMSNorm over the concatenated aux states before fc (input_norm.weight)",
@@ -35,8 +37,9 @@ FIRST_READ: dict[str, tuple[int, int, int]] = {
     "norm_output": (0, 5, 12),
     "use_aux_norm": (0, 5, 12),
 }
-#: the newest release :data:`FIRST_READ` was observed on
-OBSERVED_UP_TO = (0, 5, 23)
+#: the newest release :data:`FIRST_READ` was observed on: the newest checked (``tools/draft_fields_table.py --check``
+#: is part of checking a release)
+OBSERVED_UP_TO = rel(NEWEST_CHECKED)
 #: the weights a field adds to the draft, named as sglang's ``LlamaForCausalLMEagle3`` (0.5.12+, and the backport)
 #: and speculators' ``Eagle3DraftModel`` both name them (``{i}``: one per aux state); ``norm_output`` reuses ``norm``
 FIELD_WEIGHTS = {

@@ -14,7 +14,7 @@ Where each release fact was read (the released wheels' ``sglang/srt``): ``models
 ``models/kimi_k25_eagle3.py`` (``Eagle3DeepseekV2ForCausalLM``, from 0.5.12), ``models/dflash.py`` and
 ``speculative/spec_info.py`` (``DFlashDraftModel``, ``SpeculativeAlgorithm.DFLASH``, from 0.5.11),
 ``models/deepseek_nextn.py`` and ``configs/model_config.py`` (``_config_draft_model``: a target architecture
-given as the draft is mapped to its NextN/MTP class).  No release through 0.5.23 reads speculators'
+given as the draft is mapped to its NextN/MTP class).  No release checked reads speculators'
 ``speculators_model_type`` nor ``parallel_drafting``, and none registers the original EAGLE repository's or
 NeMo Automodel's architecture names for a draft.
 """
@@ -50,7 +50,7 @@ MIN_AUX_STATES = 3
 #: them; :data:`~.draft_fields.FIRST_READ` says which release reads each
 EAGLE31_FIELDS = ("fc_norm", "use_aux_norm", "norm_output")
 FC_NAMES = ("fc.weight", "model.fc.weight")
-_OLDEST = R.OLDEST_KNOWN
+_OLDEST = R.rel(R.OLDEST_KNOWN)
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ LAYOUTS: tuple[Layout, ...] = (
         "`parallel_drafting: true`",
         (),
         None,
-        "no sglang release through 0.5.23 serves parallel drafting (sglang issue 23171): serve it with vLLM "
-        "(>= 0.16), or train an EAGLE-3 draft",
+        f"no sglang release through {R.NEWEST_CHECKED} serves parallel drafting (sglang issue 23171): serve it "
+        "with vLLM (>= 0.16), or train an EAGLE-3 draft",
     ),
     Layout(
         "speculators-eagle",
@@ -113,8 +113,8 @@ LAYOUTS: tuple[Layout, ...] = (
         "DFlash (z-lab, NVIDIA ModelOpt export)",
         "architectures `DFlashDraftModel` or a `dflash_config`",
         ("DFLASH",),
-        (0, 5, 11),
-        "sglang >= 0.5.11 with --speculative-algorithm DFLASH",
+        R.rel(R.DFLASH_FROM),
+        f"sglang >= {R.DFLASH_FROM} with --speculative-algorithm DFLASH",
     ),
     Layout(
         "kimi-eagle3-mla",
@@ -122,8 +122,8 @@ LAYOUTS: tuple[Layout, ...] = (
         "MLA draft for Kimi-K2.x (NVIDIA ModelOpt `kimik2` export)",
         "architectures `Eagle3DeepseekV2ForCausalLM`",
         ("EAGLE3",),
-        (0, 5, 12),
-        "sglang >= 0.5.12 (models/kimi_k25_eagle3.py) with --speculative-algorithm EAGLE3",
+        R.rel(R.MLA_DRAFT_FROM),
+        f"sglang >= {R.MLA_DRAFT_FROM} (models/kimi_k25_eagle3.py) with --speculative-algorithm EAGLE3",
     ),
     Layout(
         "automodel-eagle3",
@@ -160,8 +160,8 @@ LAYOUTS: tuple[Layout, ...] = (
         "SGLang, more than one decoder layer",
         "`LlamaForCausalLMEagle3` with `num_hidden_layers` > 1",
         ("EAGLE3",),
-        (0, 5, 12),
-        "sglang >= 0.5.12 (earlier releases build one decoder layer and refuse more)",
+        R.rel(R.MULTI_LAYER_DRAFT_FROM),
+        f"sglang >= {R.MULTI_LAYER_DRAFT_FROM} (earlier releases build one decoder layer and refuse more)",
         owner="draft-num-layers",
     ),
     Layout(
@@ -180,8 +180,8 @@ LAYOUTS: tuple[Layout, ...] = (
         "SGLang config with `layers.0.*` names (NVIDIA ModelOpt / NeMo export)",
         "an SGLang EAGLE-3 config, tensors `layers.0.*` instead of `midlayer.*`",
         ("EAGLE3",),
-        R.LAYERS0_KEYS_FROM,
-        f"serve it under eagle3-patches, or sglang >= {_v(R.LAYERS0_KEYS_FROM)}",
+        R.rel(R.LAYERS0_KEYS_FROM),
+        f"serve it under eagle3-patches, or sglang >= {R.LAYERS0_KEYS_FROM}",
         patched="eagle3_draft_strict_loading",
         owner="keys-speculators-names",
     ),
@@ -273,23 +273,18 @@ class Verdict:
     fix: str | None = None
 
 
-def _rel(version) -> tuple[int, int, int]:
-    r = R.facts(version).release
-    return (r[0], r[1], r[2])
-
-
 def verdict(layout: Layout, version, *, with_patches: bool = False) -> Verdict:
     """Whether sglang ``version`` serves a draft of ``layout`` as it is (under eagle3-patches when
     ``with_patches``), after ``eagle3-patches convert``, or not; with the release that serves it where one does."""
     algo = " or ".join(layout.algorithms)
-    if layout.served_from is not None and _rel(version) >= layout.served_from:
+    if layout.served_from is not None and R.facts(version).release >= layout.served_from:
         return Verdict(SERVED, f"served by sglang {version} (--speculative-algorithm {algo})")
     if layout.patched is not None and with_patches:
         return Verdict(SERVED, f"served under eagle3-patches on sglang {version} ({layout.patched})")
     first = (
         f"sglang {_v(layout.served_from)} is the first release that serves it as it is"
         if layout.served_from
-        else f"no release through {_v(R.NEWEST_KNOWN)} serves it as it is"
+        else f"no release through {R.NEWEST_CHECKED} serves it as it is"
     )
     if layout.convert:
         return Verdict(CONVERT, f"not served by sglang {version} as it is; {first}", layout.fix)
@@ -402,7 +397,7 @@ def classify(config: Mapping, tensors: Mapping[str, Sequence[int]] | None = None
 # ---------------------------------------------------------------- the table, for docs/checkpoints.md
 def layouts_table() -> str:
     """The markdown table of every kind and layout by release (generated into docs/checkpoints.md)."""
-    pinned, newest = str(R.PINNED), _v(R.NEWEST_KNOWN)
+    pinned, newest = str(R.PINNED), str(R.NEWEST_CHECKED)
     rows = [
         f"| kind | layout | detected by | sglang {pinned} | sglang {newest} | first release serving it as it is "
         "| under eagle3-patches | how to serve it |",

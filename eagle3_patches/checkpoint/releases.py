@@ -1,9 +1,16 @@
-"""Facts about sglang releases that are not a bug this library patches (the +1 rule, ``layers.0`` loading,
-the fc width, which release has Kimi-K2.5).  What a bug does, and from which release it is fixed, lives in
-its patch module (``applies_to``, ``upstream()``, ``preflight()``).  Never imports sglang or the patches.
+"""The facts about sglang releases, in one place: the release eagle3-patches is pinned to, the newest release it
+has been checked against, and what each release has that is not a bug this library patches (the +1 rule,
+``layers.0`` loading, the fc width, which release has Kimi-K2.5, from which release each kind of draft is served).
+A library message that names one of these releases is formatted from here, never retyped
+(``tests/unit/test_release_facts.py`` refuses the literal elsewhere).  What a bug does, and the releases it
+applies to (so the first release with the upstream fix), lives in its patch module (``applies_to``,
+``upstream()``, ``preflight()``).  Never imports sglang or the patches.
 
-Comparisons use the release tuple only (``0.5.10.post1`` behaves as ``0.5.10``,
-``0.5.13rc1`` as ``0.5.13``).
+Comparisons use the release a version behaves as (:func:`~eagle3_patches.sglang_version.base_release`:
+``0.5.10.post1`` behaves as ``0.5.10``, ``0.5.13rc1`` as ``0.5.13``).
+
+A new sglang release, once the matrix ran green on it (docs/development.md, "A new sglang release"): set
+:data:`NEWEST_CHECKED` to it; ``tools/matrix.py`` reads it from here (``newest-known``).
 """
 
 from __future__ import annotations
@@ -12,13 +19,30 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-#: the release eagle3-patches is pinned to (pyproject ``serve`` extra)
+from ..sglang_version import base_release
+
+#: the release eagle3-patches is pinned to (pyproject ``serve`` extra; ``tools/matrix.py``'s ``pinned``)
 PINNED = Version("0.5.9")
-#: the oldest and newest releases the table was read from
-OLDEST_KNOWN = (0, 5, 8)
-NEWEST_KNOWN = (0, 5, 23)
+#: the oldest release the table was read from
+OLDEST_KNOWN = Version("0.5.8")
+#: the newest release eagle3-patches has been checked against (the release matrix, docs/compat.md; the table of
+#: this module; ``tools/matrix.py``'s ``newest-known``, which CI runs)
+NEWEST_CHECKED = Version("0.5.23")
+#: the first release with ``models/kimi_k25.py`` (Kimi-K2.5)
+KIMI_K25_FROM = Version("0.5.9")
+#: the first release that loads the ``sglang.srt.plugins`` entry points in its processes
+PLUGINS_FROM = Version("0.5.11")
 #: the first release whose ``LlamaForCausalLMEagle3.load_weights`` maps ``layers.0.*`` onto ``midlayer``
-LAYERS0_KEYS_FROM = (0, 5, 12)
+LAYERS0_KEYS_FROM = Version("0.5.12")
+#: the first release that builds ``fc`` ``hidden_in * len(ids)`` wide (before, always ``hidden_in * 3``)
+FC_WIDTH_FROM_IDS_FROM = Version("0.5.12")
+#: the first release that shifts the layer ids by +1 only when the first id is 1 (before, always)
+PLUS_ONE_ONLY_FROM_1_FROM = Version("0.5.13")
+#: the first release serving each kind of draft as it is: DFlash (``models/dflash.py``, ``--speculative-algorithm
+#: DFLASH``), the MLA EAGLE-3 draft (``models/kimi_k25_eagle3.py``), an EAGLE-3 draft of more than one layer
+DFLASH_FROM = Version("0.5.11")
+MLA_DRAFT_FROM = Version("0.5.12")
+MULTI_LAYER_DRAFT_FROM = Version("0.5.12")
 
 
 def parse_version(v: str | Version) -> Version:
@@ -28,12 +52,13 @@ def parse_version(v: str | Version) -> Version:
     try:
         return Version(str(v).strip())
     except InvalidVersion:
-        raise ValueError(f"not a version number: {v!r} (expected e.g. 0.5.9)") from None
+        raise ValueError(f"not a version number: {v!r} (expected e.g. {PINNED})") from None
 
 
-def _rel(v: Version) -> tuple[int, ...]:
-    r = tuple(v.release) + (0, 0, 0)
-    return r[:3]
+def rel(v: Version) -> tuple[int, int, int]:
+    """``v``'s release as a 3-tuple (the form of the tables that hold release tuples)."""
+    a, b, c = base_release(v).release
+    return (a, b, c)
 
 
 @dataclass(frozen=True)
@@ -41,37 +66,42 @@ class ReleaseFacts:
     version: Version
 
     @property
-    def release(self) -> tuple[int, ...]:
-        return _rel(self.version)
+    def base(self) -> Version:
+        return base_release(self.version)
+
+    @property
+    def release(self) -> tuple[int, int, int]:
+        return rel(self.version)
 
     @property
     def in_table(self) -> bool:
-        return OLDEST_KNOWN <= self.release <= NEWEST_KNOWN
+        return OLDEST_KNOWN <= self.base <= NEWEST_CHECKED
 
     @property
     def has_kimi_k25(self) -> bool:
-        """``models/kimi_k25.py`` exists (0.5.9+)."""
-        return self.release >= (0, 5, 9)
+        """``models/kimi_k25.py`` exists (:data:`KIMI_K25_FROM`)."""
+        return self.base >= KIMI_K25_FROM
 
     @property
     def has_plugins(self) -> bool:
-        """sglang loads the ``sglang.srt.plugins`` entry points in its processes (0.5.11+)."""
-        return self.release >= (0, 5, 11)
+        """sglang loads the ``sglang.srt.plugins`` entry points in its processes (:data:`PLUGINS_FROM`)."""
+        return self.base >= PLUGINS_FROM
 
     @property
     def loads_layers0_keys(self) -> bool:
-        """``LlamaForCausalLMEagle3`` maps speculators' ``layers.0.*`` onto ``midlayer`` (0.5.12+)."""
-        return self.release >= LAYERS0_KEYS_FROM
+        """``LlamaForCausalLMEagle3`` maps speculators' ``layers.0.*`` onto ``midlayer`` (:data:`LAYERS0_KEYS_FROM`)."""
+        return self.base >= LAYERS0_KEYS_FROM
 
     @property
     def fc_width_from_ids(self) -> bool:
-        """``fc`` is built ``hidden_in * len(ids)`` wide (0.5.12+); before, always ``hidden_in * 3``."""
-        return self.release >= (0, 5, 12)
+        """``fc`` is built ``hidden_in * len(ids)`` wide (:data:`FC_WIDTH_FROM_IDS_FROM`); before, ``hidden_in * 3``."""
+        return self.base >= FC_WIDTH_FROM_IDS_FROM
 
     @property
     def plus_one_always(self) -> bool:
-        """ids are always shifted by +1 (before 0.5.13); from 0.5.13 only when the first id is 1."""
-        return self.release < (0, 5, 13)
+        """ids are always shifted by +1 (before :data:`PLUS_ONE_ONLY_FROM_1_FROM`); from it only when the first
+        id is 1."""
+        return self.base < PLUS_ONE_ONLY_FROM_1_FROM
 
 
 def facts(version: str | Version) -> ReleaseFacts:

@@ -71,8 +71,8 @@ def installed_worker(environ=None) -> str:
     (v2 from 0.5.11)."""
     import os
 
-    from ..doctor.flag_rules import ONE_WORKER_FROM, SPEC_V2, base_release, spec_v2_on
-    from ..sglang_version import installed_sglang_version
+    from ..doctor.flag_rules import ONE_WORKER_FROM, SPEC_V2, spec_v2_on
+    from ..sglang_version import base_release, installed_sglang_version
 
     installed = installed_sglang_version()
     if installed is None or base_release(installed) >= ONE_WORKER_FROM:

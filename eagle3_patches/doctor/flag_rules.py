@@ -9,7 +9,7 @@ it judges (:func:`check_flag_rules`); docs/doctor.md's table of them is generate
 stays silent.
 
 What the releases do, read from their ``sglang/srt/server_args.py`` (``ServerArgs._handle_speculative_decoding``,
-0.5.9 - 0.5.12) and ``sglang/srt/arg_groups/speculative_hook.py`` (``_handle_eagle_family``, 0.5.13 - 0.5.23), the
+0.5.9 - 0.5.12) and ``sglang/srt/arg_groups/speculative_hook.py`` (``_handle_eagle_family``, 0.5.13 and later), the
 draft tree from ``sglang/srt/speculative/spec_utils.py`` (``select_top_k_tokens``) and ``eagle_utils.py``
 (``organize_draft_results``), and the variable's default from ``sglang/srt/environ.py``
 (``SGLANG_ENABLE_SPEC_V2``):
@@ -34,7 +34,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..checkpoint.launch_args import LaunchArgs
+from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import ERROR, INFO, WARNING
+from ..sglang_version import base_release
 from .context import Context
 
 #: the environment variable that turns sglang's spec v2 (the overlap scheduler for EAGLE) on or off
@@ -98,11 +100,6 @@ def spec_flags(la: LaunchArgs, version: Version) -> SpecFlags:
         unset = "unset" if value is None else f"{value[:20]!r} in {where} is not a boolean sglang reads"
         source = f"sglang {base_release(version)}'s default ({SPEC_V2} {unset})"
     return SpecFlags(la.num_steps, la.eagle_topk, la.num_draft_tokens, la.disable_overlap_schedule, on, source)
-
-
-def base_release(version: Version) -> Version:
-    """``0.5.10.post1`` and ``0.5.13rc1`` as their release (the release tuple decides, as everywhere in the doctor)."""
-    return Version(".".join(map(str, (tuple(version.release) + (0, 0))[:3])))  # a release has one part at least
 
 
 @dataclass(frozen=True)
@@ -252,9 +249,9 @@ RULES: tuple[FlagRule, ...] = (
         "topk + (steps - 1) x topk^2 candidates",
         outcome="accepted at start; `torch.topk` fails in the draft's forward, at the CUDA graph capture after "
         "loading (or the first decode)",
-        later="the same through 0.5.23",
+        later=f"the same through {NEWEST_CHECKED}",
         source="srt/speculative/spec_utils.py select_top_k_tokens, srt/speculative/eagle_utils.py "
-        f"organize_draft_results (0.5.9 - 0.5.23); no check in {_SERVER_ARGS} or {_HOOK}",
+        f"organize_draft_results (0.5.9 - {NEWEST_CHECKED}); no check in {_SERVER_ARGS} or {_HOOK}",
         judge=_draft_tokens_exceed_tree,
     ),
     FlagRule(
@@ -264,8 +261,8 @@ RULES: tuple[FlagRule, ...] = (
         releases=SpecifierSet(">=0.5.9"),
         when="`--speculative-eagle-topk 1` with `--speculative-num-draft-tokens` other than steps + 1",
         outcome="set to steps + 1, a log warning only",
-        later="the same through 0.5.23",
-        source=f"{_SERVER_ARGS} (0.5.9 - 0.5.12); {_HOOK} (0.5.13 - 0.5.23)",
+        later=f"the same through {NEWEST_CHECKED}",
+        source=f"{_SERVER_ARGS} (0.5.9 - 0.5.12); {_HOOK} (0.5.13 - {NEWEST_CHECKED})",
         judge=_draft_tokens_overridden,
     ),
 )

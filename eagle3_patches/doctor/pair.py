@@ -17,7 +17,7 @@ from .. import settings
 from ..checkpoint.digest import checkpoint_digest
 from ..checkpoint.formats import MLA_DRAFT_ARCH, per_head_draft_beside_mla, read_config
 from ..checkpoint.launch_args import LaunchArgs, parse_launch_args
-from ..checkpoint.releases import NEWEST_KNOWN, parse_version
+from ..checkpoint.releases import NEWEST_CHECKED, parse_version
 from ..diagnostic import ERROR, WARNING
 from ..errors import Eagle3ConfigError
 from .flag_rules import SPEC_V2, spec_flags
@@ -32,7 +32,6 @@ SPECULATIVE_FLAGS = {
     "num_draft_tokens": "--speculative-num-draft-tokens",
     "speculative_adaptive": "--speculative-adaptive",
 }
-_NEWEST = ".".join(map(str, NEWEST_KNOWN))
 
 
 def doctor_pair(
@@ -210,7 +209,7 @@ def _check_draft_kv_split(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
             "an MLA target with a per-head (Llama-class) draft across different attention-TP sizes: sglang judges "
             "the KV layout from the target's pool and sends the draft's per-head KV unsliced from one prefill rank, "
             "so it arrives misplaced or partial on the decode side (sglang PR #13555: accept length 2.8 -> 2.1; "
-            f"the fix, PR #20698, is not in a release up to {_NEWEST})",
+            f"the fix, PR #20698, is not in a release up to {NEWEST_CHECKED})",
             where="--tp / --dp-size / --enable-dp-attention",
             found=_both("attention-TP size", p.attention_tp, d.attention_tp),
             expected="the same attention-TP size on both sides, or an MLA draft",

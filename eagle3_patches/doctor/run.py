@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ..checkpoint.launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
 from ..checkpoint.releases import (
-    NEWEST_KNOWN,
+    NEWEST_CHECKED,
     OLDEST_KNOWN,
     PINNED,
     ReleaseFacts,
@@ -137,7 +137,7 @@ def doctor(
             INFO,
             "sglang-version-unknown",
             f"sglang {version} is outside the releases the doctor's table was read from "
-            f"({'.'.join(map(str, OLDEST_KNOWN))}-{'.'.join(map(str, NEWEST_KNOWN))}); "
+            f"({OLDEST_KNOWN}-{NEWEST_CHECKED}); "
             "its rules are extrapolated from the nearest release",
             where=vsrc,
         )

@@ -40,6 +40,7 @@ from types import ModuleType
 
 from packaging.specifiers import SpecifierSet
 
+from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr, expect_source
@@ -214,7 +215,7 @@ class AuxCaptureValidation(Patch):
 
     def preflight(self, setup) -> Diagnostics:
         """Ids sglang cannot capture as asked (every release judged by its own rule), and the two parallel modes
-        that lose captures (every release through 0.5.23); the patch refuses them at start on 0.5.8-0.5.12."""
+        that lose captures (every release checked); the patch refuses them at start on 0.5.8-0.5.12."""
         out = Diagnostics()
         if not setup.checkpoint_only and setup.eagle3:
             if setup.launch.enable_two_batch_overlap:
@@ -222,7 +223,7 @@ class AuxCaptureValidation(Patch):
                     ERROR,
                     "two-batch-overlap",
                     "two-batch overlap with EAGLE-3: the TBO forward captures no aux states "
-                    "(every release through 0.5.23), so the draft gets an empty list (crash) or garbage"
+                    f"(every release through {NEWEST_CHECKED}), so the draft gets an empty list (crash) or garbage"
                     + setup.once_eagle3,
                     where="--enable-two-batch-overlap",
                     found="on",

@@ -2,7 +2,7 @@
 
 Bug: ``--speculative-algorithm EAGLE`` (or ``NEXTN``) with an EAGLE-3 draft starts fine: the target captures no aux
 layers, the draft gets the final normed H-wide state, ``fc`` is skipped.  This was the field's real root cause.
-Nothing validates the draft against the algorithm in any release through 0.5.23 (an upstream PR proposing a guard
+Nothing validates the draft against the algorithm in any release checked (an upstream PR proposing a guard
 was closed unmerged).  The other half of the same mistake: ``--speculative-algorithm EAGLE3`` without
 ``--speculative-draft-model-path`` makes sglang take the target itself as the draft (its MTP default for
 DeepSeek-V3-family architectures), load it twice and crash, or serve without an EAGLE-3 draft (sglang issue 36528,

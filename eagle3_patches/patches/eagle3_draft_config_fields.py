@@ -3,8 +3,8 @@
 Bug: sglang's ``LlamaForCausalLMEagle3`` reads only the draft config fields its release knows.  A draft trained
 with a field that changes its math (EAGLE-3.1's ``fc_norm`` / ``norm_output``, ``norm_before_fc`` with its
 ``input_norm``, ``norm_before_residual``) loads on a release that never reads the field and is served without
-that norm: sglang 0.5.9-0.5.11 read none of them, 0.5.12-0.5.16 not ``norm_before_fc``, and no release through
-0.5.23 reads ``norm_before_residual``.
+that norm: sglang 0.5.9-0.5.11 read none of them, 0.5.12-0.5.16 not ``norm_before_fc``, and no release checked
+reads ``norm_before_residual``.
 
 What users see: a healthy server whose accept length is well below what the draft's training promised; no error,
 no warning.

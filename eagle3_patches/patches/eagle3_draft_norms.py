@@ -55,6 +55,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..checkpoint import draft_fields as F
 from ..checkpoint.formats import SGLANG_EAGLE3
+from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import Diagnostics
 from ..registry import Patch, Saver, expect_attr, expect_source, source_of
 from .eagle3_draft_config_fields import ignored_fields, release_reads
@@ -158,7 +159,7 @@ def _load_weights(wrapped, instance, args, kwargs):
 class Eagle3DraftNorms(Patch):
     name = NAME
     order = 65  # after the strict loader and the fc guard, whose fork-path diffs edit the same file first
-    summary = "EAGLE-3.1 draft norms (fc_norm, norm_output, norm_before_fc) backported from sglang 0.5.23"
+    summary = f"EAGLE-3.1 draft norms (fc_norm, norm_output, norm_before_fc) backported from sglang {NEWEST_CHECKED}"
     module = "sglang.srt.models.llama_eagle3"
     applies_to = SpecifierSet(f">=0.5.8,<{'.'.join(map(str, _FIRST_NATIVE))}")
     #: the draft config fields (read names) a draft reads with this patch on a release it covers

@@ -34,7 +34,7 @@ whose head is tied to its embedding, are ignored as sglang's Llama loader ignore
 Releases: 0.5.8 and later: 0.5.8 - 0.5.11 drop ``layers.0.*``; 0.5.12 loads it natively but still drops unknown
 keys.
 
-Upstream probe: none for unknown keys (the loader has no else branch in any release through 0.5.23).
+Upstream probe: none for unknown keys (the loader has no else branch in any release checked).
 
 Tests: ``tests/patches/test_eagle3_draft_strict_loading.py``: real draft ``ModelRunner`` objects load seven tiny
 drafts.  Stock: the ``layers.0.*`` draft's midlayer differs from the file and the broken ones load silently

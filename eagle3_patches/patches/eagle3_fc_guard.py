@@ -17,7 +17,7 @@ by design there.  One shape read per draft forward.  ``Eagle3CaptureError`` is n
 mistake surfaces while sglang captures the draft-extend CUDA graph, the user reads this message, not sglang's
 "Capture cuda graph failed" advice about graph memory.
 
-Releases: 0.5.8 and later (every release through 0.5.23 has the silent skip; 0.5.12 sizes ``fc`` by ``len(ids)``
+Releases: 0.5.8 and later (every release checked has the silent skip; 0.5.12 sizes ``fc`` by ``len(ids)``
 but still skips).
 
 Upstream probe: none known; the patch's check requires the skip condition (``self.fc(hidden_states)`` in the

@@ -13,7 +13,7 @@ with ``--speculative-algorithm EAGLE3``, it resolves the target's architecture t
 before any rank exists (vLLM's ``SupportsEagle3`` check), naming the class, the missing method and the fix (the
 patch of this library that makes the class capture, when one exists).  It costs one registry lookup at start.
 
-Releases: 0.5.8 and later (vLLM's ``SupportsEagle3`` check has no sglang counterpart through 0.5.23).
+Releases: 0.5.8 and later (vLLM's ``SupportsEagle3`` check has no counterpart in any sglang release checked).
 
 Upstream probe: none; the check runs in the launcher, before any rank is spawned.
 

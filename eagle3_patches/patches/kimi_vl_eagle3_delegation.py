@@ -10,7 +10,7 @@ What the patch changes: delegation is all this wrapper needs: the same mechanism
 ``kimi_k25_eagle3_delegation`` (``DelegatingWrapperPatch``: each hook delegated to ``language_model``); this module
 is a subclass naming the module, the class and the releases.  Runtime only: no fork-path diff.
 
-Releases: every release through 0.5.23 (docs/targets.md).
+Releases: every release checked (docs/targets.md).
 
 Upstream probe: the class defines ``set_eagle3_layers_to_capture`` itself.
 

@@ -22,7 +22,7 @@ and gets one warning when the ids mean different layers on sglang <= 0.5.12 and 
 no-argument call (sglang's ``[2, n // 2, n - 3]``) is never changed.  ``eagle3-patches doctor`` says which layers
 a config captures on a given release.
 
-Releases: 0.5.13 and later (the rule is unchanged through 0.5.23).
+Releases: 0.5.13 and later (the rule is unchanged in every release checked since).
 
 Upstream probe: none (the patch's check requires the first-id rule; another body is not-applicable).
 

@@ -14,7 +14,7 @@ starts.  The pair the loader fuses counts as loaded when the fused parameter was
 
 Releases: 0.5.12 (the first with ``models/kimi_k25_eagle3.py``) and later; observed on 0.5.23.
 
-Upstream probe: none (no release through 0.5.23 checks for missing tensors).
+Upstream probe: none (no release checked checks for missing tensors).
 
 Tests: ``tests/patches/test_mla_draft.py``: real draft ``ModelRunner`` objects load the tiny MLA draft: correct, it
 loads silently and bit-exactly (the fused down projection compared); without ``kv_b_proj``, with an unknown tensor,

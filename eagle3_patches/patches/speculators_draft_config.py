@@ -41,7 +41,7 @@ norm weight without its option; a non-llama decoder layer; unknown or missing te
 converter's message where the config is read: in every rank's target ``ModelRunner.__init__`` before it loads any
 weight, and from 0.5.12 already in the launcher (``ServerArgs``).
 
-Releases: 0.5.8 and later (no release through 0.5.23 reads the format; 0.5.12 loads ``layers.0.*`` natively, but
+Releases: 0.5.8 and later (no release checked reads the format; 0.5.12 loads ``layers.0.*`` natively, but
 the config still cannot be read).  Not in the fork series: it reuses the converter, which a forked sglang without
 this library does not have; a fork build serves converted drafts (docs/checkpoints.md).  Local directories only: a
 hub id is left to sglang (0.5.12+ resolves it to a local snapshot before reading the config; on 0.5.9 download the

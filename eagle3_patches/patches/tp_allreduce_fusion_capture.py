@@ -72,6 +72,7 @@ from ..registry import (
     expect_source,
     read_source_file,
 )
+from ..sglang_version import base_release
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -104,10 +105,8 @@ def auto_fusion_archs(version) -> frozenset[str]:
     """The architectures sglang ``version`` turns the fusion on for by itself (sm90/sm100, single node, ...)."""
     from packaging.version import Version
 
-    release = Version(str(version)).release
-    return frozenset(
-        arch for first, archs in AUTO_FUSION_ARCHS_ADDED if release >= Version(first).release for arch in archs
-    )
+    release = base_release(Version(str(version)))
+    return frozenset(arch for first, archs in AUTO_FUSION_ARCHS_ADDED if release >= Version(first) for arch in archs)
 
 
 def fusion_breaks_capture(server_args) -> bool:

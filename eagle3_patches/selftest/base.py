@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..sglang_version import base_release
+
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 STATUSES = (PASSED, FAILED, SKIPPED)
 #: the patch states under which the patch is in force in sglang's code
@@ -185,10 +187,8 @@ class Check:
             return f"the CPU recreation of a GPU situation; on this CUDA device `{self.instead}` observes the real one"
         if self.runs_on and ctx.version is not None:
             from packaging.specifiers import SpecifierSet
-            from packaging.version import Version
 
-            base = Version(".".join(map(str, (tuple(ctx.version.release) + (0, 0, 0))[:3])))
-            if base not in SpecifierSet(self.runs_on):
+            if base_release(ctx.version) not in SpecifierSet(self.runs_on):
                 return f"sglang {ctx.version} is outside {self.runs_on}: {self.outside}"
         return None
 

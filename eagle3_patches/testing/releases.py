@@ -14,7 +14,7 @@ from types import ModuleType
 
 from packaging.version import Version
 
-from ..checkpoint.releases import PINNED, facts
+from ..checkpoint.releases import PINNED, facts, rel
 from ..sglang_version import installed_sglang_version
 
 
@@ -26,12 +26,12 @@ def sglang_version() -> Version | None:
 def release() -> tuple[int, int, int] | None:
     """The installed release as a 3-tuple (post releases compare as their base release)."""
     v = sglang_version()
-    return None if v is None else tuple((list(v.release) + [0, 0, 0])[:3])  # type: ignore[return-value]
+    return None if v is None else rel(v)
 
 
 def is_pinned() -> bool:
     v = release()
-    return v is not None and v == tuple(PINNED.release[:3])
+    return v is not None and v == rel(PINNED)
 
 
 def patch_applies(name: str) -> bool:

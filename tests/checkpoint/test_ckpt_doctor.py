@@ -1178,8 +1178,10 @@ CHECKS = {
     "algorithm-not-eagle": (INFO, dict(speculative_algorithm="STANDALONE"), dict(speculative_algorithm="EAGLE3")),
     "sglang-version-unknown": (
         INFO,
-        dict(version=".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))),
-        dict(version=".".join(map(str, releases.NEWEST_KNOWN))),
+        dict(
+            version=".".join(map(str, (*releases.NEWEST_CHECKED.release[:2], releases.NEWEST_CHECKED.release[2] + 1)))
+        ),
+        dict(version=str(releases.NEWEST_CHECKED)),
     ),
     "aux-ids-invalid": (ERROR, dict(config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": []}}), dict()),
     "draft-vocab-missing": (WARNING, dict(config=_without("draft_vocab_size")), dict()),
@@ -1957,7 +1959,7 @@ def test_report_setup_line_names_the_algorithm_and_tp(tiny):
 def test_report_lists_errors_then_warnings_then_notes(make_draft, tiny):
     """Findings are made in check order (a note on the release first, then a warning on the paths, then errors):
     the report, text and JSON, leads with the errors."""
-    newer = ".".join(map(str, (*releases.NEWEST_KNOWN[:2], releases.NEWEST_KNOWN[2] + 1)))
+    newer = ".".join(map(str, (*releases.NEWEST_CHECKED.release[:2], releases.NEWEST_CHECKED.release[2] + 1)))
     r = run(
         tiny["deepseek_v3"],
         make_draft(config={"num_hidden_layers": 0}),  # an error on every release

@@ -12,7 +12,8 @@ from packaging.version import Version
 from eagle3_patches.checkpoint.launch_args import parse_launch_args
 from eagle3_patches.diagnostic import ERROR, INFO, WARNING
 from eagle3_patches.doctor import doctor
-from eagle3_patches.doctor.flag_rules import BY_CODE, RULES, SPEC_V2, base_release, env_bool, rules_table, spec_flags
+from eagle3_patches.doctor.flag_rules import BY_CODE, RULES, SPEC_V2, env_bool, rules_table, spec_flags
+from eagle3_patches.sglang_version import base_release
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import sglang_version
 

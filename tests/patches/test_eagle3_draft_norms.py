@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_patches.checkpoint.releases import NEWEST_KNOWN
+from eagle3_patches.checkpoint.releases import NEWEST_CHECKED
 from eagle3_patches.testing import costs
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
@@ -32,7 +32,7 @@ from eagle3_patches.testing.releases import only_release
 pytestmark = pytest.mark.sglang
 PATCHES = ["eagle3_draft_strict_loading", "eagle3_draft_norms"]
 ROOT = Path(__file__).resolve().parents[2]
-NEWEST = ".".join(map(str, NEWEST_KNOWN))
+NEWEST = str(NEWEST_CHECKED)
 NEWEST_PYTHON = ROOT / ".matrix" / f"venv-{NEWEST}" / "bin" / "python"
 #: the target states fed to the draft: wide enough that the norms change them (RMS far from 1)
 STATE_SCALE = 3.0
