@@ -32,6 +32,8 @@ NEWEST_CHECKED = Version("0.5.23")
 KIMI_K25_FROM = Version("0.5.9")
 #: the first release that loads the ``sglang.srt.plugins`` entry points in its processes
 PLUGINS_FROM = Version("0.5.11")
+#: the first release with ``--speculative-adaptive`` (adaptive speculative steps)
+ADAPTIVE_STEPS_FROM = Version("0.5.11")
 #: the first release whose ``LlamaForCausalLMEagle3.load_weights`` maps ``layers.0.*`` onto ``midlayer``
 LAYERS0_KEYS_FROM = Version("0.5.12")
 #: the first release that builds ``fc`` ``hidden_in * len(ids)`` wide (before, always ``hidden_in * 3``)

@@ -23,8 +23,10 @@ from typing import Any
 
 from .. import settings
 from ..checkpoint import expected_accept
+from ..checkpoint.releases import ADAPTIVE_STEPS_FROM
 from ..checkpoint.safe_io import CheckpointError
 from ..diagnostic import ERROR, INFO, WARNING
+from ..sglang_version import base_release
 from .context import Context
 
 #: sglang's ``CONTEXT_LENGTH_KEYS``: the first one a config sets is its length
@@ -203,6 +205,18 @@ def check_expected(ctx: Context) -> None:
     launch's ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``, else the draft config's field, and the flags it was
     measured at against the launch's."""
     la = ctx.launch
+    if la.speculative_adaptive and base_release(ctx.version) < ADAPTIVE_STEPS_FROM:
+        ctx.add(
+            ERROR,
+            "speculative-adaptive",
+            f"sglang {base_release(ctx.version)} has no --speculative-adaptive: launch_server stops at its argument "
+            "parsing",
+            where="--speculative-adaptive",
+            found=f"sglang {base_release(ctx.version)}",
+            expected=f"sglang {ADAPTIVE_STEPS_FROM} or later",
+            fix=f"drop --speculative-adaptive, or upgrade sglang to {ADAPTIVE_STEPS_FROM} or later",
+        )
+        return
     off = expected_accept.adaptive_turned_off(
         la.algorithm, la.eagle_topk, la.enable_dp_attention, la.enable_two_batch_overlap
     )
