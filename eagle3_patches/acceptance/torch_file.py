@@ -117,8 +117,8 @@ def _directory_size(fd: int, size: int) -> tuple[int, int] | None:
     return records, directory
 
 
-def _check_zip(fd: int, size: int, where: str, label: str, fix: str, code: str) -> str:
-    """The name of the pickle record of the torch zip at ``fd``, after the bounds of the module docstring."""
+def _check_zip(fd: int, size: int, where: str, label: str, fix: str, code: str) -> bytes:
+    """The pickle of the torch zip at ``fd``, read after the bounds of the module docstring."""
     if os.pread(fd, 4, 0) != _ZIP_MAGIC:
         raise _not_zip(where, label, fix, code, "no zip archive (an older torch.save format, or another file)")
     counts = _directory_size(fd, size)
@@ -137,8 +137,15 @@ def _check_zip(fd: int, size: int, where: str, label: str, fix: str, code: str) 
     try:
         with open(fd, "rb", closefd=False) as raw, zipfile.ZipFile(raw) as zf:
             infos = zf.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+            _check_records(infos, size, where, label, fix, code)
+            return zf.read(_pickle_record(infos, where, label, fix, code))
+    except CheckpointError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zipfile raises many types on a damaged archive
         raise _not_zip(where, label, fix, code, f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _check_records(infos: list[zipfile.ZipInfo], size: int, where: str, label: str, fix: str, code: str) -> None:
     for info in infos:
         if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
             raise _error(
@@ -159,6 +166,9 @@ def _check_zip(fd: int, size: int, where: str, label: str, fix: str, code: str) 
             found=f"{len(infos)} records of {total} bytes in a file of {size}",
             expected="records that fit in the file side by side",
         )
+
+
+def _pickle_record(infos: list[zipfile.ZipInfo], where: str, label: str, fix: str, code: str) -> zipfile.ZipInfo:
     pickles = [i for i in infos if i.filename.endswith("/data.pkl") and i.filename.count("/") == 1]
     if len(pickles) != 1:
         raise _not_zip(where, label, fix, code, f"{len(pickles)} <archive>/data.pkl records")
@@ -171,7 +181,7 @@ def _check_zip(fd: int, size: int, where: str, label: str, fix: str, code: str) 
             found=f"{pickles[0].file_size} bytes",
             expected=f"<= {MAX_PICKLE_BYTES} bytes (MAX_PICKLE_BYTES): a dict of tensors",
         )
-    return pickles[0].filename
+    return pickles[0]
 
 
 def _scan_pickle(raw: bytes, where: str, label: str, fix: str, code: str) -> None:
@@ -221,9 +231,7 @@ def load(root, shown: str, rel: str, *, label: str, fix: str, code: str) -> Any:
 def _load_zip(fd: int, size: int, path: str, where: str, label: str, fix: str, code: str) -> Any:
     import torch
 
-    pkl = _check_zip(fd, size, where, label, fix, code)
-    with open(fd, "rb", closefd=False) as raw, zipfile.ZipFile(raw) as zf:
-        _scan_pickle(zf.read(pkl), where, label, fix, code)
+    _scan_pickle(_check_zip(fd, size, where, label, fix, code), where, label, fix, code)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # noqa: BLE001 -- torch's zip reader and unpickler raise many types on a bad file

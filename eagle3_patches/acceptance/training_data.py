@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.safe_io import CheckpointError, checked_root, checkpoint_error, open_checkpoint_file
+from ..checkpoint.safe_io import CheckpointError, checked_root, checkpoint_error
 from . import torch_file
 from .target_states import MAX_SEQUENCE_BYTES, TargetStates
 

@@ -98,9 +98,7 @@ def test_a_sequence_whose_width_changes_between_shards_is_refused_naming_both(tm
     assert [s.tokens.tolist() for s in open_dump(tmp_path).sequences()] == [[3, 4, 5, 9]]
 
 
-def test_a_non_utf8_escape_laden_name_prints_escaped_on_a_strict_utf8_terminal_on_success_and_refusal(
-    tmp_path, models
-):
+def test_a_non_utf8_escape_laden_name_prints_escaped_on_a_strict_utf8_terminal_on_success_and_refusal(tmp_path, models):
     draft, target, ids, width = models
     data = os.path.join(os.fsencode(tmp_path), b"dump\xff\x1b[2J")
     os.mkdir(data)
@@ -147,9 +145,10 @@ def test_a_gzipped_torch_file_is_inflated_in_chunks_and_read(tmp_path):
 
 def test_a_compressed_record_inside_a_torch_zip_is_refused_unloaded(tmp_path, monkeypatch):
     write_speculators(tmp_path / "src", 0)
-    with zipfile.ZipFile(tmp_path / "src" / "data_0.pt") as zin, zipfile.ZipFile(
-        tmp_path / "data_0.pt", "w", compression=zipfile.ZIP_DEFLATED
-    ) as zout:
+    with (
+        zipfile.ZipFile(tmp_path / "src" / "data_0.pt") as zin,
+        zipfile.ZipFile(tmp_path / "data_0.pt", "w", compression=zipfile.ZIP_DEFLATED) as zout,
+    ):
         for info in zin.infolist():
             zout.writestr(info.filename, zin.read(info))
     monkeypatch.setattr(torch, "load", lambda *a, **k: pytest.fail("a compressed record reached torch.load"))

@@ -411,7 +411,9 @@ def test_at_the_size_bound_a_file_is_read(tmp_path, monkeypatch):
     raw = gzip.decompress((tmp_path / "gz" / "rows_0-2000" / "data_0.ckpt.gz").read_bytes())
     monkeypatch.setattr(torch_file, "MAX_FILE_BYTES", len(raw))
     assert len(list(td.read_specforge(tmp_path / "gz"))) == 1
-    monkeypatch.setattr(torch_file, "MAX_FILE_BYTES", (tmp_path / "plain" / "rows_0-2000" / "data_0.ckpt").stat().st_size)
+    monkeypatch.setattr(
+        torch_file, "MAX_FILE_BYTES", (tmp_path / "plain" / "rows_0-2000" / "data_0.ckpt").stat().st_size
+    )
     assert len(list(td.read_specforge(tmp_path / "plain"))) == 1
 
 
