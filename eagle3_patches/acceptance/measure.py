@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +27,17 @@ from ..checkpoint.d2t import check_d2t
 from ..checkpoint.expected_accept import FIELD as EXPECTED_FIELD
 from ..checkpoint.formats import list_weight_files, read_config
 from ..checkpoint.safe_io import open_checkpoint_file
+from ..diagnostic import first_few
 from ..errors import Eagle3ConfigError
+from ..terminal import escape_terminal
 from . import training_data
 from .draft_reference import REQUIRED, SPEC_V1, DraftForward, draft_shape
-from .target_states import TargetStates, dump_shards, read_dump
+from .target_states import TargetStates, dump_shards, open_dump, shown_ids
 
 #: the tensor names a draft checkpoint may use for the same parameter, mapped to sglang's (as its loader maps them)
 _PREFIXES = (("model.", ""), ("layers.0.", "midlayer."))
+#: skipped sequences the human report names (the rest are counted)
+_SHOWN_SKIPPED = 20
 
 
 class MeasureError(Eagle3ConfigError):
@@ -56,17 +60,31 @@ class Acceptance:
     def verify_steps(self) -> int:
         return sum(self.histogram)
 
+    def _measured(self) -> int:
+        """The verify steps, refused where there are none: no figure comes from data that cannot give one."""
+        n = self.verify_steps
+        if not n:
+            raise MeasureError(
+                "the data gives no verify step to measure",
+                found=f"{self.sequences} sequence(s) replayed, {len(self.skipped)} skipped as too short"
+                + (f" ({escape_terminal(first_few(self.skipped, 3, '; '))[:300]})" if self.skipped else ""),
+                expected="a token the target produced (loss mask 1, or decoded in a dump) after its first position, "
+                "with a token after it to draft for",
+                fix="measure on the target's responses: a dump of generated tokens, or training data with a loss mask",
+            )
+        return n
+
     @property
     def accept_length(self) -> float:
-        """Accepted draft tokens + 1 per verify step (sglang's ``accept len``)."""
-        n = self.verify_steps
-        return sum((a + 1) * c for a, c in enumerate(self.histogram)) / n if n else float("nan")
+        """Accepted draft tokens + 1 per verify step (sglang's ``accept len``); refused without verify steps."""
+        n = self._measured()
+        return sum((a + 1) * c for a, c in enumerate(self.histogram)) / n
 
     @property
     def per_position(self) -> list[float]:
         """Per draft position k = 1..steps, the fraction of verify steps that accepted draft token k."""
-        n = self.verify_steps
-        return [sum(self.histogram[k:]) / n if n else float("nan") for k in range(1, self.steps + 1)]
+        n = self._measured()
+        return [sum(self.histogram[k:]) / n for k in range(1, self.steps + 1)]
 
     def config_field(self, num_draft_tokens: int) -> dict:
         """The draft config field that states this figure (docs/troubleshooting.md)."""
@@ -94,6 +112,7 @@ class Acceptance:
                 **self.config_field(num_draft_tokens),
             },
             indent=2,
+            allow_nan=False,
         )
 
     def format(self, num_draft_tokens: int) -> str:
@@ -109,7 +128,9 @@ class Acceptance:
             "to state it in the draft's config.json (the watchdog and the doctor read it):",
             "  " + json.dumps(self.config_field(num_draft_tokens)),
         ]
-        lines += [f"skipped: {s}" for s in self.skipped]
+        lines += [f"skipped: {escape_terminal(s)}" for s in self.skipped[:_SHOWN_SKIPPED]]
+        if len(self.skipped) > _SHOWN_SKIPPED:
+            lines.append(f"skipped: {len(self.skipped) - _SHOWN_SKIPPED} more (--json lists them all)")
         return "\n".join(lines)
 
 
@@ -243,36 +264,71 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
 
 
 # ---------------------------------------------------------------------- the target states
-def read_states(data: os.PathLike | str, config: dict, *, limit: int) -> list[TargetStates]:
-    """The sequences in ``data``: a ``hidden_state_dump`` directory (checked against the draft's aux layer ids,
-    which the dump records), or SpecForge's or speculators' offline training data (:mod:`.training_data`; they
-    record no layer ids: the width is checked, the layers are the user's word)."""
+def read_states(
+    data: os.PathLike | str, config: dict, *, max_sequences: int | None = None, max_tokens: int | None = None
+) -> Iterator[TargetStates]:
+    """The sequences in ``data``, read one at a time as the iterator reaches them: a ``hidden_state_dump``
+    directory (its layer ids checked against the draft's, its width against the draft's target hidden size), or
+    SpecForge's or speculators' offline training data (:mod:`.training_data`; they record no layer ids: the width
+    is checked, the layers are the user's word).  At most ``max_sequences``, and none after the one at which
+    ``max_tokens`` tokens were read.  What is wrong with the data as a whole (no such files, other layers) is
+    refused at the call; a file's problem when the iterator reaches it."""
+    for flag, value in (("--max-sequences", max_sequences), ("--max-tokens", max_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise MeasureError(f"{flag} must be a positive integer", found=repr(value)[:40], expected="an integer >= 1")
+    eagle = config.get("eagle_config")
+    ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
     if dump_shards(data):
-        states, meta = read_dump(data, limit=limit)
-        eagle = config.get("eagle_config")
-        ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
-        if ids is not None and meta.get("layer_ids") is not None and list(ids) != list(meta["layer_ids"]):
+        dump = open_dump(data)
+        if isinstance(ids, list) and dump.layer_ids is not None and list(ids) != dump.layer_ids:
             raise MeasureError(
                 "the dump captured other layers than the draft was trained on",
                 where=str(data),
-                found=f"layer_ids {meta['layer_ids']}",
-                expected=f"the draft's eagle_aux_hidden_state_layer_ids {ids}",
+                found=f"layer_ids {shown_ids(dump.layer_ids)}",
+                expected=f"the draft's eagle_aux_hidden_state_layer_ids {shown_ids(list(ids))}",
                 fix="dump with the draft's ids (serve with the draft, or EAGLE3_PATCHES_DUMP_LAYER_IDS)",
             )
-    else:
-        kind = training_data.detect(data)
-        if kind is None:
+        hidden = config.get("target_hidden_size") or config.get("hidden_size")
+        layers = dump.layer_ids or (ids if isinstance(ids, list) else None)
+        if type(hidden) is int and layers and dump.width != len(layers) * hidden:
             raise MeasureError(
-                "no target states found",
+                "the dump's hidden states are not the width the draft's layers give",
                 where=str(data),
-                found="no hidden_state_dump shard (shard-*.safetensors), SpecForge file (data_<i>.ckpt) or "
-                "speculators file (data_<i>.pt)",
-                expected="a hidden_state_dump directory, or the offline training data the draft was trained on",
-                fix="dump a known-good server's states with EAGLE3_PATCHES_DUMP_DIR (docs/e2e.md)",
+                found=f"width {dump.width}",
+                expected=f"{len(layers)} layers x the target's hidden size {hidden} = {len(layers) * hidden}",
+                fix="dump the target this draft was trained for, at the draft's eagle_aux_hidden_state_layer_ids",
             )
-        read = training_data.read_specforge if kind == training_data.SPECFORGE else training_data.read_speculators
-        states = list(read(data, limit=limit))
-    if not states:
+        states: Iterator[TargetStates] = dump.sequences(max_sequences=max_sequences, max_tokens=max_tokens)
+        return _nonempty(states, data)
+    kind = training_data.detect(data)
+    if kind is None:
+        raise MeasureError(
+            "no target states found",
+            where=str(data),
+            found="no hidden_state_dump shard (shard-*.safetensors), SpecForge file (data_<i>.ckpt) or "
+            "speculators file (data_<i>.pt)",
+            expected="a hidden_state_dump directory, or the offline training data the draft was trained on",
+            fix="dump a known-good server's states with EAGLE3_PATCHES_DUMP_DIR (docs/e2e.md)",
+        )
+    read = training_data.read_specforge if kind == training_data.SPECFORGE else training_data.read_speculators
+    return _nonempty(_until_tokens(read(data, limit=max_sequences), max_tokens), data)
+
+
+def _until_tokens(states: Iterator[TargetStates], max_tokens: int | None) -> Iterator[TargetStates]:
+    tokens = 0
+    for st in states:
+        tokens += int(st.tokens.shape[0])
+        yield st
+        if max_tokens is not None and tokens >= max_tokens:
+            return  # before the next file is loaded
+
+
+def _nonempty(states: Iterator[TargetStates], data: os.PathLike | str) -> Iterator[TargetStates]:
+    any_read = False
+    for st in states:
+        any_read = True
+        yield st
+    if not any_read:
         raise MeasureError(
             "the data holds no whole sequence",
             where=str(data),
@@ -280,7 +336,6 @@ def read_states(data: os.PathLike | str, config: dict, *, limit: int) -> list[Ta
             expected="sequences from their first token",
             fix="dump with --disable-radix-cache",
         )
-    return states
 
 
 # ---------------------------------------------------------------------- the replay

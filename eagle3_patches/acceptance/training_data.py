@@ -39,27 +39,25 @@ beside it (``ArrowDataset`` in ``src/speculators/train/data.py``): :func:`detect
 
 These files come from strangers and are torch pickles: each is opened through
 :func:`eagle3_patches.checkpoint.safe_io.open_checkpoint_file` (no link out of the data directory, regular files
-only), refused above :data:`MAX_FILE_BYTES` (a ``.gz`` also when it inflates past it) before ``torch.load``, and
-loaded only with ``torch.load(..., map_location="cpu", weights_only=True)``, which builds tensors and plain
-containers and refuses any other class.  Every key, shape, dtype and value range is checked; every problem is a
-:class:`~eagle3_patches.checkpoint.safe_io.CheckpointError` (code ``training-data``, or ``unsafe-file``) naming
-the file, what was found and what was expected.
+only) and checked by :mod:`.torch_file` before ``torch.load`` (size, zip records, the pickle's globals), then
+loaded only with ``torch.load(..., map_location="cpu", weights_only=True, mmap=True)``.  Every key, shape, dtype
+and value range is checked, and what a sequence becomes in float32 is bounded (:data:`MAX_SEQUENCE_BYTES`) before
+it is allocated; two files of one index (``data_0.ckpt`` and ``data_0.ckpt.gz``) are refused naming both.  Every
+problem is a :class:`~eagle3_patches.checkpoint.safe_io.CheckpointError` (code ``training-data``, or
+``unsafe-file``) naming the file, what was found and what was expected.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
-import pickle
 import re
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.safe_io import CheckpointError, checked_root, checkpoint_error, open_checkpoint_file
-from .target_states import TargetStates
+from ..checkpoint.safe_io import CheckpointError, checked_root, checkpoint_error
+from . import torch_file
+from .target_states import MAX_SEQUENCE_BYTES, TargetStates
 
 if TYPE_CHECKING:
     import torch
@@ -68,9 +66,6 @@ SPECFORGE = "specforge"
 SPECULATORS = "speculators"
 #: the error code of a training-data file that is not what its tool writes
 CODE = "training-data"
-#: a file (or a ``.ckpt.gz`` inflated) larger than this is refused before it is loaded: 4 GiB holds 64k positions
-#: of a 7168-wide model's three aux layers in bf16 (Kimi-K2.5, DeepSeek-V3), far beyond any training length
-MAX_FILE_BYTES = 4 << 30
 #: a speculators ``hidden_states`` list longer than this is refused (a model has at most a few hundred layers)
 MAX_LAYERS = 256
 #: a data directory (or one of its subdirectories) with more entries than this is refused, unlisted further
@@ -79,6 +74,7 @@ MAX_DIR_ENTRIES = 1 << 22
 _SPECFORGE_SUFFIXES = (".ckpt", ".ckpt.gz")
 _SPECULATORS_SUFFIX = ".pt"
 _SPECULATORS_SAFETENSORS = re.compile(r"hs_\d+\.safetensors")
+_INDEX = re.compile(r"data_(\d{1,18})\.(?:ckpt|ckpt\.gz|pt)")
 _WHAT = {SPECFORGE: "SpecForge hidden-state file", SPECULATORS: "speculators hidden-state file"}
 _PATTERN = {SPECFORGE: "data_<i>.ckpt or data_<i>.ckpt.gz", SPECULATORS: "data_<i>.pt"}
 _REGENERATE = {
@@ -193,6 +189,7 @@ def _files(path: os.PathLike | str, kind: str, limit: int | None) -> tuple[Path,
             fix="measure on a hidden_state_dump taken from a known-good server instead",
         )
     files = sorted(kinds[kind], key=_natural)
+    _one_file_per_index(files, shown, kind)
     if not files:
         other = next((k for k in (SPECFORGE, SPECULATORS) if k != kind and kinds[k]), None)
         raise checkpoint_error(
@@ -206,77 +203,46 @@ def _files(path: os.PathLike | str, kind: str, limit: int | None) -> tuple[Path,
     return root, shown, files if limit is None else files[:limit]
 
 
+def _one_file_per_index(files: list[str], shown: Path, kind: str) -> None:
+    """Refuses two files of one sequence index (``data_0.ckpt`` beside ``data_0.ckpt.gz``, or in two groups)."""
+    seen: dict[int, str] = {}
+    for rel in files:
+        m = _INDEX.fullmatch(rel.rsplit("/", 1)[-1])
+        if m is None:
+            continue
+        other = seen.setdefault(int(m.group(1)), rel)
+        if other != rel:
+            raise _bad(
+                str(shown / rel),
+                f"two {_WHAT[kind]}s of one index",
+                found=f"{other} and {rel}",
+                expected="one file per sequence index",
+                kind=kind,
+            )
+
+
 # ------------------------------------------------------------------ loading one file
 def _bad(where: str, what: str, *, found: str = "", expected: str = "", kind: str) -> CheckpointError:
     return checkpoint_error(CODE, what, where=where, found=found, expected=expected, fix=_REGENERATE[kind])
 
 
-def _too_large(where: str, label: str, size: str) -> CheckpointError:
-    return checkpoint_error(
-        CODE,
-        f"{label} is too large to load",
-        where=where,
-        found=size,
-        expected=f"<= {MAX_FILE_BYTES} bytes (MAX_FILE_BYTES)",
-        fix="leave this file out, or split the data into shorter sequences",
-    )
-
-
-def _inflate(raw: io.BufferedReader, where: str, label: str, kind: str) -> io.BytesIO:
-    out = io.BytesIO()
-    try:
-        with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
-            while chunk := gz.read(min(64 << 20, MAX_FILE_BYTES + 1 - out.tell())):
-                out.write(chunk)
-                if out.tell() > MAX_FILE_BYTES:
-                    raise _too_large(where, label, f"more than {MAX_FILE_BYTES} bytes inflated")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise _bad(where, f"{label} is not a readable gzip stream", found=str(exc)[:200], kind=kind) from None
-    out.seek(0)
-    return out
-
-
 def _load(root: Path, shown: Path, rel: str, kind: str) -> Any:
-    """The object ``torch.load`` builds from ``root/rel`` with ``weights_only=True``, after the checks above."""
-    import torch
-
-    label = _WHAT[kind]
-    where = str(shown / rel)
-    with open_checkpoint_file(root, rel, what=label) as f:
-        if f.size > MAX_FILE_BYTES:
-            raise _too_large(where, label, f"{f.size} bytes")
-        with open(f.fd, "rb", closefd=False) as raw:
-            src: Any = _inflate(raw, where, label, kind) if rel.endswith(".gz") else raw
-            try:
-                return torch.load(src, map_location="cpu", weights_only=True)
-            except Exception as exc:  # noqa: BLE001 -- torch's zip reader and unpickler raise many types on a bad file
-                raise _unloadable(exc, where, label, kind) from None
+    """The object ``torch.load`` builds from ``root/rel``, bounded (:mod:`.torch_file`)."""
+    return torch_file.load(root, str(shown / rel), rel, label=_WHAT[kind], fix=_REGENERATE[kind], code=CODE)
 
 
-def _unloadable(exc: Exception, where: str, label: str, kind: str) -> CheckpointError:
-    """What ``torch.load(weights_only=True)`` refused: a class it would have to import (code a plain unpickler
-    runs; a global of ``os``, ``posix``, ``nt`` or ``sys``, which torch blocks outright, the same), or bytes that
-    are no torch file; ``found`` is the line of torch's message that says which."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    if isinstance(exc, pickle.UnpicklingError):
-        classes = [ln for ln in lines if "Unsupported global" in ln or "unsupported GLOBAL" in ln]
-        if classes:
-            return _bad(
-                where,
-                f"{label} holds objects other than tensors and plain containers; refused (loading it could run code)",
-                found=classes[0].split(" was not an allowed")[0][:200],
-                expected="a dict of tensors, as torch.save writes it",
-                kind=kind,
-            )
-        after = [lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln.endswith("WeightsUnpickler error:")]
-        lines = after or lines
-    return _bad(
-        where,
-        f"{label} is not a readable torch file",
-        found=f"{type(exc).__name__}: {lines[0][:200] if lines else ''}",
-        expected="a file written by torch.save",
-        kind=kind,
-    )
+def _bounded(where: str, length: int, width: int, kind: str) -> None:
+    """Refuses a sequence of ``length`` positions of aux ``width`` whose :class:`TargetStates` (int64 tokens, bool
+    mask, float32 states) would exceed the per-sequence bound, before it is allocated."""
+    nbytes = length * (9 + 4 * width)
+    if nbytes > MAX_SEQUENCE_BYTES:
+        raise _bad(
+            where,
+            "the sequence is too large to measure",
+            found=f"{length} positions of {width} aux values: {nbytes} bytes as int64 ids and float32 states",
+            expected=f"<= {MAX_SEQUENCE_BYTES} bytes per sequence (MAX_SEQUENCE_BYTES)",
+            kind=kind,
+        )
 
 
 # ------------------------------------------------------------------ checking what was loaded
@@ -308,12 +274,13 @@ class _Record:
         stored in the file (a view repeating one stored element would inflate past the size bound)."""
         import torch
 
-        if not isinstance(value, torch.Tensor):
-            raise self.bad(f"{name} is not a tensor", found=type(value).__name__, expected="a tensor")
-        if value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized:
+        if type(value) is not torch.Tensor:  # a subclass's attributes may shadow the methods checked below
+            raise self.bad(f"{name} is not a tensor", found=type(value).__name__[:80], expected="a tensor")
+        if value.is_nested or value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized:
             raise self.bad(
                 f"{name} is not a plain dense tensor",
-                found=f"layout {value.layout}, device {value.device.type}, quantized {value.is_quantized}",
+                found=f"layout {value.layout}, nested {value.is_nested}, device {value.device.type}, quantized "
+                f"{value.is_quantized}",
                 expected="a dense CPU tensor",
             )
         if value.numel() * value.element_size() > value.untyped_storage().nbytes():
@@ -395,6 +362,7 @@ def _specforge_states(payload: Any, where: str, rel: str) -> TargetStates:
         raise rec.bad(
             "aux_hidden_state has the wrong shape", found=str(list(aux.shape)), expected="[1, L, k*H] (or [L, k*H])"
         )
+    _bounded(where, aux.shape[0], aux.shape[1], SPECFORGE)
     return rec.states(tokens, mask, aux, rel)
 
 
@@ -428,7 +396,9 @@ def _speculators_states(payload: Any, where: str, rel: str) -> TargetStates:
                 found=f"{list(t.shape)} (hidden_states[0]: {list(first.shape)})",
                 expected="every layer's state [L, H], one shape",
             )
-    # standardize_data_v1: the aux layers are every entry but the last (the last layer's state, the target)
+    # standardize_data_v1: the aux layers are every entry but the last (the last layer's state, the target); one
+    # stored tensor listed many times is read once but concatenated as often: the result is what is bounded
+    _bounded(where, first.shape[0], first.shape[1] * (len(checked) - 1), SPECULATORS)
     aux = torch.cat([t.to(torch.float32) for t in checked[:-1]], dim=-1)
     return rec.states(tokens, mask, aux, rel)
 

@@ -60,6 +60,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "with this environment",
     )
     p.add_argument("--max-sequences", type=int, default=1000, metavar="N", help="sequences read at most (1000)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="stop reading after the sequence at which N tokens were read (default: no bound but --max-sequences)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
@@ -90,12 +96,13 @@ def run(args) -> int:
         raise UsageError(
             f"--speculative-num-draft-tokens {draft_tokens}: with topk 1 sglang uses steps + 1 = {args.steps + 1}"
         )
-    if args.max_sequences < 1:
-        raise UsageError("--max-sequences must be at least 1")
+    for flag, value in (("--max-sequences", args.max_sequences), ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value}: expected at least 1")
     from ..acceptance.measure import load_draft, read_states, replay
 
     forward, hot, config = load_draft(args.draft, args.target)
-    states = read_states(args.data, config, limit=args.max_sequences)
+    states = read_states(args.data, config, max_sequences=args.max_sequences, max_tokens=args.max_tokens)
     result = replay(forward, hot, states, args.steps, args.spec_worker or installed_worker())
     print(result.to_json(draft_tokens) if args.json else result.format(draft_tokens))
     return 0

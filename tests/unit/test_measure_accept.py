@@ -320,10 +320,10 @@ def test_an_old_dump_without_decoded_labels_every_position_but_the_first(tmp_pat
 def test_a_dump_of_other_layers_or_none_is_refused(tmp_path):
     config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}
     with pytest.raises(MeasureError, match="no target states found"):
-        read_states(tmp_path, config, limit=10)
+        read_states(tmp_path, config, max_sequences=10)
     _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 1)], layer_ids="[2, 30, 58]")
     with pytest.raises(MeasureError, match="captured other layers"):
-        read_states(tmp_path, config, limit=10)
+        read_states(tmp_path, config, max_sequences=10)
 
 
 @pytest.mark.parametrize(
@@ -340,10 +340,10 @@ def test_the_dump_layers_are_checked_against_the_drafts_where_both_state_them(tm
     config = {} if draft_ids is None else {"eagle_config": {"eagle_aux_hidden_state_layer_ids": draft_ids}}
     _shard(tmp_path / "shard-1-00000.safetensors", [(5, 0, 7, 0), (6, 1, 7, 1)], layer_ids=dump_ids)
     if not refused:
-        assert [st.tokens.tolist() for st in read_states(tmp_path, config, limit=10)] == [[5, 6]]
+        assert [st.tokens.tolist() for st in read_states(tmp_path, config, max_sequences=10)] == [[5, 6]]
         return
     with pytest.raises(MeasureError, match="captured other layers") as info:
-        read_states(tmp_path, config, limit=10)
+        read_states(tmp_path, config, max_sequences=10)
     d = info.value.diagnostic
     assert d.found == f"layer_ids {json.loads(dump_ids)}"
     assert d.expected == f"the draft's eagle_aux_hidden_state_layer_ids {draft_ids}"
@@ -394,15 +394,15 @@ def test_training_data_is_read_as_the_draft_was_trained_on(tmp_path):
     from test_training_data import K, write_specforge, write_speculators
 
     write_specforge(tmp_path / "sf", 0, length=6)
-    (st,) = read_states(tmp_path / "sf", {}, limit=10)
+    (st,) = read_states(tmp_path / "sf", {}, max_sequences=10)
     assert st.aux.shape[-1] == K * 4 and st.labelled.tolist() == [False] * 3 + [True] * 3
     write_speculators(tmp_path / "spec", 0, length=6)
     write_speculators(tmp_path / "spec", 1, length=6)
-    assert len(read_states(tmp_path / "spec", {}, limit=1)) == 1  # the limit reaches the reader
+    assert len(list(read_states(tmp_path / "spec", {}, max_sequences=1))) == 1  # the limit reaches the reader
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("x")
     with pytest.raises(MeasureError, match="no target states found"):
-        read_states(tmp_path / "other", {}, limit=10)
+        read_states(tmp_path / "other", {}, max_sequences=10)
 
 
 def _trained_variant(tmp_path, name, change):
