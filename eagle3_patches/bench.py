@@ -1,51 +1,41 @@
-"""A small benchmark client for a running SGLang server (``eagle3-patches bench``).
+"""``eagle3-patches bench``: sglang's own serving benchmark, run against a server and a baseline in one go.
 
-Standard library only (``urllib`` + threads).  For each server it sends the same requests
-twice: one at a time (single stream) and with ``concurrency`` in flight, and reports
+What a run measures is sglang's ``bench_serving`` (``python -m sglang.benchmark.serving`` from the release that
+moved it there, ``python -m sglang.bench_serving`` before; both take the flags used here, from 0.5.9 on): output
+tokens/s, end-to-end latency percentiles, and the accept length sglang reports (its ``/get_server_info``
+``avg_spec_accept_length``: the server's own average since it started, warm-up request included; none without
+speculation).  Its own progress bar (tqdm) and summary go to stderr.  This module keeps only what that tool
+lacks:
 
-* **accept length**: sglang's ``meta_info.spec_accept_length`` = completion tokens / verify
-  steps of each request (0.5.9; the prefill counts as one step, so a draft that never hits
-  shows slightly above 1.0), averaged over requests; also the pooled figure
-  sum(completion tokens) / sum(``spec_verify_ct``).  Absent (``None``) without speculation
-  and on the OpenAI endpoint, whose response has no ``meta_info``;
-* **output tokens/s**: completion tokens of the phase / wall time of the phase;
-* **latency** percentiles (p50 / p90 / p99, seconds) of whole requests.
+* **the baseline in the same run**: each server benchmarked single-stream and at ``concurrency``, then the ratios
+  server / baseline (throughput, latency) and what one speculative cycle cost in the baseline's decode steps
+  (:func:`cycle_in_plain_steps`), which say whether the accept length pays at these flags on this machine;
+* **same outputs**: whether the two servers generated the same texts single-stream (greedy: a speculative server
+  that changes outputs is wrong, not fast);
+* :func:`expected_speedup`, the walltime analysis of an accept length.
 
-With a second (baseline) server, e.g. the same target without speculation, the report adds
-ratios (server / baseline) measured in the same run.
+The per-position acceptance is not something a running server reports: ``eagle3-patches measure-accept`` measures
+it offline.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import random
+import subprocess
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
+import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import Eagle3Error
 
-
-@dataclass
-class Prompt:
-    text: str | None = None
-    input_ids: list[int] | None = None
-
-
-@dataclass
-class Result:
-    latency: float
-    completion_tokens: int
-    verify_ct: int | None = None
-    accept_length: float | None = None
-    output: list[int] | str | None = None
-    error: str | None = None
+#: sglang's benchmark modules, newest home first (``sglang.bench_serving`` is a deprecated alias after the move)
+SERVING_MODULES = ("sglang.benchmark.serving", "sglang.bench_serving")
+#: ``--api`` -> bench_serving's ``--backend``
+BACKENDS = {"generate": "sglang", "openai": "sglang-oai"}
 
 
 @dataclass
@@ -59,8 +49,7 @@ class Phase:
     latency_p50: float | None
     latency_p90: float | None
     latency_p99: float | None
-    accept_length: float | None  # mean over requests of sglang's spec_accept_length
-    accept_length_pooled: float | None  # sum(completion tokens) / sum(verify steps)
+    accept_length: float | None  # sglang's avg_spec_accept_length (None without speculation)
     first_error: str | None = None
 
 
@@ -73,180 +62,117 @@ class ServerReport:
     outputs: list = field(default_factory=list)
 
 
-def random_prompts(n: int, length: int, vocab_size: int, seed: int = 0, low: int = 4) -> list[Prompt]:
-    rng = random.Random(seed)
-    return [Prompt(input_ids=[rng.randrange(low, vocab_size) for _ in range(length)]) for _ in range(n)]
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    xs = sorted(values)
-    k = (len(xs) - 1) * q / 100.0
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def _post(url: str, body: dict, timeout: float) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
-
-
-def send(
-    base_url: str,
-    prompt: Prompt,
-    *,
-    api: str = "generate",
-    max_new_tokens: int = 32,
-    temperature: float = 0.0,
-    ignore_eos: bool = True,
-    model: str = "default",
-    timeout: float = 600.0,
-) -> Result:
-    t0 = time.perf_counter()
-    try:
-        if api == "generate":
-            body: dict = {
-                "sampling_params": {
-                    "temperature": temperature,
-                    "max_new_tokens": max_new_tokens,
-                    "ignore_eos": ignore_eos,
-                }
-            }
-            if prompt.input_ids is not None:
-                body["input_ids"] = list(prompt.input_ids)
-            else:
-                body["text"] = prompt.text
-            out = _post(base_url.rstrip("/") + "/generate", body, timeout)
-            meta = out.get("meta_info", {})
-            return Result(
-                time.perf_counter() - t0,
-                int(meta.get("completion_tokens", 0)),
-                meta.get("spec_verify_ct"),
-                meta.get("spec_accept_length"),
-                out.get("output_ids", out.get("text")),
-            )
-        body = {
-            "model": model,
-            "max_tokens": max_new_tokens,
-            "temperature": temperature,
-            "ignore_eos": ignore_eos,
-            "prompt": list(prompt.input_ids) if prompt.input_ids is not None else prompt.text,
-        }
-        out = _post(base_url.rstrip("/") + "/v1/completions", body, timeout)
-        usage = out.get("usage") or {}
-        text = (out.get("choices") or [{}])[0].get("text")
-        return Result(time.perf_counter() - t0, int(usage.get("completion_tokens", 0)), output=text)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        detail = exc.read().decode(errors="replace")[:300] if isinstance(exc, urllib.error.HTTPError) else ""
-        return Result(time.perf_counter() - t0, 0, error=f"{type(exc).__name__}: {exc} {detail}".strip())
-
-
-class Progress:
-    """A one-line progress bar on stderr (a line per quarter when stderr is not a terminal)."""
-
-    def __init__(self, label: str, total: int, stream=None, width: int = 30):
-        self.label, self.total, self.width = label, total, width
-        self.stream = stream if stream is not None else sys.stderr
-        self.done = 0
-        self.lock = threading.Lock()
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.t0 = time.perf_counter()
-        self._last_quarter = -1
-        self._draw()
-
-    def step(self) -> None:
-        with self.lock:
-            self.done += 1
-            self._draw()
-
-    def _draw(self) -> None:
-        filled = int(self.width * self.done / max(self.total, 1))
-        bar = "#" * filled + "." * (self.width - filled)
-        line = f"{self.label} [{bar}] {self.done}/{self.total} {time.perf_counter() - self.t0:.1f}s"
-        if self.tty:
-            self.stream.write("\r" + line + ("\n" if self.done >= self.total else ""))
-        else:
-            quarter = 4 * self.done // max(self.total, 1)
-            if quarter == self._last_quarter:
-                return
-            self._last_quarter = quarter
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-
-def run_phase(
-    base_url: str, prompts: Sequence[Prompt], concurrency: int, *, label: str = "", progress: bool = True, **send_kw
-) -> tuple[Phase, list[Result]]:
-    bar = Progress(f"{label} c={concurrency}", len(prompts)) if progress else None
-    results: list[Result | None] = [None] * len(prompts)
-
-    def one(i: int) -> None:
-        results[i] = send(base_url, prompts[i], **send_kw)
-        if bar:
-            bar.step()
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        list(pool.map(one, range(len(prompts))))
-    wall = time.perf_counter() - t0
-    done = [r for r in results if r is not None]
-    ok = [r for r in done if r.error is None]
-    tokens = sum(r.completion_tokens for r in ok)
-    lat = [r.latency for r in ok]
-    accepts = [r.accept_length for r in ok if r.accept_length is not None]
-    verify = [r.verify_ct for r in ok if r.verify_ct]
-    pooled = (sum(r.completion_tokens for r in ok if r.verify_ct) / sum(verify)) if verify else None
-    errors = [r.error for r in done if r.error]
-    phase = Phase(
-        concurrency=concurrency,
-        requests=len(prompts),
-        errors=len(errors),
-        wall_s=wall,
-        output_tokens=tokens,
-        output_tokens_per_s=tokens / wall if wall > 0 else 0.0,
-        latency_p50=percentile(lat, 50),
-        latency_p90=percentile(lat, 90),
-        latency_p99=percentile(lat, 99),
-        accept_length=sum(accepts) / len(accepts) if accepts else None,
-        accept_length_pooled=pooled,
-        first_error=errors[0] if errors else None,
+def serving_module() -> str:
+    """The installed sglang's serving benchmark module."""
+    for name in SERVING_MODULES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return name
+        except ImportError:  # sglang (or sglang.benchmark) not installed
+            continue
+    raise Eagle3Error(
+        "eagle3-patches bench: sglang's serving benchmark (sglang.bench_serving) is not installed in this Python "
+        f"({sys.executable}): run bench with the Python sglang is installed in"
     )
-    return phase, done
 
 
-def wait_ready(base_url: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        for path in ("/health", "/get_model_info"):
-            try:
-                with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError) as exc:
-                last = str(exc)
-        time.sleep(1.0)
-    raise Eagle3Error(f"eagle3-patches bench: no SGLang server answers at {base_url} ({last})")
-
-
-def bench_server(
-    base_url: str,
-    prompts: Sequence[Prompt],
+def serving_argv(
+    url: str,
+    output_file: str,
     *,
-    label: str,
     concurrency: int,
-    single_requests: int | None = None,
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+    api: str = "generate",
+    seed: int = 0,
+    tokenizer: str | None = None,
     progress: bool = True,
-    **send_kw,
-) -> ServerReport:
-    report = ServerReport(url=base_url, label=label)
-    single = list(prompts[: single_requests or len(prompts)])
-    report.single, results = run_phase(base_url, single, 1, label=label, progress=progress, **send_kw)
-    report.outputs = [r.output for r in results]
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line of sglang's serving benchmark for one phase: random prompts of ``input_len`` token ids,
+    ``output_len`` tokens each (EOS ignored), at most ``concurrency`` in flight, the result and the generated texts
+    appended to ``output_file``."""
+    argv = [
+        sys.executable,
+        "-m",
+        serving_module(),
+        "--backend",
+        BACKENDS[api],
+        "--base-url",
+        url.rstrip("/"),
+        "--dataset-name",
+        "random-ids",  # random token ids; "random" samples ShareGPT, fetched from the hub
+        "--num-prompts",
+        str(num_prompts),
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--random-range-ratio",
+        "1",
+        "--max-concurrency",
+        str(concurrency),
+        "--seed",
+        str(seed),
+        "--output-file",
+        output_file,
+        "--output-details",
+    ]
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
+    if not progress:
+        argv.append("--disable-tqdm")
+    return argv + list(extra)
+
+
+def phase_from(result: dict, concurrency: int) -> Phase:
+    """A :class:`Phase` from one line of bench_serving's output file (its keys, 0.5.9 to the newest release)."""
+    errors = [e for e in result.get("errors") or [] if e]
+
+    def seconds(key: str) -> float | None:
+        value = result.get(key)
+        return None if value is None else value / 1000.0
+
+    return Phase(
+        concurrency=concurrency,
+        requests=len(result.get("errors") or []) or int(result.get("completed", 0)),
+        errors=len(errors),
+        wall_s=float(result["duration"]),
+        output_tokens=int(result["total_output_tokens"]),
+        output_tokens_per_s=float(result["output_throughput"]),
+        latency_p50=seconds("median_e2e_latency_ms"),
+        latency_p90=seconds("p90_e2e_latency_ms"),
+        latency_p99=seconds("p99_e2e_latency_ms"),
+        accept_length=result.get("accept_length") or None,
+        first_error=str(errors[0])[:300] if errors else None,
+    )
+
+
+def run_phase(url: str, concurrency: int, *, label: str = "", **kw: Any) -> tuple[Phase, list]:
+    """One run of sglang's serving benchmark; its summary goes to stderr.  The phase and the generated texts."""
+    with tempfile.TemporaryDirectory(prefix="eagle3-bench-") as tmp:
+        out = Path(tmp) / "result.jsonl"
+        argv = serving_argv(url, str(out), concurrency=concurrency, **kw)
+        # its progress bar and messages: stderr, live; its summary (stdout) to our stderr, stdout keeps the report
+        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
+        sys.stderr.write(done.stdout)
+        lines = out.read_text(encoding="utf-8").splitlines() if out.is_file() else []
+    if done.returncode != 0 or not lines:
+        raise Eagle3Error(
+            f"eagle3-patches bench: sglang's serving benchmark against {label or 'the server'} {url} exited "
+            f"{done.returncode} without a result (its messages are above); the command: {' '.join(argv[1:])}"
+        )
+    result = json.loads(lines[-1])
+    return phase_from(result, concurrency), list(result.get("generated_texts") or [])
+
+
+def bench_server(url: str, *, label: str, concurrency: int, **kw: Any) -> ServerReport:
+    """``url`` single-stream, then (``concurrency`` > 1) at ``concurrency`` in flight."""
+    report = ServerReport(url=url, label=label)
+    report.single, report.outputs = run_phase(url, 1, label=label, **kw)
     if concurrency > 1:
-        report.concurrent, _ = run_phase(base_url, prompts, concurrency, label=label, progress=progress, **send_kw)
+        report.concurrent, _ = run_phase(url, concurrency, label=label, **kw)
     return report
 
 
@@ -264,9 +190,7 @@ def compare(server: ServerReport, baseline: ServerReport) -> dict:
             "output_tokens_per_s": _ratio(s.output_tokens_per_s, b.output_tokens_per_s),
             "latency_p50": _ratio(s.latency_p50, b.latency_p50),
             "latency_p90": _ratio(s.latency_p90, b.latency_p90),
-            "cycle_in_plain_steps": cycle_in_plain_steps(
-                s.accept_length_pooled, s.output_tokens_per_s, b.output_tokens_per_s
-            ),
+            "cycle_in_plain_steps": cycle_in_plain_steps(s.accept_length, s.output_tokens_per_s, b.output_tokens_per_s),
         }
     out["same_outputs"] = server.outputs == baseline.outputs
     return out
@@ -276,9 +200,9 @@ def cycle_in_plain_steps(
     accept_length: float | None, spec_tokens_per_s: float | None, plain_tokens_per_s: float | None
 ) -> float | None:
     """What one speculative cycle (the target's verify forward and the draft's forwards) cost, in decode steps of the
-    server without speculation, measured: a cycle yields ``accept_length`` tokens (the pooled figure: completion
-    tokens / verify steps) in ``accept_length / spec_tokens_per_s`` seconds, a plain step one token in
-    ``1 / plain_tokens_per_s``.  The speed ratio is ``accept_length / cycle_in_plain_steps``."""
+    server without speculation, measured: a cycle yields ``accept_length`` tokens in
+    ``accept_length / spec_tokens_per_s`` seconds, a plain step one token in ``1 / plain_tokens_per_s``.  The speed
+    ratio is ``accept_length / cycle_in_plain_steps``."""
     if not accept_length or not spec_tokens_per_s or not plain_tokens_per_s:
         return None
     return accept_length * plain_tokens_per_s / spec_tokens_per_s
@@ -294,39 +218,12 @@ def expected_speedup(accept_length: float, steps: int, draft_cost: float, verify
     return accept_length / (verify_cost + steps * draft_cost)
 
 
-def run(
-    urls: Sequence[str],
-    prompts: Sequence[Prompt],
-    *,
-    concurrency: int = 4,
-    single_requests: int | None = None,
-    labels: Sequence[str] | None = None,
-    progress: bool = True,
-    ready_timeout: float = 60.0,
-    **send_kw,
-) -> dict:
+def run(urls: Sequence[str], *, concurrency: int = 4, labels: Sequence[str] | None = None, **kw: Any) -> dict:
     """Benchmark the first URL and, if given, the second (the baseline).  A JSON-able report."""
     labels = list(labels or (["server", "baseline"][: len(urls)]))
-    reports = []
-    for url, label in zip(urls, labels):
-        wait_ready(url, ready_timeout)
-        reports.append(
-            bench_server(
-                url,
-                prompts,
-                label=label,
-                concurrency=concurrency,
-                single_requests=single_requests,
-                progress=progress,
-                **send_kw,
-            )
-        )
+    reports = [bench_server(url, label=label, concurrency=concurrency, **kw) for url, label in zip(urls, labels)]
     result = {
-        "settings": {
-            "concurrency": concurrency,
-            "prompts": len(prompts),
-            **{k: v for k, v in send_kw.items() if k != "timeout"},
-        },
+        "settings": {"concurrency": concurrency, **{k: v for k, v in kw.items() if k not in ("extra", "progress")}},
         "servers": [asdict(r) for r in reports],
     }
     if len(reports) == 2:
@@ -376,7 +273,7 @@ def format_table(report: dict) -> str:
                     f"p50 latency x{_fmt(r['latency_p50'])}, p90 latency x{_fmt(r['latency_p90'])}"
                 )
                 if r.get("cycle_in_plain_steps"):
-                    accept = report["servers"][0][phase]["accept_length_pooled"]
+                    accept = report["servers"][0][phase]["accept_length"]
                     lines.append(
                         f"  a {a} cycle yields {_fmt(accept)} tokens (the accept length) and costs the wall time of "
                         f"{_fmt(r['cycle_in_plain_steps'])} {b} decode steps: x{_fmt(r['output_tokens_per_s'])}"

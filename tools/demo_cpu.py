@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import subprocess
 import sys
@@ -41,12 +40,8 @@ WORK = ROOT / ".eagle3-demo"
 H = tiny_models.HIDDEN
 
 
-def prompts(n: int, seed: int = 4321) -> list[bench.Prompt]:
-    rng = random.Random(seed)  # held out: the draft was trained on prompts from seed 1234
-    return [
-        bench.Prompt(input_ids=[rng.randrange(4, tiny_models.VOCAB) for _ in range(rng.randrange(4, 13))])
-        for _ in range(n)
-    ]
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
 
 
 def status_line(log: str) -> str:
@@ -63,7 +58,7 @@ GPU_DRAFT_COSTS = (0.03, 0.1)
 def why_slower_here(report: dict, parts: dict[str, float], steps: int) -> list[str]:
     """The demo's speed ratio explained from its own measurements (``parts``: :func:`forward_costs.measure`), and
     what its accept length implies on a GPU."""
-    accept = report["servers"][0]["single"]["accept_length_pooled"]
+    accept = report["servers"][0]["single"]["accept_length"]
     cycle = report["ratios"]["single"]["cycle_in_plain_steps"]
     if not accept or not cycle:
         return []
@@ -117,8 +112,9 @@ def main(argv=None) -> int:
         f"fc {3 * H} -> {H}, draft vocab {cfg['draft_vocab_size']} (tools/train_tiny_draft.py, from hidden_state_dump "
         "shards)"
     )
-    ps = prompts(args.prompts)
-    kw = dict(api="generate", max_new_tokens=args.max_new_tokens, timeout=600)
+    # sglang's serving benchmark, the same random token ids for both (seed 4321: held out, the draft was trained on
+    # prompts from seed 1234), greedy
+    kw = dict(num_prompts=args.prompts, input_len=8, output_len=args.max_new_tokens, seed=4321, tokenizer=target)
     spec = speculative_flags(draft, "EAGLE3", steps=3, topk=1, draft_tokens=4)
     import eagle3_patches
 
@@ -140,7 +136,7 @@ def main(argv=None) -> int:
             how = "sglang killed its own process tree" if stock_rc == -9 else "exited"
             print(f"  failed at start ({how}, status {stock_rc}): {err[-1].strip() if err else stock.log_tail(3)}")
             print("\n[2] with eagle3-patches: the target without speculation (reference)")
-            ref = bench.bench_server(base.url, ps, label="no spec", concurrency=1, **kw)
+            ref = bench.bench_server(base.url, label="no spec", concurrency=1, **kw)
         finally:
             base.stop()
 
@@ -153,7 +149,7 @@ def main(argv=None) -> int:
         t1 = time.time()
         eagle3.start()
         print(f"  server ready in {time.time() - t1:.0f} s")
-        rep = bench.bench_server(eagle3.url, ps, label="EAGLE3", concurrency=1, **kw)
+        rep = bench.bench_server(eagle3.url, label="EAGLE3", concurrency=1, **kw)
     except ServerError as exc:
         print(f"  FAILED: {exc}")
         return 1
@@ -162,9 +158,9 @@ def main(argv=None) -> int:
     report = {"servers": [asdict(rep), asdict(ref)]}
     report["ratios"] = bench.compare(rep, ref)
     print("\n" + "\n".join("  " + line for line in bench.format_table(report).splitlines()))
-    for p, a, b in zip(ps, rep.outputs, ref.outputs):
-        print(f"  prompt {p.input_ids}\n    EAGLE3  {a}\n    no spec {b}  {'identical' if a == b else 'DIFFERENT'}")
-    print(f"  mean accept length (completion tokens / verify steps, prefill counted): {rep.single.accept_length:.2f}")
+    for i, (a, b) in enumerate(zip(rep.outputs, ref.outputs)):
+        print(f"  prompt {i}\n    EAGLE3  {a}\n    no spec {b}  {'identical' if a == b else 'DIFFERENT'}")
+    print(f"  accept length (sglang's avg_spec_accept_length): {_fmt(rep.single.accept_length)}")
     parts = run_isolated(forward_costs.measure, target, draft, patches="all")
     print("\n".join(why_slower_here(report, parts, steps=3)))
     records = [
@@ -213,9 +209,12 @@ def main(argv=None) -> int:
         )
         try:
             sym.start()
-            srep = bench.bench_server(sym.url, ps[:1], label="EAGLE", concurrency=1, progress=False, **kw)
+            srep = bench.bench_server(
+                sym.url, label="EAGLE", concurrency=1, **{**kw, "num_prompts": 1, "progress": False}
+            )
             print(
-                f"    accept length {srep.single.accept_length:.2f} (EAGLE3 above: {rep.single.accept_length:.2f}); "
+                f"    accept length {_fmt(srep.single.accept_length)} "
+                f"(EAGLE3 above: {_fmt(rep.single.accept_length)}); "
                 f"outputs still identical to no speculation: {srep.outputs == ref.outputs[:1]}"
             )
         finally:
