@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import os
 import re
 import threading
 from contextlib import redirect_stdout
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_patches import bench
+from eagle3_patches._bootstrap import child_environment
 from eagle3_patches.cli import main
 from eagle3_patches.errors import Eagle3Error
 from eagle3_patches.testing import tiny_models
@@ -39,7 +41,7 @@ def _fake(accept: float | None, tokenizer: Path, word: str = "t5"):
         def do_GET(self):
             if self.path.startswith("/v1/models"):
                 self._send({"data": [{"id": str(tokenizer)}]})
-            elif self.path.startswith("/get_server_info"):
+            elif self.path.startswith(("/get_server_info", "/server_info")):  # 0.5.9; the newer releases
                 self._send({"internal_states": [{"avg_spec_accept_length": accept} if accept else {}]})
             else:
                 self._send({"model_path": str(tokenizer)})
@@ -67,23 +69,17 @@ def tokenizer(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def stand_in_datasets(tmp_path_factory):
-    """sglang's benchmark imports Hugging Face ``datasets`` at its top for the hub data sets it can load; the random
-    prompts bench sends never call it, and the CPU test environment does not install it (it would upgrade
-    huggingface_hub past what transformers 4.57.1 accepts).  An empty module of that name, on the child's path only
-    where the real one is missing."""
-    if importlib.util.find_spec("datasets") is not None:
-        return None
-    root = tmp_path_factory.mktemp("stand-in")
-    (root / "datasets.py").write_text("def load_dataset(*a, **k):\n    raise RuntimeError('not in this test')\n")
-    return root
+@pytest.fixture(autouse=True)
+def cpu_profile_children(monkeypatch):
+    """sglang's benchmark runs as under ``eagle3-patches run --cpu-profile``: from 0.5.23 it imports sglang's model
+    configs, which import torchvision (a CUDA build here: the CPU profile's stand-in)."""
+    for key, value in child_environment(cpu_profile=True).items():
+        if os.environ.get(key) != value:
+            monkeypatch.setenv(key, value)
 
 
 @pytest.fixture
-def servers(tokenizer, stand_in_datasets, monkeypatch):
-    if stand_in_datasets is not None:
-        monkeypatch.setenv("PYTHONPATH", f"{stand_in_datasets}:{__import__('os').environ.get('PYTHONPATH', '')}")
+def servers(tokenizer):
     a, url_a = _fake(2.0, tokenizer)
     b, url_b = _fake(None, tokenizer)
     yield url_a, url_b
@@ -139,9 +135,7 @@ def test_a_server_against_its_baseline_in_one_run(servers, capsys):
     assert "Serving Benchmark Result" in capsys.readouterr().err  # sglang's own summary, on stderr
 
 
-def test_outputs_that_differ_are_said(tokenizer, stand_in_datasets, monkeypatch):
-    if stand_in_datasets is not None:
-        monkeypatch.setenv("PYTHONPATH", f"{stand_in_datasets}:{__import__('os').environ.get('PYTHONPATH', '')}")
+def test_outputs_that_differ_are_said(tokenizer):
     (a, url), (b, base) = _fake(2.0, tokenizer), _fake(None, tokenizer, word="t6")
     try:
         out = io.StringIO()
@@ -169,9 +163,7 @@ def test_outputs_that_differ_are_said(tokenizer, stand_in_datasets, monkeypatch)
     assert rc == 0 and rep["ratios"]["same_outputs"] is False and rep["servers"][0]["concurrent"] is None
 
 
-def test_an_unreachable_server_is_one_line_naming_it(stand_in_datasets, monkeypatch, capsys):
-    if stand_in_datasets is not None:
-        monkeypatch.setenv("PYTHONPATH", f"{stand_in_datasets}:{__import__('os').environ.get('PYTHONPATH', '')}")
+def test_an_unreachable_server_is_one_line_naming_it(capsys):
     with pytest.raises(Eagle3Error, match=r"against server http://127\.0\.0\.1:9 exited \d+ without a result"):
         bench.run_phase(
             "http://127.0.0.1:9",
