@@ -16,6 +16,13 @@ def hicache_refused(ctx: Context) -> Finding:
     if seen[0] != "ok":
         return Finding(False, describe_error(seen), None)
     stock, patched = seen[1]["stock"], seen[1]["patched"]
+    state, state_reason = seen.patch("hicache_draft_kv")
+    if state in ("upstream", "not-applicable"):
+        # the release's HiCache moves the draft's KV (the patch's upstream probe): nothing to refuse, and a launch
+        # the launcher resolves is the right one; the launcher alone cannot see which KV HiCache restores
+        resolved = patched["hicache"] == ("ok", "EAGLE3")
+        text = f"HiCache with EAGLE3 {'resolves' if resolved else describe_error(patched['hicache'])}"
+        return Finding(resolved, text, False, text, state, state_reason, observations=seen[1])
     bug = stock["hicache"] == ("ok", "EAGLE3")
     stock_text = (
         "HiCache with EAGLE3 resolved: the draft's KV is not restored with the target's"
@@ -29,8 +36,7 @@ def hicache_refused(ctx: Context) -> Finding:
         and patched["no_hicache"] == ("ok", "EAGLE3")
     )
     patched_text = f"HiCache with EAGLE3 refused ({describe_error(refused)}); without HiCache it resolves"
-    return Finding(fixed, patched_text, bug, stock_text, *seen.patch("hicache_draft_kv"), observations=seen[1])
-
+    return Finding(fixed, patched_text, bug, stock_text, state, state_reason, observations=seen[1])
 
 CHECKS: tuple[Check, ...] = (
     Check(
