@@ -68,6 +68,8 @@ class NotApplicable(Exception):
     """Raised by a patch's checks: sglang's code is not what the patch was written for."""
 
 
+# pragma: no mutate core/ReplaceTrueWithFalse: no code assigns to a `Touch` or hashes one (the drift report dedupes them
+# by a tuple of their three fields): `frozen` only refuses such an assignment
 @dataclass(frozen=True)
 class Touch:
     """One sglang object a patch touched: ``kind`` is ``changes`` (set or wrapped through a Saver),
@@ -202,6 +204,9 @@ class Patch:
     applies_to: SpecifierSet = SpecifierSet()  # sglang releases that need it
     default_enabled: bool = True
     #: its place in the set (application order, the fork series' order); ties go by name
+    # pragma: no mutate core/NumberReplacer: the order of a patch that sets none: every shipped patch sets its own (5 to
+    # 90), so below or at 100 it sorts the same as for 99: every shipped patch sets its own order, and the tests'
+    # patches all take the default
     order: int = 100
     #: shipped as a fork-path diff too (patches/<series>/); False for a check of the library's own deployment
     in_fork_series: bool = True
@@ -253,6 +258,11 @@ class Patch:
             return True
         from packaging.version import Version
 
+        # pragma: no mutate core/NumberReplacer `, 1)`, `, -1)`: a `Version`'s release has at least one number, so of
+        # the three padding zeros the third is never within the first three numbers
+        # pragma: no mutate eagle3/DropLiteralElement: a `Version`'s release has at least one number, so of the three
+        # padding zeros the third is never within the first three numbers : two zeros pad a release of one number to
+        # three
         return Version(".".join(map(str, (tuple(version.release) + (0, 0, 0))[:3]))) in self.applies_to
 
 
@@ -308,6 +318,7 @@ class Registry:
         self._applied_reason: dict[str, str] = {}
         self._outcome: dict[str, PatchStatus] = {}  # every state but applied
         self._selection: dict[str, int] = {}  # name -> the apply() call that selected it
+        # pragma: no mutate core/NumberReplacer: the first call's number: only equality between calls' numbers is read
         self._calls = 0
         self._hooked: set[str] = set()
         self._absent: set[str] = set()  # modules this install does not have (module_absent)
@@ -346,6 +357,8 @@ class Registry:
         chosen = self._resolve(names)
         disabled = settings.current().disable
         with self._lock:
+            # pragma: no mutate core/NumberReplacer `2`: the call number only tells one `apply()` call's selection from
+            # another's (compared for equality): any increasing numbering groups the same
             self._calls += 1
             modules: list[str] = []
             for name in chosen:
@@ -407,6 +420,9 @@ class Registry:
                 self._set(name, State.NOT_SELECTED)
             for name in undo:
                 if name not in wanted:  # stacked on a reverted patch: put it back on top
+                    # pragma: no mutate eagle3/DeleteCallStatement: the stacked patch is landed right after, and `_land`
+                    # either holds its originals (the state is then derived: applied) or records its outcome: the
+                    # pending state is never read
                     self._set(name, State.PENDING)
                     self._land(self._patches[name], sys.modules[self._patches[name].module])
         return self.status()
@@ -459,6 +475,8 @@ class Registry:
     def _hook(self, module_name: str) -> None:
         if module_name in self._hooked:
             return
+        # pragma: no mutate eagle3/DeleteCallStatement: a second post-import hook for the same module lands nothing: the
+        # first has landed every pending patch of it, and `_land_module` skips what is not pending
         self._hooked.add(module_name)
         wrapt.register_post_import_hook(self._on_import, module_name)
 

@@ -146,6 +146,9 @@ def read_dump(path: os.PathLike | str, *, limit: int | None = None) -> tuple[lis
         r = rows[sid]
         length = max(r) + 1
         # fewer rows than positions (a hole) first: a hostile position of 2**62 builds no range list
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: past the first test the positions are at least as
+        # many as 0..max and distinct, so they differ from `range(length)` only by holding a negative one, which sorts
+        # first and makes the list compare lower
         if len(r) < length or sorted(r) != list(range(length)) or length < 2:
             continue  # a cached prefix, a hole or a negative position: cannot be lined up
         out.append(

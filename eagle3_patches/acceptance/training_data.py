@@ -137,6 +137,8 @@ def _listing(root: Path, shown: Path) -> list[str]:
 def _kinds(names: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {SPECFORGE: [], SPECULATORS: [], "speculators-safetensors": []}
     for rel in names:
+        # pragma: no mutate core/NumberReplacer `, 2`: a listed path has at most one `/` (files sit in the directory or
+        # one level down): the last part is the same
         base = rel.rsplit("/", 1)[-1]
         if base.endswith(_SPECFORGE_SUFFIXES):
             out[SPECFORGE].append(rel)
@@ -226,6 +228,9 @@ def _inflate(raw: io.BufferedReader, where: str, label: str, kind: str) -> io.By
     out = io.BytesIO()
     try:
         with gzip.GzipFile(fileobj=raw, mode="rb") as gz:
+            # pragma: no mutate core/NumberReplacer `65`, `63`, `21`, `19`, `+ 2`: only the size of the pieces the gzip
+            # stream is read in (or one more byte read before the same refusal above `MAX_FILE_BYTES`): the bytes
+            # inflated and the refusal are the same
             while chunk := gz.read(min(64 << 20, MAX_FILE_BYTES + 1 - out.tell())):
                 out.write(chunk)
                 if out.tell() > MAX_FILE_BYTES:
@@ -257,6 +262,8 @@ def _unloadable(exc: Exception, where: str, label: str, kind: str) -> Checkpoint
     """What ``torch.load(weights_only=True)`` refused: a class it would have to import (code a plain unpickler
     runs; a global of ``os``, ``posix``, ``nt`` or ``sys``, which torch blocks outright, the same), or bytes that
     are no torch file; ``found`` is the line of torch's message that says which."""
+    # pragma: no mutate eagle3/DropNormalisation `ln]`: the lines read (the first, and the one after `error:`) are
+    # torch's own fixed text, never blank
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     if isinstance(exc, pickle.UnpicklingError):
         classes = [ln for ln in lines if "Unsupported global" in ln or "unsupported GLOBAL" in ln]
@@ -268,6 +275,8 @@ def _unloadable(exc: Exception, where: str, label: str, kind: str) -> Checkpoint
                 expected="a dict of tensors, as torch.save writes it",
                 kind=kind,
             )
+        # pragma: no mutate core/NumberReplacer `- 2`: torch always writes its own non-empty message and then its
+        # documentation line after `WeightsUnpickler error:`: that line is never among the last two
         after = [lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln.endswith("WeightsUnpickler error:")]
         lines = after or lines
     return _bad(
@@ -310,6 +319,8 @@ class _Record:
 
         if not isinstance(value, torch.Tensor):
             raise self.bad(f"{name} is not a tensor", found=type(value).__name__, expected="a tensor")
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Gt `type >`: every torch device type other than `cpu`
+        # (cuda, meta, mps, xla, ...) sorts after it: `>` and `!=` agree
         if value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized:
             raise self.bad(
                 f"{name} is not a plain dense tensor",
@@ -348,7 +359,9 @@ class _Record:
         """``payload[key]`` as ``[L]`` (a ``[1, L]`` row is accepted: a batch dimension)."""
         t = self.tensor(self.payload[key], key, kind)
         if t.dim() == 2 and t.shape[0] == 1:
+            # pragma: no mutate core/NumberReplacer `-1`: reached only when `shape[0] == 1`: row 0 is row -1
             t = t[0]
+        # pragma: no mutate core/NumberReplacer `-1`: reached only when `dim() == 1`: `shape[0]` is `shape[-1]`
         if t.dim() != 1 or t.shape[0] < 1:
             raise self.bad(f"{key} has the wrong shape", found=str(list(t.shape)), expected="[L] (or [1, L]), L >= 1")
         return t
@@ -356,21 +369,31 @@ class _Record:
     def states(self, tokens: torch.Tensor, mask: torch.Tensor, aux: torch.Tensor, rel: str) -> TargetStates:
         import torch
 
+        # pragma: no mutate core/NumberReplacer `-1`: `tokens` and the mask come from `row()`, always one-dimensional:
+        # `shape[0]` is `shape[-1]`
         if mask.shape[0] != tokens.shape[0]:
             raise self.bad(
                 "loss_mask and input_ids differ in length",
+                # pragma: no mutate core/NumberReplacer `-1`: `tokens` and the mask come from `row()`, always
+                # one-dimensional: `shape[0]` is `shape[-1]`
                 found=f"loss_mask {mask.shape[0]}, input_ids {tokens.shape[0]}",
                 expected="one mask entry per token",
             )
+        # pragma: no mutate core/NumberReplacer `shape[-1]:`: `tokens` and the mask come from `row()`, always
+        # one-dimensional: `shape[0]` is `shape[-1]`
         if aux.shape[0] != tokens.shape[0]:
             raise self.bad(
                 "the aux hidden states and input_ids differ in length",
+                # pragma: no mutate core/NumberReplacer `shape[-1]}"`: `tokens` and the mask come from `row()`, always
+                # one-dimensional: `shape[0]` is `shape[-1]`
                 found=f"aux {aux.shape[0]} positions, input_ids {tokens.shape[0]}",
                 expected="one aux row per token",
             )
         return TargetStates(
             tokens=tokens.to(torch.int64).contiguous(),
             aux=aux.to(torch.float32).contiguous(),
+            # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Gt: the mask was refused unless it holds only 0 and
+            # 1 (or bools), where `> 0` and `!= 0` agree
             labelled=(mask != 0).contiguous(),
             source=rel,
         )
@@ -390,6 +413,7 @@ def _specforge_states(payload: Any, where: str, rel: str) -> TargetStates:
     tokens, mask = rec.row("input_ids", "ids"), rec.row("loss_mask", "mask")
     aux = rec.tensor(payload["aux_hidden_state"], "aux_hidden_state", "float")
     if aux.dim() == 3 and aux.shape[0] == 1:
+        # pragma: no mutate core/NumberReplacer `-1`: reached only when `shape[0] == 1`: row 0 is row -1
         aux = aux[0]
     if aux.dim() != 2 or aux.shape[1] < 1:
         raise rec.bad(

@@ -26,12 +26,20 @@ def parse_version(v: str | Version) -> Version:
     if isinstance(v, Version):
         return v
     try:
+        # pragma: no mutate eagle3/DropNormalisation: packaging's `Version` strips surrounding whitespace itself
+        # (`Version(" 0.5.13\n")` is 0.5.13): the `strip()` changes nothing
         return Version(str(v).strip())
     except InvalidVersion:
         raise ValueError(f"not a version number: {v!r} (expected e.g. 0.5.9)") from None
 
 
 def _rel(v: Version) -> tuple[int, ...]:
+    # pragma: no mutate core/NumberReplacer `, 1)`, `, -1)`: a `packaging` version's release has at least one number
+    # (`Version` refuses an empty one), so with two zeros added it already has three: the third zero is never within
+    # `[:3]`
+    # pragma: no mutate eagle3/DropLiteralElement: a `packaging` version's release has at least one number (`Version`
+    # refuses an empty one), so with two zeros added it already has three: the third zero is never within `[:3]` (any
+    # one of the three zeros dropped)
     r = tuple(v.release) + (0, 0, 0)
     return r[:3]
 
