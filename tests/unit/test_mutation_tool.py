@@ -116,7 +116,7 @@ def test_a_mark_spares_the_mutants_it_names_and_no_other(mutation, operators, tm
     module = tmp_path / "m.py"
     module.write_text(MARKED)
     marks = mutation.equivalent_marks(module)
-    line = "return args[2] if len(args) > 2 else kwargs[\"x\"]"
+    line = 'return args[2] if len(args) > 2 else kwargs["x"]'
     assert mutation.is_marked(marks, "core/NumberReplacer", 3, 3, line, line.replace("> 2", "> 3"))
     assert mutation.is_marked(marks, "core/NumberReplacer", 3, 3, line, line.replace("> 2", "> 1"))
     assert not mutation.is_marked(marks, "core/NumberReplacer", 3, 3, line, line.replace("[2]", "[ 3]"))
@@ -155,8 +155,11 @@ def test_a_mark_no_mutant_answers_is_reported(mutation, tmp_path):
     module = tmp_path / "m.py"
     module.write_text(MARKED)
     marks = mutation.equivalent_marks(module)
-    line = "return args[2] if len(args) > 2 else kwargs[\"x\"]"
-    made = [("eagle3/DeleteCallStatement", 8, 10, "", ""), ("core/NumberReplacer", 3, 3, line, line.replace("> 2", "> 3"))]
+    line = 'return args[2] if len(args) > 2 else kwargs["x"]'
+    made = [
+        ("eagle3/DeleteCallStatement", 8, 10, "", ""),
+        ("core/NumberReplacer", 3, 3, line, line.replace("> 2", "> 3")),
+    ]
     assert mutation.unused_marks(marks, made) == []
     assert mutation.unused_marks(marks, made[:1]) == [(2, "core/NumberReplacer")]  # the site edited away
 
