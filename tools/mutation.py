@@ -36,9 +36,14 @@ first failure.  A patch module runs against the pinned sglang (``.venv``) when i
 the newest release of the matrix in its range (``.matrix/venv-<release>``, built by ``tools/matrix.py``;
 ``--release`` chooses another): a patch that does not apply on the pinned release would have every mutant of
 its runtime path survive.  Sessions (one sqlite file per module under ``.mutation/``) resume where they stopped;
-``--fresh`` starts over.  A mutant is *equivalent* when it is listed, with its reason, in the table of
-docs/testing.md; the score is killed / (mutants - equivalent), a timeout counting as killed (as cosmic-ray
-counts it) and shown apart.
+``--fresh`` starts over.  A mutant is *equivalent* when the code marks it: cosmic-ray's pragma on a comment line
+right above the statement, naming the operator, then why (docs/testing.md, "Equivalent mutants")::
+
+    # pragma: no mutate core/NumberReplacer: ``order`` only sorts the patches, and 59 and 61 sort them as 60 does
+    order = 60
+
+A session skips the marked mutants and counts them apart; the score is killed / (mutants - equivalent), a
+timeout counting as killed (as cosmic-ray counts it) and shown apart.
 
 The operators (``--operators-table`` writes their table into docs/testing.md): cosmic-ray's comparison swaps
 limited to negation and boundary shifts, boolean keywords, ``not`` added and removed, numbers, zero-iteration
@@ -52,6 +57,7 @@ mostly in message formatting) are left out.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -60,6 +66,7 @@ import shutil
 import subprocess
 import sys
 import time
+import tokenize
 from pathlib import Path
 
 import matrix  # tools/matrix.py: the release venvs, their environment
@@ -405,24 +412,110 @@ def slug(module: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- equivalents
-def equivalents() -> dict[tuple[str, str, str], str]:
-    """(module, original line, mutated line) -> reason, from the table in docs/testing.md.  A module cell may
-    name the line (``path.py:148``) where the same change elsewhere in the module is not equivalent; a ``|`` in
-    a cell is written ``\\|``, as markdown tables escape it."""
-    out: dict[tuple[str, str, str], str] = {}
-    if not DOC.is_file():
-        return out
-    text = DOC.read_text()
-    m = re.search(r"<!-- BEGIN equivalent mutants -->(.*?)<!-- END equivalent mutants -->", text, re.S)
-    for line in (m.group(1) if m else "").splitlines():
-        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
-        if len(cells) == 4 and cells[1].startswith("`"):
-            out[(cells[0].strip("`"), cells[1].strip("`"), cells[2].strip("`"))] = cells[3]
-    return out
+#: a mark of equivalent mutants: cosmic-ray's pragma on a comment line right above the code it marks, naming the
+#: operator (and, where it makes other mutants there too, what its equivalent ones write), then why
+PRAGMA = re.compile(r"#\s*pragma:\s*no mutate\b\s*(?P<op>\S*?)(?P<texts>(?:[\s,]*`[^`]+`)*)\s*(?::\s*(?P<why>.*))?$")
+#: a session's record of a mutant it skipped for its mark
+EQUIVALENT = "equivalent: marked in the code"
 
 
-def is_equivalent(equiv: dict, module: str, before: str, after: str, line: int | None = None) -> bool:
-    return (module, before, after) in equiv or (line is not None and (f"{module}:{line}", before, after) in equiv)
+def _squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+def equivalent_marks(module: Path) -> dict[int, list[tuple[str, tuple[str, ...], int]]]:
+    """line -> (operator, texts, the mark's line) for each ``# pragma: no mutate OP [`text`, ...]: why`` comment of
+    the module (read as comments: the text of a string is not one), on its own line right above the code it marks:
+    a statement, all its lines (a formatter may split it), or a line inside one, that line.  The reason may go on
+    over the comment lines below it.  A mark naming no operator of the tool, without its reason, after code on its
+    line or above no code stops the run, naming the file and line."""
+    rel = module.relative_to(ROOT).as_posix() if module.is_relative_to(ROOT) else str(module)
+    known = {name for name, _, _ in operator_rows()}
+    marks: dict[int, list[tuple[str, tuple[str, ...], int]]] = {}
+    pending: list[tuple[int, str, tuple[str, ...]]] = []  # the marks of the comment lines above, not yet placed
+    placed: list[tuple[int, str, tuple[str, ...], int]] = []  # (the statement's first line, ...) until its end
+    starts = True  # the next token begins a statement
+    for tok in tokenize.generate_tokens(io.StringIO(module.read_text()).readline):
+        if tok.type == tokenize.COMMENT:
+            m = PRAGMA.match(tok.string)
+            if m is None:
+                continue
+            if m["op"] not in known or not (m["why"] or "").strip() or not tok.line.lstrip().startswith("#"):
+                raise SystemExit(
+                    f"{rel}:{tok.start[0]}: {tok.string[:60]!r}... is not a mark of equivalent mutants; expected "
+                    "`# pragma: no mutate OPERATOR: why` (an operator of docs/testing.md's table, then `text` where "
+                    "it makes other mutants there too) on its own line, above the code"
+                )
+            pending.append((tok.start[0], m["op"], tuple(re.findall(r"`([^`]+)`", m["texts"]))))
+        elif tok.type == tokenize.NL and not tok.line.strip() and pending:
+            break  # a blank line under a mark: refused below
+        elif tok.type in (tokenize.INDENT, tokenize.DEDENT):
+            starts = True
+        elif tok.type not in (tokenize.NL, tokenize.ENDMARKER):
+            for at, op, texts in pending:  # a statement: all of it; a line inside one: that line
+                if starts:
+                    placed.append((tok.start[0], op, texts, at))
+                else:
+                    marks.setdefault(tok.start[0], []).append((op, texts, at))
+            pending, starts = [], tok.type == tokenize.NEWLINE
+            if starts:  # the end of the statement
+                for first, op, texts, at in placed:
+                    for n in range(first, tok.start[0] + 1):
+                        marks.setdefault(n, []).append((op, texts, at))
+                placed = []
+    if pending:
+        raise SystemExit(
+            f"{rel}:{pending[0][0]}: `# pragma: no mutate` marks no statement; expected it in the comment lines "
+            "right above the statement whose mutants it names (no blank line between)"
+        )
+    return marks
+
+
+def is_marked(marks: dict, operator: str, first: int, last: int, before: str = "", after: str = "") -> bool:
+    """Whether the mutant ``operator`` makes of lines ``first``-``last`` (``before`` to ``after``, whitespace
+    aside) is marked equivalent: a mark of the operator on one of those lines, without texts or with one that the
+    mutant writes and the line did not hold."""
+    b, a = _squeeze(before), _squeeze(after)
+    return any(
+        op == operator and (not texts or any(_squeeze(t) in a and _squeeze(t) not in b for t in texts))
+        for n in range(first, last + 1)
+        for op, texts, _ in marks.get(n, ())
+    )
+
+
+def needs_text(marks: dict, operator: str, first: int, last: int) -> bool:
+    """Whether a mark on those lines names ``operator`` by what its mutant writes (the mutant must be made)."""
+    return any(op == operator and texts for n in range(first, last + 1) for op, texts, _ in marks.get(n, ()))
+
+
+def unused_marks(marks: dict, made: list[tuple[str, int, int, str, str]]) -> list[tuple[int, str]]:
+    """The marks (the mark's line, operator) no mutant in ``made`` ((operator, first line, last line, before, after)
+    each) answers: left by an edit that took the operator's site away or changed what its mutant writes."""
+    each: dict[tuple[int, str], dict] = {}
+    for n, entries in marks.items():
+        for op, texts, at in entries:
+            each.setdefault((at, op), {}).setdefault(n, []).append((op, texts, at))
+    return sorted(key for key, own in each.items() if not any(is_marked(own, *m) for m in made))
+
+
+def marked_mutants(module: Path, specs: list, operators: list[str]) -> list[tuple[str, int, int, str, str]]:
+    """(operator, first line, last line, before, after) for the mutants ``specs`` (cosmic-ray's) of the kept
+    ``operators``; a mutant's text only where a mark names its operator by it.  Prints the marks no mutant answers."""
+    from cosmic_ray.mutating import _make_diff, mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    marks, source, made = equivalent_marks(module), module.read_text(), []
+    for spec in specs:
+        if spec.operator_name not in operators:
+            continue
+        first, last, before, after = spec.start_pos[0], spec.end_pos[0], "", ""
+        if needs_text(marks, spec.operator_name, first, last):
+            mutated = mutate_code(source, get_operator(spec.operator_name)(**spec.operator_args), spec.occurrence)
+            before, after = diff_lines("\n".join(_make_diff(source, mutated or source, module)))
+        made.append((spec.operator_name, first, last, before, after))
+    for n, op in unused_marks(marks, made):
+        print(f"   {module.relative_to(ROOT)}:{n}: the mark of {op}'s equivalent mutants answers no mutant there")
+    return made
 
 
 def diff_lines(diff: str) -> tuple[str, str]:
@@ -674,15 +767,21 @@ def run_module(
     if fresh:
         with use_db(str(db_path), WorkDB.Mode.create) as db:
             init([module], db, {})
-            # operators outside the kept set, and mutants that change nothing in the code (a no-op edit), are skipped
-            for item in list(db.pending_work_items):
-                spec = item.mutations[0]
+            # operators outside the kept set or the session's, and mutants that change nothing in the code (a no-op
+            # edit), are skipped; so are those marked equivalent in the code, recorded as such
+            items = [(item.job_id, item.mutations[0]) for item in db.pending_work_items]
+            marks = equivalent_marks(module)
+            kept = [(job, spec) for job, spec in items if spec.operator_name in operators]
+            made = dict(zip([job for job, _ in kept], marked_mutants(module, [spec for _, spec in kept], operators)))
+            for job, spec in items:
                 if (
                     spec.operator_name not in operators
                     or (lines and spec.start_pos[0] not in lines)
                     or (only and spec.operator_name not in only)
                 ):
-                    db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+                    db.set_result(job, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+                elif is_marked(marks, *made[job]):
+                    db.set_result(job, WorkResult(output=EQUIVALENT, worker_outcome=WorkerOutcome.SKIPPED))
         meta_path.write_text(
             json.dumps(
                 {
@@ -698,13 +797,9 @@ def run_module(
     if retry_survivors and not fresh:  # the tests got stronger: the survivors run again, the rest is kept
         import sqlite3
 
-        equiv, rel = equivalents(), module.relative_to(ROOT).as_posix()
         with sqlite3.connect(db_path) as con:
-            rows = con.execute(
-                "SELECT job_id, diff FROM work_results WHERE upper(test_outcome) = 'SURVIVED'"
-            ).fetchall()
-            again = [(job,) for job, diff in rows if not is_equivalent(equiv, rel, *diff_lines(diff or ""))]
-            con.executemany("DELETE FROM work_results WHERE job_id = ?", again)
+            rows = con.execute("SELECT job_id FROM work_results WHERE upper(test_outcome) = 'SURVIVED'").fetchall()
+            con.executemany("DELETE FROM work_results WHERE job_id = ?", rows)
     roots = worker_roots(workers)
     free: queue.Queue[int] = queue.Queue()
     for k in range(len(roots)):
@@ -762,12 +857,11 @@ def results(module: Path) -> dict | None:
     db_path = STATE / f"{slug(module)}.sqlite"
     if not db_path.exists():
         return None
-    equiv = equivalents()
-    rel = module.relative_to(ROOT).as_posix()
     out = {"killed": 0, "timeouts": 0, "survived": [], "equivalent": 0, "pending": 0, "incompetent": 0}
     with use_db(str(db_path), WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             if result.worker_outcome.value in ("skipped", "no-test"):
+                out["equivalent"] += result.output == EQUIVALENT
                 continue
             if result.test_outcome is None or result.test_outcome.value == "incompetent":
                 out["incompetent"] += 1
@@ -778,12 +872,9 @@ def results(module: Path) -> dict | None:
                 continue
             before, after = diff_lines(result.diff or "")
             spec = item.mutations[0]
-            if is_equivalent(equiv, rel, before, after, spec.start_pos[0]):
-                out["equivalent"] += 1
-            else:
-                out["survived"].append(
-                    {"line": spec.start_pos[0], "operator": spec.operator_name, "before": before, "after": after}
-                )
+            out["survived"].append(
+                {"line": spec.start_pos[0], "operator": spec.operator_name, "before": before, "after": after}
+            )
         out["pending"] = sum(1 for _ in db.pending_work_items)
     counted = out["killed"] + out["timeouts"] + len(out["survived"])
     out["score"] = (out["killed"] + out["timeouts"]) / counted if counted else None
@@ -809,13 +900,17 @@ def _ranges(lines: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def scores_table(modules: list[Path]) -> tuple[str, list[tuple[Path, dict]]]:
-    """The markdown table of the sessions of ``modules`` (those that have one), and their survivors."""
-    rows = [
-        "| module | killed | timeouts | survived | equivalent | incompetent | not run | score |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    survivors = []
+SCORES_HEADER = (
+    "| module | session | killed | timeouts | survived | equivalent | incompetent | not run | score |\n"
+    "|---|---|---|---|---|---|---|---|---|\n"
+)
+#: a row of the table: the module, what part of it the session ran (lines, operators, release), the rest
+SCORE_ROW = re.compile(r"\| `(?P<module>[^`]+)`(?P<part>[^|]*)\|")
+
+
+def score_rows(modules: list[Path]) -> tuple[list[str], list[tuple[Path, dict]]]:
+    """A table row for each session of ``modules`` (those that have one), and their survivors."""
+    rows, survivors = [], []
     for module in modules:
         r = results(module)
         if r is None:
@@ -826,16 +921,33 @@ def scores_table(modules: list[Path]) -> tuple[str, list[tuple[Path, dict]]]:
         part += f" (operators {', '.join(meta['operators'])} only)" if meta.get("operators") else ""
         part += f" (sglang {meta['release']})" if meta.get("release") else ""
         rows.append(
-            f"| `{module.relative_to(ROOT).as_posix()}`{part} | {r['killed']} | {r['timeouts']} | "
-            f"{len(r['survived'])} | {r['equivalent']} | {r['incompetent']} | {r['pending']} | {score} |"
+            f"| `{module.relative_to(ROOT).as_posix()}`{part} | {meta.get('started', '-')} | {r['killed']} | "
+            f"{r['timeouts']} | {len(r['survived'])} | {r['equivalent']} | {r['incompetent']} | {r['pending']} | "
+            f"{score} |"
         )
         survivors += [(module, s) for s in r["survived"]]
-    return "\n".join(rows) + "\n", survivors
+    return rows, survivors
+
+
+def merged_scores(old: str, new: list[str]) -> str:
+    """The table of scores: the ``new`` rows, and the ``old`` rows they leave standing.  A session replaces its
+    module's row of the same part, and a session of the whole module every row of it; a row of a module that is
+    no longer in the checkout is dropped."""
+    fresh = [SCORE_ROW.match(row) for row in new]
+    kept = []
+    for row in old.splitlines():
+        m = SCORE_ROW.match(row)
+        if m is None or m["module"] == "module" or not (ROOT / m["module"]).is_file():
+            continue
+        if any(f and f["module"] == m["module"] and (not f["part"].strip() or f["part"] == m["part"]) for f in fresh):
+            continue
+        kept.append(row)
+    return SCORES_HEADER + "".join(f"{row}\n" for row in sorted(kept + new, key=lambda r: r.split("|")[1]))
 
 
 def report(modules: list[Path]) -> None:
-    table, survivors = scores_table(modules)
-    print(table, end="")
+    rows, survivors = score_rows(modules)
+    print(SCORES_HEADER + "".join(f"{row}\n" for row in rows), end="")
     for module, s in survivors:
         print(
             f"SURVIVED {module.relative_to(ROOT).as_posix()}:{s['line']} {s['operator']}\n"
@@ -843,16 +955,16 @@ def report(modules: list[Path]) -> None:
         )
 
 
-SCORES = re.compile(r"(<!-- BEGIN scores -->\n).*?(<!-- END scores -->)", re.S)
+SCORES = re.compile(r"(<!-- BEGIN scores -->\n)(.*?)(<!-- END scores -->)", re.S)
 
 
 def write_scores_table(modules: list[Path]) -> None:
-    """docs/testing.md's table of scores, from the sessions in ``.mutation/`` (a module without one keeps no row)."""
+    """docs/testing.md's table of scores: the sessions in ``.mutation/`` written over the rows they replace."""
     text = DOC.read_text()
     if not SCORES.search(text):
         raise SystemExit(f"{DOC.relative_to(ROOT)} has no <!-- BEGIN scores --> ... <!-- END scores --> section")
-    table, _ = scores_table(modules)
-    DOC.write_text(SCORES.sub(lambda m: m.group(1) + table + m.group(2), text))
+    rows, _ = score_rows(modules)
+    DOC.write_text(SCORES.sub(lambda m: m.group(1) + merged_scores(m.group(2), rows) + m.group(3), text))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -938,9 +1050,11 @@ def main(argv: list[str] | None = None) -> int:
         from cosmic_ray.commands.init import _all_work_items
 
         for module in modules:
-            n = sum(1 for w in _all_work_items([module], {}) if w.mutations[0].operator_name in operators)
+            marks = equivalent_marks(module)
+            made = marked_mutants(module, [w.mutations[0] for w in _all_work_items([module], {})], operators)
+            marked = sum(is_marked(marks, *m) for m in made)
             tests = ", ".join(str(p.relative_to(ROOT)) for p in tests_for(module)) or "(none)"
-            print(f"{module.relative_to(ROOT)}: {n} mutants; tests: {tests}")
+            print(f"{module.relative_to(ROOT)}: {len(made)} mutants ({marked} marked equivalent); tests: {tests}")
         return 0
     live = _live_run()
     if live is not None:

@@ -117,6 +117,8 @@ def rope(x, pos, theta: float = 10000.0, factor: float = 1.0):
 
     d = x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    # pragma: no mutate core/NumberReplacer `= 0`: `draft_shape` only gives a factor above 0 (the default 1.0): the
+    # division by a factor of 1.0 is the same float
     p = pos.float() if factor == 1.0 else pos.float() / factor
     ang = p[:, None] * inv[None, :]
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
@@ -152,6 +154,8 @@ class DraftForward:
         q = self._rope((x @ P["midlayer.self_attn.q_proj.weight"].T).view(T, self.nh, self.hd), pos)
         k = self._rope((x @ P["midlayer.self_attn.k_proj.weight"].T).view(T, self.nkv, self.hd), pos)
         v = (x @ P["midlayer.self_attn.v_proj.weight"].T).view(T, self.nkv, self.hd)
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: `draft_shape` refuses a config whose kv heads do
+        # not divide the heads, so kv heads <= heads: `!=` and `<` agree
         if self.nkv != self.nh:  # grouped-query attention: each kv head serves nh / nkv query heads
             k = k.repeat_interleave(self.nh // self.nkv, dim=1)
             v = v.repeat_interleave(self.nh // self.nkv, dim=1)
@@ -197,6 +201,8 @@ class DraftForward:
         for step in range(2, steps + 1):
             n = L - step  # base positions whose step token x_{t+step} exists
             if n <= 0:
+                # pragma: no mutate core/ReplaceBreakWithContinue: `n = L - step` only shrinks as the loop goes on: once
+                # `n <= 0` every later step skips too
                 break
             tok = tokens[step : step + n]
             hid = out[:n]

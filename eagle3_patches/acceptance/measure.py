@@ -257,6 +257,8 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
                 expected=f"{vocab_draft} offsets: i + d2t[i] distinct target ids in 0..{embed.shape[0] - 1}",
                 fix=problem.fix,
             )
+        # pragma: no mutate core/NumberReplacer `-1`: `check_d2t` refuses a d2t that is not one-dimensional just above,
+        # so `shape[0]` and `shape[-1]` are the same number
         hot = d2t.to(torch.int64) + torch.arange(d2t.shape[0])
     else:
         hot = torch.arange(vocab_draft)
@@ -350,6 +352,8 @@ def replay(
     result = Acceptance(steps=steps, histogram=[0] * (steps + 1), sequences=0, worker=worker)
     for st in sequences:
         tokens, lab = st.tokens, st.labelled
+        # pragma: no mutate core/NumberReplacer `-1`: every reader builds `tokens` one-dimensional (the dump reader from
+        # a list; the training-data readers refuse anything but `[L]` or `[1, L]` and squeeze the latter)
         L = int(tokens.shape[0])
         if st.aux.shape[-1] != forward.params["fc.weight"].shape[1]:
             raise MeasureError(
@@ -390,6 +394,8 @@ def replay(
             accepted = 0
             for k in range(1, steps + 1):
                 if t + k + 1 > L - 1:
+                    # pragma: no mutate core/ReplaceBreakWithContinue: the test `t + k + 1 > L - 1` only turns true as k
+                    # grows: once it holds, every later k continues too, as the break would have stopped
                     break  # the request ends with its data: sglang accepts nothing past the finish either
                 if bool(lab[t + k + 1]) and int(preds[k - 1][t]) == int(tokens[t + k + 1]):
                     accepted += 1

@@ -87,6 +87,7 @@ def conversion_error(what: str, *, where: str = "", found: str = "", expected: s
     return ConvertError(what, where=where, found=found, expected=expected, fix=fix)
 
 
+# pragma: no mutate core/ReplaceTrueWithFalse: nothing assigns to an `_Item`'s fields or hashes one
 @dataclass(frozen=True)
 class PlannedTensor:
     """One output tensor: its name in the SGLang draft and where its bytes are in the source."""
@@ -263,6 +264,10 @@ def checked_aux_ids(ids, where: str, num_target_layers: int | None = None) -> li
     """Input-of-layer aux ids (HF ``hidden_states`` index: speculators', the EAGLE repository's) as output-of-layer
     ids sglang can capture on a ``num_target_layers``-layer target (None: unknown, only plausibility checked); raises
     :class:`ConvertError` naming ``where`` the ids came from."""
+    # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Gt `) > sorted`: a list is never less than its sorted copy,
+    # so `!=` and `>` agree
+    # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt `) < len`: a set is never longer than the list it was
+    # made of
     if len(set(ids)) != len(ids) or list(ids) != sorted(ids):
         raise conversion_error(
             "the aux layer ids are not distinct and increasing",
@@ -368,6 +373,8 @@ def build_config(
     out = {
         k2: v
         for k2, v in layer.items()
+        # pragma: no mutate eagle3/DropLiteralElement `"dtype", "architectures`, `torch_dtype", "auto_map`: set
+        # by the update below: `torch_dtype` (or removed there) and `architectures`
         if k2 not in ("rope_parameters", "dtype", "torch_dtype", "architectures", "auto_map")
     }
     rp = layer.get("rope_parameters")
@@ -375,6 +382,8 @@ def build_config(
         if "rope_theta" in rp:
             out["rope_theta"] = rp["rope_theta"]
         rope_type = rp.get("rope_type", rp.get("type", "default"))
+        # pragma: no mutate eagle3/DropLiteralElement `rope_type")}`: the `"type"` key is written over with `rope_type`
+        # right after
         extra = {k2: v for k2, v in rp.items() if k2 not in ("rope_theta", "rope_type", "type")}
         out["rope_scaling"] = (
             None if rope_type == "default" and not extra else {**extra, "rope_type": rope_type, "type": rope_type}
@@ -500,6 +509,8 @@ def shards(items: list[PlannedTensor], max_shard_size: int) -> list[list[Planned
     size = 0
     for name in ordered:
         it = by_name[name]
+        # pragma: no mutate core/NumberReplacer `0`: only the first shard can be empty when an item comes, and then
+        # `shards[0]` is `shards[-1]`
         if shards[-1] and size + it.src.nbytes > max_shard_size:
             shards.append([])
             size = 0
@@ -566,6 +577,8 @@ def plan_conversion(
             where=str(src_dir / "config.json"),
             fix=f"check it with `eagle3-patches doctor --draft {src_dir}`",
         )
+    # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: every other format (`sglang-eagle3`, `eagle`, `model`)
+    # sorts before `speculators`
     if fmt != SPECULATORS:
         raise conversion_error(
             "the source is not a speculators EAGLE-3 draft",
@@ -605,6 +618,8 @@ def served_sglang_config(
         config = read_config(path, "draft")
     except (CheckpointError, OSError, TypeError, ValueError):
         return None  # not a checkpoint eagle3-patches reads: sglang's own reader decides
+    # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: every other format (`sglang-eagle3`, `eagle`, `model`)
+    # sorts before `speculators`
     if detect_format(config) != SPECULATORS:
         return None
     return plan_conversion(path, release=release, read=read).sglang_config

@@ -313,10 +313,15 @@ class _Reader:
 
     # the methods below are named after the types they read, so their annotations spell the builtins out
     def bool(self, key: builtins.str, default: builtins.bool | None = None) -> builtins.bool | None:
+        # pragma: no mutate eagle3/IgnoreArgument: every caller of `_Reader.bool` gives a default of `None` or `False`
+        # and reads the result through `bool()`: a missing field reads false either way
         v = self.d.get(key, default)
         if v is None or isinstance(v, bool):
             return v
         self.problems.append(FieldProblem(self.where(key), repr(v)[:80], "true or false"))
+        # pragma: no mutate eagle3/IgnoreArgument: every caller of `_Reader.bool` gives a default of `None` or `False`
+        # and reads the result through `bool()`: a missing field reads false either way (the value returned for a field
+        # of the wrong type, whose problem is recorded either way)
         return default
 
     def dict(self, key: builtins.str) -> builtins.dict | None:
@@ -532,6 +537,9 @@ def draft_view(config: dict) -> DraftView:
         vocab=r.int("vocab_size", required=True),
         draft_vocab=draft_vocab,
         target_hidden=target_hidden,
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: `detect_format` gives `eagle`, `model`,
+        # `sglang-eagle3` or `speculators`, and the other three sort before `speculators`, so `<` is `!=` on every value
+        # `fmt` takes (as in `speculators_draft_config` above)
         num_layers=r.int("num_hidden_layers", minimum=0, required=fmt != SPECULATORS),
         heads=heads,
         kv_heads=r.int("num_key_value_heads") or heads,
@@ -539,6 +547,9 @@ def draft_view(config: dict) -> DraftView:
         intermediate=r.int("intermediate_size", required=True),
         dtype=config_dtype(config) or config_dtype(layer),
         tie_word_embeddings=bool(tie),
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: `detect_format` gives `eagle`, `model`,
+        # `sglang-eagle3` or `speculators`, and the other three sort before `speculators`, so `<` is `!=` on every value
+        # `fmt` takes (as in `speculators_draft_config` above)
         fc_bias=bool(r.bool("bias", False)) if fmt != SPECULATORS else False,
         aux_ids=ids,
         aux_ids_where=ids_where,

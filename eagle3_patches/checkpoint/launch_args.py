@@ -202,6 +202,9 @@ def _strip_program(argv: list[str], env: dict[str, str]) -> tuple[list[str], str
                     fix="pass the sglang command, or `eagle3-patches run -- python -m sglang.launch_server ...`",
                 )
             i += 1
+            # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Gt: the loop skips the options of `eagle3-patches
+            # run`: `-x` or `--name`, whose second character sorts after `-`; an argument that starts with `-` and sorts
+            # before `--` is `-` itself or `-` and a punctuation mark, which no option is
             while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
                 i += 1  # run's own options (none take values today)
             if i < len(argv) and argv[i] == "--":

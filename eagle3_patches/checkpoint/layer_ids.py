@@ -97,6 +97,8 @@ def capture_points(ids: Sequence[int] | None, version: str | Version, num_layers
     return ids
 
 
+# pragma: no mutate core/ReplaceTrueWithFalse: nothing sets a field of a `Capture` or hashes one (the doctor caches it
+# beside its key, `preflight.Setup.capture`); frozen only guards against a future caller
 @dataclass(frozen=True)
 class Capture:
     """What the target captures on one sglang release for one list of configured ids."""
@@ -157,6 +159,8 @@ def what_captures(ids: Sequence[int] | None, num_layers: int | None, version: st
     for p in points:
         if p in valid and p not in uniq_in_order:
             uniq_in_order.append(p)
+    # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Gt: a sorted list is the smallest of its permutations: any
+    # other order compares greater, so `!=` and `>` agree on every list
     reordered = uniq_in_order != sorted(uniq_in_order)
     return Capture(
         version=v,

@@ -174,6 +174,8 @@ def resolve_checkpoint_file(
 
 
 def _os_error(exc: OSError, path: Path, label: str) -> CheckpointError:
+    # pragma: no mutate core/NumberReplacer `-1`: neither 0 nor -1 is a key of the table (errno numbers are positive),
+    # so an error without a number gets the default either way
     reason = {
         errno.EACCES: "permission denied",
         errno.EPERM: "permission denied",
@@ -226,8 +228,12 @@ class CheckpointFile:
     def read_at(self, offset: int, n: int) -> bytes:
         """Up to ``n`` bytes at ``offset`` (fewer only at the end of the file)."""
         parts, got = [], 0
+        # pragma: no mutate core/ReplaceComparisonOperator_Lt_LtE: at `got == n` the mutant asks `os.pread` for `min(0,
+        # ...)` = 0 bytes, gets `b""` and leaves the loop: the same bytes
         while got < n:
             try:
+                # pragma: no mutate core/NumberReplacer: the size of one `pread`: the loop reads until `n` bytes or the
+                # end, whatever the chunk, so the bytes are the same
                 b = os.pread(self.fd, min(n - got, 64 << 20), offset + got)
             except OSError as exc:
                 raise _os_error(exc, self.path, _label(self.what, self.path.name)) from None
@@ -248,6 +254,8 @@ class CheckpointFile:
                 expected=f"<= {max_bytes} bytes",
                 fix=f"repair or re-download {self.name}",
             )
+        # pragma: no mutate core/NumberReplacer `2`: one byte past the cap is enough to see that the file grew; reading
+        # two finds the same growth (a file grown by one byte reads `max_bytes + 1` bytes either way)
         data = self.read_at(0, max_bytes + 1)
         if len(data) > max_bytes:  # grew after the stat
             raise checkpoint_error(
@@ -307,6 +315,8 @@ def read_checkpoint_bytes(
 _PER_BYTE = 48
 #: memory charged per ``{`` / per ``[`` or ``:`` / per ``,`` / per input byte by the counting estimate
 _COST_OBJECT, _COST_MEMBER, _COST_ITEM, _COST_BYTE = 704, 160, 64, 2.5
+# pragma: no mutate core/NumberReplacer `255`: byte 255 left in the text after the translation changes nothing counted:
+# only `{`, `[`, `:` and `,` are counted there
 _NOT_STRUCTURAL = bytes(sorted(set(range(256)) - set(b"{[:,")))
 
 
@@ -320,6 +330,9 @@ def json_parse_cost(raw: bytes) -> int:
     json or the safetensors library spends on it at most, plus the text and its strings.
     """
     cheap = _PER_BYTE * len(raw)
+    # pragma: no mutate core/ReplaceComparisonOperator_LtE_Lt: at `cheap == JSON_PARSE_BUDGET` the mutant returns
+    # `min(cheap, counted)`, at most the budget too: `check_parse_budget` refuses neither, and the estimate is shown
+    # only in a refusal
     if cheap <= JSON_PARSE_BUDGET:
         return cheap
     marks = raw.translate(None, _NOT_STRUCTURAL)  # one pass; counting in what is left is cheap
@@ -372,6 +385,8 @@ def load_json(raw: bytes, *, what: str, where: str, code: str, object_pairs_hook
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        # pragma: no mutate core/NumberReplacer: a `UnicodeDecodeError`'s message (codec, byte, position, reason) is far
+        # shorter than 200 characters, so the cut never cuts
         raise checkpoint_error(
             code, f"{what} is not UTF-8", where=where, found=str(exc)[:200], fix="repair or re-download it"
         ) from None
@@ -389,6 +404,9 @@ def load_json(raw: bytes, *, what: str, where: str, code: str, object_pairs_hook
             fix="repair or re-download it",
         ) from None
     except (ValueError, RecursionError) as exc:
+        # pragma: no mutate core/NumberReplacer: the messages of `json`'s `JSONDecodeError` and of `RecursionError` are
+        # far shorter than 200 characters (`::test_invalid_json_is_refused_with_the_parsers_words`), so the cut never
+        # cuts
         raise checkpoint_error(
             code,
             f"{what} is not valid JSON",

@@ -63,6 +63,8 @@ def run(args) -> int:
                     "changed": report.changed,
                     "recovered": report.recovered,
                 },
+                # pragma: no mutate core/NumberReplacer: the indentation of `--json`'s document: a JSON reader ignores
+                # it (the test reads the document back)
                 indent=2,
             )
         )

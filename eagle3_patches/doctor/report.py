@@ -11,6 +11,8 @@ from ..diagnostic import ERROR, INFO, WARNING, Diagnostic
 from ..errors import Eagle3ConfigError
 from ..terminal import escape_terminal
 
+# pragma: no mutate core/NumberReplacer `-1`, `3`: the order of the three severities is unchanged, and `Diagnostic`
+# admits no other severity
 _RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 
 #: within a severity, findings are listed by consequence, the root cause first: the speculative algorithm (EAGLE
@@ -70,6 +72,8 @@ class Report:
     #: where it is not known whether the server runs under eagle3-patches: the report of the same setup judged
     #: with eagle3-patches (this one is stock sglang's, and the exit status is this one's)
     with_patches: Report | None = None
+    # pragma: no mutate core/ReplaceFalseWithTrue: a private counter's `repr`; no output of the doctor prints a
+    # `Report`'s repr
     _per_code: dict[tuple[str, str], int] = field(default_factory=dict, repr=False)
 
     # -- building
@@ -175,8 +179,11 @@ class Report:
         lines.extend(self.finding_lines(show_info=show_info, color=color))
         n_e, n_w, n_i = self.counts()
         read = fx.get("bytes_read")
+        # pragma: no mutate core/NumberReplacer: `doctor()` sets `bytes_read` and `seconds` together, so the line is
+        # never printed without `seconds`
         tail = f" Read {_human(read)} in {fx.get('seconds', 0):.2f} s." if read is not None else ""
         verdict = paint("FAIL", "1;31") if n_e else paint("OK", "1;32")
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Gt: every string but `""` is greater than `""`
         if lines[-1] != "":
             lines.append("")
         on = " on stock sglang" if differs else ""

@@ -55,6 +55,8 @@ def doctor(
     sglang_version: str | None = None,
     launch: LaunchArgs | Sequence[str] | str | None = None,
     with_patches: bool | None = None,
+    # pragma: no mutate core/ReplaceFalseWithTrue: `deep` is accepted for old callers and ignored (the complete check is
+    # the default)
     deep: bool = False,
     checkpoint_only: bool = False,
 ) -> Report:

@@ -39,6 +39,8 @@ _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 def _strip_prefix(path: str) -> str:
+    # pragma: no mutate core/NumberReplacer `2`: only the text before the first tab is kept: splitting at more tabs
+    # leaves the first piece the same
     path = path.split("\t", 1)[0].strip()
     if path.startswith(("a/", "b/")):
         path = path[2:]
@@ -53,12 +55,18 @@ def parse_unified_diff(text: str, source: str = "<diff>") -> list[FileDiff]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            # pragma: no mutate core/NumberReplacer `3`: the header is `+++ ` followed by the path: cutting 3 characters
+            # leaves the space, which `_strip_prefix` strips before looking at the path
             new_path = _strip_prefix(lines[i + 1][4:])
+            # pragma: no mutate core/NumberReplacer `3`: the header is `+++ ` followed by the path: cutting 3 characters
+            # leaves the space, which `_strip_prefix` strips before looking at the path for `--- `
             old_path = _strip_prefix(line[4:])
             path = new_path if new_path != "/dev/null" else old_path
             if path == "/dev/null" or os.path.isabs(path) or ".." in Path(path).parts:
                 raise ForkError(f"eagle3-patches: {source}: unsupported path {path!r} in the diff header")
             files.append(FileDiff(path, []))
+            # pragma: no mutate core/NumberReplacer `1`: the line after a `--- ` header is its `+++ ` line, which is
+            # neither a `--- ` header nor a hunk header: the loop steps over it by one anyway
             i += 2
             continue
         m = _HUNK_RE.match(line)
@@ -136,11 +144,23 @@ def _locate(lines: list[str], block: list[str], expected: int, lower: int, exact
         return expected
     if exact:
         return None
+    # pragma: no mutate core/NumberReplacer `(0`: offset 0 tries `expected` twice more, which `fits` refused just before
+    # the loop
     for offset in range(1, len(lines) + 1):
         for at in (expected - offset, expected + offset):
             if fits(at):
                 return at
+        # pragma: no mutate core/ReplaceComparisonOperator_Gt_GtE: `_locate`'s stop: the candidate at `lower` was tried
+        # in this very iteration, before the test; every later one above is below `lower` and cannot fit, so stopping
+        # one iteration sooner finds the same , below the block: the candidate at `len(lines)` was tried in this
+        # iteration; every later one starts past the end
+        # pragma: no mutate core/ReplaceComparisonOperator_Lt_LtE: `_locate`'s stop: the candidate at `lower` was tried
+        # in this very iteration, before the test; every later one above is below `lower` and cannot fit, so stopping
+        # one iteration sooner finds the same
         if expected - offset < lower and expected + offset > len(lines):
+            # pragma: no mutate core/ReplaceBreakWithContinue: `_locate`'s stop: once both sides are past `lower` and
+            # the end, every remaining candidate fails `fits`, so running the loop to its end returns `None` as the
+            # `break` does (only slower)
             break
     return None
 

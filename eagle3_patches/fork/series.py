@@ -99,6 +99,8 @@ class Series:
 def read_series_names(directory: Path) -> list[str]:
     names = []
     for raw in (directory / SERIES_FILE).read_text(encoding="utf-8").splitlines():
+        # pragma: no mutate core/NumberReplacer `2`: only the text before the first `#` is kept: splitting at more
+        # leaves the first piece the same
         line = raw.split("#", 1)[0].strip()
         if line:
             names.append(line)

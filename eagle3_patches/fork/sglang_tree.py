@@ -20,6 +20,7 @@ def default_sglang_root() -> Path:
     if spec is None or not spec.origin or spec.origin in ("namespace", "built-in"):
         locations = list(spec.submodule_search_locations or []) if spec is not None else []
         if len(locations) == 1:
+            # pragma: no mutate core/NumberReplacer `-1`: under `len(locations) == 1`: the first entry is the last
             return Path(locations[0])
         raise ForkError(
             "eagle3-patches: sglang is not installed in this Python environment; pass --sglang-root PATH "

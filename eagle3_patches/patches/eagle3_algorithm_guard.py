@@ -109,6 +109,8 @@ def _guarded_post_init(wrapped, instance, args, kwargs):
 
 class Eagle3AlgorithmGuard(Patch):
     name = "eagle3_algorithm_guard"
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 60 and 80, so the order
+    # is the same
     order = 70
     summary = (
         "--speculative-algorithm EAGLE with an EAGLE-3 draft, or EAGLE3 without a draft, is refused at start with the"
@@ -164,6 +166,9 @@ class Eagle3AlgorithmGuard(Patch):
         return super().when_patched(d, setup)
 
     def check(self, module: ModuleType) -> None:
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that `ServerArgs` has the method the patch wraps:
+        # every release eagle3-patches knows (0.5.8 to 0.5.23) has it, so on each the patch applies the same; only on a
+        # future release without it would the patch report `failed` (rolled back) instead of `not-applicable`
         expect_attr(module.ServerArgs, server_args_resolution_method(module.ServerArgs))
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

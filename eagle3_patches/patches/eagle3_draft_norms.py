@@ -124,7 +124,13 @@ def _init(wrapped, instance, args, kwargs, *, parts: frozenset[str], rms_norm: A
 
 def _forward(wrapped, instance, args, kwargs):
     parts: frozenset[str] = getattr(instance, _ADDED, frozenset())
+    # pragma: no mutate core/ReplaceAndWithOr `input_norm" in parts or instance.input_norm`: `input_norm` is a part the
+    # patch adds on every release of its range (below 0.5.17): the mutant also swaps the states of a draft without the
+    # norm, and with no norm `fc_input` returns the same tensor (as for `fc_norm` above)
     normed = ("input_norm" in parts and instance.input_norm is not None) or (
+        # pragma: no mutate core/ReplaceAndWithOr: where `fc_norm` is not a part the patch adds (0.5.12 - 0.5.16),
+        # sglang's own `__init__` sets `fc_norm` (read from 0.5.23's source): `normed` only decides whether the states
+        # are swapped, and with no norm added `fc_input` returns the same tensor
         "fc_norm" in parts and instance.fc_norm is not None
     )
     spec: Any = (args[2] if len(args) > 2 else kwargs["forward_batch"]).spec_info if normed else None
@@ -152,12 +158,18 @@ def legacy_name(name: str) -> str:
 
 
 def _load_weights(wrapped, instance, args, kwargs):
+    # pragma: no mutate core/NumberReplacer `-1`: `load_weights` takes one argument (`weights`): in a positional call
+    # `args` has one element, `args[-1]` is `args[0]`
     weights = args[0] if args else kwargs.pop("weights")
+    # pragma: no mutate core/NumberReplacer `2`: `load_weights` takes one argument: `args[1:]` and `args[2:]` are both
+    # empty
     return wrapped(((legacy_name(n), t) for n, t in weights), *args[1:], **kwargs)
 
 
 class Eagle3DraftNorms(Patch):
     name = NAME
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 60 (`eagle3_fc_guard`)
+    # and 70 (`eagle3_algorithm_guard`), so the order is the same
     order = 65  # after the strict loader and the fc guard, whose fork-path diffs edit the same file first
     summary = f"EAGLE-3.1 draft norms (fc_norm, norm_output, norm_before_fc) backported from sglang {NEWEST_CHECKED}"
     module = "sglang.srt.models.llama_eagle3"

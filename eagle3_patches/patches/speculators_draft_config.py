@@ -118,6 +118,11 @@ def reader_module(module: ModuleType) -> ModuleType:
 
 def _needs_strict_loading(version) -> str | None:
     """Why this release cannot load the draft's ``layers.0.*`` tensors in this process, or None."""
+    # pragma: no mutate core/ReplaceOrWithAnd: on sglang 0.5.9 `loads_layers0_keys` is false, so both go on to ask
+    # whether `eagle3_draft_strict_loading` is active; on 0.5.12 and later the mutant refuses the draft (the strict
+    # loader is not-applicable there), which
+    # `tests/patches/test_speculators_draft_config.py::test_patched_reads_the_speculators_config_as_the_converted_one`
+    # sees, as the matrix runs it
     if version is None or facts(version).loads_layers0_keys:
         return None
     import importlib.util
@@ -201,6 +206,8 @@ def _speculators_aware(original: Any) -> type:
 
 class SpeculatorsDraftConfig(Patch):
     name = NAME
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 40 and 50, so the order
+    # is the same
     order = 45  # before the strict loader (50), which loads this config's draft
     summary = (
         "a speculators-format draft (speculators_model_type: eagle3) is served as it is, as vLLM serves it: no"
@@ -238,6 +245,9 @@ class SpeculatorsDraftConfig(Patch):
         ``layers.0.*`` tensors)."""
         out = Diagnostics()
         dv = setup.draft
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: every other format the reader gives (`eagle`,
+        # `model`, `sglang-eagle3`: `checkpoint/formats.py`) sorts before `speculators`, so `<` is `!=` on every value
+        # `dv.format` takes
         if dv is None or dv.format != SPECULATORS:
             return out
         out.add(
