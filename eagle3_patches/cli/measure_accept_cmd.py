@@ -6,6 +6,7 @@ Exit status: 0 measured, 1 the draft or the data cannot be measured (the message
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .._shipped import doc_pointer
 from . import UsageError
@@ -60,6 +61,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "with this environment",
     )
     p.add_argument("--max-sequences", type=int, default=1000, metavar="N", help="sequences read at most (1000)")
+    p.add_argument(
+        "--device",
+        metavar="DEV",
+        help="where the draft runs: cpu, cuda or cuda:N (default: the first visible GPU, else the CPU)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="the draft's weights and activations: auto (default) is float32 on the CPU and on a GPU the dtype the "
+        "draft's config states, as sglang serves it",
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a progress bar")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
@@ -94,8 +110,9 @@ def run(args) -> int:
         raise UsageError("--max-sequences must be at least 1")
     from ..acceptance.measure import load_draft, read_states, replay
 
-    forward, hot, config = load_draft(args.draft, args.target)
+    forward, hot, config = load_draft(args.draft, args.target, device=args.device, dtype=args.dtype)
     states = read_states(args.data, config, limit=args.max_sequences)
-    result = replay(forward, hot, states, args.steps, args.spec_worker or installed_worker())
+    progress = sys.stderr.isatty() if args.progress is None else args.progress  # by default on a terminal
+    result = replay(forward, hot, states, args.steps, args.spec_worker or installed_worker(), progress=progress)
     print(result.to_json(draft_tokens) if args.json else result.format(draft_tokens))
     return 0

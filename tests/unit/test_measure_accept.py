@@ -48,6 +48,9 @@ class Scripted:
             out.append(logits)
         return out
 
+    def predict(self, tokens, aux, steps, worker="v1"):
+        return [logits.argmax(-1) for logits in self.forward_seq(tokens, aux, steps, worker)]
+
 
 def _states(tokens, n_prompt) -> TargetStates:
     L = len(tokens)
