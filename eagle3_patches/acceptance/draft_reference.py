@@ -18,6 +18,13 @@ Teacher-forced: step k is fed the true ``x_{t+k}``.  With greedy verification an
 accepted count of a verify step (a chain stops counting at its first wrong token, and up to there its tokens are
 the true ones).
 
+It runs on the device and in the dtype of the weights it is given (float32 on the CPU is the reference the tests
+pin; the norms and the softmax are taken in float32 whatever the dtype, as sglang takes them).  Attention runs in
+blocks of query rows (:func:`attend`) and the logits are reduced block by block (:meth:`DraftForward.predict`), so
+memory grows linearly with a sequence, not with its square.  A sequence that fits one block gives, in float32, the
+logits of one dense softmax over [heads, L, L] scores bit for bit, and for a draft without grouped-query attention
+the same gradients too (what ``tools/train_tiny_draft.py --check`` relies on).
+
 Not implemented, refused by :func:`draft_shape` with the reason: RoPE scaling other than none and ``linear``,
 activations other than SiLU, more than one draft layer, the EAGLE-3.1 norm fields, an ``fc`` with a bias.
 """

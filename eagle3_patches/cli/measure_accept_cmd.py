@@ -21,7 +21,8 @@ examples:
 speculators' files). --target gives the embedding (and the head, where the draft has none), as sglang
 shares them. It prints the expected accept length and per position k how often draft token k would be
 accepted, greedy, topk 1, and the draft config field that states the figure; the watchdog compares a
-running server with it. Symptoms and what to do: {doc_pointer("troubleshooting")}.
+running server with it. The draft runs on the first GPU (else the CPU: a Kimi-K2.5-sized draft does
+a few tokens a second there, days for 1M tokens). Symptoms and what to do: {doc_pointer("troubleshooting")}.
 """
 
 
