@@ -15,6 +15,7 @@ EPILOG = f"""\
 examples:
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/hidden_states --json
+  eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump --device cuda:1
 
 --data is a hidden_state_dump of a known-good server serving greedily (EAGLE3_PATCHES_DUMP_DIR, with
 --disable-radix-cache), or the offline hidden states the draft was trained on (SpecForge's or
