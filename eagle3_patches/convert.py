@@ -65,6 +65,7 @@ from .checkpoint.safetensors_header import encode_header, read_header
 from .doctor import check_draft
 from .errors import Eagle3ConfigError
 from .patches.eagle3_draft_config_fields import readers
+from .terminal import progress_bar
 
 #: default largest output shard (as transformers' save_pretrained)
 DEFAULT_MAX_SHARD_SIZE = 5 * 1000**3
@@ -319,14 +320,7 @@ class _Progress:
         if callable(progress) and not isinstance(progress, bool):
             self.cb = progress
         elif progress is True or (progress is None and total >= (256 << 20) and sys.stderr.isatty()):
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(
-                    total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="convert", file=sys.stderr
-                )
-            except ImportError:  # pragma: no cover - tqdm is in the test env, optional otherwise
-                self.bar = None
+            self.bar = progress_bar(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="convert")
 
     def update(self, n: int) -> None:
         self.done += n

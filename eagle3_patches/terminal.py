@@ -14,6 +14,9 @@ control characters as ``\\uNNNN``, so it stays valid and exact.
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 
 def _escape_char(c: str) -> str:
     o = ord(c)
@@ -41,3 +44,13 @@ def error_text(exc: BaseException) -> str:
     if diagnostic is not None:
         return diagnostic.render("eagle3-patches: ")
     return escape_terminal(str(exc), keep_newlines=True)
+
+
+def progress_bar(**kwargs: Any) -> Any:
+    """A ``tqdm`` progress bar on stderr (``kwargs`` are tqdm's), or None where tqdm is not installed: the one
+    progress-bar library of the offline tools, optional (sglang brings it; the serving process never needs it)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(file=sys.stderr, **kwargs)

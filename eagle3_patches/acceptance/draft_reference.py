@@ -18,6 +18,13 @@ Teacher-forced: step k is fed the true ``x_{t+k}``.  With greedy verification an
 accepted count of a verify step (a chain stops counting at its first wrong token, and up to there its tokens are
 the true ones).
 
+It runs on the device and in the dtype of the weights it is given (float32 on the CPU is the reference the tests
+pin; the norms and the softmax are taken in float32 whatever the dtype, as sglang takes them).  Attention runs in
+blocks of query rows (:func:`attend`) and the logits are reduced block by block (:meth:`DraftForward.predict`), so
+memory grows linearly with a sequence, not with its square.  A sequence that fits one block gives, in float32, the
+logits of one dense softmax over [heads, L, L] scores bit for bit, and for a draft without grouped-query attention
+the same gradients too (what ``tools/train_tiny_draft.py --check`` relies on).
+
 Not implemented, refused by :func:`draft_shape` with the reason: RoPE scaling other than none and ``linear``,
 activations other than SiLU, more than one draft layer, the EAGLE-3.1 norm fields, an ``fc`` with a bias.
 """
@@ -49,6 +56,10 @@ MIDLAYER = (
     "midlayer.hidden_norm.weight",
 )
 REQUIRED = ("fc.weight", *MIDLAYER, "norm.weight")
+MLP_UP = "midlayer.mlp.up_proj.weight"
+#: the most elements one block of attention scores or of logits holds (one block of rows at a time): memory grows
+#: linearly with the sequence length, not with its square
+BLOCK_ELEMENTS = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -106,24 +117,62 @@ def draft_shape(config: dict) -> tuple[DraftShape | None, str]:
 
 
 def rms(x, w, eps: float = 1e-6):
+    """RMSNorm as sglang's ``forward_native`` computes it: in float32, cast back to ``x``'s dtype, then ``* w``."""
     import torch
 
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
 
 
 def rope(x, pos, theta: float = 10000.0, factor: float = 1.0):
-    """neox-style rotary embedding (sglang's ``get_rope`` default for Llama); x [T, heads, d]."""
+    """neox-style rotary embedding (sglang's ``get_rope`` default for Llama); x [T, heads, d].  The angles in
+    float32, cos and sin in ``x``'s dtype (sglang's cos/sin cache)."""
     import torch
 
     d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d))
     # pragma: no mutate core/NumberReplacer `= 0`: `draft_shape` only gives a factor above 0 (the default 1.0): the
     # division by a factor of 1.0 is the same float
     p = pos.float() if factor == 1.0 else pos.float() / factor
     ang = p[:, None] * inv[None, :]
-    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+    cos, sin = ang.cos()[:, None, :].to(x.dtype), ang.sin()[:, None, :].to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attend(q, k, v, chain_k, chain_v, scale: float):
+    """Softmax attention of the queries ``q`` [n, heads, d]: query t over the step-1 keys ``k`` / values ``v``
+    [S >= n, kv heads, d] up to t (causal) and over its own chain's keys ``chain_k`` / values ``chain_v`` (each
+    [>= n, kv heads, d], row t for query t).  Grouped-query: query head h reads kv head h // (heads / kv heads).
+
+    In blocks of query rows, each over the keys up to its last row: no block holds more than about ``block``
+    scores (:data:`BLOCK_ELEMENTS`), so memory grows linearly with the sequence, not with its square.  The softmax is
+    taken in float32."""
+    import torch
+
+    n, nh, d = q.shape
+    nkv = k.shape[1]
+    g = nh // nkv
+    rows = max(1, BLOCK_ELEMENTS // max(1, nh * n))
+    ck = torch.stack([c[:n] for c in chain_k]) if chain_k else None  # [J, n, kv heads, d]
+    cv = torch.stack([c[:n] for c in chain_v]) if chain_v else None
+    out = []
+    for start in range(0, n, rows):
+        end = min(n, start + rows)
+        keys = end if end < n else k.shape[0]  # the last block over every key (masked past its rows), as one block is
+        qb = q[start:end].view(end - start, nkv, g, d)
+        s = torch.einsum("bkgd,skd->kgbs", qb, k[:keys])  # [kv heads, g, rows, keys]
+        future = torch.arange(keys, device=q.device)[None, :] > torch.arange(start, end, device=q.device)[:, None]
+        if ck is not None:  # each query's own chain keys, after the step-1 keys; a query sees its whole chain
+            sc = (qb.unsqueeze(0) * ck[:, start:end].unsqueeze(3)).sum(-1).permute(2, 3, 1, 0)  # [kv, g, rows, J]
+            s = torch.cat([s, sc], dim=-1)
+            future = torch.cat([future, future.new_zeros(end - start, ck.shape[0])], dim=1)
+        w = s.mul(scale).masked_fill(future, float("-inf")).float().softmax(-1).to(q.dtype)
+        o = torch.einsum("kgbs,skd->bkgd", w[..., :keys], v[:keys])
+        if cv is not None:
+            o = o + torch.einsum("kgbj,jbkd->bkgd", w[..., keys:], cv[:, start:end])
+        out.append(o.reshape(end - start, nh, d))
+    return torch.cat(out) if len(out) > 1 else out[0]
 
 
 class DraftForward:
@@ -154,11 +203,6 @@ class DraftForward:
         q = self._rope((x @ P["midlayer.self_attn.q_proj.weight"].T).view(T, self.nh, self.hd), pos)
         k = self._rope((x @ P["midlayer.self_attn.k_proj.weight"].T).view(T, self.nkv, self.hd), pos)
         v = (x @ P["midlayer.self_attn.v_proj.weight"].T).view(T, self.nkv, self.hd)
-        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: `draft_shape` refuses a config whose kv heads do
-        # not divide the heads, so kv heads <= heads: `!=` and `<` agree
-        if self.nkv != self.nh:  # grouped-query attention: each kv head serves nh / nkv query heads
-            k = k.repeat_interleave(self.nh // self.nkv, dim=1)
-            v = v.repeat_interleave(self.nh // self.nkv, dim=1)
         return q, k, v
 
     def finish(self, attn, residual):
@@ -179,23 +223,38 @@ class DraftForward:
         """Per base position t (0..L-2): the logits of steps 1..steps; step k predicts ``tokens[t + k + 1]``; steps
         k > 1 at the positions ``worker`` runs them (:data:`CHAIN_OFFSET`); ``dropout`` on the fc output: training
         only."""
+        return self._run(tokens, aux, steps, dropout, gen, worker, lambda logits: logits)
+
+    def predict(self, tokens, aux, steps: int, worker: str = SPEC_V1) -> list:
+        """:meth:`forward_seq`'s argmax (draft ids) per step, without holding a step's [L, draft vocab] logits."""
+        return self._run(tokens, aux, steps, 0.0, None, worker, lambda logits: logits.argmax(-1))
+
+    def _run(self, tokens, aux, steps: int, dropout: float, gen, worker: str, head) -> list:
+        """The forward, ``head`` applied to each block of rows of logits.  ``tokens`` and ``aux`` are moved to the
+        device and dtype of the draft's weights."""
         import torch
 
+        fc = self.params["fc.weight"]
+        tokens, aux = tokens.to(fc.device), aux.to(device=fc.device, dtype=fc.dtype)
         L = aux.shape[0]
-        base = torch.arange(L - 1)
+        base = torch.arange(L - 1, device=fc.device)
         scale = self.hd**-0.5
+        rows = max(1, BLOCK_ELEMENTS // max(self.params["lm_head.weight"].shape[0], self.params[MLP_UP].shape[0]))
+
+        def finish(attn, residual):  # row by row: the block's logits go through ``head`` before the next block
+            parts = [self.finish(attn[i : i + rows], residual[i : i + rows]) for i in range(0, attn.shape[0], rows)]
+            if len(parts) == 1:
+                return head(parts[0][0]), parts[0][1]
+            return torch.cat([head(lg) for lg, _ in parts]), torch.cat([o for _, o in parts])
+
         # step 1: token x_{t+1}, hidden fc(aux_t), position t, causal over step-1 keys
-        h = aux[:-1] @ self.params["fc.weight"].T
+        h = aux[:-1] @ fc.T
         if dropout:  # training only: the draft must not memorise the aux states alone
             keep = (torch.rand(h.shape, generator=gen) >= dropout).float() / (1 - dropout)
             h = h * keep
         q1, k1, v1 = self.qkv(tokens[1:L], h, base)
-        causal = torch.ones(L - 1, L - 1, dtype=torch.bool).tril()
-        s = torch.einsum("thd,shd->hts", q1, k1) * scale
-        s = s.masked_fill(~causal, float("-inf"))
-        attn = torch.einsum("hts,shd->thd", s.softmax(-1), v1)
-        logits, out = self.finish(attn, h)
-        results = [logits]
+        result, out = finish(attend(q1, k1, v1, [], [], scale), h)
+        results = [result]
         chain_k: list = []
         chain_v: list = []
         for step in range(2, steps + 1):
@@ -204,17 +263,10 @@ class DraftForward:
                 # pragma: no mutate core/ReplaceBreakWithContinue: `n = L - step` only shrinks as the loop goes on: once
                 # `n <= 0` every later step skips too
                 break
-            tok = tokens[step : step + n]
             hid = out[:n]
-            q, k, v = self.qkv(tok, hid, base[:n] + step + CHAIN_OFFSET[worker])
+            q, k, v = self.qkv(tokens[step : step + n], hid, base[:n] + step + CHAIN_OFFSET[worker])
             chain_k = [c[:n] for c in chain_k] + [k]
             chain_v = [c[:n] for c in chain_v] + [v]
-            s1 = torch.einsum("thd,shd->hts", q, k1).masked_fill(~causal[:n], float("-inf"))
-            sc = torch.stack([(q * ck).sum(-1) for ck in chain_k], dim=-1).permute(1, 0, 2)  # [h, n, j]
-            w = torch.cat([s1, sc], dim=-1).mul(scale).softmax(-1)
-            attn = torch.einsum("hts,shd->thd", w[..., : L - 1], v1) + torch.einsum(
-                "htj,jthd->thd", w[..., L - 1 :], torch.stack(chain_v)
-            )
-            logits, out = self.finish(attn, hid)
-            results.append(logits)
+            result, out = finish(attend(q, k1, v1, chain_k, chain_v, scale), hid)
+            results.append(result)
         return results

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +26,11 @@ from typing import Any
 
 from ..checkpoint.d2t import check_d2t
 from ..checkpoint.expected_accept import FIELD as EXPECTED_FIELD
-from ..checkpoint.formats import list_weight_files, read_config
+from ..checkpoint.formats import config_dtype, list_weight_files, read_config
 from ..checkpoint.safe_io import open_checkpoint_file
 from ..diagnostic import first_few
 from ..errors import Eagle3ConfigError
-from ..terminal import escape_terminal
+from ..terminal import escape_terminal, progress_bar
 from . import training_data
 from .draft_reference import REQUIRED, SPEC_V1, DraftForward, draft_shape
 from .target_states import TargetStates, dump_shards, open_dump, shown_ids
@@ -134,6 +135,63 @@ class Acceptance:
         return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------- where the draft runs
+def pick_device(spec: str | None) -> Any:
+    """``--device``: ``cpu``, ``cuda`` or ``cuda:N``; without one, the first visible GPU where CUDA is available,
+    else the CPU."""
+    import torch
+
+    if spec is None:
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    m = re.fullmatch(r"(cpu|cuda)(?::(\d{1,4}))?", spec)
+    if m is None:
+        raise MeasureError(
+            "the device is not one the measurement runs on",
+            where="--device",
+            found=spec,
+            expected="cpu, cuda or cuda:N",
+            fix="pass --device cpu or --device cuda:N (or leave it out: the first GPU, else the CPU)",
+        )
+    if m[1] == "cpu":
+        return torch.device("cpu")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(m[2] or 0)
+    if index >= count:
+        raise MeasureError(
+            "this machine has no such GPU",
+            where="--device",
+            found=f"{spec}, with {count} CUDA device(s) visible to torch",
+            expected=f"cuda:0 .. cuda:{count - 1}" if count else "cpu (torch sees no CUDA device)",
+            fix="pick a visible GPU (CUDA_VISIBLE_DEVICES decides which are), or --device cpu",
+        )
+    return torch.device("cuda", index)
+
+
+def pick_dtype(spec: str, config: dict, device: Any) -> Any:
+    """``--dtype``: a torch floating dtype by name, or ``auto``: float32 on the CPU (the reference, as trained and
+    tested), on a GPU the dtype the draft's config states (as sglang serves it), bfloat16 where it states none (or
+    no floating type of 16 bits or more)."""
+    import torch
+
+    name = spec
+    if spec == "auto":
+        if device.type == "cpu":
+            return torch.float32
+        name = config_dtype(config) or "bfloat16"
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype.itemsize < 2:
+        if spec == "auto":  # a config stating an odd dtype: the GPU default, not a refusal
+            return torch.bfloat16
+        raise MeasureError(
+            "the dtype is not one the draft runs in",
+            where="--dtype",
+            found=spec,
+            expected="auto, float32, bfloat16 or float16",
+            fix="pass one of them",
+        )
+    return dtype
+
+
 # ---------------------------------------------------------------------- the draft
 def _tensor_file_map(path: Path) -> dict[str, str]:
     """{tensor name: shard file} of a safetensors checkpoint, from its index or its headers."""
@@ -149,8 +207,8 @@ def _tensor_file_map(path: Path) -> dict[str, str]:
     return out
 
 
-def _load(path: Path, wanted: dict[str, str]) -> dict[str, Any]:
-    """{name: tensor} for ``wanted`` = {name: file}, through the safe open: floats as float32."""
+def _load(path: Path, wanted: dict[str, str], dtype: Any) -> dict[str, Any]:
+    """{name: tensor} for ``wanted`` = {name: file}, through the safe open: floats as ``dtype``, on the CPU."""
     from safetensors import safe_open
 
     out: dict[str, Any] = {}
@@ -161,7 +219,7 @@ def _load(path: Path, wanted: dict[str, str]) -> dict[str, Any]:
         with open_checkpoint_file(path, file, what="weights") as cf, safe_open(cf.library_path, "pt") as f:
             for name in names:
                 t = f.get_tensor(name)
-                out[name] = t.float() if t.is_floating_point() else t  # d2t stays the integers it is stored as
+                out[name] = t.to(dtype) if t.is_floating_point() else t  # d2t stays the integers it is stored as
     return out
 
 
@@ -172,15 +230,20 @@ def _sglang_name(name: str) -> str:
     return name
 
 
-def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tuple[DraftForward, Any, dict]:
-    """The draft's forward, its draft-to-target id map (``hot[i]``: the target id of draft id i) and config.
+def load_draft(
+    draft: os.PathLike | str, target: os.PathLike | str | None, *, device: str | None = None, dtype: str = "auto"
+) -> tuple[DraftForward, Any, dict]:
+    """The draft's forward, its draft-to-target id map (``hot[i]``: the target id of draft id i, on the CPU) and
+    config.
 
     The embedding is the target's (``target``'s ``embed_tokens``), as sglang's EAGLE-3 worker shares it; without
     ``target``, the draft's own ``embed_tokens`` when it has one.  A draft without ``lm_head`` uses the target's
-    (sglang's ``load_lm_head_from_target``).
+    (sglang's ``load_lm_head_from_target``).  The weights are placed on ``device`` in ``dtype``
+    (:func:`pick_device`, :func:`pick_dtype`).
     """
     import torch
 
+    where = pick_device(device)  # a device this machine lacks is refused before anything is read
     dpath = Path(draft)
     config = read_config(dpath, "draft")
     shape, why = draft_shape(config)
@@ -193,6 +256,7 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
             fix="convert it first (`eagle3-patches convert`) where it is in another layout; otherwise measure it "
             "on a server (its `accept len` log line)",
         )
+    floats = pick_dtype(dtype, config, where)
     files = _tensor_file_map(dpath)
     names = {_sglang_name(n): n for n in files}
     missing = [n for n in REQUIRED if n not in names]
@@ -206,7 +270,7 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
             "`eagle3-patches doctor`",
         )
     wanted = [n for n in (*REQUIRED, "lm_head.weight", "d2t", "embed_tokens.weight") if n in names]
-    raw = _load(dpath, {names[n]: files[names[n]] for n in wanted})
+    raw = _load(dpath, {names[n]: files[names[n]] for n in wanted}, floats)
     params = {n: raw[names[n]] for n in wanted}
     embed = params.pop("embed_tokens.weight", None)
     need_head = "lm_head.weight" not in params
@@ -225,7 +289,7 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
                     fix="pass the target's checkpoint directory with --target",
                 )
             pick[suffix] = hit[0]
-        got = _load(tpath, {n: tfiles[n] for n in pick.values()})
+        got = _load(tpath, {n: tfiles[n] for n in pick.values()}, floats)
         embed = got[pick["embed_tokens.weight"]]
         if need_head:
             params["lm_head.weight"] = got[pick["lm_head.weight"]]
@@ -262,7 +326,8 @@ def load_draft(draft: os.PathLike | str, target: os.PathLike | str | None) -> tu
         hot = d2t.to(torch.int64) + torch.arange(d2t.shape[0])
     else:
         hot = torch.arange(vocab_draft)
-    return DraftForward(params, embed, shape), hot, config
+    params = {n: t.to(where) for n, t in params.items()}
+    return DraftForward(params, embed.to(where), shape), hot, config
 
 
 # ---------------------------------------------------------------------- the target states
@@ -342,9 +407,25 @@ def _nonempty(states: Iterator[TargetStates], data: os.PathLike | str) -> Iterat
 
 # ---------------------------------------------------------------------- the replay
 def replay(
-    forward: DraftForward, hot, sequences: Iterable[TargetStates], steps: int, worker: str = SPEC_V1
+    forward: DraftForward,
+    hot,
+    sequences: Iterable[TargetStates],
+    steps: int,
+    worker: str = SPEC_V1,
+    *,
+    progress: bool = False,
 ) -> Acceptance:
-    """Greedy, topk 1: the verify steps a server would run over ``sequences`` (module docstring)."""
+    """Greedy, topk 1: the verify steps a server would run over ``sequences`` (module docstring), taken one at a
+    time as the iterable yields them; ``progress``: a bar on stderr of the tokens replayed and the figure so far."""
+    bar = progress_bar(unit="tok", unit_scale=True, desc="measure-accept") if progress else None
+    try:
+        return _replay(forward, hot, sequences, steps, worker, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _replay(forward: DraftForward, hot, sequences: Iterable[TargetStates], steps: int, worker: str, bar) -> Acceptance:
     import torch
 
     if steps < 1:
@@ -385,7 +466,9 @@ def replay(
             continue
         result.sequences += 1
         with torch.no_grad():  # the caller's autograd mode is left as it was
-            preds = [hot[logits.argmax(-1)] for logits in forward.forward_seq(tokens, st.aux, steps, worker=worker)]
+            ids = forward.predict(tokens, st.aux, steps, worker=worker)  # on the draft's device
+        preds = [hot[i.cpu()].tolist() for i in ids]  # plain ints: the loop below reads one per verify step
+        tokens, lab = tokens.tolist(), lab.tolist()
         t = 0
         while t + 2 <= L - 1:  # the token just produced (t + 1) and at least one to draft for
             if not bool(lab[t + 1]):  # a prompt token: the next verify step starts after the next target token
@@ -403,6 +486,9 @@ def replay(
                     break
             result.histogram[accepted] += 1
             t += accepted + 1
+        if bar is not None:
+            bar.update(L)
+            bar.set_postfix_str(f"accept length {result.accept_length:.3f}", refresh=False)
     return result
 
 

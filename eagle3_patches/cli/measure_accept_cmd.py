@@ -6,6 +6,7 @@ Exit status: 0 measured, 1 the draft or the data cannot be measured (the message
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .._shipped import doc_pointer
 from . import UsageError
@@ -14,13 +15,15 @@ EPILOG = f"""\
 examples:
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/hidden_states --json
+  eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump --device cuda:1
 
 --data is a hidden_state_dump of a known-good server serving greedily (EAGLE3_PATCHES_DUMP_DIR, with
 --disable-radix-cache), or the offline hidden states the draft was trained on (SpecForge's or
 speculators' files). --target gives the embedding (and the head, where the draft has none), as sglang
 shares them. It prints the expected accept length and per position k how often draft token k would be
 accepted, greedy, topk 1, and the draft config field that states the figure; the watchdog compares a
-running server with it. Symptoms and what to do: {doc_pointer("troubleshooting")}.
+running server with it. The draft runs on the first GPU (else the CPU: a Kimi-K2.5-sized draft does
+a few tokens a second there, days for 1M tokens). Symptoms and what to do: {doc_pointer("troubleshooting")}.
 """
 
 
@@ -66,6 +69,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
         metavar="N",
         help="stop reading after the sequence at which N tokens were read (default: no bound but --max-sequences)",
     )
+    p.add_argument(
+        "--device",
+        metavar="DEV",
+        help="where the draft runs: cpu, cuda or cuda:N (default: the first visible GPU, else the CPU)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default="auto",
+        help="the draft's weights and activations: auto (default) is float32 on the CPU and on a GPU the dtype the "
+        "draft's config states, as sglang serves it",
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show a progress bar")
+    g.add_argument("--no-progress", dest="progress", action="store_false", help="never show a progress bar")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
     return p
@@ -101,8 +119,9 @@ def run(args) -> int:
             raise UsageError(f"{flag} {value}: expected at least 1")
     from ..acceptance.measure import load_draft, read_states, replay
 
-    forward, hot, config = load_draft(args.draft, args.target)
+    forward, hot, config = load_draft(args.draft, args.target, device=args.device, dtype=args.dtype)
     states = read_states(args.data, config, max_sequences=args.max_sequences, max_tokens=args.max_tokens)
-    result = replay(forward, hot, states, args.steps, args.spec_worker or installed_worker())
+    progress = sys.stderr.isatty() if args.progress is None else args.progress  # by default on a terminal
+    result = replay(forward, hot, states, args.steps, args.spec_worker or installed_worker(), progress=progress)
     print(result.to_json(draft_tokens) if args.json else result.format(draft_tokens))
     return 0

@@ -354,3 +354,84 @@ def test_the_spec_v2_worker_runs_the_chain_one_position_earlier(monkeypatch, gol
         assert torch.equal(seen[0], base)  # step 1 at t
         for k, pos in enumerate(seen[1:], start=2):
             assert torch.equal(pos, base[: len(tokens) - k] + k + offset)
+
+
+# ---------------------------------------------------------------------- attention and logits in blocks of rows
+def _sequence(forward, length: int, seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(forward.embed.shape[0], (length,), generator=g)
+    return tokens, torch.randn(length, forward.params["fc.weight"].shape[1], generator=g)
+
+
+@pytest.mark.parametrize("name", ["gqa_d2t", "defaults"])  # 4 heads over 2 kv heads, and over 4
+@pytest.mark.parametrize("worker", ["v1", "v2"])
+@pytest.mark.parametrize("rows", [1, 4, 7])  # 7 divides none of the 22, 21, 20 rows of steps 1-3
+def test_blocks_of_rows_give_the_figures_of_one_block(golden, monkeypatch, name, worker, rows):
+    """The attention (each block of query rows over the keys up to its last row, the last block over all) and the
+    logits (reduced to ids block by block) in blocks give what one block gives: an offset or a mask that slips
+    at a block's edge changes a row."""
+    from eagle3_patches.acceptance import draft_reference as R
+
+    forward = _forward(golden, name)
+    tokens, aux = _sequence(forward, 23)
+    with torch.no_grad():
+        whole, ids = forward.forward_seq(tokens, aux, 3, worker=worker), forward.predict(tokens, aux, 3, worker)
+        monkeypatch.setattr(R, "BLOCK_ELEMENTS", rows * forward.nh * 22)
+        blocked, blocked_ids = (
+            forward.forward_seq(tokens, aux, 3, worker=worker),
+            forward.predict(tokens, aux, 3, worker),
+        )
+    for step, (a, b) in enumerate(zip(whole, blocked), start=1):
+        torch.testing.assert_close(b, a, rtol=RTOL, atol=ATOL, msg=lambda m, s=step: f"step {s}: {m}")
+    assert [i.tolist() for i in blocked_ids] == [i.tolist() for i in ids] == [a.argmax(-1).tolist() for a in whole]
+
+
+@pytest.mark.parametrize("worker", ["v1", "v2"])
+@pytest.mark.parametrize("rows", [None, 3])  # one block, and blocks of 3 rows
+def test_a_base_position_sees_no_token_or_state_after_its_own(golden, monkeypatch, worker, rows):
+    """Step k at base t reads the tokens up to t + k and the states up to t, nothing later (the causal mask and the
+    chain's own keys): changing everything from position 12 on leaves the rows before unchanged and changes the
+    first row that reads position 12."""
+    from eagle3_patches.acceptance import draft_reference as R
+
+    forward = _forward(golden, "gqa_d2t")
+    if rows is not None:
+        monkeypatch.setattr(R, "BLOCK_ELEMENTS", rows * forward.nh * 19)
+    tokens, aux = _sequence(forward, 20)
+    later_tokens, later_aux = _sequence(forward, 20, seed=4)
+    cut = 12
+    changed_tokens, changed_aux = torch.cat([tokens[:cut], later_tokens[cut:]]), torch.cat([aux[:cut], later_aux[cut:]])
+    with torch.no_grad():
+        before = forward.forward_seq(tokens, aux, 3, worker=worker)
+        after = forward.forward_seq(changed_tokens, changed_aux, 3, worker=worker)
+    for k, (a, b) in enumerate(zip(before, after), start=1):
+        torch.testing.assert_close(b[: cut - k], a[: cut - k], rtol=0, atol=ATOL, msg=lambda m, k=k: f"step {k}: {m}")
+        assert not torch.allclose(b[cut - k], a[cut - k], rtol=1e-3, atol=1e-3), f"step {k} at {cut - k} saw nothing"
+
+
+class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
+    """The most elements any tensor an operation produced held."""
+
+    most = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.most = max(self.most, t.numel())
+        return out
+
+
+def test_no_tensor_grows_with_the_square_of_the_sequence(golden, monkeypatch):
+    """Over 600 tokens no operation of the measurement's forward makes a tensor near [heads, L, L] (1.4M elements
+    here, what one block of scores over the whole sequence holds): the largest is a linear one (the aux states,
+    600 x their width) or a block."""
+    from eagle3_patches.acceptance import draft_reference as R
+
+    monkeypatch.setattr(R, "BLOCK_ELEMENTS", 1 << 14)
+    forward = _forward(golden, "gqa_d2t")
+    length, width = 600, forward.params["fc.weight"].shape[1]
+    tokens, aux = _sequence(forward, length)
+    with torch.no_grad(), _Largest() as seen:
+        forward.predict(tokens, aux, 3)
+    assert seen.most <= max(length * width, 2 * (1 << 14)) < forward.nh * (length - 1) ** 2 // 16

@@ -48,6 +48,9 @@ class Scripted:
             out.append(logits)
         return out
 
+    def predict(self, tokens, aux, steps, worker="v1"):
+        return [logits.argmax(-1) for logits in self.forward_seq(tokens, aux, steps, worker)]
+
 
 def _states(tokens, n_prompt) -> TargetStates:
     L = len(tokens)
@@ -629,3 +632,179 @@ def test_hidden_states_that_are_not_finite_are_refused_counting_them(bad):
         replay(Scripted({}), torch.arange(V), [st], 3)
     d = info.value.diagnostic
     assert d.what == "the target states hold NaN or infinite values" and d.found == f"2 non-finite of {5 * W}"
+
+
+# ---------------------------------------------------------------------- the trained draft's figures, on the device
+#: sequences on which the trained tiny draft is accepted often: each token after the prompt is the draft's own step-1
+#: choice, some replaced at random (tokens, prompt length); the aux states are ``torch.randn`` of seed 7 + i
+PINNED = [
+    ([584, 116, 519, 303, 419, 155, 383, 679, 733, 640, 1011, 313, 266, 1013, 1013, 1013, 1013, 1013, 1013, 1013, 818,
+      93, 715, 436, 976, 843, 131, 27, 574, 44, 594, 8, 322, 623, 203, 569, 124, 866, 361, 319], 6),
+    ([715, 851, 833, 830, 235, 55, 1006, 1015, 1010, 791, 706, 796, 391, 93, 715, 40, 531, 709, 775, 69, 254, 287, 654,
+      816, 777, 326, 962, 505, 819, 623, 320, 300, 729, 866, 422, 919, 726, 436, 252, 720, 715, 436, 976, 843, 459, 395,
+      885, 502], 4),
+    ([72, 883, 390, 226, 282, 223, 222, 467, 771, 562, 805, 122, 51, 264, 1010, 341, 700, 889, 104, 716, 540, 29, 810,
+      840, 958, 188, 277, 300, 729, 462, 629, 300], 8),
+    ([239, 733, 315, 707, 545, 403, 59, 339, 332, 643, 529, 129, 519, 248, 902, 413, 56, 319, 101, 155, 240, 643, 975,
+      941, 508, 962, 505, 861, 158, 745, 178, 870, 698, 672, 488, 198, 580, 672, 46, 976, 843, 131, 277, 543], 5),
+]  # fmt: skip
+#: what the float32 reference measured on them, per worker (the verify steps that accepted 0..3 draft tokens)
+PINNED_HISTOGRAM = {"v1": [18, 23, 12, 10], "v2": [18, 20, 10, 13]}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trained")
+    return tiny_models.build_trained_eagle3_draft(root), tiny_models.build_kimi_k25(root / "target")
+
+
+def _pinned(width: int):
+    """The pinned sequences, one at a time (a generator: no length, nothing held)."""
+    for i, (tokens, prompt) in enumerate(PINNED):
+        aux = torch.randn(len(tokens), width, generator=torch.Generator().manual_seed(7 + i))
+        yield TargetStates(torch.tensor(tokens), aux, torch.tensor([j >= prompt for j in range(len(tokens))]), f"s{i}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("worker", ["v1", "v2"])
+def test_the_trained_drafts_figures_are_pinned_in_each_dtype(trained, dtype, worker):
+    """float32 gives the reference's figures exactly; bfloat16 and float16 give the same histogram on these
+    sequences (their top token differs from float32's at 1.8% and 0.3% of all positions: near-ties)."""
+    forward, hot, _ = load_draft(*trained, device="cpu", dtype=dtype)
+    assert {t.dtype for t in (*forward.params.values(), forward.embed)} == {getattr(torch, dtype)}
+    assert hot.device.type == "cpu"
+    r = replay(forward, hot, _pinned(forward.params["fc.weight"].shape[1]), 3, worker)
+    assert r.histogram == PINNED_HISTOGRAM[worker] and r.sequences == 4
+
+
+def test_the_replay_takes_each_sequence_as_it_is_yielded():
+    """Streamed sequences are drafted for as they come: none is read before the one before it is replayed."""
+    events: list[str] = []
+
+    class Logged(Scripted):
+        def predict(self, tokens, aux, steps, worker="v1"):
+            events.append("draft")
+            return super().predict(tokens, aux, steps, worker)
+
+    def sequences():
+        for i in range(3):
+            events.append(f"read {i}")
+            yield _states(list(range(1, 9)), 3)
+
+    assert replay(Logged({}), torch.arange(V), sequences(), 3).sequences == 3
+    assert events == ["read 0", "draft", "read 1", "draft", "read 2", "draft"]
+
+
+def test_the_progress_bar_counts_tokens_and_shows_the_figure(trained, capsys):
+    forward, hot, _ = load_draft(*trained, device="cpu")
+    replay(forward, hot, _pinned(forward.params["fc.weight"].shape[1]), 3, "v1", progress=True)
+    err = capsys.readouterr().err
+    total = sum(len(tokens) for tokens, _ in PINNED)
+    assert f"measure-accept: {total}tok" in err and "accept length 2.222" in err  # 140 of 63 verify steps: 140/63
+    replay(forward, hot, _pinned(forward.params["fc.weight"].shape[1]), 3, "v1")
+    assert capsys.readouterr().err == ""  # none unless asked
+
+
+def test_without_tqdm_the_replay_runs_without_a_bar(monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # `from tqdm import tqdm` raises ImportError
+    r = replay(
+        Scripted(_perfect(list(range(1, 9)))), torch.arange(V), [_states(list(range(1, 9)), 3)], 3, progress=True
+    )
+    assert r.verify_steps and capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------- --device and --dtype
+def _cuda(monkeypatch, count: int) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+@pytest.mark.parametrize(("spec", "count", "device"), [(None, 0, "cpu"), (None, 2, "cuda:0"), ("cpu", 2, "cpu"),
+                                                       ("cuda", 1, "cuda:0"), ("cuda:1", 2, "cuda:1")])  # fmt: skip
+def test_the_device_is_the_first_gpu_else_the_cpu_or_the_one_named(monkeypatch, spec, count, device):
+    from eagle3_patches.acceptance.measure import pick_device
+
+    _cuda(monkeypatch, count)
+    assert pick_device(spec) == torch.device(device)
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "what", "found", "expected"),
+    [
+        ("cuda", 0, "this machine has no such GPU", "cuda, with 0 CUDA device(s) visible to torch",
+         "cpu (torch sees no CUDA device)"),
+        ("cuda:2", 2, "this machine has no such GPU", "cuda:2, with 2 CUDA device(s) visible to torch",
+         "cuda:0 .. cuda:1"),
+        ("tpu", 2, "the device is not one the measurement runs on", "tpu", "cpu, cuda or cuda:N"),
+        ("cuda:-1", 2, "the device is not one the measurement runs on", "cuda:-1", "cpu, cuda or cuda:N"),
+        ("cuda:99999", 2, "the device is not one the measurement runs on", "cuda:99999", "cpu, cuda or cuda:N"),
+    ],
+)  # fmt: skip
+def test_a_device_that_is_not_there_is_refused_naming_the_flag(monkeypatch, spec, count, what, found, expected):
+    from eagle3_patches.acceptance.measure import pick_device
+
+    _cuda(monkeypatch, count)
+    with pytest.raises(MeasureError) as info:
+        pick_device(spec)
+    d = info.value.diagnostic
+    assert (d.what, d.where, d.found, d.expected) == (what, "--device", found, expected)
+
+
+def test_a_missing_gpu_is_refused_before_the_draft_is_read(tmp_path, monkeypatch, capsys):
+    _cuda(monkeypatch, 0)
+    assert main(["measure-accept", "--draft", str(tmp_path / "nope"), "--data", str(tmp_path), "--device", "cuda"]) == 1
+    err = capsys.readouterr().err
+    assert "this machine has no such GPU" in err and "--device" in err and "nope" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("spec", "config", "device", "dtype"),
+    [
+        ("auto", {"torch_dtype": "bfloat16"}, "cpu", torch.float32),  # the CPU: the float32 reference
+        ("auto", {"torch_dtype": "bfloat16"}, "cuda", torch.bfloat16),  # a GPU: the draft's own, as sglang serves it
+        ("auto", {"dtype": "float16", "torch_dtype": "bfloat16"}, "cuda", torch.float16),  # `dtype` first, as sglang
+        ("auto", {"torch_dtype": "float32"}, "cuda", torch.float32),
+        ("auto", {}, "cuda", torch.bfloat16),
+        ("auto", {"torch_dtype": "int8"}, "cuda", torch.bfloat16),
+        ("auto", {"torch_dtype": "float8_e4m3fn"}, "cuda", torch.bfloat16),
+        ("bfloat16", {"torch_dtype": "float32"}, "cpu", torch.bfloat16),  # named: as named
+        ("float32", {"torch_dtype": "bfloat16"}, "cuda", torch.float32),
+    ],
+)
+def test_the_dtype_is_the_references_on_the_cpu_and_the_drafts_on_a_gpu(spec, config, device, dtype):
+    from eagle3_patches.acceptance.measure import pick_dtype
+
+    assert pick_dtype(spec, config, torch.device(device)) == dtype
+
+
+@pytest.mark.parametrize("spec", ["int8", "float8_e4m3fn", "nonsense"])
+def test_a_dtype_that_is_not_a_float_type_is_refused(spec):
+    from eagle3_patches.acceptance.measure import pick_dtype
+
+    with pytest.raises(MeasureError) as info:
+        pick_dtype(spec, {}, torch.device("cpu"))
+    d = info.value.diagnostic
+    assert (d.where, d.found, d.expected) == ("--dtype", spec, "auto, float32, bfloat16 or float16")
+
+
+def test_the_command_runs_on_the_device_in_the_dtype_with_its_bar(trained, tmp_path, capsys):
+    """The whole command on the pinned sequences as SpecForge training data: the figures of the replay, the bar on
+    stderr where asked, none with --no-progress; --dtype outside its choices is a usage error."""
+    from test_training_data import write_specforge
+
+    draft, target = trained
+    for i, st in enumerate(_pinned(192)):
+        write_specforge(tmp_path / "data", i, aux_hidden_state=st.aux.unsqueeze(0), input_ids=st.tokens,
+                        loss_mask=st.labelled.long(), hidden_state=torch.zeros(1, len(st.tokens), 64))  # fmt: skip
+    flags = ["measure-accept", "--draft", str(draft), "--target", str(target), "--data", str(tmp_path / "data")]
+    assert main([*flags, "--spec-worker", "v2", "--device", "cpu", "--dtype", "bfloat16", "--json", "--progress"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["histogram"] == PINNED_HISTOGRAM["v2"] and "measure-accept: " in err
+    assert main([*flags, "--spec-worker", "v1", "--json", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["histogram"] == PINNED_HISTOGRAM["v1"] and err == ""
+    with pytest.raises(SystemExit) as info:
+        main([*flags, "--dtype", "int8"])
+    assert info.value.code == 2 and "--dtype" in capsys.readouterr().err
