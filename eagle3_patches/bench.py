@@ -149,15 +149,21 @@ def phase_from(result: dict, concurrency: int) -> Phase:
     )
 
 
-def run_phase(url: str, concurrency: int, *, label: str = "", **kw: Any) -> tuple[Phase, list]:
-    """One run of sglang's serving benchmark; its summary goes to stderr.  The phase and the generated texts."""
+def run_phase(url: str, concurrency: int, *, label: str = "", quiet: bool = False, **kw: Any) -> tuple[Phase, list]:
+    """One run of sglang's serving benchmark; its summary goes to stderr (``quiet``: its output is kept back and shown
+    only when it fails).  The phase and the generated texts."""
     with tempfile.TemporaryDirectory(prefix="eagle3-bench-") as tmp:
         out = Path(tmp) / "result.jsonl"
-        argv = serving_argv(url, str(out), concurrency=concurrency, **kw)
+        argv = serving_argv(
+            url, str(out), concurrency=concurrency, **{**kw, "progress": kw.get("progress", True) and not quiet}
+        )
         # its progress bar and messages: stderr, live; its summary (stdout) to our stderr, stdout keeps the report
-        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
-        sys.stderr.write(done.stdout)
+        done = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if quiet else None, text=True, check=False
+        )
         lines = out.read_text(encoding="utf-8").splitlines() if out.is_file() else []
+        if not quiet or done.returncode != 0 or not lines:
+            sys.stderr.write(done.stdout)
     if done.returncode != 0 or not lines:
         raise Eagle3Error(
             f"eagle3-patches bench: sglang's serving benchmark against {label or 'the server'} {url} exited "
@@ -223,7 +229,10 @@ def run(urls: Sequence[str], *, concurrency: int = 4, labels: Sequence[str] | No
     labels = list(labels or (["server", "baseline"][: len(urls)]))
     reports = [bench_server(url, label=label, concurrency=concurrency, **kw) for url, label in zip(urls, labels)]
     result = {
-        "settings": {"concurrency": concurrency, **{k: v for k, v in kw.items() if k not in ("extra", "progress")}},
+        "settings": {
+            "concurrency": concurrency,
+            **{k: v for k, v in kw.items() if k not in ("extra", "progress", "quiet")},
+        },
         "servers": [asdict(r) for r in reports],
     }
     if len(reports) == 2:

@@ -114,7 +114,9 @@ def main(argv=None) -> int:
     )
     # sglang's serving benchmark, the same random token ids for both (seed 4321: held out, the draft was trained on
     # prompts from seed 1234), greedy
-    kw = dict(num_prompts=args.prompts, input_len=8, output_len=args.max_new_tokens, seed=4321, tokenizer=target)
+    kw = dict(
+        num_prompts=args.prompts, input_len=8, output_len=args.max_new_tokens, seed=4321, tokenizer=target, quiet=True
+    )
     spec = speculative_flags(draft, "EAGLE3", steps=3, topk=1, draft_tokens=4)
     import eagle3_patches
 

@@ -163,7 +163,13 @@ def test_outputs_that_differ_are_said(tokenizer):
     assert rc == 0 and rep["ratios"]["same_outputs"] is False and rep["servers"][0]["concurrent"] is None
 
 
-def test_an_unreachable_server_is_one_line_naming_it(capsys):
+def test_an_unreachable_server_is_one_line_naming_it_and_quiet_shows_sglangs_output_only_then(
+    servers, tokenizer, capsys
+):
+    phase, texts = bench.run_phase(
+        servers[0], 1, label="server", num_prompts=1, input_len=2, output_len=2, tokenizer=str(tokenizer), quiet=True
+    )
+    assert phase.requests == 1 and texts and capsys.readouterr().err == ""  # sglang's summary kept back
     with pytest.raises(Eagle3Error, match=r"against server http://127\.0\.0\.1:9 exited \d+ without a result"):
         bench.run_phase(
             "http://127.0.0.1:9",
@@ -173,8 +179,9 @@ def test_an_unreachable_server_is_one_line_naming_it(capsys):
             input_len=2,
             output_len=2,
             tokenizer="/nonexistent",
-            progress=False,
+            quiet=True,
         )
+    assert capsys.readouterr().err.strip()  # what sglang said, shown when it fails
 
 
 def test_without_sglang_bench_says_which_python(monkeypatch):
