@@ -254,7 +254,9 @@ def test_adaptive_steps_on_a_release_without_the_flag_is_an_error(tiny, make_dra
     launch = ["--speculative-algorithm", "EAGLE3", *SHAPE, "--speculative-adaptive"]
     f = finding(doctor(tiny["kimi_k25"], d, sglang_version="0.5.10.post1", launch=launch), "speculative-adaptive")
     assert f.severity == ERROR and f.where == "--speculative-adaptive"
-    assert f.found == "sglang 0.5.10" and f.expected == "sglang 0.5.11 or later" and "drop --speculative-adaptive" in f.fix
+    assert (
+        f.found == "sglang 0.5.10" and f.expected == "sglang 0.5.11 or later" and "drop --speculative-adaptive" in f.fix
+    )
     on_011 = finding(doctor(tiny["kimi_k25"], d, sglang_version="0.5.11", launch=launch), "speculative-adaptive")
     assert on_011.severity == INFO  # the first release with the flag: what the watchdog does under it
 

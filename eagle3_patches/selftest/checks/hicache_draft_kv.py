@@ -38,6 +38,7 @@ def hicache_refused(ctx: Context) -> Finding:
     patched_text = f"HiCache with EAGLE3 refused ({describe_error(refused)}); without HiCache it resolves"
     return Finding(fixed, patched_text, bug, stock_text, state, state_reason, observations=seen[1])
 
+
 CHECKS: tuple[Check, ...] = (
     Check(
         "hicache_draft_kv",
