@@ -30,10 +30,8 @@ Differences from the CUDA kernels, all on inputs the kernels do not define:
 * in QLEN_ONLY_BITPACKING mode every byte of a row is written (the kernel sets the first byte
   and ORs bits into the others, relying on sglang's ``fill_(0)``).
 
-Not provided: the temperature > 0 path (``tree_speculative_sampling_target_only``,
-``top_k_renorm_prob``, ``top_p_renorm_prob``). sglang 0.5.9 gates it on
-``TREE_SPEC_KERNEL_AVAILABLE = _is_cuda`` (``spec_utils.py``) and falls back to greedy
-verification with a logged warning, so on CPU every request is verified greedily.
+The temperature > 0 verify path (``tree_speculative_sampling_target_only``, ``top_k_renorm_prob``,
+``top_p_renorm_prob``) is :mod:`.spec_sampling`'s.
 """
 
 from __future__ import annotations
@@ -326,7 +324,7 @@ def verify_tree_greedy_like(original):
     return verify_tree_greedy_func
 
 
-def _accelerator_in_use(eagle_utils: ModuleType) -> str | None:
+def accelerator_in_use(eagle_utils: ModuleType) -> str | None:
     if torch.cuda.is_available():
         return "CUDA is available: the real sgl_kernel ops serve the decode loop"
     for flag in ("_is_cuda", "_is_hip", "_is_npu", "_is_musa", "_is_xpu"):
@@ -365,7 +363,7 @@ class CpuSpecKernels(Patch):
     def plan(self, info: ModuleType) -> list[Replacement]:
         """What to replace on this release; NotApplicable (sglang untouched) when the layout is unknown."""
         utils = importlib.import_module(_EAGLE_UTILS)
-        why = _accelerator_in_use(utils)
+        why = accelerator_in_use(utils)
         if why:
             raise NotApplicable(why)
         if hasattr(utils, "build_tree_kernel_efficient_func"):  # sglang 0.5.23 and later: the spec_tree ops module

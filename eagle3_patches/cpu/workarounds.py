@@ -190,6 +190,7 @@ class MooncakeHostTensorIndices(Patch):
 def build_registry() -> Registry:
     from .cache_loc_ops import build_patches as cache_loc_ops
     from .spec_kernels import CpuSpecKernels
+    from .spec_sampling import CpuSpecSampling
 
     return Registry(
         "cpu-profile",
@@ -207,6 +208,7 @@ def build_registry() -> Registry:
             ),
             TpThreadBinding(),
             CpuSpecKernels(),
+            CpuSpecSampling(),
             TreeMaskModeForBackend(),
             MooncakeHostTensorIndices(),
             # KV-slot ops of the EAGLE decode loop: 0.5.13 - 0.5.15's assign_extend_cache_locs_func has no CPU
