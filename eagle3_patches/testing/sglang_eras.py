@@ -405,6 +405,14 @@ class ResolveOnce(HiddenStatesMode):
 
         return resolved_view(sa)
 
+    def publish_server_args(self, sa) -> None:
+        """From 0.5.19 the disaggregation queues read the transfer backend from the published config
+        (``disaggregation/utils.py``: ``_is_fake_transfer`` calls ``get_disagg()``; 0.5.17 - 0.5.18 take the
+        scheduler's ``server_args``): publish them as ``run_scheduler_process`` does (``publish`` resolves them)."""
+        from sglang.srt.runtime_context import publish
+
+        publish(sa, role="scheduler")
+
 
 class PublishedRuntime(ResolveOnce):
     """sglang 0.5.21: the scheduler process publishes its config and starts the runtimes itself."""

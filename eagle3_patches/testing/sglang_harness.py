@@ -684,7 +684,7 @@ def pd_commit(
         dst = received.get_buf_infos()[0]
         for s, d, n in zip(src, dst, item_lens, strict=True):
             ctypes.memmove(d + index * n, s + index * n, n)
-    era().publish_server_args(decode_sa)  # the decode scheduler's process config (0.5.21+ reads it from there)
+    era().publish_server_args(decode_sa)  # the decode scheduler's process config (0.5.19+ reads it from there)
     queue = DecodeTransferQueue.__new__(DecodeTransferQueue)
     queue.metadata_buffers = received
     # the scheduler's parts the commit reads: its flags, no KV checksum, the reasoning-token count of 0.5.23 (none
