@@ -355,6 +355,10 @@ class DisaggregatedPair:
         )
         self.router_log = log_dir / "router.log"
         self.router_port = free_port()
+        # the router's Prometheus listener, which binds 0.0.0.0:29000 by default (sglang-router 0.3.2): a port of
+        # its own on loopback, so that two pairs (a matrix's releases side by side, a developer's router beside a
+        # test run) do not collide ("failed to install Prometheus metrics exporter: ... Address already in use")
+        self.metrics_port = free_port()
         self.url = f"http://127.0.0.1:{self.router_port}"
         self.router_command = [
             python or sys.executable,
@@ -370,6 +374,10 @@ class DisaggregatedPair:
             "127.0.0.1",
             "--port",
             str(self.router_port),
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            str(self.metrics_port),
         ]
         self.router: subprocess.Popen | None = None
 
