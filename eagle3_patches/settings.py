@@ -243,6 +243,9 @@ class Settings:
     dump_layer_ids: Text[str] = Text(
         "", "`hidden_state_dump` without EAGLE3 speculation: the aux layer ids to capture (comma list, the installed "
         "sglang's convention, e.g. `1,2,3`); unset: the `--speculative-draft-model-path` config's ids")
+    dump_final_states = Flag(
+        False, "`hidden_state_dump`: also the target's final normed hidden state of each row (`final_hidden_states`, "
+        "H wide: a third more at Kimi-K2.5's width), which `eagle3-patches measure-accept --temperature` needs")
     dump_shard_tokens = Number(
         4096, "`hidden_state_dump`: rows (tokens) per shard before it is written (a partial shard is also written "
         "after one idle second and at exit)", lo=1, unit="rows", whole=True)
@@ -274,6 +277,10 @@ class Settings:
         None, "the accept length the draft is expected to reach at the flags it is served with (the publisher's "
         "figure, or `eagle3-patches measure-accept`'s); overrides the draft config's `expected_accept_length` field; "
         "the watchdog compares the live figure with it", lo=1, hi=64, lo_open=True)
+    expected_accept_temperature: Number[float | None] = Number(
+        None, "the requests' temperature `EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH` holds at (0: greedy); the watchdog "
+        "says it and compares only windows served at it; unset: not stated, every window is compared",
+        lo=0, hi=100)
     watchdog_expected_fraction = Number(
         0.5, "the watchdog warns when a window's gain (accept length - 1) is below this fraction of the expected gain",
         lo=0, hi=1, lo_open=True, hi_open=True)

@@ -223,15 +223,21 @@ class DraftForward:
         """Per base position t (0..L-2): the logits of steps 1..steps; step k predicts ``tokens[t + k + 1]``; steps
         k > 1 at the positions ``worker`` runs them (:data:`CHAIN_OFFSET`); ``dropout`` on the fc output: training
         only."""
-        return self._run(tokens, aux, steps, dropout, gen, worker, lambda logits: logits)
+        return self._run(tokens, aux, steps, dropout, gen, worker, lambda logits, step, start: logits)
 
     def predict(self, tokens, aux, steps: int, worker: str = SPEC_V1) -> list:
         """:meth:`forward_seq`'s argmax (draft ids) per step, without holding a step's [L, draft vocab] logits."""
-        return self._run(tokens, aux, steps, 0.0, None, worker, lambda logits: logits.argmax(-1))
+        return self._run(tokens, aux, steps, 0.0, None, worker, lambda logits, step, start: logits.argmax(-1))
+
+    def reduce(self, tokens, aux, steps: int, head, worker: str = SPEC_V1) -> list:
+        """Per step, ``head(logits, step, start)`` of each block of that step's logits (the rows of base positions
+        ``start``, ``start + 1``, ...), concatenated: what a caller keeps of the logits without holding a step's
+        [L, draft vocab] of them (the acceptance at temperature, :mod:`.sampling`)."""
+        return self._run(tokens, aux, steps, 0.0, None, worker, head)
 
     def _run(self, tokens, aux, steps: int, dropout: float, gen, worker: str, head) -> list:
-        """The forward, ``head`` applied to each block of rows of logits.  ``tokens`` and ``aux`` are moved to the
-        device and dtype of the draft's weights."""
+        """The forward, ``head(logits, step, start)`` applied to each block of rows of logits.  ``tokens`` and
+        ``aux`` are moved to the device and dtype of the draft's weights."""
         import torch
 
         fc = self.params["fc.weight"]
@@ -241,11 +247,15 @@ class DraftForward:
         scale = self.hd**-0.5
         rows = max(1, BLOCK_ELEMENTS // max(self.params["lm_head.weight"].shape[0], self.params[MLP_UP].shape[0]))
 
-        def finish(attn, residual):  # row by row: the block's logits go through ``head`` before the next block
-            parts = [self.finish(attn[i : i + rows], residual[i : i + rows]) for i in range(0, attn.shape[0], rows)]
-            if len(parts) == 1:
-                return head(parts[0][0]), parts[0][1]
-            return torch.cat([head(lg) for lg, _ in parts]), torch.cat([o for _, o in parts])
+        def finish(attn, residual, step):  # row by row: the block's logits go through ``head`` before the next block
+            kept, outs = [], []
+            for i in range(0, attn.shape[0], rows):
+                logits, o = self.finish(attn[i : i + rows], residual[i : i + rows])
+                kept.append(head(logits, step, i))
+                outs.append(o)
+            if len(kept) == 1:
+                return kept[0], outs[0]
+            return torch.cat(kept), torch.cat(outs)
 
         # step 1: token x_{t+1}, hidden fc(aux_t), position t, causal over step-1 keys
         h = aux[:-1] @ fc.T
@@ -253,7 +263,7 @@ class DraftForward:
             keep = (torch.rand(h.shape, generator=gen) >= dropout).float() / (1 - dropout)
             h = h * keep
         q1, k1, v1 = self.qkv(tokens[1:L], h, base)
-        result, out = finish(attend(q1, k1, v1, [], [], scale), h)
+        result, out = finish(attend(q1, k1, v1, [], [], scale), h, 1)
         results = [result]
         chain_k: list = []
         chain_v: list = []
@@ -267,6 +277,6 @@ class DraftForward:
             q, k, v = self.qkv(tokens[step : step + n], hid, base[:n] + step + CHAIN_OFFSET[worker])
             chain_k = [c[:n] for c in chain_k] + [k]
             chain_v = [c[:n] for c in chain_v] + [v]
-            result, out = finish(attend(q, k1, v1, chain_k, chain_v, scale), hid)
+            result, out = finish(attend(q, k1, v1, chain_k, chain_v, scale), hid, step)
             results.append(result)
         return results

@@ -2,15 +2,19 @@
 
 A :class:`TargetStates` is one sequence: its tokens, the aux hidden states the target captured at each position
 (what the draft's ``fc`` receives) and which tokens the target produced itself (the positions acceptance is
-measured on).  A dump from a known-good server serving greedily is the best source: its generated tokens are the
-target's own greedy choices, which is what sglang's greedy verification accepts drafts against.
+measured on); where the data carry it, also the target's final normed hidden state at each position (what its
+``lm_head`` turns into the next token's logits: the target's distribution, which ``measure-accept --temperature``
+needs).  A dump from a known-good server serving greedily is the best source: its generated tokens are the target's
+own greedy choices, which is what sglang's greedy verification accepts drafts against.
 
 Dump shards are read through the checkpoint readers' safe open (no link out of the directory, no special file)
 and their safe header reader (:func:`~eagle3_patches.checkpoint.safetensors_header.read_header`); nothing is
 executed.  The reader streams: :func:`open_dump` reads every shard's header and its small per-row tensors (token
 id, position, sequence id, decoded), at most :data:`MAX_DUMP_ROWS` rows in all, and checks them (one width, one
 set of layer ids, no position of a sequence held twice with different tokens); :meth:`Dump.sequences` then reads
-one sequence's hidden states at a time, only its rows, at most :data:`MAX_SEQUENCE_BYTES` as float32.
+one sequence's hidden states at a time, only its rows, at most :data:`MAX_SEQUENCE_BYTES` as float32.  The final
+states (``final_hidden_states``, written where ``EAGLE3_PATCHES_DUMP_FINAL_STATES`` was on) are optional: a dump
+without them is read as before, and :attr:`Dump.final_width` is None.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ MAX_SHARD_HEADER = 1 << 20
 #: the per-row tensors of a shard, and the one of the states
 _ROW_TENSORS = ("input_ids", "positions", "seq_ids")
 _NEED = frozenset({*_ROW_TENSORS, "hidden_states"})
+#: the optional tensor of the target's final normed hidden states, ``[N, H]``
+FINAL = "final_hidden_states"
 _TORCH_NAMES = {"I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64", "U8": "uint8", "U16": "uint16"}
 _TORCH_NAMES |= {"U32": "uint32", "U64": "uint64", "F16": "float16", "BF16": "bfloat16", "F32": "float32"}
 _TORCH_NAMES |= {"F64": "float64", "BOOL": "bool"}
@@ -63,6 +69,9 @@ class TargetStates:
     labelled: torch.Tensor
     #: where it came from: the file's path relative to the data directory, for messages
     source: str
+    #: float32 ``[L, H]``: the target's final normed hidden state at each position (``lm_head`` of row i gives the
+    #: logits of token i + 1), where the data hold it and it was asked for; else None
+    final: torch.Tensor | None = None
 
 
 def dump_shards(path: os.PathLike | str) -> list[str]:
@@ -112,13 +121,13 @@ def _check_rows(root: Path, name: str, h: Header) -> int:
         all(len(r.shape) == 1 and r.shape[0] == n for r in rows)
         and all(r.dtype in INT_DTYPES for r in rows[:3])
         and (dec is None or dec.dtype in INT_DTYPES | {"BOOL"})
-        and len(hid.shape) == 2
-        and hid.shape[0] == n
-        and hid.shape[1] >= 1
-        and hid.dtype in FLOAT_DTYPES
+        and all(
+            len(h.shape) == 2 and h.shape[0] == n and h.shape[1] >= 1 and h.dtype in FLOAT_DTYPES
+            for h in (hid, t.get(FINAL, hid))
+        )
     )
     if not ok:
-        shown = {k: t.get(k) for k in ("input_ids", "positions", "seq_ids", "hidden_states", "decoded")}
+        shown = {k: t.get(k) for k in ("input_ids", "positions", "seq_ids", "hidden_states", "decoded", FINAL)}
         raise _dump_error(
             "a dump shard's tensors are not one row per token",
             where=str(root / name),
@@ -126,7 +135,7 @@ def _check_rows(root: Path, name: str, h: Header) -> int:
                 f"{k} {_TORCH_NAMES.get(i.dtype, i.dtype)} {list(i.shape)}" for k, i in shown.items() if i is not None
             ),
             expected="integer input_ids, positions, seq_ids and decoded of shape [N], floating hidden_states "
-            "[N, width] (width >= 1)",
+            f"[N, width] (width >= 1) and {FINAL} [N, H] where present",
             fix="dump again",
         )
     return n
@@ -167,6 +176,8 @@ class Dump:
     shards: list[Header]
     layer_ids: list[int] | None
     width: int
+    #: the width of the final states where every shard holds them (one width), else None
+    final_width: int | None
     #: per kept row, sorted by (sequence, position): shard number, row in the shard, token id, decoded
     _shard: Any
     _row: Any
@@ -175,9 +186,14 @@ class Dump:
     #: (sequence id, first kept row, rows) of each sequence whose positions are 0..n-1, n >= 2, in id order
     whole: list[tuple[int, int, int]]
 
-    def sequences(self, *, max_sequences: int | None = None, max_tokens: int | None = None) -> Iterator[TargetStates]:
+    def sequences(
+        self, *, max_sequences: int | None = None, max_tokens: int | None = None, final: bool = False
+    ) -> Iterator[TargetStates]:
         """The whole sequences, one at a time in the order of their ids, their states read from disk as reached;
-        at most ``max_sequences``, and none after the one at which ``max_tokens`` tokens were read."""
+        at most ``max_sequences``, and none after the one at which ``max_tokens`` tokens were read.  ``final``: their
+        final states too (:attr:`final_width` must not be None)."""
+        if final and self.final_width is None:
+            raise ValueError("this dump holds no final hidden states")
         tokens = 0
         for count, (sid, start, n) in enumerate(self.whole):
             if (max_sequences is not None and count >= max_sequences) or (
@@ -185,24 +201,26 @@ class Dump:
             ):
                 return
             tokens += n
-            yield self._read(sid, start, n)
+            yield self._read(sid, start, n, final)
 
-    def _read(self, sid: int, start: int, n: int) -> TargetStates:
+    def _read(self, sid: int, start: int, n: int, final: bool = False) -> TargetStates:
         import torch
         from safetensors import safe_open
 
-        need = n * (9 + 4 * self.width)
+        width = self.width + ((self.final_width or 0) if final else 0)
+        need = n * (9 + 4 * width)
         where = f"{self.root.name}: sequence {sid}"
         if need > MAX_SEQUENCE_BYTES:
             raise _dump_error(
                 "a dumped sequence is too large to measure",
                 where=where,
-                found=f"{n} positions of width {self.width}: {need} bytes as int64 ids and float32 states",
+                found=f"{n} positions of width {width}: {need} bytes as int64 ids and float32 states",
                 expected=f"<= {MAX_SEQUENCE_BYTES} bytes per sequence (MAX_SEQUENCE_BYTES)",
                 fix="measure a dump of shorter requests",
             )
         shard, row = self._shard[start : start + n], self._row[start : start + n]
         aux = torch.empty(n, self.width, dtype=torch.float32)
+        last = torch.empty(n, self.final_width or 0, dtype=torch.float32) if final else None
         # runs of consecutive rows of one shard: one read each
         cut = [0] + [i for i in range(1, n) if shard[i] != shard[i - 1] or row[i] != row[i - 1] + 1] + [n]
         for a, b in zip(cut, cut[1:]):
@@ -213,6 +231,8 @@ class Dump:
                         raise ValueError(f"the file changed size since it was indexed ({h.file_size} -> {cf.size})")
                     with safe_open(cf.library_path, "pt") as f:
                         aux[a:b] = f.get_slice("hidden_states")[int(row[a]) : int(row[b - 1]) + 1].float()
+                        if last is not None:
+                            last[a:b] = f.get_slice(FINAL)[int(row[a]) : int(row[b - 1]) + 1].float()
             except CheckpointError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the library's refusal is the message
@@ -222,6 +242,7 @@ class Dump:
             aux=aux,
             labelled=torch.from_numpy(self._decoded[start : start + n].copy()),
             source=where,
+            final=last,
         )
 
 
@@ -247,6 +268,7 @@ def open_dump(path: os.PathLike | str) -> Dump:
         )
     headers: list[Header] = []
     total, layer_ids, width = 0, None, None
+    finals: set[int | None] = set()  # the final states' width of each shard (None: it has none)
     for name in names:
         h = _header(root, name)
         n = _check_rows(root, name, h)
@@ -268,6 +290,16 @@ def open_dump(path: os.PathLike | str) -> Dump:
                 expected=f"width {width} as {headers[0].file}",
                 fix="keep one server's dump in one directory",
             )
+        fw = h.tensors[FINAL].shape[1] if FINAL in h.tensors else None
+        if fw is not None and any(f not in (None, fw) for f in finals):
+            raise _dump_error(
+                "dump shards hold final hidden states of different widths",
+                where=str(root / name),
+                found=f"{FINAL} width {fw}",
+                expected=f"width {next(f for f in finals if f is not None)}, as the shards before it",
+                fix="keep one server's dump in one directory",
+            )
+        finals.add(fw)
         total += n
         if total > MAX_DUMP_ROWS:
             raise _dump_error(
@@ -319,7 +351,8 @@ def open_dump(path: os.PathLike | str) -> Dump:
         for a, b in zip(starts, ends)
         if b - a >= 2 and pos[a] == 0 and pos[b - 1] == b - a - 1  # unique sorted positions: 0..n-1 exactly
     ]
-    return Dump(root, headers, layer_ids, int(width or 0), shard, row, tok, dec, whole)
+    final_width = finals.pop() if len(finals) == 1 else None  # every shard, one width; else none to read
+    return Dump(root, headers, layer_ids, int(width or 0), final_width, shard, row, tok, dec, whole)
 
 
 def read_dump(path: os.PathLike | str, *, limit: int | None = None) -> tuple[list[TargetStates], dict]:

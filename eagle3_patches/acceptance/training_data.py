@@ -17,7 +17,9 @@ key                  shape            what
 ``loss_mask``        ``[L]`` int64    1 on the assistant's tokens (``specforge/data/preprocessing.py``)
 ``aux_hidden_state`` ``[1, L, k*H]``  the captured layers' states, concatenated in capture order by
                                       sglang's logits processor (``unsqueeze(0)``: a batch dimension)
-``hidden_state``     ``[1, L, H]``    the last layer's state (the training target; not read here)
+``hidden_state``     ``[1, L, H]``    the last layer's state after the target's final norm: what SpecForge's
+                                      ``TargetHead`` (the target's ``lm_head`` alone) turns into the target's
+                                      logits; read only for ``measure-accept --temperature``
 ==================== ================ =================================================================
 
 Its offline reader (``OfflineEagle3Dataset.process_data`` in ``specforge/data/preprocessing.py``, and
@@ -31,7 +33,8 @@ v0.4.x (``generate_and_save_hidden_states``): one file per sequence, ``<out>/dat
 list holds one tensor per captured layer in ``layer_ids`` order
 (``src/speculators/data_generation/vllm_hidden_states_generator.py``; by default ``[2, n//2, n-3, n-1]``), and the
 trainer (``standardize_data_v1`` in ``src/speculators/train/data.py``) feeds the draft
-``torch.cat(hidden_states[:-1], -1)`` and takes ``hidden_states[-1]`` as the last layer's state.  From v0.5.0
+``torch.cat(hidden_states[:-1], -1)`` and takes ``hidden_states[-1]`` as the last layer's state (before the target's
+final norm, at a layer the files do not record: no target distribution is rebuilt from it).  From v0.5.0
 speculators writes ``hidden_states/hs_<i>.safetensors`` (``token_ids``, ``hidden_states [L, k+1, H]``,
 ``src/speculators/data_generation/offline.py``) and keeps the loss mask only in the preprocessed Arrow dataset
 beside it (``ArrowDataset`` in ``src/speculators/train/data.py``): :func:`detect` recognizes that layout and
@@ -49,6 +52,7 @@ problem is a :class:`~eagle3_patches.checkpoint.safe_io.CheckpointError` (code `
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -343,7 +347,9 @@ class _Record:
         )
 
 
-def _specforge_states(payload: Any, where: str, rel: str) -> TargetStates:
+def _specforge_states(payload: Any, where: str, rel: str, final: bool = False) -> TargetStates:
+    import torch
+
     if isinstance(payload, dict) and "aux_hidden_state" not in payload and "hidden_state" in payload:
         raise _bad(
             where,
@@ -362,8 +368,33 @@ def _specforge_states(payload: Any, where: str, rel: str) -> TargetStates:
         raise rec.bad(
             "aux_hidden_state has the wrong shape", found=str(list(aux.shape)), expected="[1, L, k*H] (or [L, k*H])"
         )
-    _bounded(where, aux.shape[0], aux.shape[1], SPECFORGE)
-    return rec.states(tokens, mask, aux, rel)
+    last = _final_state(rec, payload, aux.shape[0]) if final else None
+    _bounded(where, aux.shape[0], aux.shape[1] + (0 if last is None else last.shape[1]), SPECFORGE)
+    states = rec.states(tokens, mask, aux, rel)
+    if last is not None:
+        states.final = last.to(torch.float32).contiguous()
+    return states
+
+
+def _final_state(rec: _Record, payload: dict, length: int) -> torch.Tensor:
+    """SpecForge's ``hidden_state`` as ``[L, H]``: the target's final normed state, checked."""
+    if "hidden_state" not in payload:
+        raise rec.bad(
+            "SpecForge hidden-state file holds no hidden_state (the target's final normed state, which gives its "
+            "distribution at temperature)",
+            found="keys: " + ", ".join(repr(k)[:40] for k in list(payload)[:12]),
+            expected="hidden_state [1, L, H] beside aux_hidden_state",
+        )
+    last = rec.tensor(payload["hidden_state"], "hidden_state", "float")
+    if last.dim() == 3 and last.shape[0] == 1:
+        last = last[0]
+    if last.dim() != 2 or last.shape[0] != length or last.shape[1] < 1:
+        raise rec.bad(
+            "hidden_state has the wrong shape",
+            found=str(list(last.shape)),
+            expected=f"[1, {length}, H] (or [{length}, H]): one row per token",
+        )
+    return last
 
 
 def _speculators_states(payload: Any, where: str, rel: str) -> TargetStates:
@@ -426,14 +457,15 @@ def _read(path: os.PathLike | str, kind: str, limit: int | None, build) -> Itera
     return sequences()
 
 
-def read_specforge(path: os.PathLike | str, *, limit: int | None = None) -> Iterator[TargetStates]:
+def read_specforge(path: os.PathLike | str, *, limit: int | None = None, final: bool = False) -> Iterator[TargetStates]:
     """The sequences of SpecForge's offline training data at ``path`` (the ``--output-path`` of
-    ``prepare_hidden_states.py``, or one of its files), in file-index order, at most ``limit`` files.
+    ``prepare_hidden_states.py``, or one of its files), in file-index order, at most ``limit`` files; ``final``:
+    with each file's ``hidden_state`` (:attr:`TargetStates.final`; a file without it is refused).
 
     The directory is listed (and a bad ``limit`` refused) at the call; each file is loaded and checked as the
     iterator reaches it.
     """
-    return _read(path, SPECFORGE, limit, _specforge_states)
+    return _read(path, SPECFORGE, limit, functools.partial(_specforge_states, final=final))
 
 
 def read_speculators(path: os.PathLike | str, *, limit: int | None = None) -> Iterator[TargetStates]:

@@ -4,10 +4,14 @@ Read by the watchdog (it compares the live figure with it), the doctor (it check
 compared with) and the converter (which carries it across).  The field, in the draft's ``config.json``::
 
     "expected_accept_length": {"accept_length": 3.1, "speculative_num_steps": 3,
-                               "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+                               "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                               "temperature": 0.6}
 
-or a bare number (then measured at the flags the draft is served with).  ``eagle3-patches measure-accept`` prints
-the field; a publisher's model card gives the figure and the flags it was measured at.
+or a bare number (then measured at the flags the draft is served with, at a temperature it does not state).
+``temperature`` (0: greedy), and ``top_k`` / ``top_p`` where they were used, state the request sampling the figure
+holds at: an accept length measured greedily does not hold at temperature, and the watchdog compares a window of
+requests served at another temperature with nothing.  ``eagle3-patches measure-accept`` prints the field; a
+publisher's model card gives the figure and the flags (and, at best, the sampling) it was measured at.
 """
 
 from __future__ import annotations
@@ -51,6 +55,22 @@ def adaptive_turned_off(
 
 #: 64 bounds what any config states (an accept length is at most a verify step's draft tokens)
 MAX_ACCEPT_LENGTH = 64.0
+#: the highest temperature a figure states
+MAX_TEMPERATURE = 100.0
+
+
+def sampling_text(temperature: float | None, top_k: int | None = None, top_p: float | None = None) -> str:
+    """``greedy (temperature 0)``, ``temperature 0.6`` (with its top-k / top-p where stated), or ``at a temperature
+    not stated``."""
+    if temperature is None:
+        return "at a temperature not stated"
+    if temperature == 0:
+        return "greedy (temperature 0)"
+    return (
+        f"temperature {temperature:g}"
+        + (f", top-k {top_k}" if top_k is not None else "")
+        + (f", top-p {top_p:g}" if top_p not in (None, 1.0) else "")
+    )
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,10 @@ class ExpectedAccept:
     topk: int | None = None
     num_draft_tokens: int | None = None
     source: str = ""
+    #: the requests' temperature the figure holds at (0: greedy), None where it is not stated
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
 
     @property
     def gain(self) -> float:
@@ -75,9 +99,18 @@ class ExpectedAccept:
                 return f"measured at {flag} {mine}, served with {served[attr]}"
         return None
 
+    def sampling(self) -> str:
+        """The sampling the figure holds at, in words (:func:`sampling_text`)."""
+        return sampling_text(self.temperature, self.top_k, self.top_p)
+
     def describe(self) -> str:
         at = ", ".join(f"{flag} {getattr(self, attr)}" for _, attr, flag in MEASURED_AT if getattr(self, attr))
-        return f"{self.accept_length:g}" + (f" at {at}" if at else "") + (f" ({self.source})" if self.source else "")
+        return (
+            f"{self.accept_length:g}"
+            + (f" at {at}" if at else "")
+            + f", {self.sampling()}"
+            + (f" ({self.source})" if self.source else "")
+        )
 
 
 def _number(value) -> float | None:
@@ -94,7 +127,8 @@ def from_value(value, *, source: str) -> ExpectedAccept:
             where=source,
             found=found[:200],
             expected=f"a number in (1, {MAX_ACCEPT_LENGTH:g}], or an object with accept_length and the "
-            "speculative_num_steps / speculative_eagle_topk / speculative_num_draft_tokens it was measured at",
+            "speculative_num_steps / speculative_eagle_topk / speculative_num_draft_tokens it was measured at (and "
+            f"its temperature in 0..{MAX_TEMPERATURE:g}, top_k >= 1, top_p in (0, 1])",
             fix="correct the field (`eagle3-patches measure-accept` prints it) or remove it",
         )
 
@@ -116,7 +150,17 @@ def from_value(value, *, source: str) -> ExpectedAccept:
         raise bad(f"accept_length {length:g} above speculative_num_draft_tokens {at['num_draft_tokens']}")
     if at["num_steps"] is not None and length > at["num_steps"] + 1:
         raise bad(f"accept_length {length:g} above speculative_num_steps + 1 = {at['num_steps'] + 1}")
-    return ExpectedAccept(length, at["num_steps"], at["topk"], at["num_draft_tokens"], source)
+    temperature, top_p = _number(fields.get("temperature")), _number(fields.get("top_p"))
+    if "temperature" in fields and (temperature is None or not 0.0 <= temperature <= MAX_TEMPERATURE):
+        raise bad(f"temperature {fields.get('temperature')!r}")
+    top_k = fields.get("top_k")
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
+        raise bad(f"top_k {top_k!r}")
+    if "top_p" in fields and (top_p is None or not 0.0 < top_p <= 1.0):
+        raise bad(f"top_p {fields.get('top_p')!r}")
+    return ExpectedAccept(
+        length, at["num_steps"], at["topk"], at["num_draft_tokens"], source, temperature, top_k, top_p
+    )
 
 
 def from_config(config: dict, *, where: str) -> ExpectedAccept | None:

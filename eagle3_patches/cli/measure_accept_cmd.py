@@ -16,14 +16,20 @@ examples:
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/hidden_states --json
   eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/dump --device cuda:1
+  eagle3-patches measure-accept --draft /models/draft --target /models/target --data /data/specforge --temperature 0.6
 
 --data is a hidden_state_dump of a known-good server serving greedily (EAGLE3_PATCHES_DUMP_DIR, with
 --disable-radix-cache), or the offline hidden states the draft was trained on (SpecForge's or
 speculators' files). --target gives the embedding (and the head, where the draft has none), as sglang
 shares them. It prints the expected accept length and per position k how often draft token k would be
-accepted, greedy, topk 1, and the draft config field that states the figure; the watchdog compares a
-running server with it. The draft runs on the first GPU (else the CPU: a Kimi-K2.5-sized draft does
-a few tokens a second there, days for 1M tokens). Symptoms and what to do: {doc_pointer("troubleshooting")}.
+accepted, topk 1, greedy (temperature 0) unless --temperature, and the draft config field that states
+the figure; the watchdog compares a running server with it. At --temperature T it gives sglang's default
+verify (the draft's argmax x accepted with the target's probability q(x) at T, after --top-k / --top-p)
+and, beside it, --speculative-use-rejection-sampling's (sum of min(p, q) per position); it needs the
+target's distribution: --target's lm_head and data with the target's final states (a dump written with
+EAGLE3_PATCHES_DUMP_FINAL_STATES=1, or SpecForge's files). The draft runs on the first GPU (else the CPU:
+a Kimi-K2.5-sized draft does a few tokens a second there, days for 1M tokens). Symptoms and what to do:
+{doc_pointer("troubleshooting")}.
 """
 
 
@@ -32,8 +38,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "measure-accept",
         help="measure a draft's expected accept length offline, on target hidden states you trust",
         description="Run the draft teacher-forced on target hidden states (a hidden_state_dump of a known-good "
-        "server, or the offline training data of SpecForge or speculators) and replay sglang's greedy verification "
-        "(topk 1): the expected accept length and per-position acceptance at --speculative-num-steps.",
+        "server, or the offline training data of SpecForge or speculators) and replay sglang's verification (topk "
+        "1), greedy or at --temperature: the expected accept length and per-position acceptance at "
+        "--speculative-num-steps.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -61,6 +68,18 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="the sglang draft worker to replay (they run draft steps after the first one position apart): v1 "
         "(EAGLEWorker) or v2 (EAGLEWorkerV2, SGLANG_ENABLE_SPEC_V2); default: the one the installed sglang runs "
         "with this environment",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="the requests' temperature the figure holds at (default 0: greedy); above 0 it needs --target and data "
+        "with the target's final states",
+    )
+    p.add_argument("--top-k", type=int, metavar="K", help="the requests' top-k, at --temperature > 0 (default: none)")
+    p.add_argument(
+        "--top-p", type=float, default=1.0, metavar="P", help="the requests' top-p, at --temperature > 0 (default 1)"
     )
     p.add_argument("--max-sequences", type=int, default=1000, metavar="N", help="sequences read at most (1000)")
     p.add_argument(
@@ -117,11 +136,35 @@ def run(args) -> int:
     for flag, value in (("--max-sequences", args.max_sequences), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} {value}: expected at least 1")
-    from ..acceptance.measure import load_draft, read_states, replay
+    from ..acceptance.sampling import MAX_TEMPERATURE, Sampling
 
+    if not 0.0 <= args.temperature <= MAX_TEMPERATURE:  # NaN fails both
+        raise UsageError(f"--temperature {args.temperature}: expected 0 (greedy) .. {MAX_TEMPERATURE:g}")
+    if args.temperature == 0.0 and (args.top_k is not None or args.top_p != 1.0):
+        raise UsageError("--top-k and --top-p apply at --temperature above 0 (temperature 0 is greedy)")
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k {args.top_k}: expected at least 1")
+    if not 0.0 < args.top_p <= 1.0:
+        raise UsageError(f"--top-p {args.top_p}: expected 0 < P <= 1")
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
+    from ..acceptance.measure import load_draft, load_target_head, pick_device, read_states, replay
+    from ..checkpoint.formats import read_config
+
+    pick_device(args.device)  # a device this machine lacks is refused before anything is read
+    if not sampling.greedy and args.target is None:
+        load_target_head(None, None)  # the refusal: --temperature needs --target's lm_head
+    # the data first: data that cannot give what was asked for is refused before the draft is loaded
+    states = read_states(
+        args.data,
+        read_config(args.draft, "draft"),
+        max_sequences=args.max_sequences,
+        max_tokens=args.max_tokens,
+        final=not sampling.greedy,
+    )
     forward, hot, config = load_draft(args.draft, args.target, device=args.device, dtype=args.dtype)
-    states = read_states(args.data, config, max_sequences=args.max_sequences, max_tokens=args.max_tokens)
+    head = None if sampling.greedy else load_target_head(args.target, forward.params["fc.weight"])
     progress = sys.stderr.isatty() if args.progress is None else args.progress  # by default on a terminal
-    result = replay(forward, hot, states, args.steps, args.spec_worker or installed_worker(), progress=progress)
+    worker = args.spec_worker or installed_worker()
+    result = replay(forward, hot, states, args.steps, worker, progress=progress, sampling=sampling, head=head)
     print(result.to_json(draft_tokens) if args.json else result.format(draft_tokens))
     return 0

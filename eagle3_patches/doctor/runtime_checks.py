@@ -237,9 +237,9 @@ def check_expected(ctx: Context) -> None:
             where="--speculative-adaptive",
         )
         return
-    var = settings.EXPECTED_ACCEPT_LENGTH
+    var, temp = settings.EXPECTED_ACCEPT_LENGTH, settings.EXPECTED_ACCEPT_TEMPERATURE
     # the command's assignment, else the doctor's own environment: both read as the settings read them
-    stated = settings.read({var: la.env[var]}) if var in la.env else settings.read()
+    stated = settings.read({v: la.env[v] for v in (var, temp) if v in la.env}) if var in la.env else settings.read()
     where = ctx.dcfg(expected_accept.FIELD)
     try:
         figure = expected_accept.from_config(ctx.draft_view.config, where=ctx.dcfg())
@@ -256,7 +256,9 @@ def check_expected(ctx: Context) -> None:
         )
         figure = None
     if stated.expected_accept_length is not None:
-        figure = expected_accept.ExpectedAccept(stated.expected_accept_length, source=var)
+        figure = expected_accept.ExpectedAccept(
+            stated.expected_accept_length, source=var, temperature=stated.expected_accept_temperature
+        )
     elif problems := [p for p in stated.problems if p.startswith(f"{var}=")]:
         ctx.add(
             WARNING,

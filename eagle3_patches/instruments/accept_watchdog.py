@@ -9,16 +9,17 @@ accept length over a window (default 200 verify steps) falls below the threshold
 symptom, the window and the likely causes (the quieter symptom too: when the draft's expected accept length is
 known, from ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH`` or the draft config's ``expected_accept_length`` field, a
 window whose gain over the target alone is below ``EAGLE3_PATCHES_WATCHDOG_EXPECTED_FRACTION`` of the expected gain
-is reported the same way, with per-position acceptance), then applies the diagnostic probe (``eagle3_probe``, if it
-is not on) for one record per hop, analyses the records after the next decode batch with
-:func:`.probe_diagnosis.analyse` (the first wrong hop, logged as ``eagle3-patches probe-report`` prints it) and
-reverts the probe. At most one report per interval (default 600 s). On a server launched with
-``--speculative-adaptive`` (sglang 0.5.11+: the steps change at run time, down to 0 at larger batches) it judges
-nothing and says so once at its first batch (:meth:`Watchdog.stand_down`). With ``--enable-metrics`` it also wraps
-``SchedulerMetricsCollector.__init__`` to create its gauges (``watchdog_metrics``: the verdicts, the live and
-expected accept length, per-position acceptance, every patch's state) next to sglang's ``sglang:*`` ones, with
-sglang's labels, in sglang's multiprocess directory: sglang's own Prometheus set-up. Settings, the message, the
-measured false-alarm margin and the metrics: docs/troubleshooting.md.
+is reported the same way, with per-position acceptance; where the figure states the temperature it holds at, a
+window more than a tenth of whose verify steps were served at other temperatures is not compared with it: see
+:class:`Served`), then applies the diagnostic probe (``eagle3_probe``, if it is not on) for one record per hop,
+analyses the records after the next decode batch with :func:`.probe_diagnosis.analyse` (the first wrong hop, logged
+as ``eagle3-patches probe-report`` prints it) and reverts the probe. At most one report per interval (default 600
+s). On a server launched with ``--speculative-adaptive`` (sglang 0.5.11+: the steps change at run time, down to 0 at
+larger batches) it judges nothing and says so once at its first batch (:meth:`Watchdog.stand_down`). With
+``--enable-metrics`` it also wraps ``SchedulerMetricsCollector.__init__`` to create its gauges
+(``watchdog_metrics``: the verdicts, the live and expected accept length, per-position acceptance, every patch's
+state) next to sglang's ``sglang:*`` ones, with sglang's labels, in sglang's multiprocess directory: sglang's own
+Prometheus set-up. Settings, the message, the measured false-alarm margin and the metrics: docs/troubleshooting.md.
 
 Why an instrument and not a patch: it fixes no sglang bug and changes no result; like the probe it rides on
 sglang's path and reports.  It lives in the instruments registry, selected by its own setting
@@ -45,8 +46,9 @@ from 0.5.10), imported by the module that defines ``update_spec_metrics`` (or by
 
 Cost: nothing per token, which is why it can be on by default.  Per decode batch, on the rank that logs sglang's
 decode statistics (attention-TP rank 0; the other ranks return at once): two integer additions and a comparison;
-per request and verify step, one function call and an integer increment (the per-position counts: sglang's
-``Req``'s per-request histogram method is wrapped, and its argument is a host int sglang already computed);
+per request and verify step, one function call and two increments (the per-position counts: sglang's ``Req``'s
+per-request histogram method is wrapped, and its argument is a host int sglang already computed; and the count of
+the request's temperature, read from the ``Req``'s own ``sampling_params``);
 per window, a division and, with metrics on, a few gauge writes.  No tensor is touched and nothing is synchronised.
 Only when it fires does the probe run (one host synchronisation per hop, about five), and it is reverted after its
 report.
@@ -70,6 +72,7 @@ touched; passed on 0.5.9, 0.5.13, 0.5.15 and 0.5.23, and in the release matrix's
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import threading
@@ -138,6 +141,11 @@ RELATED_BELOW = (
 )
 #: acceptance counted for draft positions 1..MAX_POSITIONS (a verify step accepts at most its steps)
 MAX_POSITIONS = 64
+#: a window is compared with a figure stated at one temperature only when at most this share of its verify steps was
+#: served at others: they can lower the window's gain by at most this share of it (were they never accepted)
+OTHER_SAMPLING_SHARE = 0.1
+#: distinct temperatures counted per window (more are counted together as "other")
+MAX_TEMPERATURES = 16
 
 
 class Positions:
@@ -162,6 +170,59 @@ class Positions:
             return []
         self.longest = max(self.longest, max(k for k, c in enumerate(counts) if c))
         return [sum(counts[k:]) / total for k in range(1, self.longest + 1)]
+
+
+def request_temperature(req: Any) -> float | None:
+    """The temperature sglang samples ``req`` at: 0.0 for a greedy request (sglang rewrites temperature 0 as top_k 1,
+    temperature 1.0), None where the request says nothing readable."""
+    sp = getattr(req, "sampling_params", None)
+    if getattr(sp, "top_k", None) == 1:
+        return 0.0
+    t = getattr(sp, "temperature", None)
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+
+class Served:
+    """How many verify steps of the window were served at which temperature (per request and verify step, from
+    the ``Req`` whose acceptance sglang counts): what an expected figure stated at one temperature is held to."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts: dict[float | None, int] = {}
+
+    def add(self, temperature: float | None) -> None:
+        counts = self.counts
+        if temperature not in counts and len(counts) >= MAX_TEMPERATURES:
+            temperature = None  # counted as a temperature other than any stated one
+        counts[temperature] = counts.get(temperature, 0) + 1
+
+    def take(self) -> dict[float | None, int]:
+        counts, self.counts = self.counts, {}
+        return counts
+
+
+def _same_temperature(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def other_share(served: dict[float | None, int], temperature: float | None) -> float:
+    """The share of ``served``'s verify steps at another temperature than ``temperature`` (0.0 when the figure
+    states none, or nothing was counted)."""
+    total = sum(served.values())
+    if temperature is None or not total:
+        return 0.0
+    return sum(c for t, c in served.items() if not _same_temperature(t, temperature)) / total
+
+
+def served_text(served: dict[float | None, int]) -> str:
+    """``greedy (temperature 0) in 80%, temperature 1 in 20%`` of a window's verify steps, the most first."""
+    total = sum(served.values())
+    parts = sorted(served.items(), key=lambda kv: -kv[1])
+    return ", ".join(
+        f"{expected_accept.sampling_text(t) if t is not None else 'other temperatures'} in {c / total:.0%}"
+        for t, c in parts
+    )
 
 
 def _rates(rates: list[float]) -> str:
@@ -270,6 +331,11 @@ class Watchdog:
         self.below_expected = False
         self.positions = Positions()
         self.last_positions: list[float] = []
+        #: the temperatures the window's verify steps were served at (:class:`Served`), and the last window's
+        self.served = Served()
+        self.last_served: dict[float | None, int] = {}
+        #: whether the watchdog said that windows served at another temperature are not compared
+        self.said_other_sampling = False
         #: why this server's acceptance is judged against nothing (:meth:`stand_down`), None while it is judged
         self.stood_down: str | None = None
 
@@ -284,6 +350,7 @@ class Watchdog:
         mean = self.window.add(steps, tokens)
         if warming_up:
             self.positions.take()  # the warm-up's verify steps count for no window
+            self.served.take()
         if self.waiting is not None:
             self._follow_probe()
         if mean is not None:
@@ -294,8 +361,12 @@ class Watchdog:
         self.last_mean = mean
         self.min_mean = mean if self.min_mean is None else min(self.min_mean, mean)
         self.degraded = self.stood_down is None and mean < self.threshold
+        self.last_served = self.served.take()
         self.below_expected = (
-            not self.degraded and self.expected is not None and mean - 1.0 < self.fraction * self.expected.gain
+            not self.degraded
+            and self.expected is not None
+            and self._held_to_expected(self.expected)
+            and mean - 1.0 < self.fraction * self.expected.gain
         )
         self.last_positions = self.positions.take()
         if (
@@ -306,6 +377,25 @@ class Watchdog:
             self._report(mean)
         if self.gauges is not None:
             self.gauges.export(self)
+
+    def _held_to_expected(self, exp: expected_accept.ExpectedAccept) -> bool:
+        """Whether the last window is compared with ``exp``: not when more than :data:`OTHER_SAMPLING_SHARE` of its
+        verify steps were served at another temperature than the one ``exp`` states (said once)."""
+        share = other_share(self.last_served, exp.temperature)
+        if share <= OTHER_SAMPLING_SHARE:
+            return True
+        if not self.said_other_sampling:
+            self.said_other_sampling = True
+            logger.warning(
+                "eagle3-patches watchdog: the expected accept length %s is not compared with windows whose verify "
+                "steps were served at other temperatures (more than %.0f%% of them): this window's requests were "
+                "served %s; measure the figure at the temperature you serve (`eagle3-patches measure-accept "
+                "--temperature T`)",
+                exp.describe(),
+                OTHER_SAMPLING_SHARE * 100,
+                served_text(self.last_served),
+            )
+        return False
 
     def finding(self, mean: float) -> Diagnostic:
         """The watchdog's own diagnostic: the symptom, the window, the likely causes."""
@@ -331,6 +421,8 @@ class Watchdog:
 
     def _below_expected(self, mean: float, algo: str, exp: expected_accept.ExpectedAccept) -> Diagnostic:
         positions = f"; draft token k accepted in {_rates(self.last_positions)} of steps" if self.last_positions else ""
+        if self.last_served:
+            positions += f"; requests served {served_text(self.last_served)} of verify steps"
         return Diagnostic.make(
             WARNING,
             "accept-length-below-expected",
@@ -348,6 +440,7 @@ class Watchdog:
             context={
                 "accept_length": round(mean, 4),
                 "expected": exp.accept_length,
+                "expected_temperature": exp.temperature,
                 "fraction": self.fraction,
                 "window": self.window.size,
                 "positions": [round(r, 4) for r in self.last_positions],
@@ -545,6 +638,7 @@ def _counted_positions(wrapped, instance, args, kwargs):
     if dog is not None and not _state.broken and _state.logging_rank is not False:
         try:
             dog.positions.add(int(args[0] if args else next(iter(kwargs.values()))))
+            dog.served.add(request_temperature(instance))
         except Exception:  # noqa: BLE001 - the watchdog never breaks the scheduler; the counts are only advice
             pass
     return out
@@ -554,9 +648,13 @@ def expected_figure() -> expected_accept.ExpectedAccept | None:
     """The accept length this server's draft is expected to reach: ``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH`` (at
     the served flags), else the draft config's field; None when neither states one or the config cannot be read
     (logged: the doctor reports a malformed field)."""
-    value = settings.current().expected_accept_length
-    if value is not None:
-        return expected_accept.ExpectedAccept(value, source=settings.EXPECTED_ACCEPT_LENGTH)
+    s = settings.current()
+    if s.expected_accept_length is not None:
+        return expected_accept.ExpectedAccept(
+            s.expected_accept_length,
+            source=settings.EXPECTED_ACCEPT_LENGTH,
+            temperature=s.expected_accept_temperature,
+        )
     try:
         path = server_arg("speculative_draft_model_path")
     except Exception:  # noqa: BLE001 - no server arguments in this process: no draft to read a figure from

@@ -34,16 +34,19 @@ not recorded; the first skipped capture logs a warning saying so.  To dump decod
 
 Shard tensors: ``input_ids`` int64 [N], ``positions`` int64 [N], ``seq_ids`` int64 [N], ``hidden_states``
 [N, k x H] (the model dtype), ``decoded`` int8 [N] (1 for a decode forward's row: its token is one the model
-generated; 0 for a prefill row; what ``eagle3-patches measure-accept`` measures acceptance on).  Shards are
+generated; 0 for a prefill row; what ``eagle3-patches measure-accept`` measures acceptance on), and with
+``EAGLE3_PATCHES_DUMP_FINAL_STATES=1`` ``final_hidden_states`` [N, H] (the model dtype): the target's final normed
+hidden state of each row, ``DeepseekV2Model.forward``'s own output, what the ``lm_head`` turns into the next token's
+logits (``measure-accept --temperature`` needs it; readers take shards without it as before).  Shards are
 written atomically (temp file renamed) when ``EAGLE3_PATCHES_DUMP_SHARD_TOKENS`` rows are buffered (default 4096),
 after one idle second, and at exit.
 
 Cost: each recorded forward copies its ``[tokens, k x H]`` aux states (and the token ids and positions) to the host
 synchronously, one device synchronisation per forward.  At Kimi-K2.5's width that is 21504 x 2 bytes = 42 KiB a
-token in bf16: about 170 MiB for a 4096-token prefill, a few milliseconds over an H200's PCIe Gen5 host link, and
-for decode (``--disable-cuda-graph``) the synchronisation, tens of microseconds a step, dominates.  These are
-estimates from the sizes, not measurements (no GPU has run this library).  Serve dumping runs apart from
-latency-sensitive traffic.
+token in bf16 (the final states add 7168 x 2 = 14 KiB): about 170 MiB for a 4096-token prefill, a few milliseconds
+over an H200's PCIe Gen5 host link, and for decode (``--disable-cuda-graph``) the synchronisation, tens of
+microseconds a step, dominates.  These are estimates from the sizes, not measurements (no GPU has run this library).
+Serve dumping runs apart from latency-sensitive traffic.
 
 Releases: 0.5.8 - 0.5.12: the capture path it reads is that one (the ``val + 1`` convention).
 
@@ -131,15 +134,19 @@ class _Dumper:
         self.meta: dict[str, str] = {}
         self.timer: threading.Timer | None = None
         self.shard_tokens = settings.current().dump_shard_tokens
+        self.final_states = settings.current().dump_final_states
         atexit.register(self.flush)
 
-    def record(self, model, forward_batch, aux) -> None:
+    def record(self, model, forward_batch, aux, final=None) -> None:
+        """``aux``: the captured states of one forward; ``final``: its final normed states (the model's output),
+        recorded where ``EAGLE3_PATCHES_DUMP_FINAL_STATES`` is on."""
         import torch
 
         mode = forward_batch.forward_mode
         if mode.is_target_verify() or mode.is_idle() or not (mode.is_extend() or mode.is_decode()):
             return
         hidden = torch.cat(aux, dim=-1).detach().to("cpu")
+        last = final.detach().to("cpu") if self.final_states and final is not None else None
         ids = forward_batch.input_ids.detach().to("cpu", torch.int64)
         pos = forward_batch.positions.detach().to("cpu", torch.int64)
         slots = forward_batch.req_pool_indices.detach().to("cpu").tolist()
@@ -155,18 +162,23 @@ class _Dumper:
                     self.seq_of_slot[slot] = (os.getpid() << 20) + self.next_seq
                     self.next_seq += 1
                 seq.extend([self.seq_of_slot[slot]] * n)
-            if len(seq) != ids.shape[0] or hidden.shape[0] != ids.shape[0]:
+            if (
+                len(seq) != ids.shape[0]
+                or hidden.shape[0] != ids.shape[0]
+                or (self.final_states and (last is None or last.dim() != 2 or last.shape[0] != ids.shape[0]))
+            ):
                 logger.warning(
-                    "hidden_state_dump: %d tokens, %d rows, %d states; forward skipped",
+                    "hidden_state_dump: %d tokens, %d rows, %d states, final states %s; forward skipped",
                     ids.shape[0],
                     len(seq),
                     hidden.shape[0],
+                    "off" if not self.final_states else (list(last.shape) if last is not None else "none"),
                 )
                 return
             if not self.meta:
                 self.meta = self._metadata(model, hidden)
             decoded = torch.full((ids.shape[0],), 0 if mode.is_extend() else 1, dtype=torch.int8)
-            self.rows.append((ids, pos, torch.tensor(seq, dtype=torch.int64), hidden, decoded))
+            self.rows.append((ids, pos, torch.tensor(seq, dtype=torch.int64), hidden, decoded, last))
             self.n_rows += ids.shape[0]
             if self.n_rows >= self.shard_tokens:
                 self.flush()
@@ -189,6 +201,11 @@ class _Dumper:
             "num_hidden_layers": str(lm.config.num_hidden_layers),
             "aux_width": str(hidden.shape[-1]),
             "dtype": str(hidden.dtype).replace("torch.", ""),
+            **(
+                {"final_hidden_states": "the final normed hidden state of each row, the input of lm_head"}
+                if self.final_states
+                else {}
+            ),
         }
 
     def _arm_timer(self) -> None:
@@ -216,6 +233,8 @@ class _Dumper:
                 "hidden_states": torch.cat([r[3] for r in rows]).contiguous(),
                 "decoded": torch.cat([r[4] for r in rows]),
             }
+            if self.final_states:
+                tensors["final_hidden_states"] = torch.cat([r[5] for r in rows]).contiguous()
             self.out_dir.mkdir(parents=True, exist_ok=True)
             name = f"shard-{os.getpid()}-{self.shard:05d}.safetensors"
             self.shard += 1
@@ -317,7 +336,7 @@ def _model_forward(wrapped, instance, args, kwargs):
             return out
         forward_batch = args[2] if len(args) > 2 else kwargs["forward_batch"]
         if _is_writer(owner):
-            dumper.record(owner, forward_batch, out[1])
+            dumper.record(owner, forward_batch, out[1], out[0])
     return out
 
 

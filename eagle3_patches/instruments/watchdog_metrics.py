@@ -41,6 +41,11 @@ class Gauges:
             "the accept length the draft is expected to reach (EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH or the draft "
             "config's expected_accept_length); absent when none is known",
         )
+        self.expected_temperature = gauge(
+            "expected_accept_temperature",
+            "the requests' temperature the expected accept length holds at (0: greedy; "
+            "EAGLE3_PATCHES_EXPECTED_ACCEPT_TEMPERATURE or the field's temperature); absent when not stated",
+        )
         self.position = gauge(
             "draft_position_acceptance",
             "fraction of the last window's verify steps that accepted draft token k (position=k)",
@@ -77,6 +82,8 @@ class Gauges:
         self._at(self.reports).set(dog.reports)
         if dog.expected is not None:
             self._at(self.expected).set(dog.expected.accept_length)
+            if dog.expected.temperature is not None:
+                self._at(self.expected_temperature).set(dog.expected.temperature)
         if dog.last_mean is not None:
             self._at(self.accept).set(dog.last_mean)
             self._at(self.accept_min).set(dog.min_mean)

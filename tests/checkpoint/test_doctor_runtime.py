@@ -282,7 +282,19 @@ def test_the_launchs_figure_wins_over_the_configs(tiny, make_draft, monkeypatch)
     launch = ["EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH=2.5", "python", "-m", "sglang.launch_server", *SHAPE]
     r = doctor(tiny["kimi_k25"], d, sglang_version="0.5.9", launch=[*launch, "--speculative-algorithm", "EAGLE3"])
     f = finding(r, "expected-accept-length")
-    assert f.severity == INFO and "the expected 2.5 (EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH)" in f.what
+    assert f.severity == INFO
+    assert "the expected 2.5, at a temperature not stated (EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH)" in f.what
+    # the launch's temperature of its figure is said with it (the watchdog compares windows served at it)
+    r = doctor(
+        tiny["kimi_k25"],
+        d,
+        sglang_version="0.5.9",
+        launch=["EAGLE3_PATCHES_EXPECTED_ACCEPT_TEMPERATURE=0.6", *launch, "--speculative-algorithm", "EAGLE3"],
+    )
+    assert (
+        "the expected 2.5, temperature 0.6 (EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH)"
+        in finding(r, "expected-accept-length").what
+    )
     monkeypatch.setenv("EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH", "seventy")
     f = finding(run(tiny, *SHAPE), "expected-accept-length")
     assert f.severity == WARNING and "'seventy'" in f.found

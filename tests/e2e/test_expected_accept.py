@@ -65,6 +65,7 @@ def degraded_draft(root, expected: float):
                 "speculative_num_steps": 3,
                 "speculative_eagle_topk": 1,
                 "speculative_num_draft_tokens": 4,
+                "temperature": 0,  # measured greedily, as measure-accept states it; the server is asked greedily
             },
         },
     )
@@ -121,6 +122,8 @@ def test_a_degraded_draft_is_flagged_against_its_expected_figure(degraded, measu
     figure("the degraded server's warning:\n" + block[: block.index("\n  next:")])  # docs/troubleshooting.md shows it
     assert "draft-quantization-inherited" in block  # the doctor findings for the quieter causes
     assert f"accept length {expected:g} at --speculative-num-steps 3" in block
+    assert "--speculative-num-draft-tokens 4, greedy (temperature 0) (" in block  # the sampling it holds at
+    assert "requests served greedy (temperature 0) in 100% of verify steps" in block  # and the window's
     assert "config.json: expected_accept_length" in block  # where the figure came from
     assert "draft token k accepted in k=1:" in block
     page = degraded["metrics"]

@@ -7,7 +7,8 @@ stream is capturing") on rank 0 and hangs the other ranks.  Recreated on CPU wit
 static buffers, ``ForwardBatch`` and warm-up runs) where only the CUDA calls are replaced: the
 graph capture itself runs the batch eagerly inside a mode under which every device-to-host copy
 raises, as it does in a real capture.  Served forwards afterwards (eager prefill and decode) are
-recorded.
+recorded, with their final states (``EAGLE3_PATCHES_DUMP_FINAL_STATES``): the rows the target's
+lm_head turns into the logits sglang sampled from.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
     runner._dummy_run(batch_size=2)  # sglang's own warm-up forward on a made-up batch (flashinfer MoE autotune)
     out["rows_after_dummy_run"] = dump._DUMPER.n_rows if dump._DUMPER else 0
     step = h.prefill(runner, [[5, 6, 7, 8], [9, 10, 11]])
+    out["prefill_logits"] = step.logits_output.next_token_logits.float().tolist()  # of each prompt's last token
     h.decode(runner, step)
     dump._DUMPER.flush()
     out["warnings"] = [r.getMessage() for r in warnings]
@@ -92,7 +94,11 @@ def _dump_around_graph_capture(target: str, dump_dir: str) -> dict:
 
 def test_nothing_recorded_or_copied_to_the_host_during_graph_capture(tiny, tmp_path):
     dump_dir = tmp_path / "dump"
-    env = {"EAGLE3_PATCHES_DUMP_DIR": str(dump_dir), "EAGLE3_PATCHES_DUMP_LAYER_IDS": ",".join(map(str, IDS))}
+    env = {
+        "EAGLE3_PATCHES_DUMP_DIR": str(dump_dir),
+        "EAGLE3_PATCHES_DUMP_LAYER_IDS": ",".join(map(str, IDS)),
+        "EAGLE3_PATCHES_DUMP_FINAL_STATES": "1",
+    }
     out = run_isolated(
         _dump_around_graph_capture, str(tiny["deepseek_v3"]), str(dump_dir), patches=["hidden_state_dump"], env=env
     )
@@ -112,3 +118,15 @@ def test_nothing_recorded_or_copied_to_the_host_during_graph_capture(tiny, tmp_p
     assert {r["hidden_states"].shape[-1] for r in rows} == {len(IDS) * tm.HIDDEN}
     decoded = [int(d) for r in rows for d in r["decoded"]]
     assert decoded == [0] * 7 + [1, 1]  # prefill rows 0, the decode step's rows 1: what measure-accept measures on
+    # the final states: one H-wide row per token, the target's final normed state (its lm_head gives the logits
+    # sglang sampled the next token from), what measure-accept --temperature turns into the target's distribution
+    import torch
+
+    from eagle3_patches.acceptance.measure import load_target_head
+
+    final = torch.cat([r["final_hidden_states"] for r in rows]).float()
+    assert final.shape == (9, tm.HIDDEN)
+    head = load_target_head(tiny["deepseek_v3"], torch.zeros(()))
+    logits = head.logits(final[[3, 6]])  # each prompt's last row
+    assert torch.allclose(logits, torch.tensor(out["prefill_logits"]), atol=1e-4)
+    assert logits.argmax(-1).tolist() == ids[7:]  # the decode step's tokens: sglang's greedy choices

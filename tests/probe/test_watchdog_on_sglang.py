@@ -87,11 +87,17 @@ def _drive(target: str, batches: int) -> dict:
         req = req_cls.__new__(req_cls)  # a request without the constructor's tokenizer and sampling set-up
         hist = name.replace("update_", "")
         setattr(req, hist, [])
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
         before = list(aw._state.watchdog.positions.counts)
-        for accepted in (2, 0, 2):
+        aw._state.watchdog.served.take()
+        for accepted, temperature in ((2, 0.6), (0, 0.6), (2, 0.0)):
+            # the request's sampling as the release rewrites it (temperature 0: top_k 1)
+            req.sampling_params = SamplingParams(temperature=temperature)
             getattr(req, name)(accepted)
         out["sglang_histogram"] = getattr(req, hist)
         out["positions_added"] = [a - b for a, b in zip(aw._state.watchdog.positions.counts, before)][:4]
+        out["served"] = aw._state.watchdog.served.take()  # the temperature each verify step's request was served at
     out["probe_state_after"] = eagle3_patches.status()["eagle3_probe"].state.value
     out["forward_restored"] = vars(ModelRunner)["forward"] is forward
     out["lines"] = [r.getMessage() for r in log if "watchdog" in r.getMessage()]
@@ -135,6 +141,7 @@ def test_watchdog_fires_on_the_real_scheduler_classes_and_exports_through_sglang
     assert out["histogram_method"] in ("update_spec_acceptance_histogram", "update_spec_correct_drafts_histogram")
     assert out["histogram_wrapped"] and out["sglang_histogram"] == [1, 0, 2]
     assert out["positions_added"] == [1, 0, 2, 0]
+    assert out["served"] == {0.6: 2, 0.0: 1}  # read from the request's own sampling params, greedy as 0
     symptom, nothing = out["lines"]
     assert "accepts essentially no draft tokens" in symptom and "over the last 8 verify steps" in symptom
     assert "the probe recorded nothing in 16 decode batches" in nothing

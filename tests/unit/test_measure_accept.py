@@ -151,7 +151,7 @@ def test_the_figures_and_the_field_it_prints():
     a = Acceptance(steps=3, histogram=[2, 1, 0, 1], sequences=1)
     assert a.accept_length == (1 * 2 + 2 + 4) / 4 and a.per_position == [0.5, 0.25, 0.25]
     field = a.config_field(4)[FIELD]
-    assert from_value(field, source="x") == ExpectedAccept(2.0, 3, 1, 4, "x")  # what it prints, the field reads
+    assert from_value(field, source="x") == ExpectedAccept(2.0, 3, 1, 4, "x", 0.0)  # what it prints, the field reads
     assert "expected accept length 2.000 at --speculative-num-steps 3" in a.format(4)
     assert json.loads(a.to_json(4))["per_position"] == [0.5, 0.25, 0.25]
 
@@ -160,12 +160,13 @@ def test_the_report_and_the_json_exactly():
     a = Acceptance(steps=3, histogram=[0, 0, 1, 2], sequences=1, skipped=["x: 2 tokens, shorter than one verify step"])
     stated = (
         '{"expected_accept_length": {"accept_length": 3.667, "speculative_num_steps": 3, "speculative_eagle_topk": 1, '
-        '"speculative_num_draft_tokens": 4, "measured_by": "eagle3-patches measure-accept", "verify_steps": 3}}'
+        '"speculative_num_draft_tokens": 4, "temperature": 0, "measured_by": "eagle3-patches measure-accept", '
+        '"verify_steps": 3}}'
     )
     assert a.format(4).splitlines() == [
         "expected accept length 3.667 at --speculative-num-steps 3 --speculative-eagle-topk 1 "
-        "--speculative-num-draft-tokens 4 (greedy), over 3 verify steps of 1 sequence(s), the draft run as sglang's "
-        "spec v1 worker runs it",
+        "--speculative-num-draft-tokens 4, greedy (temperature 0), over 3 verify steps of 1 sequence(s), the draft run "
+        "as sglang's spec v1 worker runs it",
         "draft token k accepted in this fraction of verify steps:",
         "  k=1: 1.000",
         "  k=2: 1.000",
@@ -179,6 +180,10 @@ def test_the_report_and_the_json_exactly():
     got = json.loads(out)
     assert got["accept_length"] == 11 / 3 and got[FIELD]["accept_length"] == 3.667 and got["sequences"] == 1
     assert got["spec_worker"] == "v1"
+    # greedy, said so: the sampling the figure holds at, and no rejection-sampling figure beside it
+    assert (got["temperature"], got["top_k"], got["top_p"]) == (0, None, 1.0)
+    assert (got["sampling"], got["verify"], got["rejection_sampling"]) == ("greedy (temperature 0)", "greedy", None)
+    assert got[FIELD]["temperature"] == 0 and type(got["histogram"][0]) is int
 
 
 class Recording(Scripted):

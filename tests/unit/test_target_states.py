@@ -166,7 +166,8 @@ def test_tensors_that_are_not_one_row_per_token_are_refused_with_every_shape(tmp
     assert err.where == str(tmp_path / SHARD)
     assert err.found == found
     assert err.expected == (
-        "integer input_ids, positions, seq_ids and decoded of shape [N], floating hidden_states [N, width] (width >= 1)"
+        "integer input_ids, positions, seq_ids and decoded of shape [N], floating hidden_states [N, width] "
+        "(width >= 1) and final_hidden_states [N, H] where present"
     )
     assert err.fix == "dump again"
 
