@@ -88,6 +88,9 @@ MLA_SERVER_FILE = "tests/e2e/test_mla_draft_server.py"
 #: a prefill/decode pair (mooncake over TCP, sglang's router): the outputs of no speculation at the colocated accept
 #: length, a prefill server without speculation refused by the decode server; CI runs it on the pinned release
 PD_PAIR_FILE = "tests/e2e/test_pd_pair.py"
+#: sampling at temperature 1.0 and 0.6: the EAGLE3 server's sequences have the distribution of the server without
+#: speculation (a permutation test), and its verify accepts draft tokens
+SAMPLING_FILE = "tests/e2e/test_sampling.py"
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
 LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
 #: the selftest checks those two tests assert on (the ``run_check`` fixture): where ``selftest`` runs in the
@@ -108,7 +111,7 @@ SERVER_TESTS = [
 #: the patch states, the bug on stock, the real worker feeding 3 x H to fc and the layer-id convention come from
 #: `status` and `selftest` (with --no-selftest the two tests of the same checks run instead: SELFTEST_TWINS).
 #: --behavioural adds the behavioural suite (about 15 min more a release)
-FULL_SELECTION = [*SERVER_TESTS, PLUGIN_SERVER_FILE, MLA_SERVER_FILE, PD_PAIR_FILE]
+FULL_SELECTION = [*SERVER_TESTS, SAMPLING_FILE, PLUGIN_SERVER_FILE, MLA_SERVER_FILE, PD_PAIR_FILE]
 SELFTEST_TWINS = {FC_CHECK: FC_TEST, LAYER_CHECK: LAYER_TEST_FILE}
 #: --ci runs the behavioural suite and the plugin server (about 12 min a release on 2 cores), on fewer releases
 CI_SELECTION = [*BEHAVIOURAL, PLUGIN_SERVER_FILE, MLA_SERVER_FILE]
@@ -860,6 +863,9 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         f"*EAGLE3 server*: `{SERVER_FILE}` - the real `sglang.launch_server` on CPU: EAGLE3 with the trained draft "
         "gives the outputs of the server without speculation at accept length >= 2.0, the probe sees `fc` fed 3 x "
         "hidden, `--speculative-algorithm EAGLE` is refused at start (the tests of that file in the selection). "
+        f"*sampling*: `{SAMPLING_FILE}` - the same EAGLE3 server at temperature 1.0 (top-k 4) and 0.6 (top-p 0.95, "
+        "top-k 4): its sequences have the distribution of the server without speculation (a permutation test, "
+        "false-alarm rate 1e-3), and its verify accepts draft tokens. "
         f"*plugin server*: `{PLUGIN_SERVER_FILE}` - a plain `python -m sglang.launch_server` (no "
         "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+). "
         f"*PD pair*: `{PD_PAIR_FILE}` - a prefill and a decode server behind sglang's router, mooncake over TCP: "
@@ -876,6 +882,7 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "3 x H at fc",
         "layer ids",
         "EAGLE3 server",
+        "sampling",
         "plugin server",
         "PD pair",
     ]
@@ -898,7 +905,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
             + " | ".join(cells)
             + f" | {suite} | {_selftest_cell(res)} | {_check_verdict(res, FC_CHECK)} | "
             f"{_check_verdict(res, LAYER_CHECK)} | {_file_verdict(res, SERVER_FILE)} | "
-            f"{_file_verdict(res, PLUGIN_SERVER_FILE)} | {_file_verdict(res, PD_PAIR_FILE)} |"
+            f"{_file_verdict(res, SAMPLING_FILE)} | {_file_verdict(res, PLUGIN_SERVER_FILE)} | "
+            f"{_file_verdict(res, PD_PAIR_FILE)} |"
         )
     lines.append("")
     lines += _upstream_section(results, names)

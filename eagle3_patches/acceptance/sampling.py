@@ -84,44 +84,15 @@ class Sampling:
         return out
 
 
-def _renormalised(probs, keep):
-    import torch
-
-    kept = torch.where(keep, probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
-    return kept / kept.sum(dim=-1, keepdim=True)
-
-
-def top_k_renorm(probs, k: int | None):
-    """Per row, the probabilities below the k-th largest set to 0, the row renormalised (None or k >= the
-    vocabulary: unchanged)."""
-    import torch
-
-    if k is None or k >= probs.shape[-1]:
-        return probs
-    kth = torch.topk(probs, k, dim=-1).values[..., -1:]
-    return _renormalised(probs, probs >= kth)
-
-
-def top_p_renorm(probs, p: float):
-    """Per row, the smallest set of the largest probabilities whose sum reaches ``p`` kept (ties with the smallest
-    kept one too), the rest set to 0, the row renormalised (p = 1: unchanged)."""
-    import torch
-
-    if p >= 1.0:
-        return probs
-    ordered = torch.sort(probs, dim=-1, descending=True).values
-    before = torch.cumsum(ordered, dim=-1) - ordered  # the mass of the larger probabilities
-    kept = before < p
-    kept[..., 0] = True  # the largest is always kept
-    threshold = ordered.gather(-1, kept.sum(dim=-1, keepdim=True) - 1)
-    return _renormalised(probs, probs >= threshold)
-
-
 def target_probs(logits, sampling: Sampling):
     """The target's distribution the verify step accepts with: ``softmax(logits / T)`` in float32, then top-k,
-    then top-p renormalisation (sglang's order)."""
+    then top-p renormalisation (sglang's order), by the same functions the CPU profile's verify runs."""
+    from ..cpu.spec_sampling import top_k_renorm_prob, top_p_renorm_prob
+
     q = (logits.float() / sampling.temperature).softmax(-1)
-    return top_p_renorm(top_k_renorm(q, sampling.top_k), sampling.top_p)
+    if sampling.top_k is not None:
+        q = top_k_renorm_prob(q, sampling.top_k)
+    return q if sampling.top_p >= 1.0 else top_p_renorm_prob(q, sampling.top_p)
 
 
 def draft_probs(logits, sampling: Sampling):

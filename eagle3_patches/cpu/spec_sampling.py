@@ -68,16 +68,16 @@ _EAGLE_INFO = "sglang.srt.speculative.eagle_info"
 _EAGLE_INFO_V2 = "sglang.srt.speculative.eagle_info_v2"
 
 
-def _per_row(value: Any, rows: int, dtype: torch.dtype) -> torch.Tensor:
-    """A scalar or a per-row tensor as a ``[rows]`` tensor (the kernels take either)."""
+def _per_row(value: Any, rows: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A scalar or a per-row tensor as a ``[rows]`` tensor on ``device`` (the kernels take either)."""
     if isinstance(value, torch.Tensor):
-        out = value.reshape(-1).to(dtype)
+        out = value.reshape(-1).to(device=device, dtype=dtype)
         if out.numel() == 1:
             return out.expand(rows)
         if out.numel() != rows:
             raise ValueError(f"{out.numel()} per-row values for {rows} rows")
         return out
-    return torch.full((rows,), value, dtype=dtype)
+    return torch.full((rows,), value, dtype=dtype, device=device)
 
 
 def _renormalised(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -87,10 +87,11 @@ def _renormalised(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 def top_k_renorm_prob(probs: torch.Tensor, top_k: torch.Tensor | int) -> torch.Tensor:
     """flashinfer's ``top_k_renorm_probs``: per row, the probabilities below the k-th largest set to 0 and the row
-    renormalised; a row whose k is <= 0 or >= the vocabulary is returned as it is (sglang's "no top-k" is 2^30)."""
+    renormalised; a row whose k is <= 0 or >= the vocabulary is returned as it is (sglang's "no top-k" is 2^30).
+    ``measure-accept --temperature`` renormalises with it too (:mod:`eagle3_patches.acceptance.sampling`)."""
     rows, d = probs.reshape(-1, probs.shape[-1]).shape
     flat = probs.reshape(rows, d)
-    k = _per_row(top_k, rows, torch.long)
+    k = _per_row(top_k, rows, torch.long, probs.device)
     active = (k > 0) & (k < d)
     if not bool(active.any()):
         return probs.clone()
@@ -106,7 +107,7 @@ def top_p_renorm_prob(probs: torch.Tensor, top_p: torch.Tensor | float) -> torch
     a row whose ``top_p`` is >= 1 is returned as it is."""
     rows, d = probs.reshape(-1, probs.shape[-1]).shape
     flat = probs.reshape(rows, d)
-    p = _per_row(top_p, rows, flat.dtype)
+    p = _per_row(top_p, rows, flat.dtype, probs.device)
     active = p < 1.0
     if not bool(active.any()):
         return probs.clone()

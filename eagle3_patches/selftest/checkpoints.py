@@ -144,6 +144,7 @@ BUILDERS: dict[str, tuple[str, Callable[[Path], Path]]] = {
     "deepseek_v3": ("tiny-deepseek-v3", tm.build_deepseek_v3),
     "kimi_k25": ("tiny-kimi-k25", tm.build_kimi_k25),
     "draft": ("tiny-eagle3-draft", tm.build_eagle3_draft),
+    "trained_draft": ("trained", tm.build_trained_eagle3_draft),
     "midlayer_draft": ("strict-loading/midlayer", lambda p: draft_variant(p.parent, p.name)),
     "layers0_draft": ("strict-loading/layers0", lambda p: draft_variant(p.parent, p.name, prefix="layers.0.")),
     "unknown_key_draft": ("strict-loading/unknown", lambda p: draft_variant(p.parent, p.name, edit=_unknown_key)),

@@ -52,6 +52,21 @@ CPU_FLAGS = [
 ]
 
 
+#: flags of a server of the tiny models on a CUDA device (``eagle3-patches selftest``'s GPU checks): sglang's own
+#: defaults otherwise (CUDA graphs, its attention backend), as a user's server runs
+GPU_FLAGS = [
+    "--mem-fraction-static",
+    "0.3",
+    "--grammar-backend",
+    "none",
+    "--skip-server-warmup",
+    "--random-seed",
+    "0",
+    "--log-level",
+    "info",
+]
+
+
 def speculative_flags(
     draft: str, algorithm: str = "EAGLE3", steps: int = 3, topk: int = 1, draft_tokens: int = 4
 ) -> list[str]:
@@ -89,7 +104,8 @@ def lacks_its_processor(model: os.PathLike | str) -> bool:
 
 
 class Server:
-    """``wrapper``: start sglang under ``eagle3-patches run --cpu-profile`` (the default).  ``wrapper=False``
+    """``wrapper``: start sglang under ``eagle3-patches run --cpu-profile`` (the default; ``device="cuda"``: on the
+    GPU, without the CPU profile, :data:`GPU_FLAGS` instead of :data:`CPU_FLAGS`).  ``wrapper=False``
     starts ``python -m sglang.launch_server`` itself, with only the CPU profile's bootstrap on ``PYTHONPATH``
     (``EAGLE3_PATCHES_CPU_PROFILE=1``, no ``EAGLE3_PATCHES_APPLY``): on sglang 0.5.11+ the patches then come in
     through sglang's own plugin entry point alone, as on a GPU host with the package installed.
@@ -109,6 +125,7 @@ class Server:
         python: str | None = None,
         text_only: bool | None = None,
         wrapper: bool = True,
+        device: str = "cpu",
     ):
         from eagle3_patches import _bootstrap, settings
 
@@ -122,15 +139,19 @@ class Server:
             text_only = lacks_its_processor(model)
         launcher = ["-m", "eagle3_patches.testing.text_only_launch" if text_only else "sglang.launch_server"]
         self.env = dict(os.environ)
-        self.env.setdefault("TRITON_INTERPRET", "1")
+        on_cpu = device == "cpu"
+        if on_cpu:
+            self.env.setdefault("TRITON_INTERPRET", "1")
         if wrapper:
-            run = [python, "-m", "eagle3_patches", "run", "--cpu-profile"]
+            run = [python, "-m", "eagle3_patches", "run", *(["--cpu-profile"] if on_cpu else [])]
             for name in disable:
                 run += ["--disable", name]
             run.append("--")
         else:
             run = []
-            self.env = _bootstrap.child_environment(patches="", cpu_profile=True, disable=list(disable), base=self.env)
+            self.env = _bootstrap.child_environment(
+                patches="", cpu_profile=on_cpu, disable=list(disable), base=self.env
+            )
             del self.env[settings.APPLY]
         self.command = [
             *run,
@@ -142,9 +163,7 @@ class Server:
             "127.0.0.1",
             "--port",
             str(self.port),
-            "--attention-backend",
-            attention_backend,
-            *CPU_FLAGS,
+            *(["--attention-backend", attention_backend, *CPU_FLAGS] if on_cpu else GPU_FLAGS),
             *args,
         ]
         self.env.update(env or {})
@@ -230,6 +249,21 @@ class Server:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return json.loads(r.read())
 
+    def generate_batch(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, sampling: dict, timeout: float = 1800.0
+    ) -> list[dict]:
+        """``prompts`` in one request (sglang batches them), each with the sampling parameters ``sampling``
+        (``temperature``, ``top_k``, ``top_p``, ...; a ``max_new_tokens`` there wins)."""
+        body = {
+            "input_ids": [list(p) for p in prompts],
+            "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, **sampling},
+        }
+        req = urllib.request.Request(
+            self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
     def metrics(self, timeout: float = 30.0) -> str:
         """sglang's ``/metrics`` page (Prometheus text; the server needs ``--enable-metrics``)."""
         with urllib.request.urlopen(self.url + "/metrics", timeout=timeout) as r:
@@ -269,7 +303,7 @@ def serve(
     max_new_tokens: int,
     temperature: float = 0.0,
     metrics: bool = False,
-    then: Sequence[tuple[str, Sequence[Sequence[int]], float]] = (),
+    then: Sequence[tuple[str, Sequence[Sequence[int]], float | dict]] = (),
     **kw,
 ) -> dict:
     """Start a server, send ``prompts`` one after the other, read ``/metrics`` when asked, stop it.
@@ -279,8 +313,9 @@ def serve(
     :class:`ServerError` with the log's tail when the server does not start or a request fails.
 
     ``then``: more questions for the same server, ``(name, prompts, temperature)`` each, asked after ``prompts``
-    in order: ``out[name]`` holds their ``responses``, ``outputs`` and the ``metrics`` page read after them (the
-    server's counters since its start)."""
+    in order, one request a prompt; or ``(name, prompts, sampling parameters)``: the prompts in one batched request.
+    ``out[name]`` holds their ``responses``, ``outputs`` and the ``metrics`` page read after them (the server's
+    counters since its start)."""
     server = Server(model, args, log_path=log_path, **kw)
     more: dict[str, dict] = {}
     try:
@@ -289,8 +324,11 @@ def serve(
         pid = server.proc.pid
         responses = [server.generate(p, max_new_tokens, temperature=temperature) for p in prompts]
         page = server.metrics() if metrics else None
-        for name, later_prompts, later_temperature in then:
-            later = [server.generate(p, max_new_tokens, temperature=later_temperature) for p in later_prompts]
+        for name, later_prompts, sampling in then:
+            if isinstance(sampling, dict):
+                later = server.generate_batch(later_prompts, max_new_tokens, sampling)
+            else:
+                later = [server.generate(p, max_new_tokens, temperature=sampling) for p in later_prompts]
             more[name] = {
                 "responses": later,
                 "outputs": [r["output_ids"] for r in later],

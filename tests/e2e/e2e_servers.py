@@ -14,6 +14,7 @@ requests fill several windows: :data:`WATCHDOG_ENV` (tests/e2e/test_watchdog.py 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -61,6 +62,23 @@ def probe_records(probe_dir) -> list[dict]:
     ]
 
 
+#: the lossless check (tests/e2e/test_sampling.py): SAMPLES copies of one short prompt in one batched request, at
+#: each of Kimi-K2.5's served temperatures, to the EAGLE3 server and to the target without speculation; top_k keeps
+#: each position's distribution to a few tokens, so that SAMPLES sequences of SAMPLED_TOKENS compare
+SAMPLING_PROMPT = held_out_prompts(1, seed=99)[0][:3]
+SAMPLES = 64
+SAMPLED_TOKENS = 4
+SAMPLING = {
+    "temperature 1.0": {"temperature": 1.0, "top_k": 4, "max_new_tokens": SAMPLED_TOKENS},
+    "temperature 0.6": {"temperature": 0.6, "top_p": 0.95, "top_k": 4, "max_new_tokens": SAMPLED_TOKENS},
+}
+
+
+def sampling_questions() -> list[tuple[str, list[list[int]], dict]]:
+    """:data:`SAMPLING` as ``serve(..., then=...)`` questions."""
+    return [(name, [SAMPLING_PROMPT] * SAMPLES, params) for name, params in SAMPLING.items()]
+
+
 @pytest.fixture(scope="session")
 def models(tiny_root) -> dict[str, str]:
     target = tiny_models.build_kimi_k25(tiny_root / "tiny-kimi-k25")
@@ -80,7 +98,8 @@ def measure_accept(draft: str, target: str, data) -> dict:
 def measured(models, tmp_path_factory) -> dict:
     """The trained draft's expected accept length, measured offline (``eagle3-patches measure-accept``) on the
     ``hidden_state_dump`` of the target serving :data:`PROMPTS` greedily without speculation (a known-good server):
-    the figure the ``eagle3`` server's watchdog is told to expect."""
+    the figure the ``eagle3`` server's watchdog is told to expect.  Then, the dump of the greedy requests put aside,
+    the same server's answers to :func:`sampling_questions` (``samples``: the reference of the lossless check)."""
     if not patch_applies("hidden_state_dump"):
         pytest.skip("the hidden_state_dump instrument does not apply to this sglang release")
     tmp = tmp_path_factory.mktemp("measured")
@@ -102,35 +121,54 @@ def measured(models, tmp_path_factory) -> dict:
         deadline = time.monotonic() + 120  # a bound for a dump that never completes, not an expected time
         while dumped_rows(dump_dir) < expected and time.monotonic() < deadline:
             time.sleep(0.5)
+        greedy_dump = shutil.copytree(dump_dir, tmp / "dump-greedy")  # what the sampled requests add stays out
+        samples = sampled_outputs(server)
     except ServerError as exc:
         pytest.fail(f"dump server failed: {exc}")
     finally:
         server.stop()
-    return {"outputs": outputs, "dump": dump_dir, **measure_accept(models["draft"], models["target"], dump_dir)}
+    return {
+        "outputs": outputs,
+        "samples": samples,
+        "dump": greedy_dump,
+        **measure_accept(models["draft"], models["target"], greedy_dump),
+    }
 
 
-#: the EAGLE3 server's second question: held-out prompts at temperature 1.0 (tests/e2e/test_watchdog.py)
-SAMPLED_PROMPTS = held_out_prompts(8, seed=8765)
+def sampled_outputs(server: Server) -> dict[str, list[list[int]]]:
+    """The server's answers to :func:`sampling_questions`: ``{name: token ids of each sequence}``."""
+    return {
+        name: [r["output_ids"] for r in server.generate_batch(prompts, SAMPLED_TOKENS, params)]
+        for name, prompts, params in sampling_questions()
+    }
 
 
 @pytest.fixture(scope="session")
 def baseline(models, tmp_path_factory, request) -> dict:
-    """The target without speculation, greedy on :data:`PROMPTS`: the reference outputs.  Where the dump server of
-    :func:`measured` runs (the same target, no speculation, greedy, the same prompts), its outputs are the
-    reference and no other server starts."""
+    """The target without speculation, greedy on :data:`PROMPTS`: the reference outputs; and its answers to
+    :func:`sampling_questions` (``samples``).  Where the dump server of :func:`measured` runs (the same target, no
+    speculation, the same questions), its answers are the reference and no other server starts."""
     if patch_applies("hidden_state_dump"):
-        return {"outputs": request.getfixturevalue("measured")["outputs"]}
-    return serve_or_fail("baseline", models["target"], [], tmp_path_factory.mktemp("baseline"), PROMPTS)
+        measured = request.getfixturevalue("measured")
+        return {"outputs": measured["outputs"], "samples": measured["samples"]}
+    out = serve_or_fail(
+        "baseline", models["target"], [], tmp_path_factory.mktemp("baseline"), PROMPTS, then=sampling_questions()
+    )
+    return {**out, "samples": {name: out[name]["outputs"] for name in SAMPLING}}
 
 
 @pytest.fixture(scope="session")
 def eagle3(models, tmp_path_factory, request) -> dict:
     """EAGLE3 with the patches, the diagnostic probe writing JSON lines, metrics on; greedy; the watchdog told the
-    offline figure (``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``) where the dump it is measured on can be made.
-    Then, in the same server, :data:`SAMPLED_PROMPTS` at temperature 1.0 (``out["sampled"]``, read by the
-    ``eagle3_sampled`` fixture); the greedy figures and ``metrics`` are read before them."""
+    offline figure (``EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH``, measured greedily: temperature 0) where the dump it is
+    measured on can be made.  Then, in the same server, :func:`sampling_questions` (``out[name]``, read by
+    tests/e2e/test_sampling.py and the ``eagle3_sampled`` fixture); the greedy figures and ``metrics`` are read
+    before them."""
     expected = (
-        {settings.EXPECTED_ACCEPT_LENGTH: str(request.getfixturevalue("measured")["accept_length"])}
+        {
+            settings.EXPECTED_ACCEPT_LENGTH: str(request.getfixturevalue("measured")["accept_length"]),
+            settings.EXPECTED_ACCEPT_TEMPERATURE: "0",
+        }
         if patch_applies("hidden_state_dump")
         else {}
     )
@@ -143,7 +181,7 @@ def eagle3(models, tmp_path_factory, request) -> dict:
         tmp,
         PROMPTS,
         metrics=True,
-        then=[("sampled", SAMPLED_PROMPTS, 1.0)],
+        then=sampling_questions(),
         env={
             settings.PROBE: str(probe_dir),
             **expected,
@@ -156,8 +194,13 @@ def eagle3(models, tmp_path_factory, request) -> dict:
 
 @pytest.fixture(scope="session")
 def eagle3_sampled(eagle3) -> dict:
-    """The EAGLE3 server's answers at temperature 1.0: its responses, and its log and ``/metrics`` after them."""
-    return {**eagle3["sampled"], "log": eagle3["log"]}
+    """The EAGLE3 server's sampled answers (:data:`SAMPLING`, after the greedy ones): their responses, and the
+    server's log and ``/metrics`` after them."""
+    return {
+        "responses": [r for name in SAMPLING for r in eagle3[name]["responses"]],
+        "metrics": eagle3[list(SAMPLING)[-1]]["metrics"],
+        "log": eagle3["log"],
+    }
 
 
 @pytest.fixture(scope="session")

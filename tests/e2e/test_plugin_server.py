@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from e2e_servers import MAX_NEW_TOKENS, PROMPTS, probe_records, serve_or_fail
+from e2e_servers import MAX_NEW_TOKENS, PROMPTS, SAMPLED_TOKENS, SAMPLING, SAMPLING_PROMPT, probe_records, serve_or_fail
 
 from eagle3_patches import settings
 from eagle3_patches.testing import tiny_models
@@ -42,6 +42,9 @@ def plain(models, tmp_path_factory) -> dict:
         PROMPTS[:2],
         wrapper=False,
         env={settings.PROBE: str(tmp / "probe")},
+        # a few sampled requests: sglang's sampling verify runs on this release (tests/e2e/test_sampling.py compares
+        # the distributions, on CI's pinned release and in the matrix on every release)
+        then=[(name, [SAMPLING_PROMPT] * 8, params) for name, params in SAMPLING.items()],
     )
     assert settings.APPLY not in out["env"] and "eagle3_patches run" not in " ".join(out["command"])
     out["said"] = {int(pid): _states(states) for pid, states in PLUGIN_LINE.findall(out["log"])}
@@ -75,3 +78,9 @@ def test_speculation_through_the_plugin_keeps_the_trained_accept_length(plain, f
     figure(f"plain launch_server, patches from the sglang plugin: mean accept length {accept:.2f}")
     assert all(len(o) == MAX_NEW_TOKENS for o in plain["outputs"])
     assert accept >= 2.0
+
+
+def test_sampled_requests_are_verified_with_draft_tokens_accepted(plain):
+    for name in SAMPLING:
+        assert all(len(o) == SAMPLED_TOKENS for o in plain[name]["outputs"]), name
+        assert mean_accept_length(plain[name]["responses"]) > 1.3, name

@@ -8,10 +8,10 @@ warm-up (``e2e_servers.WATCHDOG_ENV``; the interval keeps its default, 600 s):
   windows are bad, then the probe's diagnosis naming the first wrong hop; the verdict and the patch states
   on ``/metrics``;
 * ``eagle3`` (shared): the correct EAGLE3 server, greedy: silent;
-* ``eagle3_sampled`` (shared): the same server's answers to held-out prompts at temperature 1.0, after the greedy
-  ones: silent (its ``/metrics`` page counts both).  On CPU sglang verifies
-  greedily whatever the temperature (no tree-sampling kernel), so only the first token of each request is
-  sampled; the accept length is that of the sampled continuations.
+* ``eagle3_sampled`` (shared): the same server's answers at temperature 1.0 and 0.6 (tests/e2e/test_sampling.py's
+  requests), after the greedy ones: silent (its ``/metrics`` page counts both).  The watchdog holds the offline
+  figure, measured greedily and stated at temperature 0, to the greedy windows only, and says once that the
+  sampled windows are not compared with it.
 
 The lowest window mean of the healthy server is the false-alarm margin docs/troubleshooting.md states.
 """
@@ -30,6 +30,7 @@ from eagle3_patches.testing.server import mean_accept_length
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
 
 SYMPTOM = "eagle3-patches watchdog: speculative decoding accepts essentially no draft tokens"
+NOT_COMPARED = "is not compared with windows whose verify steps were served at other temperatures"
 WINDOW = int(WATCHDOG_ENV[settings.WATCHDOG_WINDOW])
 WARMUP = int(WATCHDOG_ENV[settings.WATCHDOG_WARMUP])
 THRESHOLD = settings.Settings().watchdog_threshold
@@ -131,22 +132,27 @@ def test_a_working_draft_stays_silent(server, request, figure):
     lowest_request = min(r["meta_info"]["spec_accept_length"] for r in out["responses"])
     decode_steps = sum(r["meta_info"]["spec_verify_ct"] - 1 for r in out["responses"])  # the prefill counts as one
     figure(
-        f"watchdog, {server} ({'temperature 1.0' if server.endswith('sampled') else 'greedy'}): accept length "
+        f"watchdog, {server} ({'temperature 1.0 and 0.6' if server.endswith('sampled') else 'greedy'}): accept length "
         f"{accept:.2f} (lowest request {lowest_request:.2f}), lowest of {(decode_steps - WARMUP) // WINDOW} "
         f"{WINDOW}-step "
         f"windows {windows_min:.2f} (threshold {THRESHOLD}: margin x{windows_min / THRESHOLD:.2f})"
     )
-    assert _watchdog_lines(out["log"]) == []
+    lines = _watchdog_lines(out["log"])  # the server's whole log: greedy, then sampled
+    not_compared = [line for line in lines if NOT_COMPARED in line]
+    assert lines == not_compared, lines
     assert one(page, "eagle3_patches:watchdog_degraded") == 0.0 and one(page, "eagle3_patches:watchdog_reports") == 0
     expected = gauges(page, "eagle3_patches:expected_accept_length")
-    if expected:  # told the offline figure: the margin against the fraction of the expected gain
+    # the greedy figure is not held to the sampled windows, and the watchdog says so once
+    assert len(not_compared) == (1 if expected else 0), lines
+    if expected:
+        assert one(page, "eagle3_patches:watchdog_below_expected") == 0.0
+    if expected and server == "eagle3":  # the greedy windows: the margin against the fraction of the expected gain
         (e,) = expected.values()
         fraction = settings.Settings().watchdog_expected_fraction
         figure(
             f"watchdog, {server}: lowest window's gain {(windows_min - 1) / (e - 1):.0%} of the expected "
             f"{e:.2f}'s (reported below {fraction:.0%})"
         )
-        assert one(page, "eagle3_patches:watchdog_below_expected") == 0.0
         assert windows_min - 1 >= fraction * (e - 1)
     assert windows_min > THRESHOLD
     assert gauges(page, "eagle3_patches:watchdog_first_wrong_hop") == {}

@@ -29,6 +29,7 @@ from eagle3_patches.acceptance.target_states import FINAL, TargetStates, open_du
 from eagle3_patches.checkpoint.expected_accept import FIELD, ExpectedAccept, from_value
 from eagle3_patches.checkpoint.safe_io import CheckpointError
 from eagle3_patches.cli import main
+from eagle3_patches.cpu.spec_sampling import top_k_renorm_prob, top_p_renorm_prob
 from eagle3_patches.instruments import accept_watchdog as aw
 from eagle3_patches.instruments.hidden_state_dump import FORMAT
 from eagle3_patches.testing import tiny_models
@@ -195,15 +196,15 @@ def test_as_the_temperature_goes_to_0_the_figure_is_the_greedy_one_on_greedy_dat
 
 def test_renormalisation_is_top_k_then_top_p_as_sglangs_verify():
     probs = torch.tensor([[0.4, 0.3, 0.2, 0.1]])
-    assert sm.top_k_renorm(probs, 2).tolist()[0] == pytest.approx([4 / 7, 3 / 7, 0, 0])
-    assert sm.top_p_renorm(probs, 0.6).tolist()[0] == pytest.approx([4 / 7, 3 / 7, 0, 0])  # 0.4 < 0.6 <= 0.7
-    assert sm.top_p_renorm(probs, 0.35).tolist()[0] == pytest.approx([1, 0, 0, 0])  # 0.4 reaches 0.35
+    assert top_k_renorm_prob(probs, 2).tolist()[0] == pytest.approx([4 / 7, 3 / 7, 0, 0])
+    assert top_p_renorm_prob(probs, 0.6).tolist()[0] == pytest.approx([4 / 7, 3 / 7, 0, 0])  # 0.4 < 0.6 <= 0.7
+    assert top_p_renorm_prob(probs, 0.35).tolist()[0] == pytest.approx([1, 0, 0, 0])  # 0.4 reaches 0.35
     logits = probs.log()
     # top-k 3 first (0.4, 0.3, 0.2 renormalised to 4/9, 3/9, 2/9), then top-p 0.75: 4/9 + 3/9 = 0.78 reaches it
     got = sm.target_probs(logits, sm.Sampling(1.0, top_k=3, top_p=0.75)).tolist()[0]
     assert got == pytest.approx([4 / 7, 3 / 7, 0, 0])
     # the other order keeps three: top-p 0.75 of the whole row needs 0.4 + 0.3 + 0.2, and top-k 3 keeps them
-    assert sm.top_p_renorm(probs, 0.75).tolist()[0] == pytest.approx([4 / 9, 3 / 9, 2 / 9, 0])
+    assert top_p_renorm_prob(probs, 0.75).tolist()[0] == pytest.approx([4 / 9, 3 / 9, 2 / 9, 0])
     assert sm.target_probs(logits * 2, sm.Sampling(2.0)).tolist()[0] == pytest.approx([0.4, 0.3, 0.2, 0.1])
 
 

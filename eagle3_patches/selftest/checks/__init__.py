@@ -4,9 +4,10 @@ as the fix.  The repository's behavioural tests call the same functions (``tests
 
 One module per patch or instrument, named after it (``eagle3_fc_guard.py``), holds that patch's checks
 (``CHECKS``, each ``Check(..., patch=<the module's name>)``), their functions and their helpers; ``_shared``
-holds what several use.  This package finds the modules by listing itself, as the registry finds the
-patches, so a new patch's check is one new module here.  :data:`CHECKS` is every module's checks in registry
-order (the patches', then the instruments'), each module's in its own order.
+holds what several use; a module named after no patch holds checks of sglang itself (``patch=None``:
+``sampling_lossless``).  This package finds the modules by listing itself, as the registry finds the patches, so a
+new patch's check is one new module here.  :data:`CHECKS` is every module's checks in registry order (the
+patches', then the instruments', then sglang's own), each module's in its own order.
 
 Every patch has at least one check, or a reason in :data:`NO_CHECK` (``tests/selftest/test_selftest.py`` makes
 sure of it).  The CPU
