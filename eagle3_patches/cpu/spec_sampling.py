@@ -81,7 +81,7 @@ def _per_row(value: Any, rows: int, dtype: torch.dtype, device: torch.device) ->
 
 
 def _renormalised(probs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    kept = torch.where(keep, probs, torch.zeros((), dtype=probs.dtype))
+    kept = torch.where(keep, probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
