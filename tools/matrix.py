@@ -88,7 +88,7 @@ MLA_SERVER_FILE = "tests/e2e/test_mla_draft_server.py"
 #: a prefill/decode pair (mooncake over TCP, sglang's router): the outputs of no speculation at the colocated accept
 #: length, a prefill server without speculation refused by the decode server; CI runs it on the pinned release
 PD_PAIR_FILE = "tests/e2e/test_pd_pair.py"
-#: sampling at temperature 1.0 and 0.6: the EAGLE3 server's sequences have the distribution of the server without
+#: sampling at temperature 1.0, 0.6 and 0.3: the EAGLE3 server's sequences have the distribution of the server without
 #: speculation (a permutation test), and its verify accepts draft tokens
 SAMPLING_FILE = "tests/e2e/test_sampling.py"
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
@@ -863,9 +863,9 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         f"*EAGLE3 server*: `{SERVER_FILE}` - the real `sglang.launch_server` on CPU: EAGLE3 with the trained draft "
         "gives the outputs of the server without speculation at accept length >= 2.0, the probe sees `fc` fed 3 x "
         "hidden, `--speculative-algorithm EAGLE` is refused at start (the tests of that file in the selection). "
-        f"*sampling*: `{SAMPLING_FILE}` - the same EAGLE3 server at temperature 1.0 (top-k 4) and 0.6 (top-p 0.95, "
-        "top-k 4): its sequences have the distribution of the server without speculation (a permutation test, "
-        "false-alarm rate 1e-3), and its verify accepts draft tokens. "
+        f"*sampling*: `{SAMPLING_FILE}` - an EAGLE3 server at temperature 1.0 (top-k 4), 0.6 (top-p 0.95, "
+        "top-k 4) and 0.3 (top-k 4): its sequences have the distribution of the server without speculation (a "
+        "permutation test, false-alarm rate 1e-3), and its verify accepts draft tokens. "
         f"*plugin server*: `{PLUGIN_SERVER_FILE}` - a plain `python -m sglang.launch_server` (no "
         "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+). "
         f"*PD pair*: `{PD_PAIR_FILE}` - a prefill and a decode server behind sglang's router, mooncake over TCP: "

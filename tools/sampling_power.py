@@ -1,7 +1,7 @@
 """How strong is the lossless check of tests/e2e/test_sampling.py?  The real CPU servers with a correct verify and
 with wrong ones, compared with the server without speculation by the same permutation test.
 
-    python tools/sampling_power.py [--samples 96] [--variants correct,stock,accepts-positive,ignores-temperature]
+    python tools/sampling_power.py [--samples N] [--variants correct,stock,accepts-positive,ignores-temperature]
 
 Variants of the EAGLE3 server (the trained tiny draft on the tiny Kimi-K2.5, as in tests/e2e):
 
@@ -14,8 +14,9 @@ Variants of the EAGLE3 server (the trained tiny draft on the tiny Kimi-K2.5, as 
 
 A wrong variant is installed in every server process by a ``sitecustomize`` of this tool's own, which the
 library's bootstrap runs after itself; nothing of it is in the library.  Each server answers ``--samples`` copies of
-the e2e test's prompt at its two settings; the table gives the accept length and the permutation p-value against
-the server without speculation (a variant is caught where p <= 1e-3).  It takes several minutes a server on 2 cores.
+the e2e test's prompt at each of its settings; the table gives the accept length and the permutation p-value against
+the server without speculation, as the e2e test computes it (a variant is caught where p <= 1e-3).  It takes several
+minutes a server on 2 cores; ``--save`` keeps the responses and ``--load`` prints the table from them again.
 """
 
 from __future__ import annotations
@@ -68,44 +69,34 @@ VARIANTS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--samples", type=int, default=96)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--save", help="write every server's sequences to this JSON file")
-    args = ap.parse_args(argv)
-    variants = args.variants.split(",")
-    unknown = [v for v in variants if v not in VARIANTS]
-    if unknown:
-        ap.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
-
+def serve_variants(variants: list[str], samples: int) -> dict[str, dict[str, list[dict]]]:
+    """``{server: {setting: responses}}``: the server without speculation, then each variant (a variant whose server
+    fails gets ``{"failed": message}``)."""
     from e2e_servers import SAMPLED_TOKENS, SAMPLING, SAMPLING_PROMPT
 
-    from eagle3_patches.acceptance import lossless
     from eagle3_patches.testing import tiny_models
-    from eagle3_patches.testing.server import Server, mean_accept_length, speculative_flags
+    from eagle3_patches.testing.server import Server, speculative_flags
 
     work = Path(tempfile.mkdtemp(prefix="sampling-power-"))
     target = str(tiny_models.build_kimi_k25(work / "tiny-kimi-k25"))
     draft = str(tiny_models.build_trained_eagle3_draft(work))
+    print(f"{samples} sequences a server and setting; logs in {work}", flush=True)
 
-    def answers(name: str, flags: list[str], env: dict) -> dict[str, list[dict]]:
+    def answers(name: str, flags: list[str], env: dict) -> dict:
         server = Server(
-            target, [*flags, "--max-running-requests", str(args.samples)], log_path=work / f"{name}.log", env=env
+            target, [*flags, "--max-running-requests", str(samples)], log_path=work / f"{name}.log", env=env
         )
         try:
             server.start()
             return {
-                s: server.generate_batch([SAMPLING_PROMPT] * args.samples, SAMPLED_TOKENS, p)
-                for s, p in SAMPLING.items()
+                s: server.generate_batch([SAMPLING_PROMPT] * samples, SAMPLED_TOKENS, p) for s, p in SAMPLING.items()
             }
+        except Exception as exc:  # noqa: BLE001 - a variant that fails is a row of the table
+            return {"failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
         finally:
             server.stop()
 
-    print(f"{args.samples} sequences a server and setting; logs in {work}", flush=True)
-    plain = answers("no-speculation", [], {})
-    saved = {"no-speculation": {s: [r["output_ids"] for r in plain[s]] for s in SAMPLING}}
-    rows = []
+    out = {"no-speculation": answers("no-speculation", [], {})}
     for variant in variants:
         env: dict[str, str] = {}
         if variant == "stock":
@@ -115,30 +106,60 @@ def main(argv: list[str] | None = None) -> int:
             shim.mkdir()
             (shim / "sitecustomize.py").write_text(textwrap.dedent(VARIANTS[variant]))
             env["PYTHONPATH"] = str(shim)
-        try:
-            spec = answers(variant, speculative_flags(draft), env)
-        except Exception as exc:  # noqa: BLE001 - a variant that fails is a row of the table
-            rows.append((variant, "-", f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"))
+        out[variant] = answers(variant, speculative_flags(draft), env)
+    return out
+
+
+def table(served: dict[str, dict]) -> list[str]:
+    """The markdown table: each variant and setting, its accept length and the permutation test's verdict."""
+    from e2e_servers import SAMPLED_TOKENS
+
+    from eagle3_patches.acceptance import lossless
+    from eagle3_patches.selftest.checks import sampling_lossless
+    from eagle3_patches.testing.server import mean_accept_length
+
+    plain = served["no-speculation"]
+    lines = ["| variant, setting | accept length | against no speculation |", "|---|---:|---|"]
+    for variant, spec in served.items():
+        if variant == "no-speculation":
             continue
-        saved[variant] = {s: [r["output_ids"] for r in spec[s]] for s in SAMPLING}
-        for setting in SAMPLING:
+        if "failed" in spec:
+            lines.append(f"| {variant} | - | failed: {spec['failed']} |")
+            continue
+        for setting, responses in spec.items():
             result = lossless.compare(
-                [r["output_ids"] for r in spec[setting]], [r["output_ids"] for r in plain[setting]], SAMPLED_TOKENS
+                [r["output_ids"] for r in responses],
+                [r["output_ids"] for r in plain[setting]],
+                SAMPLED_TOKENS,
+                from_length=sampling_lossless.FROM_LENGTH,
             )
             verdict = "caught" if not result.same_distribution else "passes"
-            rows.append(
-                (
-                    f"{variant}, {setting}",
-                    f"{mean_accept_length(spec[setting]):.2f}",
-                    f"p {result.p_value:.4f} {verdict}",
-                )
+            lines.append(
+                f"| {variant}, {setting} | {mean_accept_length(responses):.2f} | p {result.p_value:.4f} {verdict} |"
             )
-    if args.save:
-        Path(args.save).write_text(json.dumps(saved))
-    print("| variant, setting | accept length | against no speculation |")
-    print("|---|---:|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--samples", type=int, help="sequences a server and setting (default: the e2e test's SAMPLES)")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--save", help="write every server's responses to this JSON file")
+    ap.add_argument("--load", help="the table from responses an earlier run saved (no server starts)")
+    args = ap.parse_args(argv)
+    variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        ap.error(f"unknown variants {unknown}; known: {', '.join(VARIANTS)}")
+    if args.load:
+        served = json.loads(Path(args.load).read_text())
+    else:
+        from e2e_servers import SAMPLES
+
+        served = serve_variants(variants, args.samples or SAMPLES)
+        if args.save:
+            Path(args.save).write_text(json.dumps(served))
+    print("\n".join(table(served)))
     return 0
 
 

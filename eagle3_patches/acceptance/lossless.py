@@ -5,11 +5,12 @@ Lossless speculative sampling means the generated sequences have the target's di
 test asks whether two samples (the same prompt, the same sampling parameters, ``n`` requests each) could come from
 one distribution of sequences:
 
-* the statistic: for each prefix length ``m`` = 1 .. ``length``, Pearson's chi-square for homogeneity of the two
-  samples over the distinct ``m``-token prefixes (prefixes seen fewer than :data:`MIN_CELL` times in both samples
-  together pooled into one cell), divided by its degrees of freedom; summed over ``m``.  The first prefix length
-  compares single tokens; the longer ones compare the joint distribution, where a wrong verify shows (its first
-  token is the target's own sample at prefill);
+* the statistic: for each prefix length ``m`` = ``from_length`` .. ``length``, Pearson's chi-square for homogeneity
+  of the two samples over the distinct ``m``-token prefixes (prefixes seen fewer than :data:`MIN_CELL` times in both
+  samples together pooled into one cell), divided by its degrees of freedom; summed over ``m``.  A speculating
+  server's first token is its prefill's sample, drawn by the sampler the server without speculation uses: a test of
+  what speculation changes starts at ``from_length`` 2 (the joint distribution of the first two tokens on), where
+  the first token's noise does not dilute what a wrong verify changes;
 * the p-value: the share of ``permutations`` random relabellings of the pooled sequences whose statistic is at least
   the observed one, ``(1 + count) / (1 + permutations)``.  Under the hypothesis that both samples are drawn from one
   distribution the labels are exchangeable, so ``P(p <= alpha) <= alpha`` for every sample size: the false-alarm
@@ -43,6 +44,7 @@ class Comparison:
     n_speculative: int
     n_plain: int
     length: int
+    from_length: int
     statistic: float
     p_value: float
     alpha: float
@@ -57,15 +59,16 @@ class Comparison:
         verdict = "the same distribution" if self.same_distribution else "DIFFERENT distributions"
         return (
             f"{verdict}: permutation p = {self.p_value:.4f} (false-alarm rate {self.alpha:g}), statistic "
-            f"{self.statistic:.2f}, {self.n_speculative} speculative and {self.n_plain} plain sequences, first "
-            f"{self.length} tokens, cells per prefix length {list(self.cells)}"
+            f"{self.statistic:.2f}, {self.n_speculative} speculative and {self.n_plain} plain sequences, prefixes of "
+            f"{self.from_length} to {self.length} tokens, cells per prefix length {list(self.cells)}"
         )
 
 
-def _codes(sequences: Sequence[Sequence[int]], length: int) -> tuple[np.ndarray, list[int]]:
-    """``[length, n]`` cell codes: the ``m``-token prefix of each sequence (row ``m - 1``), rare prefixes pooled."""
+def _codes(sequences: Sequence[Sequence[int]], lengths: range) -> tuple[np.ndarray, list[int]]:
+    """``[len(lengths), n]`` cell codes: the ``m``-token prefix of each sequence for each ``m`` of ``lengths``, rare
+    prefixes pooled."""
     rows, cells = [], []
-    for m in range(1, length + 1):
+    for m in lengths:
         prefixes = [tuple(s[:m]) for s in sequences]
         counts: dict[tuple, int] = {}
         for p in prefixes:
@@ -103,15 +106,17 @@ def compare(
     plain: Sequence[Sequence[int]],
     length: int,
     *,
+    from_length: int = 1,
     alpha: float = ALPHA,
     permutations: int = PERMUTATIONS,
     seed: int = 0,
 ) -> Comparison:
-    """The permutation test of the module docstring on the first ``length`` tokens of each sequence."""
+    """The permutation test of the module docstring on the prefixes of ``from_length`` to ``length`` tokens of each
+    sequence."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if length < 1:
-        raise ValueError(f"length must be >= 1, got {length}")
+    if not 1 <= from_length <= length:
+        raise ValueError(f"expected 1 <= from_length <= length, got {from_length} and {length}")
     if permutations < 1:
         raise ValueError(f"permutations must be >= 1, got {permutations}")
     for name, sample in (("speculative", speculative), ("plain", plain)):
@@ -121,7 +126,7 @@ def compare(
         if short:
             raise ValueError(f"{len(short)} {name} sequences are shorter than {length} tokens (e.g. {short[0]})")
     pooled = [list(s[:length]) for s in speculative] + [list(s[:length]) for s in plain]
-    codes, cells = _codes(pooled, length)
+    codes, cells = _codes(pooled, range(from_length, length + 1))
     n, n_spec = len(pooled), len(speculative)
     observed_labels = np.zeros((1, n), dtype=bool)
     observed_labels[0, :n_spec] = True
@@ -137,6 +142,7 @@ def compare(
         n_speculative=n_spec,
         n_plain=len(plain),
         length=length,
+        from_length=from_length,
         statistic=observed,
         p_value=(1 + exceed) / (1 + permutations),
         alpha=alpha,

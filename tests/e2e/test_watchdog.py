@@ -8,10 +8,10 @@ warm-up (``e2e_servers.WATCHDOG_ENV``; the interval keeps its default, 600 s):
   windows are bad, then the probe's diagnosis naming the first wrong hop; the verdict and the patch states
   on ``/metrics``;
 * ``eagle3`` (shared): the correct EAGLE3 server, greedy: silent;
-* ``eagle3_sampled`` (shared): the same server's answers at temperature 1.0 and 0.6 (tests/e2e/test_sampling.py's
-  requests), after the greedy ones: silent (its ``/metrics`` page counts both).  The watchdog holds the offline
-  figure, measured greedily and stated at temperature 0, to the greedy windows only, and says once that the
-  sampled windows are not compared with it.
+* ``eagle3_sampled`` (shared): the same server's answers to held-out prompts at temperature 1.0 (top-k 4, one
+  batch), after the greedy ones: silent (its ``/metrics`` page counts both).  The watchdog holds the offline
+  figure, measured greedily and stated at temperature 0, to the greedy windows only, and says once that the sampled
+  windows are not compared with it.
 
 The lowest window mean of the healthy server is the false-alarm margin docs/troubleshooting.md states.
 """
@@ -132,7 +132,7 @@ def test_a_working_draft_stays_silent(server, request, figure):
     lowest_request = min(r["meta_info"]["spec_accept_length"] for r in out["responses"])
     decode_steps = sum(r["meta_info"]["spec_verify_ct"] - 1 for r in out["responses"])  # the prefill counts as one
     figure(
-        f"watchdog, {server} ({'temperature 1.0 and 0.6' if server.endswith('sampled') else 'greedy'}): accept length "
+        f"watchdog, {server} ({'temperature 1.0' if server.endswith('sampled') else 'greedy'}): accept length "
         f"{accept:.2f} (lowest request {lowest_request:.2f}), lowest of {(decode_steps - WARMUP) // WINDOW} "
         f"{WINDOW}-step "
         f"windows {windows_min:.2f} (threshold {THRESHOLD}: margin x{windows_min / THRESHOLD:.2f})"

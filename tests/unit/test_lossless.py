@@ -97,8 +97,20 @@ def test_short_or_empty_samples_are_refused():
         compare([[1, 2, 3], [1, 2]], [[1, 2, 3]], 3)
     with pytest.raises(ValueError, match="plain sample is empty"):
         compare([[1]], [], 1)
-    with pytest.raises(ValueError, match="length"):
+    with pytest.raises(ValueError, match="from_length"):
         compare([[1]], [[1]], 0)
+    with pytest.raises(ValueError, match="from_length"):
+        compare([[1, 2]], [[1, 2]], 2, from_length=3)
+
+
+def test_from_length_leaves_the_shorter_prefixes_out():
+    """Two samples whose first tokens differ but whose pairs agree once the first token is pooled with them: the
+    single-token cells are compared only from length 1."""
+    a = [[1, 5]] * 30 + [[2, 5]] * 10
+    b = [[1, 5]] * 10 + [[2, 5]] * 30
+    assert not compare(a, b, 2).same_distribution
+    only_pairs = compare(a, b, 2, from_length=2)
+    assert only_pairs.cells == (2,) and only_pairs.from_length == 2
 
 
 # ------------------------------------------------------------------------------------ the CPU kernel's outputs
