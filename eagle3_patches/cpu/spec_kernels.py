@@ -324,6 +324,16 @@ def verify_tree_greedy_like(original):
     return verify_tree_greedy_func
 
 
+def eagle_utils_on_cpu() -> ModuleType:
+    """sglang's ``eagle_utils`` where no accelerator serves the decode loop; NotApplicable (sglang untouched)
+    otherwise.  The CPU profile's speculative patches start here."""
+    utils = importlib.import_module(_EAGLE_UTILS)
+    why = accelerator_in_use(utils)
+    if why:
+        raise NotApplicable(why)
+    return utils
+
+
 def accelerator_in_use(eagle_utils: ModuleType) -> str | None:
     if torch.cuda.is_available():
         return "CUDA is available: the real sgl_kernel ops serve the decode loop"
@@ -362,10 +372,7 @@ class CpuSpecKernels(Patch):
 
     def plan(self, info: ModuleType) -> list[Replacement]:
         """What to replace on this release; NotApplicable (sglang untouched) when the layout is unknown."""
-        utils = importlib.import_module(_EAGLE_UTILS)
-        why = accelerator_in_use(utils)
-        if why:
-            raise NotApplicable(why)
+        utils = eagle_utils_on_cpu()
         if hasattr(utils, "build_tree_kernel_efficient_func"):  # sglang 0.5.23 and later: the spec_tree ops module
             return self._plan_cpu_branch(
                 sys.modules[utils.build_tree_kernel_efficient_func.__module__], "build_tree_kernel_efficient_func"

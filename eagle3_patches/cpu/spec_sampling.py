@@ -50,7 +50,6 @@ are per request over the few draft tokens, plus vectorised torch over the vocabu
 from __future__ import annotations
 
 import functools
-import importlib
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -60,10 +59,9 @@ import torch
 from packaging.specifiers import SpecifierSet
 
 from ..registry import NotApplicable, Patch, Saver, expect_attr, source_of
-from .spec_kernels import accelerator_in_use
+from .spec_kernels import eagle_utils_on_cpu
 from .stubs import is_stub
 
-_EAGLE_UTILS = "sglang.srt.speculative.eagle_utils"
 _EAGLE_INFO = "sglang.srt.speculative.eagle_info"
 _EAGLE_INFO_V2 = "sglang.srt.speculative.eagle_info_v2"
 
@@ -254,10 +252,7 @@ class CpuSpecSampling(Patch):
     applies_to = SpecifierSet(">=0.5.9")
 
     def plan(self, info: ModuleType) -> list[Replacement]:
-        utils = importlib.import_module(_EAGLE_UTILS)
-        why = accelerator_in_use(utils)
-        if why:
-            raise NotApplicable(why)
+        utils = eagle_utils_on_cpu()
         if hasattr(utils, "eagle_sample"):  # 0.5.14 on: one sampling function
             return self._plan_eagle_sample(utils)
         return self._plan_verify_inputs(info)
