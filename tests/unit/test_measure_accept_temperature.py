@@ -330,9 +330,8 @@ def test_the_json_says_the_sampling_and_gives_both_verify_figures(trained, pinne
     draft, target = trained
     data = tmp_path / kind
     _specforge(data, pinned) if kind == "specforge" else _dump(data, pinned, final=True)
-    rc, out, err = _run(
-        capsys, "--draft", draft, "--target", target, "--data", data, "--temperature", 0.6, "--top-p", 0.9, "--json"
-    )
+    sampled = ("--temperature", 0.6, "--top-p", 0.9, "--spec-worker", "v1")  # the worker replayed below, any release
+    rc, out, err = _run(capsys, "--draft", draft, "--target", target, "--data", data, *sampled, "--json")
     assert rc == 0, err
     got = json.loads(out)
     assert (got["temperature"], got["top_k"], got["top_p"]) == (0.6, None, 0.9)
@@ -353,9 +352,7 @@ def test_the_json_says_the_sampling_and_gives_both_verify_figures(trained, pinne
     assert rs["accept_length"] == pytest.approx(direct.rejection_sampling.accept_length)
     if kind == "dump":
         return  # the text and the greedy figure: from SpecForge's data
-    rc, text, _ = _run(
-        capsys, "--draft", draft, "--target", target, "--data", data, "--temperature", 0.6, "--top-p", 0.9
-    )
+    rc, text, _ = _run(capsys, "--draft", draft, "--target", target, "--data", data, *sampled)
     assert rc == 0
     first = text.splitlines()[0]
     assert first.startswith(f"expected accept length {direct.accept_length:.3f} at --speculative-num-steps 3 ")
