@@ -145,7 +145,7 @@ def sampled_outputs(server: Server) -> dict[str, list[list[int]]]:
 
 #: the EAGLE3 server's second question: held-out prompts at temperature 1.0 with top-k 4, in one batch
 #: (tests/e2e/test_watchdog.py).  Without top-k the tiny target's temperature-1.0 distribution is so flat that the
-#: trained draft's accept length falls to about 1.3, and a 16-step window's mean came within 7% of the threshold
+#: trained draft's 16-step windows come close to the watchdog's threshold: a false alarm of the test, not the server's
 SAMPLED_PROMPTS = held_out_prompts(8, seed=8765)
 SAMPLED_PROMPTS_SAMPLING = {"temperature": 1.0, "top_k": 4}
 
