@@ -34,6 +34,13 @@ KIMI_K25_FROM = Version("0.5.9")
 PLUGINS_FROM = Version("0.5.11")
 #: the first release with ``--speculative-adaptive`` (adaptive speculative steps)
 ADAPTIVE_STEPS_FROM = Version("0.5.11")
+#: the environment variable that turns sglang's spec v2 (the overlap scheduler for EAGLE) on or off
+SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
+#: the first release where :data:`SPEC_V2` defaults to true (``srt/environ.py``: ``EnvBool(False)`` in 0.5.9 and
+#: 0.5.10, ``EnvBool(True)`` from 0.5.11)
+SPEC_V2_DEFAULT_ON_FROM = Version("0.5.11")
+#: the first release with one EAGLE worker (``EAGLEWorkerV2``, whatever :data:`SPEC_V2` says)
+ONE_WORKER_FROM = Version("0.5.13")
 #: the first release whose ``LlamaForCausalLMEagle3.load_weights`` maps ``layers.0.*`` onto ``midlayer``
 LAYERS0_KEYS_FROM = Version("0.5.12")
 #: the first release that builds ``fc`` ``hidden_in * len(ids)`` wide (before, always ``hidden_in * 3``)
@@ -108,3 +115,18 @@ class ReleaseFacts:
 
 def facts(version: str | Version) -> ReleaseFacts:
     return ReleaseFacts(parse_version(version))
+
+
+def env_bool(value: str | None) -> bool | None:
+    """An environment value as sglang's ``EnvBool`` parses it; None for unset or a value it does not accept."""
+    if value is None:
+        return None
+    v = value.lower()
+    return True if v in ("true", "1", "yes", "y") else False if v in ("false", "0", "no", "n") else None
+
+
+def spec_v2_on(value: str | None, version: Version) -> bool:
+    """Whether ``version`` runs spec v2 with :data:`SPEC_V2` set to ``value`` (None: unset): the value as sglang's
+    ``EnvBool`` parses it, else the release's default (:data:`SPEC_V2_DEFAULT_ON_FROM`)."""
+    parsed = env_bool(value)
+    return base_release(version) >= SPEC_V2_DEFAULT_ON_FROM if parsed is None else parsed

@@ -114,7 +114,7 @@ def installed_worker(environ=None) -> str:
     (v2 from 0.5.11)."""
     import os
 
-    from ..doctor.flag_rules import ONE_WORKER_FROM, SPEC_V2, spec_v2_on
+    from ..checkpoint.releases import ONE_WORKER_FROM, SPEC_V2, spec_v2_on
     from ..sglang_version import base_release, installed_sglang_version
 
     installed = installed_sglang_version()

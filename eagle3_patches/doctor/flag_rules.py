@@ -34,28 +34,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from ..checkpoint.launch_args import LaunchArgs
-from ..checkpoint.releases import NEWEST_CHECKED
+from ..checkpoint.releases import NEWEST_CHECKED, SPEC_V2, env_bool, spec_v2_on
 from ..diagnostic import ERROR, INFO, WARNING
 from ..sglang_version import base_release
 from .context import Context
 
-#: the environment variable that turns sglang's spec v2 (the overlap scheduler for EAGLE) on or off
-SPEC_V2 = "SGLANG_ENABLE_SPEC_V2"
-#: the first release where :data:`SPEC_V2` defaults to true (``srt/environ.py``: ``EnvBool(False)`` in 0.5.9 and
-#: 0.5.10, ``EnvBool(True)`` from 0.5.11)
-SPEC_V2_DEFAULT_ON_FROM = Version("0.5.11")
-#: the first release with one EAGLE worker (``EAGLEWorkerV2``, whatever :data:`SPEC_V2` says; ``spec-v1-fallback``)
-ONE_WORKER_FROM = Version("0.5.13")
 #: the algorithms whose flags sglang resolves as below (``NEXTN`` becomes ``EAGLE``)
 EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
-
-
-def env_bool(value: str | None) -> bool | None:
-    """An environment value as sglang's ``EnvBool`` parses it; None for unset or a value it does not accept."""
-    if value is None:
-        return None
-    v = value.lower()
-    return True if v in ("true", "1", "yes", "y") else False if v in ("false", "0", "no", "n") else None
 
 
 @dataclass(frozen=True)
@@ -76,13 +61,6 @@ class SpecFlags:
         if self.num_steps is None or self.topk is None or self.num_steps < 1 or self.topk < 1:
             return None
         return self.topk + (self.num_steps - 1) * self.topk**2
-
-
-def spec_v2_on(value: str | None, version: Version) -> bool:
-    """Whether ``version`` runs spec v2 with :data:`SPEC_V2` set to ``value`` (None: unset): the value as sglang's
-    ``EnvBool`` parses it, else the release's default."""
-    parsed = env_bool(value)
-    return base_release(version) >= SPEC_V2_DEFAULT_ON_FROM if parsed is None else parsed
 
 
 def spec_flags(la: LaunchArgs, version: Version) -> SpecFlags:

@@ -122,6 +122,40 @@ def test_no_library_string_retypes_the_newest_checked_release():
     assert not set(ALLOWED) - used, f"ALLOWED entries that match nothing any more: {sorted(set(ALLOWED) - used)}"
 
 
+def release_boundaries(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every module-level name bound to a ``Version("...")`` literal: a release boundary."""
+    out = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Call):
+            call = node.value
+            if getattr(call.func, "id", getattr(call.func, "attr", "")) == "Version" and any(
+                isinstance(a, ast.Constant) for a in call.args
+            ):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                out += [(node.lineno, ast.unparse(t)) for t in targets]
+    return out
+
+
+def test_every_release_boundary_is_declared_in_the_release_module():
+    """A maintainer who declares "from release X sglang does Y" beside the code that reads it (the doctor's flag
+    rules, measure-accept) gives the fact a second home that the release module's readers never see."""
+    found = [
+        f"eagle3_patches/{path.relative_to(PACKAGE).as_posix()}:{line}: {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() != "checkpoint/releases.py"
+        for line, name in release_boundaries(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "declare these in eagle3_patches/checkpoint/releases.py and import them:\n" + "\n".join(found)
+    assert {"SPEC_V2_DEFAULT_ON_FROM", "ONE_WORKER_FROM"} <= {
+        n for _, n in release_boundaries((PACKAGE / "checkpoint/releases.py").read_text(encoding="utf-8"))
+    }
+
+
+def test_the_boundary_scan_finds_a_version_constant():
+    assert release_boundaries('ONE_WORKER_FROM = Version("0.5.13")\nX: Version = packaging.version.Version("1")\n')
+    assert not release_boundaries("def f():\n    v = Version('0.5.13')\nNOW = Version(x)\n")
+
+
 @pytest.mark.parametrize(
     "source",
     [
