@@ -13,10 +13,12 @@ handed in by the doctor), so this layer never reaches up for the registry."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
+
+from packaging.version import Version
 
 from . import settings
 from .checkpoint import layer_ids as L
@@ -29,6 +31,63 @@ from .diagnostic import Diagnostic
 from .registry import Patch
 
 _T = TypeVar("_T")
+
+
+class PatchSetup(Protocol):
+    """What a patch's preflight rule (and its ``when_patched``) may read of a :class:`Setup`: every patch annotates
+    its ``setup`` parameter with this, so mypy refuses a rule that reads anything else, and the doctor may change the
+    rest of :class:`Setup` without reading every patch.  Read-only, but for :attr:`facts`, where a rule may add what
+    the report shows."""
+
+    @property
+    def version(self) -> Version: ...  # the sglang release
+    @property
+    def rf(self) -> ReleaseFacts: ...
+    @property
+    def algorithm(self) -> str | None: ...
+    @property
+    def launch(self) -> LaunchArgs: ...
+    @property
+    def with_patches(self) -> bool: ...  # the server runs under eagle3-patches
+    @property
+    def tp(self) -> int: ...
+    @property
+    def pp(self) -> int: ...
+    @property
+    def checkpoint_only(self) -> bool: ...  # only the checkpoints are judged (the converter's check of its output)
+    @property
+    def target(self) -> TargetView | None: ...
+    @property
+    def draft(self) -> DraftView | None: ...
+    @property
+    def draft_dir(self) -> Path | None: ...
+    @property
+    def draft_tensors(self) -> Mapping[str, TensorInfo]: ...  # canonical name -> info
+    @property
+    def draft_raw_names(self) -> Mapping[str, str]: ...  # canonical -> raw name
+    @property
+    def draft_weights_read(self) -> bool: ...
+    @property
+    def draft_naming(self) -> Mapping[str, list[str]]: ...  # naming kind -> raw names
+    @property
+    def facts(self) -> dict[str, Any]: ...  # what the report shows besides findings
+    @property
+    def patches(self) -> Mapping[str, Patch]: ...  # the patch set whose rules run, by name
+    @property
+    def eagle3(self) -> bool: ...
+    @property
+    def once_eagle3(self) -> str: ...
+    @property
+    def draft_view(self) -> DraftView: ...  # the draft's config, for a rule that runs only once it is loaded
+    @property
+    def target_view(self) -> TargetView: ...
+    def patched(self, name: str) -> bool: ...
+    def draft_is_eagle3(self) -> tuple[bool, str]: ...
+    def fc_input(self) -> tuple[int | None, int]: ...
+    def capture(self) -> L.Capture | None: ...
+    def dcfg(self, key: str = "") -> str: ...
+    def tcfg(self, key: str = "", *, top: bool = False) -> str: ...
+    def draft_tensor_where(self, name: str) -> str: ...
 
 
 @dataclass
@@ -113,7 +172,7 @@ class Setup:
         hidden = self.target.hidden if self.target and self.target.hidden else dv.effective_target_hidden
         return hidden, len(dv.aux_ids) if dv.aux_ids else 3
 
-    def capture(self):
+    def capture(self) -> L.Capture | None:
         """What this release captures for the draft's configured ids
         (:class:`~eagle3_patches.checkpoint.layer_ids.Capture`), or None when the draft states no ids in sglang's
         format."""
@@ -149,10 +208,11 @@ def _loaded(value: _T | None, what: str) -> _T:
 def run_rules(setup: Setup, add: Callable[[Diagnostic], Any], guard: Callable[[str, Callable[[], None]], None]) -> None:
     """The preflight rule of every patch of ``setup.patches`` on ``setup``; ``add`` records a diagnostic,
     ``guard(label, fn)`` runs ``fn`` turning an unexpected exception into a finding (a rule never breaks the doctor)."""
+    view: PatchSetup = setup  # mypy holds Setup to the interface the patches are typed against
     for patch in setup.patches.values():
 
         def one(patch: Patch = patch) -> None:
-            for d in patch.preflight(setup):
-                add(patch.when_patched(d, setup) if setup.patched(patch.name) else d)
+            for d in patch.preflight(view):
+                add(patch.when_patched(d, view) if setup.patched(patch.name) else d)
 
         guard(patch.name, one)

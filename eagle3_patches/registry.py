@@ -210,6 +210,9 @@ class Patch:
     #: with the patch active, a problem its preflight rule finds is "fixed" (the launch works) or
     #: "refused" (the launch stops at start with this library's message)
     remedy: str = "fixed"
+    #: draft config fields (EAGLE-3.1's norms) that this patch makes a release read: the draft config field check
+    #: (``eagle3_draft_config_fields``) counts them as read where the patch is active
+    backports_draft_fields: frozenset[str] = frozenset()
 
     def upstream(self, module: ModuleType) -> str | None:
         """Return why the installed sglang already has the fix, or None."""
@@ -223,8 +226,9 @@ class Patch:
 
     def preflight(self, setup: Any) -> Iterable[Diagnostic]:
         """What the bug does to this setup on stock sglang, seen before any server starts (the doctor runs
-        it): ``setup`` is a :class:`eagle3_patches.preflight.Setup` (release, flags, configs, tensor
-        headers; nothing of sglang imported).  The doctor turns each diagnostic into a note, or marks it
+        it): ``setup`` is what :class:`eagle3_patches.preflight.PatchSetup` declares (release, flags, configs,
+        tensor headers; nothing of sglang imported), the annotation every override gives it (this layer is below
+        that interface, hence ``Any`` here).  The doctor turns each diagnostic into a note, or marks it
         refused at start, where this patch is active (:attr:`remedy`)."""
         return ()
 

@@ -193,6 +193,8 @@ def check_layer_ids(ctx: Context) -> None:
                 )
         return
     cap = ctx.capture()
+    if cap is None:  # a draft format other than sglang's own: sglang reads no ids from it
+        return
     ctx.report.facts["capture"] = {
         "ids": ids,
         "convention": dv.convention,

@@ -43,6 +43,7 @@ from packaging.specifiers import SpecifierSet
 from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from . import get_registry
@@ -211,8 +212,8 @@ def _checked_causal_lm_forward(wrapped, instance, args, kwargs):
 
 class AuxCaptureValidation(Patch):
     name = "aux_capture_validation"
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 15 and 30, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 20
     summary = "aux layer ids validated; every capturing forward checked for count and width (shapes only)"
     module = "sglang.srt.models.deepseek_v2"
@@ -220,7 +221,7 @@ class AuxCaptureValidation(Patch):
 
     remedy = "refused"
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         """Ids sglang cannot capture as asked (every release judged by its own rule), and the two parallel modes
         that lose captures (every release checked); the patch refuses them at start on 0.5.8-0.5.12."""
         out = Diagnostics()
@@ -252,8 +253,8 @@ class AuxCaptureValidation(Patch):
         cap = setup.capture()
         if cap is None:
             return out
-        ids, n, v = list(cap.ids), cap.num_layers, setup.version
-        where = setup.dcfg(setup.draft.aux_ids_where)
+        ids, n, v = list(cap.ids or ()), cap.num_layers, setup.version
+        where = setup.dcfg(setup.draft_view.aux_ids_where)
         if cap.crash_points:
             out.add(
                 ERROR,

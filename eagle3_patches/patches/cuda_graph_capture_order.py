@@ -74,6 +74,7 @@ from packaging.specifiers import SpecifierSet
 from ..checkpoint import layer_ids as L
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source, source_of
 
 logger = logging.getLogger("eagle3_patches")
@@ -159,14 +160,14 @@ def _source(obj) -> str | None:
 
 class CudaGraphCaptureOrder(Patch):
     name = NAME
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 20 and 40, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 30
     summary = "CUDA graphs bake in the configured EAGLE-3 aux layers, not the no-argument defaults"
     module = "sglang.srt.model_executor.model_runner"
     applies_to = SpecifierSet(">=0.5.8,<0.5.11")
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
         tv, dv = setup.target, setup.draft
         if (

@@ -39,6 +39,7 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
+from ..preflight import PatchSetup
 from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, read_source_file
 
 NAME = "dp_attention_aux_gather"
@@ -84,7 +85,7 @@ class DpAttentionAuxGather(Patch):
 
         saver.set(module, GATHER, attention_tp_all_gather)
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
         la = setup.launch
         if (

@@ -35,6 +35,7 @@ from types import ModuleType
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, INFO, Diagnostics
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 
 NAME = "draft_chunked_prefix_cache"
@@ -73,7 +74,7 @@ class DraftChunkedPrefixCache(Patch):
     def patch(self, module: ModuleType, saver: Saver) -> None:
         saver.wrap(module.ModelRunner, "model_specific_adjustment", _draft_leaves_the_switch)
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
         la, tv, dv = setup.launch, setup.target, setup.draft
         if (

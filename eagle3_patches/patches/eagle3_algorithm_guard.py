@@ -46,6 +46,7 @@ from .. import settings
 from ..checkpoint.draft_kind import eagle3_draft_evidence
 from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import server_args_resolution_method
 
@@ -109,8 +110,8 @@ def _guarded_post_init(wrapped, instance, args, kwargs):
 
 class Eagle3AlgorithmGuard(Patch):
     name = "eagle3_algorithm_guard"
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 60 and 80, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 70
     summary = (
         "--speculative-algorithm EAGLE with an EAGLE-3 draft, or EAGLE3 without a draft, is refused at start with the"
@@ -120,7 +121,7 @@ class Eagle3AlgorithmGuard(Patch):
     applies_to = SpecifierSet(">=0.5.8")
     remedy = "refused"
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
         launched = setup.facts.get("launch") is not None
         if (
@@ -157,7 +158,7 @@ class Eagle3AlgorithmGuard(Patch):
         )
         return out
 
-    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+    def when_patched(self, d: Diagnostic, setup: PatchSetup) -> Diagnostic:
         if settings.current().upgrade_algorithm:
             return d.replace(
                 severity=WARNING,

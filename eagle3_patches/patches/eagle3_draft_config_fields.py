@@ -43,6 +43,7 @@ from ..checkpoint import draft_fields as F
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
+from ..preflight import PatchSetup
 from ..registry import Patch, State
 from ..sglang_version import installed_sglang_version
 from . import LauncherCheck, get_registry
@@ -83,7 +84,7 @@ def ignored_fields(
 def backported(patches: Iterable[Patch], active: Callable[[Patch], bool]) -> frozenset[str]:
     """The read names the patches of ``patches`` that are ``active`` make the draft read (a patch that backports
     fields declares them in ``backports_draft_fields``)."""
-    return frozenset(n for p in patches if active(p) for n in getattr(p, "backports_draft_fields", ()))
+    return frozenset(n for p in patches if active(p) for n in p.backports_draft_fields)
 
 
 def _active_in_process(patch: Patch) -> bool:
@@ -92,7 +93,7 @@ def _active_in_process(patch: Patch) -> bool:
     return state in (State.APPLIED, State.PENDING, State.IN_SOURCE) and patch.covers(installed_sglang_version())
 
 
-def release_reads(setup: Any) -> tuple[frozenset[str], str]:
+def release_reads(setup: PatchSetup) -> tuple[frozenset[str], str]:
     """The fields the setup's release reads itself, and from where that was read: the installed release's source,
     or for another release the table observed from the released wheels."""
     found = F.installed_source() if setup.facts.get("sglang_version_source") == "installed" else None
@@ -101,7 +102,7 @@ def release_reads(setup: Any) -> tuple[frozenset[str], str]:
     return F.read_by_release(setup.rf.release), "the table observed from the released wheels"
 
 
-def served_fields(setup: Any) -> frozenset[str]:
+def served_fields(setup: PatchSetup) -> frozenset[str]:
     """The fields the served draft reads: the release's own, and those a backporting patch adds where the launch
     runs under it (on stock, the backporting patch reports its fields itself)."""
 
@@ -127,7 +128,7 @@ def readers(names: Iterable[str]) -> str:
     backports = [
         f", and by sglang {p.applies_to} under eagle3-patches ({p.name})"
         for p in get_registry().patches()
-        if set(names) <= set(getattr(p, "backports_draft_fields", ()))
+        if set(names) <= set(p.backports_draft_fields)
     ]
     return (
         f"carries the draft norms {', '.join(names)}: read by {native}{''.join(backports)}; an older release would "
@@ -144,7 +145,7 @@ def installed_reads() -> frozenset[str] | None:
     return F.fields_read(found[1]) | backported(get_registry().patches(), _active_in_process)
 
 
-def reads_under_patches(setup: Any) -> frozenset[str]:
+def reads_under_patches(setup: PatchSetup) -> frozenset[str]:
     """The fields the setup's release reads, and those a backporting patch adds on it unless the launch runs under
     eagle3-patches with that patch switched off (a speculators draft is served only under eagle3-patches, where the
     backporting patches are on by default)."""
@@ -184,7 +185,7 @@ class Eagle3DraftConfigFields(LauncherCheck):
 
     launcher_check = staticmethod(check_draft_config_fields)
 
-    def preflight(self, setup: Any) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         dv = setup.draft
         if setup.checkpoint_only or dv is None or dv.format != SGLANG_EAGLE3:
             return Diagnostics()  # a speculators draft's options: the converter's refusals (draft-speculators-format)

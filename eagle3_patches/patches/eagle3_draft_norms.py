@@ -57,8 +57,9 @@ from ..checkpoint import draft_fields as F
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import Diagnostics
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source, source_of
-from .eagle3_draft_config_fields import ignored_fields, release_reads
+from .eagle3_draft_config_fields import ignored_fields, release_reads, setup_module
 
 NAME = "eagle3_draft_norms"
 #: the read names (as :mod:`~eagle3_patches.checkpoint.draft_fields` spells them) this patch makes the draft read,
@@ -168,8 +169,8 @@ def _load_weights(wrapped, instance, args, kwargs):
 
 class Eagle3DraftNorms(Patch):
     name = NAME
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 60 (`eagle3_fc_guard`)
-    # and 70 (`eagle3_algorithm_guard`), so the order is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 65  # after the strict loader and the fc guard, whose fork-path diffs edit the same file first
     summary = f"EAGLE-3.1 draft norms (fc_norm, norm_output, norm_before_fc) backported from sglang {NEWEST_CHECKED}"
     module = "sglang.srt.models.llama_eagle3"
@@ -206,7 +207,7 @@ class Eagle3DraftNorms(Patch):
         if "fc_norm" in parts:
             saver.wrap(module.LlamaForCausalLMEagle3, "load_weights", _load_weights)
 
-    def preflight(self, setup: Any) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         """The backported fields a draft sets that the release never reads (``draft-config-ignored``): served
         without them on stock; read with the patch.  Where the launch runs under eagle3-patches with this patch
         switched off, ``eagle3_draft_config_fields`` reports them (refused at start)."""
@@ -215,6 +216,8 @@ class Eagle3DraftNorms(Patch):
             return Diagnostics()
         if setup.with_patches and not setup.patched(self.name):
             return Diagnostics()
+        if setup_module(setup) != F.DRAFT_MODULE:
+            return Diagnostics()  # the norms are added to LlamaForCausalLMEagle3 only: eagle3_draft_config_fields judges
         read, source = release_reads(setup)
         return ignored_fields(
             dv.config, read, version=setup.version, source=source, config_path=setup.dcfg(), among=BACKPORTED

@@ -64,10 +64,11 @@ from ..checkpoint.d2t import check_d2t
 from ..checkpoint.formats import MLA_FIELDS, SGLANG_EAGLE3, unknown_tensor_hints
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics, first_few
 from ..errors import Eagle3ConfigError
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
-from .eagle3_draft_config_fields import installed_reads, reads_under_patches, served_fields
+from .eagle3_draft_config_fields import installed_reads, reads_under_patches, served_fields, setup_module
 from .eagle3_draft_norms import LEGACY_FC_NORM_NAMES
 
 logger = logging.getLogger("eagle3_patches")
@@ -115,11 +116,11 @@ KV_SCALE_NAMES = (
 )
 
 
-def expected_draft_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+def expected_draft_tensors(setup: PatchSetup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
     """The tensors sglang's draft class (``LlamaForCausalLMEagle3``, or ``Eagle3DeepseekV2ForCausalLM`` for an MLA
     draft) loads, for the draft ``setup`` describes: canonical name (``midlayer.*``, no ``model.`` prefix) ->
     (shape, or None when unknown; ``required`` / ``optional``)."""
-    dv = setup.draft
+    dv = setup.draft_view
     H = dv.hidden
     th, k = setup.fc_input()
     tv = setup.target.vocab if setup.target and setup.target.vocab else dv.vocab
@@ -214,7 +215,7 @@ def _mla_projections(dv, H: int | None) -> dict[str, tuple[int, ...] | None]:
     }
 
 
-def _norm_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+def _norm_tensors(setup: PatchSetup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
     """The weights of the draft norms the served draft builds (its config sets the field, and the release or a
     backporting patch the launch runs under reads it): ``input_norm`` over the k aux states, ``fc_norm.<i>`` (or
     its older name) per aux state."""
@@ -223,11 +224,13 @@ def _norm_tensors(setup) -> dict[str, tuple[tuple[int, ...] | None, str]]:
     served = reads_under_patches(setup) if setup.checkpoint_only else served_fields(setup)
     th, k = setup.fc_input()
     out: dict[str, tuple[tuple[int, ...] | None, str]] = {}
-    set_names = {name for _, name, _ in F.set_fields(setup.draft.config)}
+    set_names = {name for _, name, _ in F.set_fields(setup.draft_view.config)}
     if set_names & served & {"norm_before_fc", f"{F.EAGLE_CONFIG}.norm_before_fc"}:
         out["input_norm.weight"] = (_shape(k * th) if th else None, "required")
     if set_names & served & {"fc_norm", "use_aux_norm"}:
-        legacy = {new: old for old, new in LEGACY_FC_NORM_NAMES.items()}
+        # the older aux_norm_* names are mapped by the Llama draft's loader (and its backport), not the MLA draft's
+        llama = setup_module(setup) == F.DRAFT_MODULE
+        legacy = {new: old for old, new in LEGACY_FC_NORM_NAMES.items()} if llama else {}
         for i in range(k):
             old = f"{legacy.get(f'fc_norm.{i}', f'fc_norm.{i}')}.weight"
             out[old if old in setup.draft_tensors else f"fc_norm.{i}.weight"] = (_shape(th), "required")
@@ -457,8 +460,9 @@ def strict_load_weights(wrapped, instance, args, kwargs):
         fixes.extend(
             unknown_tensor_hints(
                 unknown,
-                read=installed_reads() or frozenset(),
+                read=installed_reads(module) or frozenset(),
                 release=f"sglang {installed_sglang_version()} with the patches active here",
+                module=module,
             )
         )
         fixes.append(
@@ -478,8 +482,8 @@ def strict_load_weights(wrapped, instance, args, kwargs):
 
 class Eagle3DraftStrictLoading(Patch):
     name = "eagle3_draft_strict_loading"
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 45 and 60, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 50
     summary = "the draft loader accepts layers.0.* and refuses unknown keys, unloaded parameters and bad d2t"
     module = "sglang.srt.models.llama_eagle3"
@@ -487,7 +491,7 @@ class Eagle3DraftStrictLoading(Patch):
 
     remedy = "refused"
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         """The checkpoint's tensors against the draft's parameters: what sglang would drop or leave unloaded."""
         out = Diagnostics()
         dv = setup.draft
@@ -536,6 +540,7 @@ class Eagle3DraftStrictLoading(Patch):
                         unknown,
                         read=served_fields(setup),
                         release=f"sglang {setup.version}" + (" under eagle3-patches" if setup.with_patches else ""),
+                        module=setup_module(setup),
                     )
                 )
                 or "remove them if they are unused, or fix their names",
@@ -566,7 +571,7 @@ class Eagle3DraftStrictLoading(Patch):
             )
         return out
 
-    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+    def when_patched(self, d: Diagnostic, setup: PatchSetup) -> Diagnostic:
         if d.code == "keys-speculators-names":  # renamed at load: fixed; everything else is refused at load
             return d.replace(
                 severity=INFO,

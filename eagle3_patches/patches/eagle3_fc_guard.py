@@ -45,6 +45,7 @@ from packaging.specifiers import SpecifierSet
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import linear_widths
 
@@ -111,8 +112,8 @@ def fc_width_error(width: int, expected: int, hidden: int, *, where: str) -> Eag
 
 class Eagle3FcGuard(Patch):
     name = "eagle3_fc_guard"
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 50 and 70, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 60
     summary = "the draft's silent fc skip on H-wide input becomes an error naming the cause"
     module = "sglang.srt.models.llama_eagle3"
@@ -120,7 +121,7 @@ class Eagle3FcGuard(Patch):
 
     remedy = "refused"
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         """What would reach fc at the wrong width: a draft config that turns the capture off, an fc.weight whose width
         is not len(aux ids) x the target's hidden size, or (before 0.5.12, where fc is always 3 x hidden) not 3 ids."""
         out = Diagnostics()

@@ -42,6 +42,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import after_resolution, server_args_resolution_method
 from ..sglang_version import installed_sglang_version
@@ -115,7 +116,7 @@ class HicacheDraftKv(Patch):
         server_args = module.ServerArgs
         saver.wrap(server_args, server_args_resolution_method(server_args), after_resolution(check_hicache))
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
         if (
             setup.checkpoint_only

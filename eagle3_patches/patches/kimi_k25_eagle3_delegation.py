@@ -33,6 +33,7 @@ from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3TargetError
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, defines
 
 DELEGATED = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
@@ -85,8 +86,8 @@ class DelegatingWrapperPatch(Patch):
 
 class KimiK25Eagle3Delegation(DelegatingWrapperPatch):
     name = "kimi_k25_eagle3_delegation"
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 5 and 12, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 10
     summary = "KimiK25ForConditionalGeneration delegates the EAGLE-3 hooks to its language_model"
     module = "sglang.srt.models.kimi_k25"
@@ -94,7 +95,7 @@ class KimiK25Eagle3Delegation(DelegatingWrapperPatch):
     targets = ("KimiK25ForConditionalGeneration",)
     class_name = "KimiK25ForConditionalGeneration"
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
         tv = setup.target
         if (

@@ -28,8 +28,8 @@ from .kimi_k25_eagle3_delegation import DelegatingWrapperPatch
 
 class KimiVlEagle3Delegation(DelegatingWrapperPatch):
     name = "kimi_vl_eagle3_delegation"
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 10 and 15, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 12
     summary = "KimiVLForConditionalGeneration delegates the EAGLE-3 hooks to its language_model"
     module = "sglang.srt.models.kimi_vl"

@@ -52,6 +52,7 @@ from ..checkpoint.layer_ids import (
 )
 from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
+from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
@@ -187,22 +188,22 @@ def _conventional_set_layers(wrapped, instance, args, kwargs):
 
 class LayerIdConvention(Patch):
     name = NAME
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; 90 is the last (the neighbour before is
-    # 80), so the order is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 90
     summary = "aux layer ids mean the draft config's recorded convention on sglang >= 0.5.13 (the +1 rule changed)"
     module = "sglang.srt.models.deepseek_v2"
     applies_to = SpecifierSet(">=0.5.13")
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         """The ids capture other layers than the draft config's convention means (any release: before 0.5.13 a draft
         stating input-of-layer ids, from 0.5.13 the first-id rule); the patch fixes it from 0.5.13 when the draft
         config records its convention."""
         out = Diagnostics()
-        cap, dv = setup.capture(), setup.draft
+        cap, dv = setup.capture(), setup.draft_view
         if cap is None or cap.broken:
             return out
-        intended = dv.output_ids
+        intended = dv.output_ids or []  # a capture implies aux ids, so output ids
         if list(cap.outputs) == list(intended) or (cap.num_layers is None and any(i < 0 for i in intended)):
             return out
         try:
@@ -224,15 +225,15 @@ class LayerIdConvention(Patch):
             f"{stated} the {dv.convention} convention, i.e. the outputs of layers {intended}: "
             "the draft is fed states one layer off (accept length drops, no error)",
             where=setup.dcfg(dv.aux_ids_where),
-            found=f"{list(cap.ids)} ({dv.convention})",
+            found=f"{list(cap.ids or ())} ({dv.convention})",
             expected=f"capture of the outputs of layers {intended}",
             fix=fix,
         )
         return out
 
-    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+    def when_patched(self, d: Diagnostic, setup: PatchSetup) -> Diagnostic:
         """Fixed only where the patch knows the convention: recorded in the draft config, or set in the environment."""
-        if setup.draft.convention_stated or settings.current().layer_id_convention:
+        if setup.draft_view.convention_stated or settings.current().layer_id_convention:
             return super().when_patched(d, setup)
         return d
 

@@ -88,8 +88,8 @@ def _forward_carrying_aux(wrapped, instance, args, kwargs):
 
 class Qwen3VlEagle3Capture(Patch):
     name = NAME
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 12 and 20, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 15
     summary = "Qwen3-VL (and Qwen3-VL-MoE) get the EAGLE-3 hooks and a forward that hands the aux states on"
     module = "sglang.srt.models.qwen3_vl"

@@ -135,8 +135,6 @@ def _checked_load_model(wrapped, instance, args, kwargs):
 
 class RankConsistency(Patch):
     name = NAME
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; this is the lowest and the next is 10, so
-    # the order is the same
     order = 5
     summary = "every rank of a server checks at model load that all ranks run the same patch set"
     module = "sglang.srt.model_executor.model_runner"

@@ -82,6 +82,7 @@ from ..checkpoint.layer_ids import CONVENTION_KEY
 from ..checkpoint.releases import facts
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
+from ..preflight import PatchSetup
 from ..registry import (
     NotApplicable,
     Patch,
@@ -206,9 +207,9 @@ def _speculators_aware(original: Any) -> type:
 
 class SpeculatorsDraftConfig(Patch):
     name = NAME
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 40 and 50, so the order
-    # is the same
-    order = 45  # before the strict loader (50), which loads this config's draft
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
+    order = 45  # before the strict loader, which loads this config's draft
     summary = (
         "a speculators-format draft (speculators_model_type: eagle3) is served as it is, as vLLM serves it: no"
         " conversion"
@@ -240,7 +241,7 @@ class SpeculatorsDraftConfig(Patch):
         reader = reader_module(module)
         saver.set(reader, "AutoConfig", _speculators_aware(vars(reader)["AutoConfig"]))
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         """A speculators-format draft: stock sglang cannot read its config (and, before 0.5.12, drops its
         ``layers.0.*`` tensors)."""
         out = Diagnostics()
@@ -265,14 +266,14 @@ class SpeculatorsDraftConfig(Patch):
         )
         return out
 
-    def when_patched(self, d: Diagnostic, setup) -> Diagnostic:
+    def when_patched(self, d: Diagnostic, setup: PatchSetup) -> Diagnostic:
         if not (setup.rf.loads_layers0_keys or setup.patched(STRICT_LOADING)):
             return d.replace(
                 what=f"{d.what} - {NAME} reads the config, but {STRICT_LOADING} (which maps layers.0.* onto "
                 f"midlayer.* on sglang {setup.version}) is not active: the launch is refused at start",
                 fix=f"enable {STRICT_LOADING}, or convert the draft",
             )
-        dv = setup.draft
+        dv = setup.draft_view
         ids = ""
         if dv.aux_ids:
             outputs = L.to_output_of_layer(dv.aux_ids, L.INPUT_OF_LAYER)

@@ -64,6 +64,7 @@ from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..diagnostic import ERROR, Diagnostics
+from ..preflight import PatchSetup
 from ..registry import (
     NotApplicable,
     Patch,
@@ -152,22 +153,22 @@ def _adjust_then_check(wrapped, instance, args, kwargs):
 
 class TpAllreduceFusionCapture(Patch):
     name = NAME
-    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches; the neighbours are 30 and 45, so the order
-    # is the same
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 40
     summary = "TP > 1 + EAGLE3: flashinfer all-reduce fusion is turned off so aux states are full sums"
     module = "sglang.srt.server_args"
     applies_to = SpecifierSet(">=0.5.8,<0.5.14")
 
-    def preflight(self, setup) -> Diagnostics:
+    def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
-        la, tv = setup.launch, setup.target
+        la, arch = setup.launch, setup.target.arch if setup.target is not None else None
         if setup.checkpoint_only or not setup.eagle3 or setup.tp <= 1 or not self.covers(setup.version):
             return out
         explicit = la.enable_flashinfer_allreduce_fusion
         auto = (
-            tv is not None
-            and tv.arch in auto_fusion_archs(setup.version)
+            arch is not None
+            and arch in auto_fusion_archs(setup.version)
             and not la.enable_dp_attention
             and la.nnodes == 1
             and (la.moe_a2a_backend or "none") == "none"
@@ -177,7 +178,7 @@ class TpAllreduceFusionCapture(Patch):
         how = (
             "--enable-flashinfer-allreduce-fusion"
             if explicit
-            else f"sglang turns it on by itself for {tv.arch} on "
+            else f"sglang turns it on by itself for {arch} on "
             "sm90/sm100 GPUs (H100/H200/B200), single node, without dp-attention or an a2a MoE backend"
         )
         out.add(

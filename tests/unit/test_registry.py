@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
+import inspect
+import itertools
 import sys
 import threading
+import typing
 import uuid
 
 import pytest
@@ -577,3 +581,68 @@ def test_a_failure_rolls_back_its_own_apply_call_only(module_name):
     bad.patch = lambda module, saver: saver.set(module.Target, "added", lambda self: "new")  # fixed
     reg.apply(["bad"])
     assert reg.status()["bad"].state is State.APPLIED and mod.Target().added() == "new"
+
+
+def _order_is_marked_equivalent(patch: Patch) -> bool:
+    """The patch's module marks the mutants of its ``order`` equivalent (the pragma right above ``order = ``)."""
+    lines = inspect.getsource(type(patch)).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("order = "))
+    above = list(itertools.takewhile(lambda line: line.strip().startswith("#"), reversed(lines[:at])))
+    return any("pragma: no mutate core/NumberReplacer" in line for line in above)
+
+
+def test_an_order_marked_equivalent_sorts_the_patch_set_alike_one_off():
+    """The mark on a patch's ``order`` says one more or one less sorts the patch set as it is: hold every marked
+    order to it (with a neighbour one away the tie goes by name, and may not), so a mark cannot go stale."""
+    import eagle3_patches
+
+    reg, _ = eagle3_patches.registries()
+    marked = [p for p in reg.patches() if _order_is_marked_equivalent(p)]
+    assert marked, "no order is marked: the pragma's form changed, and this test with it"
+    for p in marked:
+        for shift in (-1, 1):
+            moved = copy.copy(p)
+            moved.order = p.order + shift
+            others = [q for q in reg.patches() if q.name != p.name]
+            assert Registry("t", [*others, moved]).names() == reg.names(), (p.name, p.order + shift)
+
+
+def test_a_shift_of_an_order_with_a_neighbour_one_away_is_caught():
+    """The check above is not vacuous: an order one below a neighbour that sorts first by name would reorder."""
+    import eagle3_patches
+
+    reg, _ = eagle3_patches.registries()
+    orders = {p.order: p for p in reg.patches()}
+    pairs = [(orders[o], orders[o + 1]) for o in orders if o + 1 in orders and orders[o + 1].name < orders[o].name]
+    assert pairs, "no two neighbouring orders one apart sort against their names: nothing to show"
+    low, high = pairs[0]
+    moved = copy.copy(low)
+    moved.order = high.order
+    others = [q for q in reg.patches() if q.name != low.name]
+    assert Registry("t", [*others, moved]).names() != reg.names()
+    assert not _order_is_marked_equivalent(low)
+
+
+def test_every_preflight_rule_is_typed_against_what_it_may_read():
+    """A patch's ``preflight`` and ``when_patched`` annotate ``setup`` with :class:`PatchSetup`, so mypy refuses a rule
+    that reads what the interface does not declare; :class:`Setup` is held to the interface by mypy (``run_rules``)."""
+    import eagle3_patches
+    from eagle3_patches.preflight import PatchSetup
+
+    reg, instruments = eagle3_patches.registries()
+    overriding = []
+    for p in [*reg.patches(), *instruments.patches()]:
+        for method in ("preflight", "when_patched"):
+            fn = getattr(type(p), method)
+            if fn is not getattr(Patch, method):
+                overriding.append((p.name, method, typing.get_type_hints(fn).get("setup")))
+    assert overriding
+    assert [o for o in overriding if o[2] is not PatchSetup] == []
+
+
+def test_the_draft_fields_a_patch_backports_are_declared_on_every_patch():
+    import eagle3_patches
+
+    reg, _ = eagle3_patches.registries()
+    assert Patch.backports_draft_fields == frozenset()
+    assert {p.name for p in reg.patches() if p.backports_draft_fields} == {"eagle3_draft_norms"}
