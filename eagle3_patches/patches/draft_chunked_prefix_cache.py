@@ -8,8 +8,8 @@ it was on, and asserts on long-context requests once prefixes are cached (sglang
 Kimi-K2.5).  sglang 0.5.16 returns early for the draft runner (``maybe_disable_chunked_prefix_cache``).
 
 What users see: Kimi-K2.5 with an EAGLE-3 draft on an MLA backend that supports the chunked prefix cache (fa3,
-flashinfer, flashmla, cutlass_mla, trtllm_mla, fa4) serves short prompts and fails with an ``AssertionError`` in the
-attention backend on long contexts.
+flashinfer, flashmla, cutlass_mla, trtllm_mla, fa4; from 0.5.12 tokenspeed_mla, from 0.5.13 cutedsl_mla) serves
+short prompts and fails with an ``AssertionError`` in the attention backend on long contexts.
 
 What the patch changes: on a draft runner, ``model_specific_adjustment`` leaves ``disable_chunked_prefix_cache`` as
 the target set it (the value is put back after the call); the target's runner is untouched.
@@ -41,9 +41,19 @@ from ..registry import Patch, Saver, expect_attr, expect_source
 NAME = "draft_chunked_prefix_cache"
 SWITCH = "disable_chunked_prefix_cache"
 FIXED_IN = "0.5.16"
-#: the attention backends whose MLA kernels read the chunked prefix cache (0.5.9
-#: ``CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS``)
-CHUNKED_PREFIX_BACKENDS = ("flashinfer", "fa3", "fa4", "flashmla", "cutlass_mla", "trtllm_mla")
+#: the attention backends whose MLA kernels read the chunked prefix cache, as ``--attention-backend`` names them
+#: (``CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS`` of model_runner.py: 0.5.9's six, ``tokenspeed_mla`` from
+#: 0.5.12, ``cutedsl_mla`` from 0.5.13; a release without one refuses the flag value before the doctor's rule matters)
+CHUNKED_PREFIX_BACKENDS = (
+    "flashinfer",
+    "fa3",
+    "fa4",
+    "flashmla",
+    "cutedsl_mla",
+    "cutlass_mla",
+    "trtllm_mla",
+    "tokenspeed_mla",
+)
 #: the EAGLE-3 draft classes that are MLA models, whose own adjustment leaves the switch alone
 MLA_DRAFTS = ("Eagle3DeepseekV2ForCausalLM",)
 

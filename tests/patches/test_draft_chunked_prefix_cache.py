@@ -43,6 +43,61 @@ def test_the_doctor_flags_an_mla_target_with_a_llama_draft(tiny, backend, severi
     assert "upgrade to sglang >= 0.5.16" in r.format() and "--disable-chunked-prefix-cache" in r.format()
 
 
+#: every backend whose MLA kernels read the chunked prefix cache, spelt as ``--attention-backend`` takes it (written
+#: out, not read from the patch: a name the doctor's table forgets or spells another way must fail here)
+READ_THE_PREFIX_CACHE = (
+    "flashinfer",
+    "fa3",
+    "fa4",
+    "flashmla",
+    "cutedsl_mla",
+    "cutlass_mla",
+    "trtllm_mla",
+    "tokenspeed_mla",
+)
+
+
+@pytest.mark.parametrize("backend", READ_THE_PREFIX_CACHE)
+def test_the_doctor_flags_each_backend_that_reads_the_chunked_prefix_cache(tiny, backend):
+    r = doctor(
+        tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.15", launch=f"{EAGLE3} --attention-backend {backend}"
+    )
+    assert CODE in r.codes(ERROR), r.format()
+    assert f"--attention-backend {backend}" in r.format()
+
+
+def _release_backends() -> list[str]:
+    """``CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS`` as the installed release's model_runner.py writes it."""
+    import ast
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    (root,) = find_spec("sglang").submodule_search_locations
+    tree = ast.parse((Path(root) / "srt" / "model_executor" / "model_runner.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == "CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS" for t in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    pytest.fail("model_runner.py defines no CHUNKED_PREFIX_CACHE_SUPPORTED_ATTENTION_BACKENDS")
+
+
+@pytest.mark.sglang
+@requires_patch("draft_chunked_prefix_cache")
+def test_the_doctor_flags_every_backend_this_release_reads_the_chunked_prefix_cache_with(tiny):
+    from eagle3_patches.testing.releases import sglang_version
+
+    version = str(sglang_version())
+    missed = []
+    for backend in _release_backends():
+        r = doctor(
+            tiny["kimi_k25"], tiny["draft"], sglang_version=version, launch=f"{EAGLE3} --attention-backend {backend}"
+        )
+        if CODE not in r.codes(ERROR):
+            missed.append(backend)
+    assert not missed, f"sglang {version} reads the chunked prefix cache with {missed}; the doctor says nothing"
+
+
 def test_the_doctor_notes_the_fix_with_the_patch(tiny):
     r = doctor(
         tiny["kimi_k25"],

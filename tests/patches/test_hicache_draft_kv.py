@@ -69,12 +69,17 @@ def test_upstream_probe_reads_each_layout(tmp_path, files, found):
         assert "draft's KV" in why
 
 
+#: every algorithm sglang serves with a draft model, which keeps a KV cache of its own (written out, not read from the
+#: patch: a name the patch forgets must fail here)
+KEEP_DRAFT_KV = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+
+
 def test_check_names_the_flag_only_where_a_draft_keeps_kv():
     class Args:
         def __init__(self, algorithm, hicache):
             self.speculative_algorithm, self.enable_hierarchical_cache = algorithm, hicache
 
-    for algorithm in hk.DRAFT_KV_ALGORITHMS:
+    for algorithm in KEEP_DRAFT_KV:
         with pytest.raises(hk.Eagle3ConfigError, match="--enable-hierarchical-cache"):
             hk.check_hicache(Args(algorithm.lower(), True))
     for algorithm, hicache in (("EAGLE3", False), ("NGRAM", True), (None, True)):
@@ -83,6 +88,32 @@ def test_check_names_the_flag_only_where_a_draft_keeps_kv():
 
 CODE = "hicache-draft-kv"
 HICACHE = "--speculative-algorithm EAGLE3 --enable-hierarchical-cache"
+
+
+@pytest.mark.sglang
+@requires_patch("hicache_draft_kv")
+def test_every_algorithm_this_release_serves_with_a_draft_model_is_refused_with_hicache():
+    """sglang's own list of algorithms (all but NONE and NGRAM run a draft model with its own KV cache)."""
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    class Args:
+        enable_hierarchical_cache = True
+
+    drafting = [a.name for a in SpeculativeAlgorithm if a.name not in ("NONE", "NGRAM")]
+    assert drafting
+    for name in drafting:
+        args = Args()
+        args.speculative_algorithm = name
+        with pytest.raises(hk.Eagle3ConfigError, match=f"--speculative-algorithm {name}"):
+            hk.check_hicache(args)
+
+
+@pytest.mark.parametrize("algorithm", KEEP_DRAFT_KV)
+def test_the_doctor_refuses_hicache_with_each_algorithm_that_runs_a_draft_model(tiny, algorithm):
+    launch = HICACHE.replace("EAGLE3", algorithm)
+    r = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.9", launch=launch)
+    assert CODE in r.codes(ERROR), r.format()
+    assert f"--speculative-algorithm {algorithm}" in r.format()
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.10"])
