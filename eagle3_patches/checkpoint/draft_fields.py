@@ -6,6 +6,8 @@ without that norm: no error, a lower accept length.  What a release reads is tak
 (:func:`fields_read` parses ``sglang/srt/models/llama_eagle3.py``, nothing imported): for the installed sglang
 the file itself (:func:`installed_source`), for any other release the table :data:`FIRST_READ`, observed from
 the released wheels by ``tools/draft_fields_table.py`` (a test compares it with the installed release's source).
+The MLA draft (``Eagle3DeepseekV2ForCausalLM``, ``models/kimi_k25_eagle3.py``) reads its own fields, on its own
+releases: :data:`MLA_DRAFT_MODULE` and its table :data:`MLA_FIRST_READ` (every function taking ``module``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ FIRST_READ: dict[str, tuple[int, int, int]] = {
     "norm_output": (0, 5, 12),
     "use_aux_norm": (0, 5, 12),
 }
+#: the same for the MLA draft's ``kimi_k25_eagle3.py`` (0.5.12, the first release with the file, reads none of
+#: them: it logs "skipping unexpected weight" for ``fc_norm.<i>.weight`` and serves without the norms)
+MLA_FIRST_READ: dict[str, tuple[int, int, int]] = {
+    "fc_norm": (0, 5, 13),
+    "norm_output": (0, 5, 13),
+    "use_aux_norm": (0, 5, 13),
+}
 #: the newest release :data:`FIRST_READ` was observed on: the newest checked (``tools/draft_fields_table.py --check``
 #: is part of checking a release)
 OBSERVED_UP_TO = rel(NEWEST_CHECKED)
@@ -49,6 +58,11 @@ FIELD_WEIGHTS = {
 }
 #: the module of the draft class, relative to the ``sglang`` package directory
 DRAFT_MODULE = "srt/models/llama_eagle3.py"
+#: the module of the MLA draft class (``Eagle3DeepseekV2ForCausalLM``; its weights are named as the Llama draft's,
+#: :data:`FIELD_WEIGHTS`, but it maps no older ``aux_norm_*`` names)
+MLA_DRAFT_MODULE = "srt/models/kimi_k25_eagle3.py"
+#: each draft module's table of first reads
+FIRST_READ_BY_MODULE = {DRAFT_MODULE: FIRST_READ, MLA_DRAFT_MODULE: MLA_FIRST_READ}
 #: a draft config's own block of EAGLE settings, where some releases read a field first
 EAGLE_CONFIG = "eagle_config"
 
@@ -93,26 +107,27 @@ def fields_read(source: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def installed_source() -> tuple[Path, str] | None:
-    """The installed sglang's draft module (path, text), found without importing sglang; None without one."""
+def installed_source(module: str = DRAFT_MODULE) -> tuple[Path, str] | None:
+    """The installed sglang's draft module (path, text), found without importing sglang; None without one (or
+    without that module: the MLA draft's before 0.5.12)."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         return None
-    path = Path(next(iter(spec.submodule_search_locations))) / DRAFT_MODULE
+    path = Path(next(iter(spec.submodule_search_locations))) / module
     try:
         return path, path.read_text(encoding="utf-8")
     except OSError:
         return None
 
 
-def read_by_release(release: tuple[int, ...]) -> frozenset[str]:
-    """The read names of :data:`FIRST_READ` that ``release`` reads."""
-    return frozenset(name for name, first in FIRST_READ.items() if tuple(release) >= first)
+def read_by_release(release: tuple[int, ...], module: str = DRAFT_MODULE) -> frozenset[str]:
+    """The read names of ``module``'s table (:data:`FIRST_READ_BY_MODULE`) that ``release`` reads."""
+    return frozenset(name for name, first in FIRST_READ_BY_MODULE[module].items() if tuple(release) >= first)
 
 
-def newest_read() -> frozenset[str]:
+def newest_read(module: str = DRAFT_MODULE) -> frozenset[str]:
     """The read names the newest observed release (:data:`OBSERVED_UP_TO`) reads."""
-    return read_by_release(OBSERVED_UP_TO)
+    return read_by_release(OBSERVED_UP_TO, module)
 
 
 def read_name(field: str, read: Iterable[str]) -> str | None:
@@ -164,15 +179,15 @@ def ignored(config: dict, read: Iterable[str]) -> list[tuple[str, str, Any]]:
     return [(field, name, value) for field, name, value in set_fields(config) if name not in read]
 
 
-def first_reading(name: str) -> str:
-    """``sglang >= X`` for the first release that reads ``name`` (a read name), or that none does."""
-    first = FIRST_READ.get(name)
+def first_reading(name: str, module: str = DRAFT_MODULE) -> str:
+    """``sglang >= X`` for the first release whose ``module`` reads ``name`` (a read name), or that none does."""
+    first = FIRST_READ_BY_MODULE[module].get(name)
     if first is None:
         return "no sglang release up to " + ".".join(map(str, OBSERVED_UP_TO)) + " reads it"
     return "sglang >= " + ".".join(map(str, first))
 
 
-def reads_it(name: str) -> str:
+def reads_it(name: str, module: str = DRAFT_MODULE) -> str:
     """:func:`first_reading` as a sentence: ``sglang >= X reads it`` or that no release does."""
-    first = first_reading(name)
+    first = first_reading(name, module)
     return f"{first} reads it" if first.startswith("sglang") else first

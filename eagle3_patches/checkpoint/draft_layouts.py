@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import releases as R
-from .draft_fields import FIRST_READ
+from .draft_fields import FIRST_READ, MLA_FIRST_READ
 from .formats import MLA_DRAFT_ARCH, SGLANG_EAGLE3, detect_format
 
 KIND_EAGLE1 = "EAGLE-1/2"
@@ -65,6 +65,13 @@ class Layout:
     convert: bool = False  # `eagle3-patches convert` writes a layout every release in the table serves
     patched: str | None = None  # the patch of this library that serves it as it is
     owner: str | None = None  # the doctor's finding that already reports it unserved (one rule, not two)
+    owned_from: tuple[int, int, int] | None = None  # the first release whose unserved verdict ``owner`` reports
+
+    def owned_by(self, version) -> str | None:
+        """The finding that reports this layout unserved on ``version`` (None: ``draft-kind-not-served`` does)."""
+        if self.owner is None or (self.owned_from is not None and R.facts(version).release < self.owned_from):
+            return None
+        return self.owner
 
 
 def _v(t: tuple[int, ...] | None) -> str:
@@ -72,6 +79,8 @@ def _v(t: tuple[int, ...] | None) -> str:
 
 
 _E31_FROM = max(FIRST_READ[f] for f in EAGLE31_FIELDS if f in FIRST_READ)
+#: the same for the MLA draft's class (``kimi_k25_eagle3.py`` reads them from its second release on)
+_MLA_E31_FROM = max(MLA_FIRST_READ[f] for f in EAGLE31_FIELDS if f in MLA_FIRST_READ)
 
 #: every kind and layout, in the order :func:`classify` tries them
 LAYOUTS: tuple[Layout, ...] = (
@@ -115,6 +124,18 @@ LAYOUTS: tuple[Layout, ...] = (
         ("DFLASH",),
         R.rel(R.DFLASH_FROM),
         f"sglang >= {R.DFLASH_FROM} with --speculative-algorithm DFLASH",
+    ),
+    Layout(
+        "kimi-eagle31-mla",
+        KIND_EAGLE31,
+        "MLA draft for Kimi-K2.x with EAGLE-3.1's norms (`kimi-k2.6-eagle3.1-mla`, `kimi-k2.7-coder-eagle3.1-mla`)",
+        "architectures `Eagle3DeepseekV2ForCausalLM` setting `fc_norm` / `use_aux_norm` / `norm_output`",
+        ("EAGLE3",),
+        _MLA_E31_FROM,
+        f"sglang >= {_v(_MLA_E31_FROM)} (its models/kimi_k25_eagle3.py reads the fields) with --speculative-algorithm "
+        "EAGLE3",
+        owner="draft-config-ignored",
+        owned_from=R.rel(R.MLA_DRAFT_FROM),  # before, the class itself is missing
     ),
     Layout(
         "kimi-eagle3-mla",
@@ -360,6 +381,9 @@ def classify(config: Mapping, tensors: Mapping[str, Sequence[int]] | None = None
     if isinstance(config.get("dflash_config"), Mapping) or any(a.startswith("DFlash") for a in archs):
         return found("dflash", f"config.json: architectures {first}, dflash_config")
     if MLA_DRAFT_ARCH in archs:
+        set31 = [f for f in EAGLE31_FIELDS if _flag(config, f)]
+        if set31:
+            return found("kimi-eagle31-mla", f"config.json: architectures {first}, {', '.join(set31)} true")
         return found("kimi-eagle3-mla", f"config.json: architectures {first}")
     if any(re.fullmatch(r"\w+Eagle3DraftModel", a) for a in archs):
         return found("automodel-eagle3", f"config.json: architectures {first}")

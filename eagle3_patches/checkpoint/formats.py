@@ -57,6 +57,8 @@ KIMI_K25_ARCH = "KimiK25ForConditionalGeneration"
 #: the class of the published MLA drafts for Kimi-K2.x; every other EAGLE-3 draft is ``LlamaForCausalLMEagle3``
 MLA_DRAFT_ARCH = "Eagle3DeepseekV2ForCausalLM"
 LLAMA_DRAFT_ARCH = "LlamaForCausalLMEagle3"
+#: the class each draft module (:mod:`.draft_fields`) defines: the one a message about what it reads names
+DRAFT_CLASS_OF_MODULE = {DF.DRAFT_MODULE: LLAMA_DRAFT_ARCH, DF.MLA_DRAFT_MODULE: MLA_DRAFT_ARCH}
 #: the MLA sizes an MLA draft's config states (sglang refuses a draft without ``q_lora_rank``)
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 DEEPSEEK_ARCHS = frozenset({"DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM", KIMI_K25_ARCH})
@@ -571,7 +573,14 @@ def per_head_draft_beside_mla(target: os.PathLike | str, draft: os.PathLike | st
     return mla_target and MLA_DRAFT_ARCH not in (read_config(draft, "draft").get("architectures") or [])
 
 
-def unknown_tensor_hints(names, *, read: Iterable[str], release: str) -> list[str]:
+def draft_module(config: Any) -> str:
+    """The module (:mod:`.draft_fields`) of the sglang class that serves a draft whose ``config.json`` is ``config``:
+    the MLA draft's for its architecture, the Llama draft's for every other."""
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return DF.MLA_DRAFT_MODULE if isinstance(archs, list) and MLA_DRAFT_ARCH in archs else DF.DRAFT_MODULE
+
+
+def unknown_tensor_hints(names, *, read: Iterable[str], release: str, module: str = DF.DRAFT_MODULE) -> list[str]:
     """What tensors sglang's ``LlamaForCausalLMEagle3`` has no parameter for usually mean (doctor,
     converter and the strict loader say the same).  ``read``: the config fields (read names, as
     :mod:`.draft_fields` spells them) the judged release reads, or the patch set adds; ``release``: how to
@@ -596,8 +605,9 @@ def unknown_tensor_hints(names, *, read: Iterable[str], release: str) -> list[st
             )
         else:
             hints.append(
-                f"{shown} mean(s) the draft was trained with {fld}=true, which {release}'s LlamaForCausalLMEagle3 "
-                f"does not read ({DF.reads_it(fld)}): serve it on such a release, or retrain without {fld}"
+                f"{shown} mean(s) the draft was trained with {fld}=true, which {release}'s "
+                f"{DRAFT_CLASS_OF_MODULE[module]} does not read ({DF.reads_it(fld, module)}): serve it on such a "
+                f"release, or retrain without {fld}"
             )
     if any(re.search(r"(q_norm|k_norm)", n) for n in names):
         hints.append("q_norm/k_norm come from a qwen3 decoder layer, which LlamaForCausalLMEagle3 does not run")

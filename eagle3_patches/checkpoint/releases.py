@@ -107,6 +107,11 @@ class ReleaseFacts:
         return self.base >= FC_WIDTH_FROM_IDS_FROM
 
     @property
+    def has_mla_draft(self) -> bool:
+        """``models/kimi_k25_eagle3.py`` (the MLA EAGLE-3 draft's class) exists (:data:`MLA_DRAFT_FROM`)."""
+        return self.base >= MLA_DRAFT_FROM
+
+    @property
     def plus_one_always(self) -> bool:
         """ids are always shifted by +1 (before :data:`PLUS_ONE_ONLY_FROM_1_FROM`); from it only when the first
         id is 1."""

@@ -4,7 +4,9 @@ Bug: sglang's ``LlamaForCausalLMEagle3`` reads only the draft config fields its 
 with a field that changes its math (EAGLE-3.1's ``fc_norm`` / ``norm_output``, ``norm_before_fc`` with its
 ``input_norm``, ``norm_before_residual``) loads on a release that never reads the field and is served without
 that norm: sglang 0.5.9-0.5.11 read none of them, 0.5.12-0.5.16 not ``norm_before_fc``, and no release checked
-reads ``norm_before_residual``.
+reads ``norm_before_residual``.  The MLA draft (``Eagle3DeepseekV2ForCausalLM``, ``models/kimi_k25_eagle3.py``) reads
+its own: 0.5.12, the first release with it, none of ``fc_norm`` / ``norm_output`` (it logs "skipping unexpected
+weight" for ``fc_norm.<i>.weight``), 0.5.13 and later both, no release ``norm_before_fc``.
 
 What users see: a healthy server whose accept length is well below what the draft's training promised; no error,
 no warning.
@@ -12,8 +14,9 @@ no warning.
 What the patch changes: after ``ServerArgs`` resolved the flags (``__post_init__``; ``resolve_once`` from 0.5.23),
 with ``--speculative-algorithm EAGLE3`` and a local draft directory, it reads the draft's ``config.json`` and
 raises ``Eagle3ConfigError`` in the launcher, before anything loads, for each field set true that the installed
-release's ``llama_eagle3.py`` never reads, nor a patch active in the process backports (``eagle3_draft_norms``
-declares its fields in ``backports_draft_fields``): which fields a release reads is parsed from that file
+release's draft module (``llama_eagle3.py``, or ``kimi_k25_eagle3.py`` for an MLA draft) never reads, nor a patch
+active in the process backports for that module (``eagle3_draft_norms`` declares its fields in
+``backports_draft_fields``, for the Llama draft only): which fields a release reads is parsed from that file
 (``eagle3_patches/checkpoint/draft_fields.py``), never a hand list; the message names the field, what it does,
 and the first release that reads it (observed from the released wheels by ``tools/draft_fields_table.py``).  The
 doctor reports the same (``draft-config-ignored``), from the installed release's source or, for another release,
@@ -27,7 +30,9 @@ Upstream probe: none; the check is derived from the installed release's source e
 Tests: ``tests/patches/test_eagle3_draft_config_fields.py`` (the real launcher, stock and patched, on the tiny
 Kimi-K2.5 and drafts setting each field), ``tests/unit/test_draft_fields.py`` (the parser, and the table against
 the installed release's source, in CI on the pinned and the newest release),
-``tests/checkpoint/test_doctor_fields.py`` (the doctor).
+``tests/checkpoint/test_doctor_fields.py`` (the doctor); for the MLA draft ``tests/patches/test_mla_draft_norms.py``
+(the real launcher and the real draft loader: on each release the EAGLE-3.1 MLA draft is served with its norms or
+refused) and ``tests/checkpoint/test_doctor_mla_draft.py`` (the doctor, per release).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from ..checkpoint import draft_fields as F
-from ..checkpoint.formats import SGLANG_EAGLE3
+from ..checkpoint.formats import DRAFT_CLASS_OF_MODULE, SGLANG_EAGLE3, draft_module
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..preflight import PatchSetup
@@ -59,20 +64,21 @@ def ignored_fields(
     source: str,
     config_path: str,
     among: Iterable[str] | None = None,
+    module: str = F.DRAFT_MODULE,
 ) -> Diagnostics:
-    """One error per draft config field set true that a release reading ``read`` never sees (only the read names
-    ``among``, when given)."""
+    """One error per draft config field set true that a release reading ``read`` (in its draft module ``module``)
+    never sees (only the read names ``among``, when given)."""
     out = Diagnostics()
     for field, name, value in F.ignored(config, read):
         if among is not None and name not in among:
             continue
-        first = F.first_reading(name)
+        first = F.first_reading(name, module)
         out.add(
             ERROR,
             CODE,
             f"the draft's config sets {name} ({F.MATH_FIELDS[field]}), which sglang {version}'s "
-            "LlamaForCausalLMEagle3 never reads: the draft is served without it, unlike it was trained (a lower "
-            "accept length, no error)",
+            f"{DRAFT_CLASS_OF_MODULE[module]} never reads: the draft is served without it, unlike it was trained (a "
+            "lower accept length, no error)",
             where=f"{config_path}: {name}",
             found=f"{name}: {repr(value)[:80]} (read from {source})",  # a checkpoint's value: bounded
             expected=f"a release that reads it: {first}",
@@ -81,10 +87,17 @@ def ignored_fields(
     return out
 
 
-def backported(patches: Iterable[Patch], active: Callable[[Patch], bool]) -> frozenset[str]:
-    """The read names the patches of ``patches`` that are ``active`` make the draft read (a patch that backports
-    fields declares them in ``backports_draft_fields``)."""
-    return frozenset(n for p in patches if active(p) for n in p.backports_draft_fields)
+def _dotted(module: str) -> str:
+    """A draft module (``srt/models/llama_eagle3.py``) as a patch's ``module`` names it."""
+    return "sglang." + module.removesuffix(".py").replace("/", ".")
+
+
+def backported(
+    patches: Iterable[Patch], active: Callable[[Patch], bool], module: str = F.DRAFT_MODULE
+) -> frozenset[str]:
+    """The read names the patches of ``patches`` that are ``active`` make the draft of ``module`` read (a patch that
+    backports fields declares them in ``backports_draft_fields``, for the draft class of its own module)."""
+    return frozenset(n for p in patches if p.module == _dotted(module) and active(p) for n in p.backports_draft_fields)
 
 
 def _active_in_process(patch: Patch) -> bool:
@@ -93,13 +106,19 @@ def _active_in_process(patch: Patch) -> bool:
     return state in (State.APPLIED, State.PENDING, State.IN_SOURCE) and patch.covers(installed_sglang_version())
 
 
+def setup_module(setup: PatchSetup) -> str:
+    """The draft module (:mod:`~eagle3_patches.checkpoint.draft_fields`) whose class serves the setup's draft."""
+    return draft_module(setup.draft.config) if setup.draft is not None else F.DRAFT_MODULE
+
+
 def release_reads(setup: PatchSetup) -> tuple[frozenset[str], str]:
-    """The fields the setup's release reads itself, and from where that was read: the installed release's source,
-    or for another release the table observed from the released wheels."""
-    found = F.installed_source() if setup.facts.get("sglang_version_source") == "installed" else None
+    """The fields the setup's release reads itself (in the module of the draft's class), and from where that was
+    read: the installed release's source, or for another release the table observed from the released wheels."""
+    module = setup_module(setup)
+    found = F.installed_source(module) if setup.facts.get("sglang_version_source") == "installed" else None
     if found is not None:
         return F.fields_read(found[1]), str(found[0])
-    return F.read_by_release(setup.rf.release), "the table observed from the released wheels"
+    return F.read_by_release(setup.rf.release, module), "the table observed from the released wheels"
 
 
 def served_fields(setup: PatchSetup) -> frozenset[str]:
@@ -109,7 +128,7 @@ def served_fields(setup: PatchSetup) -> frozenset[str]:
     def active(p: Patch) -> bool:
         return p.covers(setup.version) and setup.patched(p.name)
 
-    return release_reads(setup)[0] | backported(setup.patches.values(), active)
+    return release_reads(setup)[0] | backported(setup.patches.values(), active, setup_module(setup))
 
 
 def readers(names: Iterable[str]) -> str:
@@ -136,13 +155,14 @@ def readers(names: Iterable[str]) -> str:
     )
 
 
-def installed_reads() -> frozenset[str] | None:
-    """The fields a draft reads in this process: the installed release's ``llama_eagle3.py`` and the active patches
-    that backport fields; None without an installed sglang."""
-    found = F.installed_source()
+def installed_reads(module: str = F.DRAFT_MODULE) -> frozenset[str] | None:
+    """The fields a draft reads in this process: the installed release's draft module ``module``
+    (``llama_eagle3.py`` by default) and the active patches that backport fields for it; None without an installed
+    sglang (or without that module)."""
+    found = F.installed_source(module)
     if found is None:
         return None
-    return F.fields_read(found[1]) | backported(get_registry().patches(), _active_in_process)
+    return F.fields_read(found[1]) | backported(get_registry().patches(), _active_in_process, module)
 
 
 def reads_under_patches(setup: PatchSetup) -> frozenset[str]:
@@ -153,7 +173,7 @@ def reads_under_patches(setup: PatchSetup) -> frozenset[str]:
     def reports_its_own(p: Patch) -> bool:
         return p.covers(setup.version) and (not setup.with_patches or setup.patched(p.name))
 
-    return release_reads(setup)[0] | backported(setup.patches.values(), reports_its_own)
+    return release_reads(setup)[0] | backported(setup.patches.values(), reports_its_own, setup_module(setup))
 
 
 def check_draft_config_fields(server_args) -> None:
@@ -165,12 +185,15 @@ def check_draft_config_fields(server_args) -> None:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # a hub id or an unreadable config: sglang reports those itself
-    found = F.installed_source()
-    read = installed_reads()
-    if not isinstance(config, dict) or found is None or read is None:
+    if not isinstance(config, dict):
         return
+    module = draft_module(config)
+    found = F.installed_source(module)
+    read = installed_reads(module)
+    if found is None or read is None:
+        return  # no sglang, or a release without the draft's class: sglang refuses the architecture itself
     problems = ignored_fields(
-        config, read, version=installed_sglang_version(), source=str(found[0]), config_path=str(path)
+        config, read, version=installed_sglang_version(), source=str(found[0]), config_path=str(path), module=module
     )
     if problems:
         raise Eagle3ConfigError(diagnostic=problems[0])
@@ -189,11 +212,16 @@ class Eagle3DraftConfigFields(LauncherCheck):
         dv = setup.draft
         if setup.checkpoint_only or dv is None or dv.format != SGLANG_EAGLE3:
             return Diagnostics()  # a speculators draft's options: the converter's refusals (draft-speculators-format)
+        module = setup_module(setup)
+        if module == F.MLA_DRAFT_MODULE and not setup.rf.has_mla_draft:
+            return Diagnostics()  # a release without the MLA draft's class: draft-kind-not-served says so
         source = release_reads(setup)[1]
         setup.facts["draft_fields_read_from"] = source
         # a backporting patch on its releases reports its own fields, unless switched off at launch
         read = reads_under_patches(setup)
-        return ignored_fields(dv.config, read, version=setup.version, source=source, config_path=setup.dcfg())
+        return ignored_fields(
+            dv.config, read, version=setup.version, source=source, config_path=setup.dcfg(), module=module
+        )
 
 
 PATCH = Eagle3DraftConfigFields()

@@ -59,7 +59,7 @@ def test_the_installed_release_is_judged_by_its_own_source(tiny, make_draft, mon
     r = doctor(tiny["kimi_k25"], d, launch=launch)  # the installed sglang: its llama_eagle3.py is read
     assert r.facts["draft_fields_read_from"].endswith("llama_eagle3.py")
     monkeypatch.setattr(
-        F, "installed_source", lambda: ("patched/llama_eagle3.py", "x = getattr(config, 'norm_output')")
+        F, "installed_source", lambda module: ("patched/llama_eagle3.py", "x = getattr(config, 'norm_output')")
     )
     r = doctor(tiny["kimi_k25"], d, launch=launch)
     assert "draft-config-ignored" not in r.codes() and r.facts["draft_fields_read_from"] == "patched/llama_eagle3.py"

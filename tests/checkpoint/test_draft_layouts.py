@@ -98,6 +98,14 @@ def kimi_eagle3_mla(root: Path) -> Path:
     return _write(root / "kimi-mla", cfg, {"fc.weight": torch.zeros(H, 3 * H), "norm.weight": torch.ones(H)})
 
 
+def kimi_eagle31_mla(root: Path) -> Path:
+    """The same template with EAGLE-3.1's norms (``kimi-k2.6-eagle3.1-mla``: ``fc_norm``, ``norm_output``)."""
+    path = kimi_eagle3_mla(root)
+    cfg = json.loads((path / "config.json").read_text()) | {"fc_norm": True, "norm_output": True}
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
+
+
 def speculators_eagle3(root: Path) -> Path:
     return tm.build_speculators_fixture(root)  # written by speculators 0.9.0 itself
 
@@ -187,6 +195,7 @@ CASES = {
     "sglang-eagle31": (sglang_eagle31, "EAGLE3"),
     "sglang-eagle3-layers0": (modelopt_eagle3, "EAGLE3"),
     "kimi-eagle3-mla": (kimi_eagle3_mla, "EAGLE3"),
+    "kimi-eagle31-mla": (kimi_eagle31_mla, "EAGLE3"),
     "speculators-eagle3": (speculators_eagle3, "EAGLE3"),
     "speculators-eagle": (speculators_eagle, "EAGLE"),
     "eagle-repo-eagle3": (eagle_repo_eagle3, "EAGLE3"),
@@ -222,7 +231,7 @@ def test_each_layout_is_detected_and_the_doctor_names_it_with_the_0_5_9_verdict(
     v = D.verdict(layout, "0.5.9")
     assert f.what == f"the draft: kind {layout.kind}, layout {layout.name}; {v.text}"
     not_served = "draft-kind-not-served" in r.codes(ERROR)
-    assert not_served == (v.status != D.SERVED and layout.owner is None), r.format()
+    assert not_served == (v.status != D.SERVED and layout.owned_by("0.5.9") is None), r.format()
     if not_served:
         assert next(x for x in r.findings if x.code == "draft-kind-not-served").fix == layout.fix
     assert "internal-error" not in r.codes(), r.format()
@@ -245,6 +254,7 @@ def test_the_guard_and_the_doctor_answer_eagle3_alike(tmp_path, key):
     [
         ("dflash", "0.5.10.post1", "0.5.11"),
         ("kimi-eagle3-mla", "0.5.11", "0.5.12"),
+        ("kimi-eagle31-mla", "0.5.12", "0.5.13"),  # 0.5.12's class ignores the norms: draft-config-ignored says so
         ("sglang-eagle3-multilayer", "0.5.11", "0.5.12"),
         ("eagle-repo-eagle3", "0.5.23", None),
         ("peagle", "0.5.23", None),
@@ -255,7 +265,7 @@ def test_the_verdict_changes_at_the_first_release_that_serves_the_layout(tmp_pat
     draft = build(tmp_path)
     layout = D.BY_KEY[key]
     old = doctor(draft=draft, speculative_algorithm=algo, sglang_version=before, with_patches=False)
-    unserved = "draft-num-layers" if layout.owner else "draft-kind-not-served"
+    unserved = layout.owned_by(before) or "draft-kind-not-served"
     assert unserved in old.codes(ERROR), old.format()
     kind = _kind_finding(old)
     assert f"not served by sglang {before}" in kind.what
