@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.d2t import check_d2t
+from ..checkpoint.draft_names import PREFIXED_HEAD, draft_tensor_name
 from ..checkpoint.expected_accept import FIELD as EXPECTED_FIELD
 from ..checkpoint.formats import config_dtype, list_weight_files, read_config
 from ..checkpoint.safe_io import open_checkpoint_file
@@ -48,8 +49,6 @@ from . import sampling as sm
 from .draft_reference import REQUIRED, SPEC_V1, DraftForward, draft_shape
 from .target_states import FINAL, TargetStates, dump_shards, open_dump, shown_ids
 
-#: the tensor names a draft checkpoint may use for the same parameter, mapped to sglang's (as its loader maps them)
-_PREFIXES = (("model.", ""), ("layers.0.", "midlayer."))
 #: skipped sequences the human report names (the rest are counted)
 _SHOWN_SKIPPED = 20
 
@@ -290,13 +289,6 @@ def _load(path: Path, wanted: dict[str, str], dtype: Any) -> dict[str, Any]:
     return out
 
 
-def _sglang_name(name: str) -> str:
-    for old, new in _PREFIXES:
-        if name.startswith(old):
-            name = new + name[len(old) :]
-    return name
-
-
 def _target_tensor(files: dict[str, str], suffix: str) -> str | None:
     """The target's tensor named ``suffix`` or ``*.suffix`` (the shortest such name: ``lm_head.weight`` before a
     wrapper's ``language_model.lm_head.weight``), None where it has none."""
@@ -332,7 +324,16 @@ def load_draft(
         )
     floats = pick_dtype(dtype, config, where)
     files = _tensor_file_map(dpath)
-    names = {_sglang_name(n): n for n in files}
+    names = {draft_tensor_name(n)[0]: n for n in files}
+    if PREFIXED_HEAD in names and "lm_head.weight" not in names:
+        raise MeasureError(
+            "the draft's head is stored under a name sglang does not load: the server would run the draft with a "
+            "head it was never given, so no figure measured with this one holds for it",
+            where=f"{dpath}: {PREFIXED_HEAD}",
+            found=PREFIXED_HEAD,
+            expected="lm_head.weight (sglang's draft head sits outside model.)",
+            fix=f"rename {PREFIXED_HEAD} to lm_head.weight in the draft's safetensors (and its index)",
+        )
     missing = [n for n in REQUIRED if n not in names]
     if missing:
         raise MeasureError(

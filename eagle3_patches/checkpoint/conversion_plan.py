@@ -31,7 +31,6 @@ reads it), a norm weight whose field the config does not set, or a non-llama dec
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,7 @@ from ..errors import Eagle3ConfigError
 from . import draft_fields as F
 from . import expected_accept
 from . import layer_ids as L
+from .draft_names import draft_tensor_name
 from .formats import (
     SGLANG_EAGLE3,
     SPECULATORS,
@@ -140,15 +140,6 @@ def _source_tensors(
         h = scan.headers[t.file]
         out[name] = (t, h.data_start, h.mode)
     return out, list(scan.headers)
-
-
-def _output_name(name: str) -> str:
-    m = re.match(r"^(model\.)?layers\.0\.", name)
-    if m:
-        return "midlayer." + name[m.end() :]
-    if name.startswith("model.") and name != "model.lm_head.weight":
-        return name[len("model.") :]
-    return name
 
 
 def reading_for(release: str | None, read: Iterable[str] | None = None) -> tuple[frozenset[str], str]:
@@ -456,7 +447,7 @@ def _plan(
     unknown: list[str] = []
     seen: dict[str, str] = {}
     for name, (t, data_start, mode) in tensors.items():
-        out = _output_name(name)
+        out = draft_tensor_name(name)[0]
         if out not in KNOWN_OUTPUT_NAMES and out not in norms:
             unknown.append(name)
             continue

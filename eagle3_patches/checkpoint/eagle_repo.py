@@ -36,7 +36,6 @@ from .conversion_plan import (
     SAFETENSORS_DTYPE_TO_CONFIG,
     ConvertError,
     Plan,
-    _output_name,
     _plan,
     _source_tensors,
     checked_aux_ids,
@@ -45,6 +44,7 @@ from .conversion_plan import (
     target_layers,
     usable_view,
 )
+from .draft_names import draft_tensor_name
 from .formats import SGLANG_EAGLE3, SPECULATORS, checkpoint_dir, detect_format, read_config
 from .safetensors_header import TensorInfo
 
@@ -241,7 +241,8 @@ def plan_eagle_repo(
     n_layers, target_vocab = target_layers(target, num_target_layers)
     out_config = build_config(
         config,
-        {_output_name(n): t for n, t in infos.items()},  # the names sglang reads (Automodel's ``model.`` dropped)
+        # the names sglang reads (Automodel's ``model.`` dropped)
+        {draft_tensor_name(n)[0]: t for n, t in infos.items()},
         aux_layer_ids=aux_layer_ids,
         num_target_layers=n_layers,
         target_vocab=target_vocab,

@@ -3,7 +3,6 @@ draft loads, ``d2t`` / ``t2d`` and the dtypes it will run in."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -11,6 +10,7 @@ import numpy as np
 from ..checkpoint.conversion_plan import unsupported
 from ..checkpoint.d2t import check_d2t as check_d2t_values
 from ..checkpoint.draft_layouts import BY_KEY, EAGLE3_KINDS, KIND_EAGLE1, SERVED, classify, verdict
+from ..checkpoint.draft_names import draft_tensor_name
 from ..checkpoint.formats import (
     EAGLE,
     LLAMA_DRAFT_ARCH,
@@ -39,22 +39,6 @@ from .context import Context
 
 #: d2t / t2d larger than this are not read (a corrupted shape, not a vocabulary)
 MAX_MAP_BYTES = 64 << 20
-
-_LAYER0 = re.compile(r"^(model\.)?layers\.0\.")
-
-
-def _canonical(raw: str) -> tuple[str, str]:
-    """(canonical name, naming) for a draft tensor name; naming: sglang / speculators / model-prefix / map."""
-    if "d2t" in raw:
-        return "d2t", "map"
-    if "t2d" in raw:
-        return "t2d", "map"
-    m = _LAYER0.match(raw)
-    if m:
-        return "midlayer." + raw[m.end() :], "speculators"
-    if raw.startswith("model.") and raw != "model.lm_head.weight":
-        return raw[len("model.") :], "model-prefix"
-    return raw, "sglang"
 
 
 def load_draft(ctx: Context, path) -> None:
@@ -132,7 +116,7 @@ def check_draft_weights(ctx: Context) -> None:
     names: dict[str, str] = {}
     naming: dict[str, list[str]] = {}
     for name, t in raw.items():
-        c, kind = _canonical(name)
+        c, kind = draft_tensor_name(name)
         naming.setdefault(kind, []).append(name)
         if c in canon:
             ctx.add(

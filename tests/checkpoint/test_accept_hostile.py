@@ -327,3 +327,32 @@ def test_max_tokens_is_a_flag(capsys):
 
 def test_the_torch_file_bounds_are_the_documented_ones():
     assert (torch_file.MAX_FILE_BYTES, torch_file.MAX_PICKLE_BYTES, torch_file.MAX_RECORDS) == (4 << 30, 16 << 20, 4096)
+
+
+def _directory(path) -> tuple[int, int]:
+    """(records, directory bytes) as the file's zip end record states them."""
+    import struct
+
+    data = path.read_bytes()
+    at = data.rfind(b"PK\x05\x06")
+    _, _, _, _, records, directory, _, _ = struct.unpack("<4s4H2LH", data[at : at + 22])
+    return records, directory
+
+
+@pytest.mark.parametrize("bound", ["MAX_ZIP_DIRECTORY", "MAX_RECORDS"])
+def test_a_zip_directory_past_either_bound_is_refused_naming_its_size_and_one_at_the_bound_is_read(
+    tmp_path, monkeypatch, bound
+):
+    """The directory's bytes and its record count are each a bound of their own: a file at the bound is read, one a
+    byte (a record) over it is refused before its directory is read."""
+    write_speculators(tmp_path, 0)
+    path = tmp_path / "data_0.pt"
+    records, directory = _directory(path)
+    at_bound = directory if bound == "MAX_ZIP_DIRECTORY" else records
+    monkeypatch.setattr(torch_file, bound, at_bound)
+    assert list(td.read_speculators(path))  # at the bound: read
+    monkeypatch.setattr(torch_file, bound, at_bound - 1)
+    with pytest.raises(CheckpointError, match="implausibly large zip directory") as info:
+        list(td.read_speculators(path))
+    assert info.value.found == f"{records} records, {directory} bytes of directory"
+    assert f"{at_bound - 1} " in info.value.expected

@@ -485,6 +485,20 @@ def test_a_draft_with_hf_style_names_is_read_under_sglangs(tmp_path):
     assert all(torch.equal(forward.params[n], reference.params[n]) for n in REQUIRED)
 
 
+def test_a_draft_whose_head_is_saved_as_model_lm_head_is_refused_as_sglang_never_loads_it(tmp_path):
+    """sglang looks ``model.lm_head.weight`` up as ``model.model.lm_head.weight`` and drops it: the figure measured
+    with that head (or with the target's in its place) would not be the server's."""
+    target = tiny_models.build_kimi_k25(tmp_path / "target")
+
+    def prefixed_head(tensors, config):
+        tensors["model.lm_head.weight"] = tensors.pop("lm_head.weight")
+
+    with pytest.raises(MeasureError, match="head is stored under a name sglang does not load") as info:
+        load_draft(_trained_variant(tmp_path, "prefixed-head", prefixed_head), target)
+    assert info.value.diagnostic.found == "model.lm_head.weight"
+    assert "rename model.lm_head.weight to lm_head.weight" in info.value.diagnostic.fix
+
+
 def test_a_draft_lacking_many_tensors_names_the_first_six(tmp_path):
     def strip(tensors, config):
         for name in REQUIRED[:7]:
