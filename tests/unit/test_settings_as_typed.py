@@ -61,6 +61,42 @@ def test_a_number_of_the_wrong_kind_or_range_is_the_default_and_a_problem(env, f
     assert len(s.problems) == 1 and s.problems[0].startswith(f"{var}={value!r} is not ")
 
 
+@pytest.mark.parametrize(
+    "var, excluded, default",
+    [
+        # a gain fraction of 0 never warns and of 1 warns on a draft exactly as good as stated: both ends excluded
+        ("WATCHDOG_EXPECTED_FRACTION", "0", 0.5),
+        ("WATCHDOG_EXPECTED_FRACTION", "1", 0.5),
+        ("WATCHDOG_EXPECTED_FRACTION", "1.0", 0.5),
+        # an expected accept length of 1 is a draft that never helps: nothing to compare with
+        ("EXPECTED_ACCEPT_LENGTH", "1", None),
+        ("WATCHDOG_THRESHOLD", "1.0", 1.05),
+    ],
+)
+def test_a_value_at_an_excluded_bound_is_the_default_and_a_problem_naming_the_bound(var, excluded, default):
+    name = getattr(S, var)
+    s = S.read({name: excluded})
+    assert getattr(s, var.lower()) == default
+    (problem,) = s.problems
+    assert problem.startswith(f"{name}={excluded!r} is not ") and " < " in problem, problem
+
+
+@pytest.mark.parametrize(
+    "var, included, value",
+    [
+        ("WATCHDOG_EXPECTED_FRACTION", "0.999", 0.999),
+        ("WATCHDOG_EXPECTED_FRACTION", "0.001", 0.001),
+        ("EXPECTED_ACCEPT_LENGTH", "1.001", 1.001),
+        ("EXPECTED_ACCEPT_LENGTH", "64", 64.0),  # a closed end: accepted
+        ("EXPECTED_ACCEPT_TEMPERATURE", "0", 0.0),  # greedy: a closed end
+        ("WATCHDOG_INTERVAL", "0", 0.0),  # every window: a closed end
+    ],
+)
+def test_a_value_inside_its_range_or_at_a_closed_bound_is_read(var, included, value):
+    s = S.read({getattr(S, var): included})
+    assert (getattr(s, var.lower()), s.problems) == (value, ())
+
+
 def test_unknown_names_are_judged_on_the_settings_given():
     given = S.read({S.DISABLE: "no_such_patch"})
     assert S.unknown_names({"real_patch"}, given) == {S.DISABLE: ["no_such_patch"]}
