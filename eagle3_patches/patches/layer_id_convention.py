@@ -200,9 +200,10 @@ class LayerIdConvention(Patch):
         stating input-of-layer ids, from 0.5.13 the first-id rule); the patch fixes it from 0.5.13 when the draft
         config records its convention."""
         out = Diagnostics()
-        cap, dv = setup.capture(), setup.draft_view
+        cap = setup.capture()
         if cap is None or cap.broken:
             return out
+        dv = setup.draft_view  # a capture is read from the draft's config
         intended = dv.output_ids or []  # a capture implies aux ids, so output ids
         if list(cap.outputs) == list(intended) or (cap.num_layers is None and any(i < 0 for i in intended)):
             return out
