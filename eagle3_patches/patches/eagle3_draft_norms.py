@@ -59,7 +59,7 @@ from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import Diagnostics
 from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source, source_of
-from .eagle3_draft_config_fields import ignored_fields, release_reads
+from .eagle3_draft_config_fields import ignored_fields, release_reads, setup_module
 
 NAME = "eagle3_draft_norms"
 #: the read names (as :mod:`~eagle3_patches.checkpoint.draft_fields` spells them) this patch makes the draft read,
@@ -215,6 +215,9 @@ class Eagle3DraftNorms(Patch):
         if setup.checkpoint_only or dv is None or dv.format != SGLANG_EAGLE3 or not self.covers(setup.version):
             return Diagnostics()
         if setup.with_patches and not setup.patched(self.name):
+            return Diagnostics()
+        if setup_module(setup) != F.DRAFT_MODULE:
+            # the norms are added to LlamaForCausalLMEagle3 only: eagle3_draft_config_fields judges the MLA draft
             return Diagnostics()
         read, source = release_reads(setup)
         return ignored_fields(

@@ -68,7 +68,7 @@ from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
-from .eagle3_draft_config_fields import installed_reads, reads_under_patches, served_fields
+from .eagle3_draft_config_fields import installed_reads, reads_under_patches, served_fields, setup_module
 from .eagle3_draft_norms import LEGACY_FC_NORM_NAMES
 
 logger = logging.getLogger("eagle3_patches")
@@ -228,7 +228,9 @@ def _norm_tensors(setup: PatchSetup) -> dict[str, tuple[tuple[int, ...] | None, 
     if set_names & served & {"norm_before_fc", f"{F.EAGLE_CONFIG}.norm_before_fc"}:
         out["input_norm.weight"] = (_shape(k * th) if th else None, "required")
     if set_names & served & {"fc_norm", "use_aux_norm"}:
-        legacy = {new: old for old, new in LEGACY_FC_NORM_NAMES.items()}
+        # the older aux_norm_* names are mapped by the Llama draft's loader (and its backport), not the MLA draft's
+        llama = setup_module(setup) == F.DRAFT_MODULE
+        legacy = {new: old for old, new in LEGACY_FC_NORM_NAMES.items()} if llama else {}
         for i in range(k):
             old = f"{legacy.get(f'fc_norm.{i}', f'fc_norm.{i}')}.weight"
             out[old if old in setup.draft_tensors else f"fc_norm.{i}.weight"] = (_shape(th), "required")
@@ -459,8 +461,9 @@ def strict_load_weights(wrapped, instance, args, kwargs):
         fixes.extend(
             unknown_tensor_hints(
                 unknown,
-                read=installed_reads() or frozenset(),
+                read=installed_reads(module) or frozenset(),
                 release=f"sglang {installed_sglang_version()} with the patches active here",
+                module=module,
             )
         )
         fixes.append(
@@ -538,6 +541,7 @@ class Eagle3DraftStrictLoading(Patch):
                         unknown,
                         read=served_fields(setup),
                         release=f"sglang {setup.version}" + (" under eagle3-patches" if setup.with_patches else ""),
+                        module=setup_module(setup),
                     )
                 )
                 or "remove them if they are unused, or fix their names",
