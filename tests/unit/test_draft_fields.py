@@ -39,6 +39,26 @@ def test_the_table_is_what_the_installed_release_reads():
     )
 
 
+def test_the_mla_table_is_what_the_installed_release_reads():
+    """The MLA draft's table (kimi_k25_eagle3.py) against the installed release's file: on a release without the
+    file it reads nothing; 0.5.12 nothing either, 0.5.13 and later fc_norm / use_aux_norm / norm_output."""
+    version = installed_sglang_version()
+    assert version is not None
+    found = F.installed_source(F.MLA_DRAFT_MODULE)
+    read = frozenset() if found is None else F.fields_read(found[1]) & set(F.candidate_names())
+    assert read == F.read_by_release(tuple(version.release), F.MLA_DRAFT_MODULE), (
+        f"{found and found[0]} reads {sorted(read)}: run python tools/draft_fields_table.py"
+    )
+
+
+def test_the_mla_draft_reads_the_norms_from_the_release_after_its_first():
+    assert F.read_by_release((0, 5, 12), F.MLA_DRAFT_MODULE) == frozenset()
+    assert F.read_by_release((0, 5, 12), F.DRAFT_MODULE) >= {"fc_norm", "norm_output"}  # the Llama draft's, not its
+    assert F.read_by_release((0, 5, 13), F.MLA_DRAFT_MODULE) == {"fc_norm", "use_aux_norm", "norm_output"}
+    assert F.first_reading("norm_output", F.MLA_DRAFT_MODULE) == "sglang >= 0.5.13"
+    assert F.first_reading("norm_before_fc", F.MLA_DRAFT_MODULE) == "no sglang release up to 0.5.23 reads it"
+
+
 @pytest.mark.parametrize(
     "config, read, ignored",
     [
