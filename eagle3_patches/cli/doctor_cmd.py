@@ -118,9 +118,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "then what the two must agree on",
     )
     p.add_argument("--decode", metavar="STRING", help="a disaggregated pair: the decode server's launch command")
-    p.add_argument(
-        "--deep", action="store_true", help=argparse.SUPPRESS
-    )  # the complete check is the default now; kept for old scripts
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-q", "--quiet", action="store_true", help="hide notes (info findings)")
     p.add_argument(

@@ -8,6 +8,8 @@ import os
 import time
 from collections.abc import Sequence
 
+from packaging.version import Version
+
 from ..checkpoint.launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
 from ..checkpoint.releases import (
     NEWEST_CHECKED,
@@ -55,9 +57,6 @@ def doctor(
     sglang_version: str | None = None,
     launch: LaunchArgs | Sequence[str] | str | None = None,
     with_patches: bool | None = None,
-    # pragma: no mutate core/ReplaceFalseWithTrue: `deep` is accepted for old callers and ignored (the complete check is
-    # the default)
-    deep: bool = False,
     checkpoint_only: bool = False,
 ) -> Report:
     """Check a target + draft + launch configuration; never raises for a bad checkpoint.
@@ -68,8 +67,6 @@ def doctor(
     ``eagle3-patches run``, or sglang >= 0.5.11 installed here loads this package as a plugin);
     where neither the launch nor the installed sglang says (bare flags, or none), the report is
     stock sglang's and :attr:`Report.with_patches` holds the verdict with eagle3-patches.
-    ``deep``: accepted for compatibility and ignored: the target's whole index and every shard header are
-    always read (docs/doctor.md, Cost).
     ``checkpoint_only``: only the checks of the checkpoints themselves (no algorithm, release
     support or launch-flag findings), as the converter runs them on its output.
     Raises ``ValueError`` only for unusable arguments (bad version string, unknown algorithm).
@@ -77,38 +74,10 @@ def doctor(
     t0 = time.perf_counter()
     read0 = bytes_read()
     report = Report()
-    if launch is None:
-        la, launch_given = LaunchArgs(), False
-    elif isinstance(launch, LaunchArgs):
-        la, launch_given = launch, True
-    else:
-        la, launch_given = parse_launch_args(launch), True
-
-    # sglang version
-    if sglang_version is not None:
-        version, vsrc = parse_version(sglang_version), "--sglang-version"
-    else:
-        installed = installed_sglang_version()
-        version, vsrc = (
-            (installed, "installed") if installed is not None else (PINNED, "assumed: sglang is not installed here")
-        )
+    la, launch_given = _launch(launch)
+    version, vsrc = _release(sglang_version)
     rf = facts(version)
-
-    # algorithm
-    if speculative_algorithm is not None:
-        algo = speculative_algorithm.strip().upper()
-        if algo not in ALGORITHMS:
-            raise ValueError(
-                f"unknown speculative algorithm {speculative_algorithm!r} (sglang knows {', '.join(ALGORITHMS)})"
-            )
-        asrc = "--speculative-algorithm"
-    elif la.algorithm:
-        algo, asrc = la.algorithm, "launch flags"
-    elif launch_given:
-        algo, asrc = None, "launch flags (none given)"
-    else:
-        algo, asrc = "EAGLE3", "assumed"
-
+    algo, asrc = _algorithm(speculative_algorithm, la, launch_given)
     patched, patched_why = patch_mode(with_patches, la, launch_given, rf, vsrc)
     ctx = Context(
         report=report,
@@ -134,55 +103,13 @@ def doctor(
         pp=ctx.pp,
         launch=la.as_dict() if launch_given else None,
     )
-    if not rf.in_table:
-        report.add(
-            INFO,
-            "sglang-version-unknown",
-            f"sglang {version} is outside the releases the doctor's table was read from "
-            f"({OLDEST_KNOWN}-{NEWEST_CHECKED}); "
-            "its rules are extrapolated from the nearest release",
-            where=vsrc,
-        )
-    if vsrc.startswith("assumed"):
-        report.add(
-            INFO,
-            "sglang-version-assumed",
-            f"sglang is not installed here; checking against {version}",
-            fix="pass --sglang-version V for the server's release",
-        )
-
+    _note_release(ctx, vsrc)
     # paths: explicit arguments win over the launch command
     target = _pick_path(ctx, "target", target, la.model_path, "--model-path")
     draft = _pick_path(ctx, "draft", draft, la.draft_path, "--speculative-draft-model-path")
-
-    if target is not None:
-        guard(ctx, "target config", lambda c: load_target(c, target))
-        if ctx.target is not None:
-            guard(ctx, "target weights", check_target_weights)
-    if draft is not None:
-        guard(ctx, "draft config", lambda c: load_draft(c, draft))
-        if ctx.draft is not None:
-            guard(ctx, "draft weights", check_draft_weights)
-            guard(ctx, "draft format", check_draft_format)
-            guard(ctx, "draft kind", check_draft_kind)
-            guard(ctx, "draft tensors", check_draft_tensors)
-            guard(ctx, "d2t", check_d2t)
-            guard(ctx, "dtypes", check_dtypes)
-    if ctx.draft is not None and ctx.target is not None:
-        guard(ctx, "sizes", check_sizes)
-    if ctx.draft is not None:
-        guard(ctx, "fc shape", check_fc_shape)
-        guard(ctx, "aux layer ids", check_layer_ids)
+    _check_checkpoints(ctx, target, draft)
     if not checkpoint_only:
-        guard(ctx, "algorithm", check_algorithm)
-        guard(ctx, "speculative flags", check_flag_rules)
-        if ctx.target is not None:
-            guard(ctx, "target release support", check_target_release)
-        if ctx.draft is not None and ctx.target is not None:
-            guard(ctx, "context length and RoPE", check_context)
-        if ctx.draft is not None:
-            guard(ctx, "what the draft inherits", check_inherited)
-            guard(ctx, "the expected accept length", check_expected)
+        _check_launch(ctx)
     if target is None and draft is None:
         report.add(
             ERROR,
@@ -201,6 +128,94 @@ def doctor(
     report.facts["bytes_read"] = bytes_read() - read0
     report.facts["seconds"] = round(time.perf_counter() - t0, 4)
     return report
+
+
+def _launch(launch: LaunchArgs | Sequence[str] | str | None) -> tuple[LaunchArgs, bool]:
+    """The launch flags, and whether any were given."""
+    if launch is None:
+        return LaunchArgs(), False
+    if isinstance(launch, LaunchArgs):
+        return launch, True
+    return parse_launch_args(launch), True
+
+
+def _release(sglang_version: str | None) -> tuple[Version, str]:
+    """The sglang release judged, and where it comes from: the argument, the install here, or the pinned one."""
+    if sglang_version is not None:
+        return parse_version(sglang_version), "--sglang-version"
+    installed = installed_sglang_version()
+    if installed is not None:
+        return installed, "installed"
+    return PINNED, "assumed: sglang is not installed here"
+
+
+def _algorithm(explicit: str | None, la: LaunchArgs, launch_given: bool) -> tuple[str | None, str]:
+    """The speculative algorithm judged, and where it comes from; an unknown one is a ``ValueError``."""
+    if explicit is not None:
+        algo = explicit.strip().upper()
+        if algo not in ALGORITHMS:
+            raise ValueError(f"unknown speculative algorithm {explicit!r} (sglang knows {', '.join(ALGORITHMS)})")
+        return algo, "--speculative-algorithm"
+    if la.algorithm:
+        return la.algorithm, "launch flags"
+    if launch_given:
+        return None, "launch flags (none given)"
+    return "EAGLE3", "assumed"
+
+
+def _note_release(ctx: Context, version_source: str) -> None:
+    """Say where the release judged is not one the doctor's table was read from, or was assumed."""
+    if not ctx.rf.in_table:
+        ctx.add(
+            INFO,
+            "sglang-version-unknown",
+            f"sglang {ctx.version} is outside the releases the doctor's table was read from "
+            f"({OLDEST_KNOWN}-{NEWEST_CHECKED}); "
+            "its rules are extrapolated from the nearest release",
+            where=version_source,
+        )
+    if version_source.startswith("assumed"):
+        ctx.add(
+            INFO,
+            "sglang-version-assumed",
+            f"sglang is not installed here; checking against {ctx.version}",
+            fix="pass --sglang-version V for the server's release",
+        )
+
+
+def _check_checkpoints(ctx: Context, target, draft) -> None:
+    """The checks of the checkpoints themselves and of the two together (what the converter runs on its output)."""
+    if target is not None:
+        guard(ctx, "target config", lambda c: load_target(c, target))
+        if ctx.target is not None:
+            guard(ctx, "target weights", check_target_weights)
+    if draft is not None:
+        guard(ctx, "draft config", lambda c: load_draft(c, draft))
+        if ctx.draft is not None:
+            guard(ctx, "draft weights", check_draft_weights)
+            guard(ctx, "draft format", check_draft_format)
+            guard(ctx, "draft kind", check_draft_kind)
+            guard(ctx, "draft tensors", check_draft_tensors)
+            guard(ctx, "d2t", check_d2t)
+            guard(ctx, "dtypes", check_dtypes)
+    if ctx.draft is not None and ctx.target is not None:
+        guard(ctx, "sizes", check_sizes)
+    if ctx.draft is not None:
+        guard(ctx, "fc shape", check_fc_shape)
+        guard(ctx, "aux layer ids", check_layer_ids)
+
+
+def _check_launch(ctx: Context) -> None:
+    """The checks of the launch: the algorithm, the flags, what the release supports and what the server serves."""
+    guard(ctx, "algorithm", check_algorithm)
+    guard(ctx, "speculative flags", check_flag_rules)
+    if ctx.target is not None:
+        guard(ctx, "target release support", check_target_release)
+    if ctx.draft is not None and ctx.target is not None:
+        guard(ctx, "context length and RoPE", check_context)
+    if ctx.draft is not None:
+        guard(ctx, "what the draft inherits", check_inherited)
+        guard(ctx, "the expected accept length", check_expected)
 
 
 def patch_mode(

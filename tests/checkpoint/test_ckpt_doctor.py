@@ -994,8 +994,8 @@ def test_usage_errors_exit_2(cli, argv):
     assert "Traceback" not in out + err
 
 
-def test_deep_mode_reads_all_target_headers(tiny):
-    r = run(tiny["deepseek_v3"], tiny["draft"], deep=True)
+def test_the_default_check_reads_every_target_header(tiny):
+    r = run(tiny["deepseek_v3"], tiny["draft"])
     assert_clean(r)
     assert r.facts["target_headers_read"].startswith("1 of 1")
 
