@@ -38,18 +38,29 @@ ADAPTIVE_STEPS = (
 
 
 def adaptive_turned_off(
-    algorithm: str | None, topk: int | None, dp_attention: bool, two_batch_overlap: bool
+    algorithm: str | None,
+    topk: int | None,
+    dp_attention: bool,
+    two_batch_overlap: bool,
+    multi_layer_eagle: bool = False,
+    pdmux: bool = False,
 ) -> str | None:
     """Why sglang falls back to fixed steps under ``--speculative-adaptive`` (its ``adaptive_unsupported_reason``,
-    read in the 0.5.23 wheel: it logs a warning and serves at the static flags), or None where the steps adapt."""
+    read in the 0.5.13 - 0.5.23 wheels: it logs a warning and serves at the static flags), or None where the steps
+    adapt.  Every fallback of those releases is here: one left out makes the watchdog stand down on a server that
+    runs fixed steps."""
     if algorithm not in (None, "EAGLE", "EAGLE3"):
         return f"--speculative-algorithm {algorithm}"
     if topk not in (None, 1):
         return f"--speculative-eagle-topk {topk}: only 1 is supported"
     if dp_attention:
         return "--enable-dp-attention"
+    if multi_layer_eagle:
+        return "--enable-multi-layer-eagle"
     if two_batch_overlap:
         return "--enable-two-batch-overlap"
+    if pdmux:
+        return "--enable-pdmux"
     return None
 
 

@@ -218,7 +218,12 @@ def check_expected(ctx: Context) -> None:
         )
         return
     off = expected_accept.adaptive_turned_off(
-        la.algorithm, la.eagle_topk, la.enable_dp_attention, la.enable_two_batch_overlap
+        la.algorithm,
+        la.eagle_topk,
+        la.enable_dp_attention,
+        la.enable_two_batch_overlap,
+        multi_layer_eagle=la.enable_multi_layer_eagle,
+        pdmux=la.enable_pdmux,
     )
     if la.speculative_adaptive and off:
         ctx.add(

@@ -64,7 +64,7 @@ silent, once said),
 ``tests/probe/test_watchdog_on_sglang.py`` (the installed sglang's real scheduler classes and collector in an
 isolated process: it lands, sglang's counters still count, it fires, the real probe is applied and reverted, the
 gauges read back through ``MultiProcessCollector`` as sglang's ``/metrics`` reads them; off, nothing of sglang is
-touched; passed on 0.5.9, 0.5.13, 0.5.15 and 0.5.23, and in the release matrix's selection),
+touched; on every release of the matrix's selection),
 ``tests/e2e/test_watchdog.py`` (three real servers: see docs/troubleshooting.md), ``tests/e2e/test_expected_accept.py``
 (the degraded draft flagged against its expected figure, the intact one silent).
 """
@@ -686,13 +686,20 @@ def adaptive_steps() -> bool:
             return False
         flags = ("speculative_algorithm", "speculative_eagle_topk", "enable_dp_attention", "enable_two_batch_overlap")
         algorithm, topk, dp_attention, tbo = (server_arg(n) for n in flags)
+        # later flags: a release without one has no such fallback
+        multi_layer, pdmux = (server_arg(n, False) for n in ("enable_multi_layer_eagle", "enable_pdmux"))
     except Exception:  # noqa: BLE001 - no server arguments in this process: fixed steps
         return False
     name = getattr(algorithm, "name", algorithm)  # sglang's SpeculativeAlgorithm enum, or the flag's string
-    return (
-        expected_accept.adaptive_turned_off(str(name).upper() if name else None, topk, bool(dp_attention), bool(tbo))
-        is None
+    off = expected_accept.adaptive_turned_off(
+        str(name).upper() if name else None,
+        topk,
+        bool(dp_attention),
+        bool(tbo),
+        multi_layer_eagle=bool(multi_layer),
+        pdmux=bool(pdmux),
     )
+    return off is None
 
 
 def _disaggregation_mode() -> str | None:

@@ -737,6 +737,8 @@ def test_no_flags_mean_sglangs_defaults():
             "nnodes": 1,
             "dtype": "auto",
             "enable_two_batch_overlap": False,
+            "enable_multi_layer_eagle": False,
+            "enable_pdmux": False,
             "disable_cuda_graph": False,
             "enable_flashinfer_allreduce_fusion": False,
             "enable_dp_attention": False,

@@ -249,6 +249,20 @@ def test_under_adaptive_steps_the_doctor_says_the_watchdog_judges_nothing(tiny, 
     assert "speculative-adaptive" not in run(tiny, *SHAPE, draft=d).codes()
 
 
+@pytest.mark.parametrize(
+    "flag",
+    ["--enable-dp-attention", "--enable-two-batch-overlap", "--enable-multi-layer-eagle", "--enable-pdmux"],
+)
+def test_where_sglang_runs_fixed_steps_under_adaptive_the_doctor_says_the_watchdog_judges(tiny, make_draft, flag):
+    """Each flag on which sglang falls back to fixed steps (its adaptive_unsupported_reason): the doctor names it
+    and keeps the expected figure's comparison, which the watchdog makes there."""
+    d = make_draft(config={"expected_accept_length": FIGURE})
+    launch = ["--speculative-algorithm", "EAGLE3", *SHAPE, "--speculative-adaptive", flag]
+    f = finding(doctor(tiny["kimi_k25"], d, sglang_version="0.5.23", launch=launch), "speculative-adaptive")
+    assert f.severity == INFO and f"turns --speculative-adaptive off for this launch ({flag})" in f.what
+    assert "judges no accept length" not in f.what
+
+
 def test_adaptive_steps_on_a_release_without_the_flag_is_an_error(tiny, make_draft):
     d = make_draft(config={"expected_accept_length": FIGURE})
     launch = ["--speculative-algorithm", "EAGLE3", *SHAPE, "--speculative-adaptive"]

@@ -542,8 +542,13 @@ def test_under_adaptive_steps_nothing_false_is_said_and_the_stand_down_is_said_o
     "adaptive, server_args",
     [
         (False, {}),
-        (True, {"enable_dp_attention": True}),  # sglang falls back to fixed steps: its adaptive_unsupported_reason
+        # sglang falls back to fixed steps (its adaptive_unsupported_reason): each of its fallbacks, written out
+        (True, {"enable_dp_attention": True}),
         (True, {"speculative_eagle_topk": 4}),
+        (True, {"speculative_algorithm": "STANDALONE"}),
+        (True, {"enable_two_batch_overlap": True}),
+        (True, {"enable_multi_layer_eagle": True}),
+        (True, {"enable_pdmux": True}),
     ],
 )
 def test_the_same_batches_at_fixed_steps_are_judged(monkeypatch, caplog, adaptive, server_args):
@@ -551,6 +556,41 @@ def test_the_same_batches_at_fixed_steps_are_judged(monkeypatch, caplog, adaptiv
         dog = _through_sglangs_call(monkeypatch, adaptive, ADAPTIVE_BATCHES, **server_args)
     assert dog.stood_down is None and dog.expected is not None and dog.reports >= 1
     assert any("speculative decoding accepts essentially no draft tokens" in w for w in _warnings(caplog))
+
+
+def _release_fallback_flags() -> list[str]:
+    """The ``enable_*`` server arguments the installed release's ``adaptive_unsupported_reason`` falls back to fixed
+    steps on (read from its source; empty on a release without adaptive steps)."""
+    import ast
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    (root,) = spec.submodule_search_locations
+    path = Path(root) / "srt" / "speculative" / "adaptive_spec_params.py"
+    if not path.is_file():
+        return []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef) and node.name == "adaptive_unsupported_reason":
+            return sorted(
+                {a.attr for a in ast.walk(node) if isinstance(a, ast.Attribute) and a.attr.startswith("enable_")}
+            )
+    return []
+
+
+def test_every_fixed_steps_fallback_of_this_release_is_judged(monkeypatch, caplog):
+    """Each flag on which the installed release's sglang serves fixed steps under --speculative-adaptive: the
+    watchdog judges the accept length there (it does not stand down)."""
+    flags = _release_fallback_flags()
+    if not flags:
+        pytest.skip("the installed sglang has no adaptive_unsupported_reason (no --speculative-adaptive)")
+    for flag in flags:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
+            dog = _through_sglangs_call(monkeypatch, True, ADAPTIVE_BATCHES, **{flag: True})
+        assert dog.stood_down is None and dog.expected is not None, f"stood down with {flag} on (fixed steps)"
 
 
 def test_a_watchdog_that_judges_nothing_exports_no_verdict(monkeypatch):
