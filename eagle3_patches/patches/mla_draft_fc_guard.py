@@ -11,7 +11,7 @@ What the patch changes: the same check as ``eagle3_fc_guard`` (:func:`.eagle3_fc
 ``Eagle3MLAModel.forward``: in the forward modes that carry the target's states the incoming width must equal
 ``fc``'s input size, else ``Eagle3CaptureError`` names the likely cause.  Draft decode steps are left alone.
 
-Releases: 0.5.12 (the first with ``models/kimi_k25_eagle3.py``) and later; observed on 0.5.23.
+Releases: 0.5.12 (the first with ``models/kimi_k25_eagle3.py``) and later.
 
 Upstream probe: none known; the check requires the skip (``self.fc(hidden_states)`` in ``Eagle3MLAModel.forward``).
 

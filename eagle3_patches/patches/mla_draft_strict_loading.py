@@ -12,7 +12,7 @@ ledger, the same message) on ``Eagle3DeepseekV2ForCausalLM.load_weights``: every
 every parameter no tensor reached, and a bad ``d2t`` are refused with ``Eagle3ConfigError`` before the server
 starts.  The pair the loader fuses counts as loaded when the fused parameter was written.
 
-Releases: 0.5.12 (the first with ``models/kimi_k25_eagle3.py``) and later; observed on 0.5.23.
+Releases: 0.5.12 (the first with ``models/kimi_k25_eagle3.py``) and later.
 
 Upstream probe: none (no release checked checks for missing tensors).
 
