@@ -53,6 +53,8 @@ class LaunchArgs:
     enable_two_batch_overlap: bool = False
     enable_multi_layer_eagle: bool = False  # --enable-multi-layer-eagle (sglang may also turn it on for a model)
     enable_pdmux: bool = False  # --enable-pdmux: prefill / decode multiplexing
+    enable_multi_layer_eagle: bool = False  # --enable-multi-layer-eagle (sglang may also turn it on for a model)
+    enable_pdmux: bool = False  # --enable-pdmux: prefill / decode multiplexing
     disable_cuda_graph: bool = False
     enable_flashinfer_allreduce_fusion: bool = False
     enable_dp_attention: bool = False
@@ -132,6 +134,8 @@ def _parser() -> _Parser:
     a("--nnodes", dest="nnodes", type=int)
     a("--dtype", dest="dtype")
     a("--enable-two-batch-overlap", dest="enable_two_batch_overlap", action="store_true", default=None)
+    a("--enable-multi-layer-eagle", dest="enable_multi_layer_eagle", action="store_true", default=None)
+    a("--enable-pdmux", dest="enable_pdmux", action="store_true", default=None)
     a("--disable-cuda-graph", dest="disable_cuda_graph", action="store_true", default=None)
     a(
         "--enable-flashinfer-allreduce-fusion",
