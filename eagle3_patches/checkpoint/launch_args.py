@@ -53,8 +53,6 @@ class LaunchArgs:
     enable_two_batch_overlap: bool = False
     enable_multi_layer_eagle: bool = False  # --enable-multi-layer-eagle (sglang may also turn it on for a model)
     enable_pdmux: bool = False  # --enable-pdmux: prefill / decode multiplexing
-    enable_multi_layer_eagle: bool = False  # --enable-multi-layer-eagle (sglang may also turn it on for a model)
-    enable_pdmux: bool = False  # --enable-pdmux: prefill / decode multiplexing
     disable_cuda_graph: bool = False
     enable_flashinfer_allreduce_fusion: bool = False
     enable_dp_attention: bool = False
@@ -91,19 +89,8 @@ class LaunchArgs:
         ``compute_dp_attention_world_info``)."""
         return attention_tp_size(self.tp, self.dp, self.enable_dp_attention)
 
-    #: what `eagle3-patches run --only NAME` / `--disable NAME` (cli/run_cmd.py) name: run sets the launched
-    #: process's ``EAGLE3_PATCHES_APPLY`` / ``_DISABLE`` from them
-    run_only: list[str] = field(default_factory=list)
-    run_disable: list[str] = field(default_factory=list)
     def as_dict(self) -> dict:
-        return dict(
-            vars(self),
-            given=sorted(self.given),
-            unknown=list(self.unknown),
-            env=dict(self.env),
-            run_only=list(self.run_only),
-            run_disable=list(self.run_disable),
-        )
+        return dict(vars(self), given=sorted(self.given), unknown=list(self.unknown), env=dict(self.env))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -146,8 +133,6 @@ def _parser() -> _Parser:
     a("--enable-dp-attention", dest="enable_dp_attention", action="store_true", default=None)
     a("--enable-hierarchical-cache", dest="enable_hierarchical_cache", action="store_true", default=None)
     a("--moe-a2a-backend", dest="moe_a2a_backend")
-    a("--enable-multi-layer-eagle", dest="enable_multi_layer_eagle", action="store_true", default=None)
-    a("--enable-pdmux", dest="enable_pdmux", action="store_true", default=None)
     a("--json-model-override-args", dest="json_model_override_args")
     a("--context-length", dest="context_length", type=int)
     a("--quantization", dest="quantization")
@@ -178,9 +163,9 @@ def _shown(argv: list[str]) -> str:
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 
 
-def _strip_program(argv: list[str], env: dict[str, str], run: dict[str, list[str]]) -> tuple[list[str], str, bool]:
+def _strip_program(argv: list[str], env: dict[str, str]) -> tuple[list[str], str, bool]:
     """Return (flags, program description, with_patches); the environment assignments in front of the
-    program go into ``env``, the patch names `eagle3-patches run --only` / `--disable` give into ``run``."""
+    program go into ``env``."""
     with_patches = False
     i = 0
     while True:
@@ -225,21 +210,7 @@ def _strip_program(argv: list[str], env: dict[str, str], run: dict[str, list[str
             # run`: `-x` or `--name`, whose second character sorts after `-`; an argument that starts with `-` and sorts
             # before `--` is `-` itself or `-` and a punctuation mark, which no option is
             while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
-                # run's own options: --only NAME and --disable NAME (or --only=NAME) choose the patch set, the
-                # others (--cpu-profile, --probe[=PATH]) take no separate value
-                option, eq, value = argv[i].partition("=")
-                if option in run:
-                    if not eq:
-                        i += 1
-                        if i >= len(argv):
-                            raise LaunchArgsError(
-                                f"`eagle3-patches run {option}` without a patch name",
-                                found=_shown(argv),
-                                fix=f"eagle3-patches run {option} NAME -- <command>",
-                            )
-                        value = argv[i]
-                    run[option].append(value)
-                i += 1
+                i += 1  # run's own options (none take values today)
             if i < len(argv) and argv[i] == "--":
                 i += 1
             with_patches = True
@@ -268,17 +239,9 @@ def parse_launch_args(argv: Sequence[str] | str) -> LaunchArgs:
     if argv and argv[0] == "--":
         argv = argv[1:]
     env: dict[str, str] = {}
-    run: dict[str, list[str]] = {"--only": [], "--disable": []}
-    flags, program, with_patches = _strip_program(argv, env, run)
+    flags, program, with_patches = _strip_program(argv, env)
     ns, unknown = _parser().parse_known_args(flags)
-    out = LaunchArgs(
-        program=program,
-        with_patches=with_patches,
-        unknown=unknown,
-        env=env,
-        run_only=run["--only"],
-        run_disable=run["--disable"],
-    )
+    out = LaunchArgs(program=program, with_patches=with_patches, unknown=unknown, env=env)
     for k, v in vars(ns).items():
         if v is not None:
             setattr(out, k, v)
