@@ -590,10 +590,8 @@ class Eagle3DraftStrictLoading(Patch):
             "stacked_params_mapping",
             "weight_loader",
         )
-        # pragma: no mutate eagle3/DeleteCallStatement: the check that the loader is still the one the patch observes:
-        # every release in the patch's range (0.5.8 - 0.5.23) has those names in it (the matrix shows the patch applied
-        # on each), so the patch applies the same without it : every release's `llama_eagle3` imports
-        # `default_weight_loader`, which the wrapper reads at load time
+        # pragma: no mutate eagle3/DeleteCallStatement: a guard of `check()`: every release the patch applies to
+        # passes it (the matrix applies the patch on each), so only a release that fails it tells the mutant apart
         expect_attr(module, "default_weight_loader")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:

@@ -145,7 +145,7 @@ class RankConsistency(Patch):
     def check(self, module: ModuleType) -> None:
         # pragma: no mutate eagle3/DeleteCallStatement: without the check, `saver.wrap` of the same attribute raises
         # `NotApplicable` where `ModelRunner` lacks `load_model` (the state is `not-applicable` either way, only the
-        # reason's words differ); every release eagle3-patches knows (0.5.8 to 0.5.23) has it
+        # reason's words differ)
         expect_attr(module.ModelRunner, "load_model")
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
