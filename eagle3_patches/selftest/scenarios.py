@@ -185,19 +185,19 @@ def capture_outcomes(
 def a2a_capture_rows(target: str, overrides: dict | None = None, then_patched: bool = False) -> dict:
     """One capturing prefill of ``PROMPTS[0]`` with an all-to-all MoE backend on (``enable_a2a_moe``: sglang gathers
     each aux state past the dense layers) under DP attention at TP 2, emulated on one rank: the TP group's gather
-    (the group ``tensor_model_parallel_all_gather`` reads) returns this rank's rows and a second attention-DP rank's,
+    (``parallel_state._TP``, whichever name reaches it) returns this rank's rows and a second attention-DP rank's,
     which serves other tokens (zeros here); the attention-TP group is this rank alone.  ``("ok", shape of the
     stored hidden states)`` or ``(exception type, message)``; ``then_patched``: again after the patch set was applied
     in this process, ``{"stock": ..., "patched": ...}``."""
     import torch
-    from sglang.srt.distributed import communication_op
+    from sglang.srt.distributed import parallel_state
 
     from eagle3_patches.testing import sglang_harness as h
 
     runner = h.model_runner(h.server_args(target, **(overrides or {})))
     runner.model.set_eagle3_layers_to_capture([1, 2, 3])  # layers past the tiny target's one dense layer
     runner.model.model.enable_a2a_moe = True
-    this_rank = communication_op.get_tp_group()
+    this_rank = parallel_state.get_tp_group()
 
     class TpGroupOfTwo:
         """This rank's TP group as a group of two whose other rank serves other tokens."""
@@ -208,7 +208,11 @@ def a2a_capture_rows(target: str, overrides: dict | None = None, then_patched: b
         def __getattr__(self, name: str):
             return getattr(this_rank, name)
 
-    communication_op.get_tp_group = TpGroupOfTwo
+    # the group itself, not one module's name for it: a gather that reaches the TP group by any path (the module's
+    # tensor_model_parallel_all_gather, get_tp_group() from parallel_state or from sglang.srt.distributed) gets both
+    # ranks' rows, while the attention-TP group (parallel_state._ATTN_TP) stays this rank alone
+    assert parallel_state.get_attn_tp_group() is not None
+    parallel_state._TP = TpGroupOfTwo()
 
     def run() -> tuple:
         step = h.prefill(runner, PROMPTS[:1], return_hidden_states=True)

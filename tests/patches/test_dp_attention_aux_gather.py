@@ -31,6 +31,8 @@ def test_stock_stores_another_ranks_tokens_for_the_draft(check):
 @pytest.mark.sglang
 @requires_patch("dp_attention_aux_gather")
 def test_patched_stores_this_ranks_tokens_only(check):
+    """The emulated TP group of two is the group itself (``parallel_state._TP``): a patch that gathers over the TP
+    group by another name (``get_tp_group()``, stock 0.5.9's group) stores both ranks' rows and fails here."""
     assert check.status == PASSED, check.reason
     assert check.observations["patched"] == ("ok", (TOKENS, 3 * HIDDEN))
 
