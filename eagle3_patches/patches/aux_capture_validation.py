@@ -37,18 +37,21 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError, Eagle3ConfigError
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from . import get_registry
 from .dp_attention_aux_gather import A2A_GATHERING_BACKENDS, FIXED_IN
 from .dp_attention_aux_gather import NAME as GATHER_PATCH
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 logger = logging.getLogger("eagle3_patches")
 

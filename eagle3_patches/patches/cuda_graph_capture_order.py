@@ -68,14 +68,17 @@ import logging
 import sys
 import textwrap
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from ..checkpoint import layer_ids as L
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source, source_of
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 logger = logging.getLogger("eagle3_patches")
 

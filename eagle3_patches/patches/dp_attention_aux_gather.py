@@ -35,12 +35,15 @@ Not verified on CPU: DeepEP or mooncake themselves and a real DP-attention group
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
-from ..preflight import PatchSetup
 from ..registry import NotApplicable, Patch, Saver, expect_attr, expect_source, read_source_file
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 NAME = "dp_attention_aux_gather"
 GATHER = "tensor_model_parallel_all_gather"

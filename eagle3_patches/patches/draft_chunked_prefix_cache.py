@@ -31,12 +31,15 @@ Not verified on CPU: the FA3 MLA backend's assertion itself (CUDA).
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, INFO, Diagnostics
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 NAME = "draft_chunked_prefix_cache"
 SWITCH = "disable_chunked_prefix_cache"

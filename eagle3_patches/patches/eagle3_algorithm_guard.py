@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
@@ -46,9 +47,11 @@ from .. import settings
 from ..checkpoint.draft_kind import eagle3_draft_evidence
 from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import server_args_resolution_method
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 logger = logging.getLogger("eagle3_patches")
 

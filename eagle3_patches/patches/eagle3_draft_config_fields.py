@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import SpecifierSet
 
@@ -48,10 +48,12 @@ from ..checkpoint import draft_fields as F
 from ..checkpoint.formats import DRAFT_CLASS_OF_MODULE, SGLANG_EAGLE3, draft_module
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..preflight import PatchSetup
 from ..registry import Patch, State
 from ..sglang_version import installed_sglang_version
 from . import LauncherCheck, get_registry
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 CODE = "draft-config-ignored"
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import functools
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import SpecifierSet
 
@@ -57,9 +57,11 @@ from ..checkpoint import draft_fields as F
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..checkpoint.releases import NEWEST_CHECKED
 from ..diagnostic import Diagnostics
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source, source_of
 from .eagle3_draft_config_fields import ignored_fields, release_reads, setup_module
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 NAME = "eagle3_draft_norms"
 #: the read names (as :mod:`~eagle3_patches.checkpoint.draft_fields` spells them) this patch makes the draft read,

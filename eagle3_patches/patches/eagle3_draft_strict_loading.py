@@ -56,6 +56,7 @@ from __future__ import annotations
 import logging
 import re
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
@@ -64,12 +65,14 @@ from ..checkpoint.d2t import check_d2t
 from ..checkpoint.formats import MLA_DRAFT_ARCH, MLA_FIELDS, SGLANG_EAGLE3, unknown_tensor_hints
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics, first_few
 from ..errors import Eagle3ConfigError
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
 from .eagle3_draft_config_fields import installed_reads, reads_under_patches, served_fields, setup_module
 from .eagle3_draft_norms import LEGACY_FC_NORM_NAMES
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 logger = logging.getLogger("eagle3_patches")
 

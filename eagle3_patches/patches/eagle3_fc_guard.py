@@ -39,15 +39,18 @@ message.
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from ..checkpoint.formats import SGLANG_EAGLE3
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3CaptureError
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import linear_widths
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 #: the draft's forward modes whose ``spec_info.hidden_states`` come from the target (k x H when captured):
 #: the draft's prefill, and its extends after verify (v1 ``DRAFT_EXTEND``; the v2 worker's

@@ -37,15 +37,18 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import after_resolution, server_args_resolution_method
 from ..sglang_version import installed_sglang_version
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 NAME = "hicache_draft_kv"
 FIXED_IN = "0.5.11"

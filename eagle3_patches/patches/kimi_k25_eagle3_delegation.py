@@ -28,13 +28,16 @@ the clear error.
 from __future__ import annotations
 
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
 from ..errors import Eagle3TargetError
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, defines
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 DELEGATED = ("set_eagle3_layers_to_capture", "get_embed_and_head", "set_embed_and_head")
 

@@ -37,6 +37,7 @@ import logging
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
@@ -52,11 +53,13 @@ from ..checkpoint.layer_ids import (
 )
 from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..preflight import PatchSetup
 from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import server_arg
 from ..sglang_version import installed_sglang_version
 from .eagle3_draft_config_fields import installed_reads
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 logger = logging.getLogger("eagle3_patches")
 

@@ -71,7 +71,7 @@ import logging
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import SpecifierSet
 
@@ -82,7 +82,6 @@ from ..checkpoint.layer_ids import CONVENTION_KEY
 from ..checkpoint.releases import facts
 from ..diagnostic import ERROR, INFO, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
-from ..preflight import PatchSetup
 from ..registry import (
     NotApplicable,
     Patch,
@@ -95,6 +94,9 @@ from ..registry import (
 from ..sglang_version import installed_sglang_version
 from . import get_registry
 from .eagle3_draft_config_fields import installed_reads
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 logger = logging.getLogger("eagle3_patches")
 

@@ -59,12 +59,12 @@ from __future__ import annotations
 import logging
 import os
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
 from .. import settings
 from ..diagnostic import ERROR, Diagnostics
-from ..preflight import PatchSetup
 from ..registry import (
     NotApplicable,
     Patch,
@@ -74,6 +74,9 @@ from ..registry import (
     read_source_file,
 )
 from ..sglang_version import base_release
+
+if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
+    from ..preflight import PatchSetup
 
 logger = logging.getLogger("eagle3_patches")
 

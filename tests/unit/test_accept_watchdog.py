@@ -13,7 +13,8 @@ import logging
 import pytest
 
 from eagle3_patches import settings
-from eagle3_patches.instruments.accept_watchdog import PROBE_WAIT_BATCHES, Watchdog, Window, accept_counts
+from eagle3_patches.instruments.accept_counts import Window
+from eagle3_patches.instruments.accept_watchdog import PROBE_WAIT_BATCHES, Watchdog, accept_counts
 
 H = 64
 #: what the probe records in the misconfigured server's decode step (fields probe_diagnosis reads)
@@ -448,7 +449,7 @@ def test_a_figure_measured_at_other_flags_is_not_compared(caplog):
 
 
 def test_positions_count_each_verify_step_once_and_start_again_each_window():
-    from eagle3_patches.instruments.accept_watchdog import MAX_POSITIONS, Positions
+    from eagle3_patches.instruments.accept_counts import MAX_POSITIONS, Positions
 
     p = Positions()
     assert p.take() == []

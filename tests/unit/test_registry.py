@@ -635,7 +635,10 @@ def test_every_preflight_rule_is_typed_against_what_it_may_read():
         for method in ("preflight", "when_patched"):
             fn = getattr(type(p), method)
             if fn is not getattr(Patch, method):
-                overriding.append((p.name, method, typing.get_type_hints(fn).get("setup")))
+                # the modules import the interface for the type checker only (``TYPE_CHECKING``): a serving process does
+                # not load the doctor's layer (tests/unit/test_architecture.py)
+                hints = typing.get_type_hints(fn, localns={"PatchSetup": PatchSetup})
+                overriding.append((p.name, method, hints.get("setup")))
     assert overriding
     assert [o for o in overriding if o[2] is not PatchSetup] == []
 
