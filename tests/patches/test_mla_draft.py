@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from packaging.version import Version
 from safetensors.torch import load_file
 
 from eagle3_patches.selftest import PASSED
@@ -78,3 +79,33 @@ def test_patched_refuses_h_wide_states_naming_the_flag(fc):
 def test_with_eagle3_the_mla_drafts_fc_gets_3_x_hidden(fc):
     fc_inputs = fc.observations["eagle3"]["fc_inputs"]
     assert fc_inputs and {shape[-1] for shape in fc_inputs} == {3 * tm.HIDDEN}
+
+
+@pytest.mark.parametrize("patch", ["mla_draft_strict_loading", "mla_draft_fc_guard"])
+def test_every_release_that_serves_the_mla_draft_runs_both_mla_patches_from_its_first(tiny, patch):
+    """The doctor's verdict on the MLA draft per release (served from the first release with
+    ``models/kimi_k25_eagle3.py``, .post releases alike) and the patch's range agree at the range's first release and
+    on either side of it: a bound moved by one release leaves the first release's MLA drafts unguarded, or claims a
+    release with no class to guard."""
+    import eagle3_patches
+    from eagle3_patches.doctor import doctor
+
+    for version in ("0.5.11", "0.5.11.post1", "0.5.12", "0.5.12.post1", "0.5.13"):
+        r = doctor(tiny["kimi_k25"], tiny["mla_draft"], sglang_version=version, launch="--speculative-algorithm EAGLE3")
+        served = "draft-kind-not-served" not in r.codes()
+        assert eagle3_patches.get_patch(patch).covers(Version(version)) == served, (version, r.format())
+
+
+@pytest.mark.parametrize("patch", ["mla_draft_strict_loading", "mla_draft_fc_guard"])
+def test_on_a_release_with_the_mla_draft_class_the_patch_is_applied(patch):
+    """On the installed release (the matrix runs each): where sglang has ``models/kimi_k25_eagle3.py``, ``status``
+    says ``applied`` for both MLA patches; where it has none, neither claims the release."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    import eagle3_patches
+    from eagle3_patches.testing.releases import sglang_version
+
+    (root,) = find_spec("sglang").submodule_search_locations
+    has_class = (Path(root) / "srt" / "models" / "kimi_k25_eagle3.py").is_file()
+    assert eagle3_patches.get_patch(patch).covers(sglang_version()) == has_class
