@@ -42,10 +42,11 @@ beside it (``ArrowDataset`` in ``src/speculators/train/data.py``): :func:`detect
 
 These files come from strangers and are torch pickles: each is opened through
 :func:`eagle3_patches.checkpoint.safe_io.open_checkpoint_file` (no link out of the data directory, regular files
-only) and checked by :mod:`.torch_file` before ``torch.load`` (size, zip records, the pickle's globals), then
-loaded only with ``torch.load(..., map_location="cpu", weights_only=True, mmap=True)``.  Every key, shape, dtype
-and value range is checked, and what a sequence becomes in float32 is bounded (:data:`MAX_SEQUENCE_BYTES`) before
-it is allocated; two files of one index (``data_0.ckpt`` and ``data_0.ckpt.gz``) are refused naming both.  Every
+only) and read by :mod:`.torch_file` alone, never by ``torch.load`` (one strict reading of the zip, a pickle
+reader that knows only these files' grammar, storages mapped).  Every key, shape, dtype and value range is
+checked, and what a sequence becomes in float32 is bounded before it is allocated, by :data:`MAX_SEQUENCE_BYTES`
+and by :data:`AMPLIFICATION` times the file's size (a tensor stored once may be listed many times); two files
+of one index (``data_0.ckpt`` and ``data_0.ckpt.gz``) are refused naming both.  Every
 problem is a :class:`~eagle3_patches.checkpoint.safe_io.CheckpointError` (code ``training-data``, or
 ``unsafe-file``) naming the file, what was found and what was expected.
 """
@@ -72,6 +73,11 @@ SPECULATORS = "speculators"
 CODE = "training-data"
 #: a speculators ``hidden_states`` list longer than this is refused (a model has at most a few hundred layers)
 MAX_LAYERS = 256
+#: what one file's sequence may become (int64 ids, bool mask, float32 states), per byte of the file (inflated): a
+#: valid file, in any dtype these tools write (int8 ids and 16-bit states at the least), needs at most 3.25; more is
+#: one stored tensor listed many times
+AMPLIFICATION = 4
+AMPLIFICATION_SLACK = 1 << 20
 #: a data directory (or one of its subdirectories) with more entries than this is refused, unlisted further
 MAX_DIR_ENTRIES = 1 << 22
 
@@ -230,21 +236,29 @@ def _bad(where: str, what: str, *, found: str = "", expected: str = "", kind: st
     return checkpoint_error(CODE, what, where=where, found=found, expected=expected, fix=_REGENERATE[kind])
 
 
-def _load(root: Path, shown: Path, rel: str, kind: str) -> Any:
-    """The object ``torch.load`` builds from ``root/rel``, bounded (:mod:`.torch_file`)."""
+def _load(root: Path, shown: Path, rel: str, kind: str) -> tuple[Any, int]:
+    """The object ``torch.save`` wrote to ``root/rel`` and the file's size, read by :mod:`.torch_file`."""
     return torch_file.load(root, str(shown / rel), rel, label=_WHAT[kind], fix=_REGENERATE[kind], code=CODE)
 
 
-def _bounded(where: str, length: int, width: int, kind: str) -> None:
+def _bounded(where: str, length: int, width: int, kind: str, stored: int) -> None:
     """Refuses a sequence of ``length`` positions of aux ``width`` whose :class:`TargetStates` (int64 tokens, bool
-    mask, float32 states) would exceed the per-sequence bound, before it is allocated."""
+    mask, float32 states) would exceed the per-sequence bound, or :data:`AMPLIFICATION` times the ``stored`` bytes
+    of its file, before it is allocated."""
     nbytes = length * (9 + 4 * width)
-    if nbytes > MAX_SEQUENCE_BYTES:
+    bound = min(MAX_SEQUENCE_BYTES, AMPLIFICATION * stored + AMPLIFICATION_SLACK)
+    if nbytes > bound:
+        by_file = bound < MAX_SEQUENCE_BYTES
         raise _bad(
             where,
-            "the sequence is too large to measure",
+            "the sequence is too large to measure"
+            + (" from a file of its size (one stored tensor listed many times?)" if by_file else ""),
             found=f"{length} positions of {width} aux values: {nbytes} bytes as int64 ids and float32 states",
-            expected=f"<= {MAX_SEQUENCE_BYTES} bytes per sequence (MAX_SEQUENCE_BYTES)",
+            expected=(
+                f"<= {bound} bytes: {AMPLIFICATION} times the file's {stored} bytes, plus {AMPLIFICATION_SLACK}"
+                if by_file
+                else f"<= {MAX_SEQUENCE_BYTES} bytes per sequence (MAX_SEQUENCE_BYTES)"
+            ),
             kind=kind,
         )
 
@@ -274,8 +288,8 @@ class _Record:
         return _bad(self.where, what, found=found, expected=expected, kind=self.kind)
 
     def tensor(self, value: Any, name: str, kind: str) -> torch.Tensor:
-        """``value`` checked to be a dense CPU tensor of ``kind`` ("ids", "mask" or "float") whose elements are all
-        stored in the file (a view repeating one stored element would inflate past the size bound)."""
+        """``value`` checked to be a dense CPU tensor of ``kind`` ("ids", "mask" or "float") (that its elements
+        are all stored in the file, :mod:`.torch_file` has checked)."""
         import torch
 
         if type(value) is not torch.Tensor:  # a subclass's attributes may shadow the methods checked below
@@ -286,12 +300,6 @@ class _Record:
                 found=f"layout {value.layout}, nested {value.is_nested}, device {value.device.type}, quantized "
                 f"{value.is_quantized}",
                 expected="a dense CPU tensor",
-            )
-        if value.numel() * value.element_size() > value.untyped_storage().nbytes():
-            raise self.bad(
-                f"{name} repeats stored elements (a view larger than its data)",
-                found=f"shape {list(value.shape)} over {value.untyped_storage().nbytes()} stored bytes",
-                expected="a tensor whose every element is stored",
             )
         floating = value.is_floating_point()
         integral = not floating and not value.is_complex() and value.dtype != torch.bool
@@ -347,7 +355,7 @@ class _Record:
         )
 
 
-def _specforge_states(payload: Any, where: str, rel: str, final: bool = False) -> TargetStates:
+def _specforge_states(payload: Any, where: str, rel: str, stored: int, final: bool = False) -> TargetStates:
     import torch
 
     if isinstance(payload, dict) and "aux_hidden_state" not in payload and "hidden_state" in payload:
@@ -369,7 +377,7 @@ def _specforge_states(payload: Any, where: str, rel: str, final: bool = False) -
             "aux_hidden_state has the wrong shape", found=str(list(aux.shape)), expected="[1, L, k*H] (or [L, k*H])"
         )
     last = _final_state(rec, payload, aux.shape[0]) if final else None
-    _bounded(where, aux.shape[0], aux.shape[1] + (0 if last is None else last.shape[1]), SPECFORGE)
+    _bounded(where, aux.shape[0], aux.shape[1] + (0 if last is None else last.shape[1]), SPECFORGE, stored)
     states = rec.states(tokens, mask, aux, rel)
     if last is not None:
         states.final = last.to(torch.float32).contiguous()
@@ -397,7 +405,7 @@ def _final_state(rec: _Record, payload: dict, length: int) -> torch.Tensor:
     return last
 
 
-def _speculators_states(payload: Any, where: str, rel: str) -> TargetStates:
+def _speculators_states(payload: Any, where: str, rel: str, stored: int) -> TargetStates:
     import torch
 
     if isinstance(payload, dict) and "aux_hidden_state" in payload:
@@ -418,19 +426,25 @@ def _speculators_states(payload: Any, where: str, rel: str) -> TargetStates:
             found=shown,
             expected=f"a list of 2 to {MAX_LAYERS} tensors [L, H]: the aux layers, then the last layer",
         )
-    checked = [rec.tensor(t, f"hidden_states[{i}]", "float") for i, t in enumerate(layers)]
-    first = checked[0]
-    for i, t in enumerate(checked):
-        if t.dim() != 2 or t.shape != first.shape or t.shape[1] < 1:
+    for i, t in enumerate(layers):  # shapes first: the bound below comes before any tensor's values are read
+        if type(t) is not torch.Tensor:
+            raise rec.bad(f"hidden_states[{i}] is not a tensor", found=type(t).__name__[:80], expected="a tensor")
+        if t.dim() != 2 or t.shape != layers[0].shape or t.shape[1] < 1:
             raise rec.bad(
                 f"hidden_states[{i}] has the wrong shape",
-                found=f"{list(t.shape)} (hidden_states[0]: {list(first.shape)})",
+                found=f"{list(t.shape)} (hidden_states[0]: {list(layers[0].shape)})",
                 expected="every layer's state [L, H], one shape",
             )
     # standardize_data_v1: the aux layers are every entry but the last (the last layer's state, the target); one
     # stored tensor listed many times is read once but concatenated as often: the result is what is bounded
-    _bounded(where, first.shape[0], first.shape[1] * (len(checked) - 1), SPECULATORS)
-    aux = torch.cat([t.to(torch.float32) for t in checked[:-1]], dim=-1)
+    length, hidden = layers[0].shape
+    _bounded(where, length, hidden * (len(layers) - 1), SPECULATORS, stored)
+    checked: dict[int, torch.Tensor] = {}  # a tensor listed many times is checked once
+    for i, t in enumerate(layers):
+        checked.setdefault(id(t), rec.tensor(t, f"hidden_states[{i}]", "float"))
+    aux = torch.empty(length, hidden * (len(layers) - 1), dtype=torch.float32)
+    for i, t in enumerate(layers[:-1]):  # converted into place: no float32 copy of each layer beside the result
+        aux[:, i * hidden : (i + 1) * hidden] = t
     return rec.states(tokens, mask, aux, rel)
 
 
@@ -441,7 +455,8 @@ def _read(path: os.PathLike | str, kind: str, limit: int | None, build) -> Itera
         width: tuple[int, str] | None = None
         for rel in files:
             where = str(shown / rel)
-            states = build(_load(root, shown, rel, kind), where, rel)
+            payload, stored = _load(root, shown, rel, kind)
+            states = build(payload, where, rel, stored)
             if width is None:
                 width = (states.aux.shape[1], files[0])
             elif states.aux.shape[1] != width[0]:
