@@ -386,8 +386,27 @@ def test_blocks_of_rows_give_the_figures_of_one_block(golden, monkeypatch, name,
     assert [i.tolist() for i in blocked_ids] == [i.tolist() for i in ids] == [a.argmax(-1).tolist() for a in whole]
 
 
+@pytest.mark.parametrize("name", ["gqa_d2t", "defaults"])  # 4 heads over 2 kv heads, and over 4
 @pytest.mark.parametrize("worker", ["v1", "v2"])
-@pytest.mark.parametrize("rows", [None, 3])  # one block, and blocks of 3 rows
+def test_the_fused_cpu_attention_of_long_sequences_gives_the_figures_of_one_block(golden, monkeypatch, name, worker):
+    """From FUSED_FROM rows on, the CPU's fused causal kernel (each chain's own keys joined through its log-sum-exp)
+    gives the logits of the dense softmax: a chain key dropped, a head mapped to the wrong kv head, or a mask that
+    lets a row see later keys changes a row."""
+    from eagle3_patches.acceptance import draft_reference as R
+
+    forward = _forward(golden, name)
+    tokens, aux = _sequence(forward, 23)
+    with torch.no_grad():
+        whole, ids = forward.forward_seq(tokens, aux, 3, worker=worker), forward.predict(tokens, aux, 3, worker)
+        monkeypatch.setattr(R, "FUSED_FROM", 1)
+        fused, fused_ids = forward.forward_seq(tokens, aux, 3, worker=worker), forward.predict(tokens, aux, 3, worker)
+    for step, (a, b) in enumerate(zip(whole, fused), start=1):
+        torch.testing.assert_close(b, a, rtol=RTOL, atol=ATOL, msg=lambda m, s=step: f"step {s}: {m}")
+    assert [i.tolist() for i in fused_ids] == [i.tolist() for i in ids]
+
+
+@pytest.mark.parametrize("worker", ["v1", "v2"])
+@pytest.mark.parametrize("rows", [None, 3, "fused"])  # one block, blocks of 3 rows, the fused CPU kernel
 def test_a_base_position_sees_no_token_or_state_after_its_own(golden, monkeypatch, worker, rows):
     """Step k at base t reads the tokens up to t + k and the states up to t, nothing later (the causal mask and the
     chain's own keys): changing everything from position 12 on leaves the rows before unchanged and changes the
@@ -395,7 +414,9 @@ def test_a_base_position_sees_no_token_or_state_after_its_own(golden, monkeypatc
     from eagle3_patches.acceptance import draft_reference as R
 
     forward = _forward(golden, "gqa_d2t")
-    if rows is not None:
+    if rows == "fused":
+        monkeypatch.setattr(R, "FUSED_FROM", 1)
+    elif rows is not None:
         monkeypatch.setattr(R, "BLOCK_ELEMENTS", rows * forward.nh * 19)
     tokens, aux = _sequence(forward, 20)
     later_tokens, later_aux = _sequence(forward, 20, seed=4)
