@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import eagle3_patches
@@ -41,9 +42,10 @@ ENTRY_POINT = "eagle3_patches"
 GROUP = "sglang.srt.plugins"
 
 
-def loaded_here(rf: ReleaseFacts) -> tuple[bool, str]:
-    """Whether sglang release ``rf``, installed in this environment, loads this plugin in its processes, and why
-    (the doctor's answer to "will the server run under eagle3-patches?"; never called in a serving process)."""
+def loaded_here(rf: ReleaseFacts, environ: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """Whether sglang release ``rf``, installed in this environment, loads this plugin in processes started with
+    ``environ`` (default: this process's), and why (the doctor's answer to "will the server run under
+    eagle3-patches?", asked with the launch's environment; never called in a serving process)."""
     import importlib.metadata
 
     v = rf.version
@@ -52,11 +54,12 @@ def loaded_here(rf: ReleaseFacts) -> tuple[bool, str]:
     names = {ep.name for ep in importlib.metadata.entry_points(group=GROUP)}
     if ENTRY_POINT not in names:
         return False, f"eagle3-patches is not installed here as a package with its {GROUP} entry point"
-    if not settings.current().plugin:
+    env = os.environ if environ is None else environ
+    if not settings.read(env).plugin:
         return False, f"the sglang plugin is switched off ({settings.PLUGIN}=0)"
     # read as sglang's load_plugins (sglang/srt/plugins/__init__.py, 0.5.11 to 0.5.23) reads it: a non-empty value
     # is an allow-list of its comma-separated names, stripped (a value of blanks lists none: no plugin loads)
-    allowed = os.environ.get("SGLANG_PLUGINS", "")
+    allowed = env.get("SGLANG_PLUGINS", "")
     if allowed and ENTRY_POINT not in {n.strip() for n in allowed.split(",")}:
         return False, f"SGLANG_PLUGINS={allowed!r} does not list {ENTRY_POINT}"
     return True, f"sglang {v} loads eagle3-patches as a plugin here ({settings.PLUGIN}=0 switches it off)"

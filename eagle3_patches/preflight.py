@@ -74,6 +74,8 @@ class PatchSetup(Protocol):
     @property
     def patches(self) -> Mapping[str, Patch]: ...  # the patch set whose rules run, by name
     @property
+    def settings(self) -> settings.Settings: ...  # the eagle3-patches settings of the launch's environment
+    @property
     def eagle3(self) -> bool: ...
     @property
     def once_eagle3(self) -> str: ...
@@ -112,18 +114,16 @@ class Setup:
     facts: dict[str, Any] = field(default_factory=dict)  # what the report shows besides findings
     #: the patch set whose preflight rules run on this setup, by name (the doctor hands in the registry's)
     patches: dict[str, Patch] = field(default_factory=dict)
+    #: the eagle3-patches settings the server runs with, read from the launch's environment (the doctor hands in
+    #: those of ``doctor.context.launch_environ``): every verdict that depends on a setting reads them here
+    settings: settings.Settings = field(default_factory=settings.Settings)
     _capture: Any = field(default=None, repr=False)
 
     def patched(self, name: str) -> bool:
-        """The server runs under eagle3-patches, patch ``name`` applies to this release and is not switched off
-        (``EAGLE3_PATCHES_DISABLE`` in the doctor's environment, as the launch would inherit it)."""
-        disabled = settings.current().disable
-        return (
-            self.with_patches
-            and self.patches[name].covers(self.version)
-            and name not in disabled
-            and settings.ALL not in disabled
-        )
+        """The server runs under eagle3-patches, patch ``name`` applies to this release and the launch's settings
+        select it (:attr:`settings`: ``EAGLE3_PATCHES_APPLY`` / ``_ENABLE`` / ``_DISABLE``)."""
+        patch = self.patches[name]
+        return self.with_patches and patch.covers(self.version) and self.settings.selects(name, patch.default_enabled)
 
     # -- the loaded parts: a check that reads one runs only once it is loaded (the doctor's order), so a None here
     # is a bug in that order, reported by the doctor's guard as an internal error, never a user's mistake

@@ -326,6 +326,15 @@ class Settings:
         """The names ``EAGLE3_PATCHES_APPLY`` lists; None for ``all``."""
         return None if self.apply == "all" else names(self.apply)
 
+    def selects(self, name: str, default: bool = True) -> bool:
+        """Whether a process with these settings runs the patch or instrument ``name`` (``default``: on unless
+        asked): ``EAGLE3_PATCHES_APPLY``'s list where it names one, else on by default or listed in
+        ``EAGLE3_PATCHES_ENABLE``; never where ``EAGLE3_PATCHES_DISABLE`` lists it or ``all``."""
+        if name in self.disable or ALL in self.disable:
+            return False
+        listed = self.apply_names if self.apply else None
+        return name in listed if listed is not None else default or name in self.enable
+
     def listed_names(self) -> dict[str, frozenset[str]]:
         """Every variable that lists patch names, with the names it lists."""
         out = {Settings.disable.var: self.disable, Settings.enable.var: self.enable}
@@ -338,6 +347,9 @@ class Settings:
 DECLARED: tuple[Setting[Any], ...] = tuple(v for v in vars(Settings).values() if isinstance(v, Setting))
 KNOWN = tuple(s.var for s in DECLARED)
 BEHAVIOUR = tuple(s.var for s in DECLARED if s.behaviour)
+#: the behaviour settings that choose which patches run (:meth:`Settings.selects`): two processes agree on them when
+#: they select the same patches, however each list is spelt or ordered
+SELECTING = (Settings.apply.var, Settings.disable.var, Settings.enable.var)
 _CONSTANTS = {s.attr.upper(): s.var for s in DECLARED}
 
 

@@ -84,6 +84,24 @@ _FIGURES: list[str] = []
 
 
 @pytest.fixture
+def other_value():
+    """``other_value(setting)``: a value of an ``EAGLE3_PATCHES_*`` declaration (``settings.DECLARED``) other than its
+    default, as the variable is written."""
+    from eagle3_patches import settings
+
+    def value(s: settings.Setting) -> str:
+        if isinstance(s, settings.Flag):
+            return "0" if s.default else "1"
+        if isinstance(s, settings.Word):
+            return next(w for w in s.words if w != s.default)
+        if isinstance(s, settings.Number):
+            return str(s.lo + 1)
+        return "input-of-layer" if s.var == settings.LAYER_ID_CONVENTION else "x"
+
+    return value
+
+
+@pytest.fixture
 def figure():
     """``figure("...")`` records a measured figure; all of them are printed in pytest's summary (CI logs)."""
     return _FIGURES.append

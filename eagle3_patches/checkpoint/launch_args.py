@@ -79,6 +79,10 @@ class LaunchArgs:
     #: the environment assignments in front of the command (``SGLANG_ENABLE_SPEC_V2=1 python -m ...``)
     env: dict[str, str] = field(default_factory=dict)
     with_patches: bool = False  # wrapped in `eagle3-patches run`
+    #: what `eagle3-patches run --only NAME` / `--disable NAME` (cli/run_cmd.py) name: run sets the launched
+    #: process's ``EAGLE3_PATCHES_APPLY`` / ``_DISABLE`` from them
+    run_only: list[str] = field(default_factory=list)
+    run_disable: list[str] = field(default_factory=list)
     program: str = ""  # what was recognised: "flags", "python -m sglang.launch_server", ...
     given: set[str] = field(default_factory=set)  # dests set explicitly on the command line
     unknown: list[str] = field(default_factory=list)
@@ -90,7 +94,14 @@ class LaunchArgs:
         return attention_tp_size(self.tp, self.dp, self.enable_dp_attention)
 
     def as_dict(self) -> dict:
-        return dict(vars(self), given=sorted(self.given), unknown=list(self.unknown), env=dict(self.env))
+        return dict(
+            vars(self),
+            given=sorted(self.given),
+            unknown=list(self.unknown),
+            env=dict(self.env),
+            run_only=list(self.run_only),
+            run_disable=list(self.run_disable),
+        )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -163,9 +174,9 @@ def _shown(argv: list[str]) -> str:
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 
 
-def _strip_program(argv: list[str], env: dict[str, str]) -> tuple[list[str], str, bool]:
+def _strip_program(argv: list[str], env: dict[str, str], run: dict[str, list[str]]) -> tuple[list[str], str, bool]:
     """Return (flags, program description, with_patches); the environment assignments in front of the
-    program go into ``env``."""
+    program go into ``env``, the patch names `eagle3-patches run --only` / `--disable` give into ``run``."""
     with_patches = False
     i = 0
     while True:
@@ -210,7 +221,21 @@ def _strip_program(argv: list[str], env: dict[str, str]) -> tuple[list[str], str
             # run`: `-x` or `--name`, whose second character sorts after `-`; an argument that starts with `-` and sorts
             # before `--` is `-` itself or `-` and a punctuation mark, which no option is
             while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
-                i += 1  # run's own options (none take values today)
+                # run's own options: --only NAME and --disable NAME (or --only=NAME) choose the patch set, the
+                # others (--cpu-profile, --probe[=PATH]) take no separate value
+                option, eq, value = argv[i].partition("=")
+                if option in run:
+                    if not eq:
+                        i += 1
+                        if i >= len(argv):
+                            raise LaunchArgsError(
+                                f"`eagle3-patches run {option}` without a patch name",
+                                found=_shown(argv),
+                                fix=f"eagle3-patches run {option} NAME -- <command>",
+                            )
+                        value = argv[i]
+                    run[option].append(value)
+                i += 1
             if i < len(argv) and argv[i] == "--":
                 i += 1
             with_patches = True
@@ -239,9 +264,17 @@ def parse_launch_args(argv: Sequence[str] | str) -> LaunchArgs:
     if argv and argv[0] == "--":
         argv = argv[1:]
     env: dict[str, str] = {}
-    flags, program, with_patches = _strip_program(argv, env)
+    run: dict[str, list[str]] = {"--only": [], "--disable": []}
+    flags, program, with_patches = _strip_program(argv, env, run)
     ns, unknown = _parser().parse_known_args(flags)
-    out = LaunchArgs(program=program, with_patches=with_patches, unknown=unknown, env=env)
+    out = LaunchArgs(
+        program=program,
+        with_patches=with_patches,
+        unknown=unknown,
+        env=env,
+        run_only=run["--only"],
+        run_disable=run["--disable"],
+    )
     for k, v in vars(ns).items():
         if v is not None:
             setattr(out, k, v)

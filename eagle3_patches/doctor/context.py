@@ -3,9 +3,12 @@ and where it writes (the :class:`~.report.Report`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .._bootstrap import child_environment
+from ..checkpoint.launch_args import LaunchArgs
 from ..diagnostic import ERROR, Diagnostic
 from ..errors import Eagle3ConfigError
 from ..preflight import Setup
@@ -20,6 +23,18 @@ class Context(Setup):
 
     def add(self, *a, **kw) -> Diagnostic:
         return self.report.add(*a, **kw)
+
+
+def launch_environ(la: LaunchArgs) -> dict[str, str]:
+    """The environment the launched server runs with: the one source of every verdict that depends on it (the patch
+    set, the ``EAGLE3_PATCHES_*`` settings, sglang's own variables such as ``SGLANG_ENABLE_SPEC_V2``).  It is this
+    process's environment, which a launch from the same shell inherits, with the command's own assignments over it,
+    then what ``eagle3-patches run`` sets in front of the server (``EAGLE3_PATCHES_APPLY`` from its ``--only``,
+    ``EAGLE3_PATCHES_DISABLE`` widened by its ``--disable``: :func:`~eagle3_patches._bootstrap.child_environment`)."""
+    env = {**os.environ, **la.env}
+    if la.with_patches:
+        env = child_environment(patches=",".join(la.run_only) or "all", disable=la.run_disable, base=env)
+    return env
 
 
 def guard(ctx: Context, label: str, fn: Callable[[Context], None]) -> None:

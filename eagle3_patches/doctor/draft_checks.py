@@ -448,7 +448,7 @@ def _check_config_dtype(ctx: Context, side: str, config: dict, where: Callable[[
     return True
 
 
-def _resolve_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str]:
+def served_dtype(config_dtype: str | None, flag: str) -> tuple[str | None, str]:
     """(dtype sglang would run, reason) following ``_get_and_verify_dtype`` (0.5.9) for a dtype name transformers
     accepted (:func:`_check_config_dtype`)."""
     flag = flag or "auto"  # sglang's --dtype choices are lower case: any other spelling is refused at start
@@ -477,13 +477,13 @@ def check_dtypes(ctx: Context) -> None:
         unloadable |= _check_config_dtype(ctx, "target", ctx.target.config, lambda k: ctx.tcfg(k, top=True))
         if isinstance(text, dict):
             unloadable |= _check_config_dtype(ctx, "target", text, lambda k: ctx.tcfg(f"text_config.{k}", top=True))
-    ddt, dwhy = _resolve_dtype(dv.dtype, flag)
+    ddt, dwhy = served_dtype(dv.dtype, flag)
     ctx.report.facts["draft_dtype"] = {"dtype": ddt, "from": dwhy}  # what the draft runs with (runtime_checks)
     _check_tensor_dtypes(ctx, ddt)
     if unloadable:
         return
     if ctx.target is not None:
-        tdt, twhy = _resolve_dtype(ctx.target.dtype, flag)
+        tdt, twhy = served_dtype(ctx.target.dtype, flag)
         if ddt != tdt:
             ctx.add(
                 ERROR,

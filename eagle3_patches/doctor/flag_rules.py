@@ -26,7 +26,6 @@ draft tree from ``sglang/srt/speculative/spec_utils.py`` (``select_top_k_tokens`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,7 +36,7 @@ from ..checkpoint.launch_args import LaunchArgs
 from ..checkpoint.releases import NEWEST_CHECKED, SPEC_V2, env_bool, spec_v2_on
 from ..diagnostic import ERROR, INFO, WARNING
 from ..sglang_version import base_release
-from .context import Context
+from .context import Context, launch_environ
 
 #: the algorithms whose flags sglang resolves as below (``NEXTN`` becomes ``EAGLE``)
 EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
@@ -62,15 +61,30 @@ class SpecFlags:
             return None
         return self.topk + (self.num_steps - 1) * self.topk**2
 
+    @property
+    def served_draft_tokens(self) -> int | None:
+        """``--speculative-num-draft-tokens`` as sglang sets it: steps + 1 with topk 1, whatever was given; else as
+        given (None: left to sglang)."""
+        if self.topk == 1 and self.num_steps is not None:
+            return self.num_steps + 1
+        return self.draft_tokens
+
+    def served(self) -> dict[str, int | None]:
+        """The speculative ``ServerArgs`` fields the server runs with, as sglang resolves these flags (None: left to
+        sglang's own choice, which depends on the model)."""
+        return {
+            "speculative_eagle_topk": self.topk,
+            "speculative_num_steps": self.num_steps,
+            "speculative_num_draft_tokens": self.served_draft_tokens,
+        }
+
 
 def spec_flags(la: LaunchArgs, version: Version) -> SpecFlags:
-    """Read :class:`SpecFlags` from the launch: :data:`SPEC_V2` from the command's own assignments, else from this
-    environment (which the launch inherits), else the release's default."""
-    value, where = (
-        (la.env.get(SPEC_V2), "the launch command")
-        if SPEC_V2 in la.env
-        else (os.environ.get(SPEC_V2), "the environment")
-    )
+    """Read :class:`SpecFlags` from the launch: :data:`SPEC_V2` from the launch's environment
+    (:func:`.context.launch_environ`: the command's own assignments, else the environment it inherits), else the
+    release's default."""
+    value = launch_environ(la).get(SPEC_V2)
+    where = "the launch command" if SPEC_V2 in la.env else "the environment"
     on = spec_v2_on(value, version)
     if value is not None and env_bool(value) is not None:
         source = f"{SPEC_V2}={value[:20]} in {where}"
@@ -111,9 +125,9 @@ class FlagRule:
 
 
 def _draft_tokens_overridden(f: SpecFlags) -> Finding | None:
-    if f.topk != 1 or f.num_steps is None or f.draft_tokens is None or f.draft_tokens == f.num_steps + 1:
+    chain = f.served_draft_tokens
+    if f.draft_tokens is None or chain is None or chain == f.draft_tokens:
         return None
-    chain = f.num_steps + 1
     return Finding(
         what=f"with --speculative-eagle-topk 1 sglang sets --speculative-num-draft-tokens to steps + 1 = {chain} "
         f"(a log warning only): the server verifies {chain} tokens per step, not the {f.draft_tokens} asked for",

@@ -6,6 +6,12 @@ hidden state) that the decode server turns back into its draft input.  sglang co
 0.5.23 the KV dtype) across the pair, at the first transfer; every other disagreement serves, at a lower accept
 length.  Each check here names both sides.  It reads the two launch commands as operators write them (one per
 server; sglang's router is given only their URLs) and the checkpoints they name.
+
+What the two must agree on is declared once, in the ``disaggregation_fingerprint`` patch (its
+``SPECULATIVE_FLAGS`` and ``agreed_settings``), which refuses a disagreement at run time on the decode server; here
+each side's flags are read as sglang resolves them on the release that side runs (the single-server doctor's
+resolvers: ``flag_rules.SpecFlags.served``, ``draft_checks.served_dtype``), and its settings from its launch's
+environment (``context.launch_environ``).
 """
 
 from __future__ import annotations
@@ -13,25 +19,24 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from packaging.version import Version
+
 from .. import settings
 from ..checkpoint.digest import checkpoint_digest
-from ..checkpoint.formats import MLA_DRAFT_ARCH, per_head_draft_beside_mla, read_config
-from ..checkpoint.launch_args import LaunchArgs, parse_launch_args
+from ..checkpoint.formats import MLA_DRAFT_ARCH, per_head_draft_beside_mla, read_config, target_view
+from ..checkpoint.launch_args import LaunchArgs, LaunchArgsError, parse_launch_args
 from ..checkpoint.releases import NEWEST_CHECKED, parse_version
 from ..diagnostic import ERROR, WARNING
 from ..errors import Eagle3ConfigError
+from ..patches import get_registry
+from ..patches.disaggregation_fingerprint import SPECULATIVE_FLAGS, agreed_settings
+from .context import launch_environ
+from .draft_checks import served_dtype
 from .flag_rules import SPEC_V2, spec_flags
 from .report import PairReport, Report
 from .run import doctor
 
 SIDES = ("prefill", "decode")
-#: the speculative flags both sides must give alike (``LaunchArgs`` field -> sglang flag)
-SPECULATIVE_FLAGS = {
-    "num_steps": "--speculative-num-steps",
-    "eagle_topk": "--speculative-eagle-topk",
-    "num_draft_tokens": "--speculative-num-draft-tokens",
-    "speculative_adaptive": "--speculative-adaptive",
-}
 
 
 def doctor_pair(
@@ -46,10 +51,7 @@ def doctor_pair(
     Raises :class:`~eagle3_patches.checkpoint.launch_args.LaunchArgsError` for a command that cannot be parsed and
     ``ValueError`` for a bad version string, as :func:`~.run.doctor` does; never for a bad checkpoint.
     """
-    la = {
-        side: cmd if isinstance(cmd, LaunchArgs) else parse_launch_args(cmd)
-        for side, cmd in zip(SIDES, (prefill, decode), strict=True)
-    }
+    la = {side: _parsed(side, cmd) for side, cmd in zip(SIDES, (prefill, decode), strict=True)}
     reports = {
         side: doctor(launch=la[side], sglang_version=sglang_version, with_patches=with_patches) for side in SIDES
     }
@@ -57,6 +59,31 @@ def doctor_pair(
     _check_pair(pair, la["prefill"], la["decode"], reports)
     pair.close()
     return PairReport(prefill=reports["prefill"], decode=reports["decode"], pair=pair)
+
+
+def _parsed(side: str, cmd: LaunchArgs | Sequence[str] | str) -> LaunchArgs:
+    """One side's launch command, parsed; a command that is empty or cannot be parsed is a usage error naming the
+    side."""
+    if isinstance(cmd, LaunchArgs):
+        return cmd
+    if not (cmd.strip() if isinstance(cmd, str) else [a for a in cmd if str(a).strip()]):
+        raise LaunchArgsError(
+            f"the {side} server's launch command is empty",
+            where=f"--{side}",
+            expected=f"the {side} server's whole launch command",
+            fix=f'--{side} "python -m sglang.launch_server --disaggregation-mode {side} ..."',
+        )
+    try:
+        return parse_launch_args(cmd)
+    except LaunchArgsError as exc:
+        d = exc.diagnostic
+        raise LaunchArgsError(
+            f"the {side} server's launch command: {d.what}",
+            where=f"--{side}",
+            found=d.found,
+            expected=d.expected,
+            fix=d.fix or f"quote the {side} server's command as one argument, each of its own quotes closed",
+        ) from None
 
 
 def _both(field: str, p: object, d: object) -> str:
@@ -75,16 +102,16 @@ def _check_pair(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str, Re
                 expected=side,
                 fix=f"add --disaggregation-mode {side} to the {side} server's launch",
             )
+    versions = {side: parse_version(str(reports[side].facts["sglang_version"])) for side in SIDES}
     _check_algorithm(out, p, d)
     if p.algorithm is not None and d.algorithm is not None:
-        _check_speculative_flags(out, p, d)
+        _check_speculative_flags(out, p, d, versions)
         _check_draft(out, p, d)
         _check_draft_kv_split(out, p, d)
     _check_target(out, p, d)
     _check_transfer(out, p, d)
     _check_patches(out, p, d, reports)
-    version = parse_version(str(reports["prefill"].facts["sglang_version"]))
-    v2 = {side: spec_flags(la, version) for side, la in (("prefill", p), ("decode", d))}
+    v2 = {side: spec_flags(la, versions[side]) for side, la in (("prefill", p), ("decode", d))}
     if v2["prefill"].spec_v2 != v2["decode"].spec_v2:
         out.add(
             ERROR,
@@ -148,10 +175,16 @@ def _check_algorithm(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
         )
 
 
-def _check_speculative_flags(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
+def _check_speculative_flags(out: Report, p: LaunchArgs, d: LaunchArgs, versions: dict[str, Version]) -> None:
+    """The flags of the declaration, each as sglang sets it on that side's release (with topk 1 the draft tokens are
+    steps + 1 whatever was given)."""
+    flags = {side: spec_flags(la, versions[side]) for side, la in (("prefill", p), ("decode", d))}
+    served = {side: f.served() for side, f in flags.items()}
+    # with topk 1 on both sides the draft tokens follow from the steps: their difference is the steps' finding
+    derived = all(f.topk == 1 and f.num_steps is not None for f in flags.values())
     for field, flag in SPECULATIVE_FLAGS.items():
-        pv, dv = getattr(p, field), getattr(d, field)
-        if pv == dv:
+        pv, dv = served["prefill"][field], served["decode"][field]
+        if pv == dv or (derived and field == "speculative_num_draft_tokens"):
             continue
         chosen = None in (pv, dv)  # one side leaves it to sglang, whose choice may or may not be the other's
         shown = ["not given (sglang chooses)" if v is None else f"{v}" for v in (pv, dv)]
@@ -160,8 +193,8 @@ def _check_speculative_flags(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
             "pd-speculative-flags",
             f"{flag} differs between the two sides: the draft's top-k the prefill side sends is not the one the "
             "decode side verifies with"
-            if field == "eagle_topk"
-            else f"{flag} differs between the two sides",
+            if field == "speculative_eagle_topk"
+            else f"{flag} differs between the two sides (as sglang sets it)",
             where=flag,
             found=f"prefill: {shown[0]}; decode: {shown[1]}",
             expected="the same on both sides",
@@ -288,15 +321,48 @@ def _check_transfer(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
         "loaded",
         "give both servers the same --page-size (and --attention-backend, which picks the default)",
     )
+    kv = {side: served_kv_cache_dtype(la) for side, la in (("prefill", p), ("decode", d))}
     _must_match(
         out,
-        ERROR,
+        WARNING if AUTO_UNRESOLVED in kv.values() else ERROR,
         "pd-kv-cache-dtype",
         "--kv-cache-dtype",
-        p.kv_cache_dtype,
-        d.kv_cache_dtype,
+        kv["prefill"],
+        kv["decode"],
         "the two sides' KV cache dtypes differ: the decode side reads the prefill side's KV bytes as another type",
     )
+
+
+#: ``--kv-cache-dtype auto`` where the doctor cannot tell what sglang makes of it (the target's quantization config
+#: may ask for an FP8 KV cache)
+AUTO_UNRESOLVED = "auto (the target's quantization config decides)"
+
+
+def served_kv_cache_dtype(la: LaunchArgs) -> str:
+    """The KV cache dtype sglang runs with (``configure_kv_cache_dtype``): ``bf16`` and ``bfloat16`` are one dtype;
+    ``auto`` is the model's dtype (``--dtype``, else the target config's, by sglang's auto rule), or
+    :data:`AUTO_UNRESOLVED` where the target's quantization config may choose an FP8 KV cache (``modelopt``, ``petit``,
+    a ``kv_cache_quant_algo``) or the target cannot be read."""
+    value = la.kv_cache_dtype
+    if value in ("bf16", "bfloat16"):
+        return "bfloat16"
+    if value != "auto":
+        return value
+    if la.model_path is None:
+        return AUTO_UNRESOLVED
+    try:
+        tv = target_view(read_config(la.model_path, "target"))
+    except Eagle3ConfigError:
+        return AUTO_UNRESOLVED
+    text = tv.config.get("text_config")
+    for cfg in (tv.config, text if isinstance(text, dict) else {}):
+        q = cfg.get("quantization_config")
+        if isinstance(q, dict) and (
+            "kv_cache_quant_algo" in q or str(q.get("quant_method", "")).startswith(("modelopt", "petit"))
+        ):
+            return AUTO_UNRESOLVED
+    dtype, _ = served_dtype(tv.dtype, la.dtype)
+    return dtype or AUTO_UNRESOLVED
 
 
 def _check_patches(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str, Report]) -> None:
@@ -314,15 +380,33 @@ def _check_patches(out: Report, p: LaunchArgs, d: LaunchArgs, reports: dict[str,
             expected="both sides under eagle3-patches",
             fix=f"launch the {without} server with `eagle3-patches run -- ...` (or install eagle3-patches there)",
         )
-    differs = [k for k in settings.BEHAVIOUR if p.env.get(k) != d.env.get(k)]
+    if False in patched.values():
+        return  # neither, or one side without eagle3-patches (said above): its settings change nothing
+    agreed = {side: _agreed(la) for side, la in (("prefill", p), ("decode", d))}
+    differs = [k for k in agreed["prefill"] if agreed["prefill"][k] != agreed["decode"][k]]
     if differs:
         out.add(
             ERROR,
             "pd-patch-set",
             "the two sides run different eagle3-patches settings: a different patch set or layer-id convention "
-            "changes what the draft is fed on one side only",
+            "changes what the draft is fed on one side only (the decode server refuses its requests)",
             where="the launch environment",
-            found="; ".join(_both(k, p.env.get(k, "unset"), d.env.get(k, "unset")) for k in differs),
+            found="; ".join(_setting_difference(k, agreed["prefill"][k], agreed["decode"][k]) for k in differs),
             expected="the same on both sides",
-            fix="set the EAGLE3_PATCHES_* variables alike in front of both launches",
+            fix=f"set {', '.join(settings.BEHAVIOUR)} alike in front of both launches (and the same "
+            "`eagle3-patches run --only / --disable`)",
         )
+
+
+def _agreed(la: LaunchArgs) -> dict[str, object]:
+    """What of eagle3-patches one side runs, as the declaration compares it: its launch's settings and the patches
+    they select."""
+    cfg = settings.read(launch_environ(la))
+    return agreed_settings(cfg, (p.name for p in get_registry().patches() if cfg.selects(p.name, p.default_enabled)))
+
+
+def _setting_difference(key: str, p: object, d: object) -> str:
+    if isinstance(p, list) and isinstance(d, list):  # the patches on
+        only = {side: sorted(set(a) - set(b)) for side, a, b in (("prefill", p, d), ("decode", d, p))}
+        return "the patches on: " + "; ".join(f"{side} alone {', '.join(n) or 'none'}" for side, n in only.items())
+    return _both(key, p if p not in ("", None) else "unset", d if d not in ("", None) else "unset")

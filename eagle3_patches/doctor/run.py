@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from packaging.version import Version
 
+from .. import settings
 from ..checkpoint.launch_args import ALGORITHMS, LaunchArgs, parse_launch_args
 from ..checkpoint.releases import (
     NEWEST_CHECKED,
@@ -25,7 +26,7 @@ from ..patches import get_registry
 from ..plugin import loaded_here
 from ..preflight import run_rules
 from ..sglang_version import installed_sglang_version
-from .context import Context, guard
+from .context import Context, guard, launch_environ
 from .draft_checks import (
     check_d2t,
     check_draft_format,
@@ -78,7 +79,8 @@ def doctor(
     version, vsrc = _release(sglang_version)
     rf = facts(version)
     algo, asrc = _algorithm(speculative_algorithm, la, launch_given)
-    patched, patched_why = patch_mode(with_patches, la, launch_given, rf, vsrc)
+    environ = launch_environ(la)
+    patched, patched_why = patch_mode(with_patches, la, launch_given, rf, vsrc, environ)
     ctx = Context(
         report=report,
         version=version,
@@ -91,6 +93,7 @@ def doctor(
         checkpoint_only=checkpoint_only,
         facts=report.facts,
         patches={p.name: p for p in get_registry().patches()},
+        settings=settings.read(environ),
     )
     report.facts.update(
         sglang_version=str(version),
@@ -219,15 +222,21 @@ def _check_launch(ctx: Context) -> None:
 
 
 def patch_mode(
-    explicit: bool | None, la: LaunchArgs, launch_given: bool, rf: ReleaseFacts, version_source: str
+    explicit: bool | None,
+    la: LaunchArgs,
+    launch_given: bool,
+    rf: ReleaseFacts,
+    version_source: str,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[bool | None, str]:
-    """Whether the server runs under eagle3-patches (None: not known), and why."""
+    """Whether the server runs under eagle3-patches (None: not known), and why; ``environ``: the launch's
+    environment (:func:`.context.launch_environ`), which decides whether the installed sglang loads the plugin."""
     if explicit is not None:
         return explicit, "--with-patches" if explicit else "--without-patches"
     if la.with_patches:
         return True, "the launch is wrapped in `eagle3-patches run`"
     if version_source == "installed":
-        loaded, why = loaded_here(rf)
+        loaded, why = loaded_here(rf, environ)
         if loaded:
             return True, why
     if launch_given and la.program != "flags":

@@ -18,16 +18,15 @@ As sglang 0.5.9 does it (``configs/model_config.py``, ``speculative/eagle_worker
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .. import settings
 from ..checkpoint import expected_accept
-from ..checkpoint.releases import ADAPTIVE_STEPS_FROM
+from ..checkpoint.releases import ADAPTIVE_STEPS_FROM, env_bool
 from ..checkpoint.safe_io import CheckpointError
 from ..diagnostic import ERROR, INFO, WARNING
 from ..sglang_version import base_release
-from .context import Context
+from .context import Context, launch_environ
 
 #: sglang's ``CONTEXT_LENGTH_KEYS``: the first one a config sets is its length
 CONTEXT_LENGTH_KEYS = (
@@ -105,7 +104,7 @@ def check_context(ctx: Context) -> None:
     own = derived_context_length(draft)
     ctx.report.facts["draft_context"] = {"served": served, "served_from": source, "draft": own}
     if served > own:
-        allowed = os.environ.get(ALLOW_LONGER, "").lower() in ("true", "1", "yes", "y")  # sglang's EnvBool
+        allowed = bool(env_bool(launch_environ(ctx.launch).get(ALLOW_LONGER)))
         past = (
             "the draft then runs past the length it was trained at: its positions beyond it were never seen, and "
             "its accept length falls as contexts grow (no error)"
@@ -242,9 +241,8 @@ def check_expected(ctx: Context) -> None:
             where="--speculative-adaptive",
         )
         return
-    var, temp = settings.EXPECTED_ACCEPT_LENGTH, settings.EXPECTED_ACCEPT_TEMPERATURE
-    # the command's assignment, else the doctor's own environment: both read as the settings read them
-    stated = settings.read({v: la.env[v] for v in (var, temp) if v in la.env}) if var in la.env else settings.read()
+    var = settings.EXPECTED_ACCEPT_LENGTH
+    stated = ctx.settings  # the launch's environment: the command's assignments over the one it inherits
     where = ctx.dcfg(expected_accept.FIELD)
     try:
         figure = expected_accept.from_config(ctx.draft_view.config, where=ctx.dcfg())

@@ -53,6 +53,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -86,6 +87,19 @@ PER_HEAD_DRAFT_KV = 4
 #: the fingerprint's columns
 COLUMNS = 11
 SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+#: What the two servers of a pair must agree on, declared once: this patch's check on the decode server and the pair
+#: doctor (``doctor/pair.py``) both compare exactly these.  The speculative flags, as sglang resolves them
+#: (``ServerArgs`` field -> flag; the doctor resolves a launch's flags as the single-server doctor does, e.g.
+#: ``--speculative-num-draft-tokens`` is steps + 1 with topk 1), in the fingerprint's column order.  Beside them: the
+#: algorithm (speculating or not), the draft (:func:`checkpoint.digest.checkpoint_digest`), the attention-TP size for
+#: a per-head draft beside an MLA target, and eagle3-patches' own settings (:func:`agreed_settings`).
+#: ``--speculative-adaptive`` is not among them: it changes only the decode side's own steps, never what the prefill
+#: side sends.
+SPECULATIVE_FLAGS = {
+    "speculative_eagle_topk": "--speculative-eagle-topk",
+    "speculative_num_steps": "--speculative-num-steps",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+}
 FIX = (
     "launch the prefill and the decode servers with the same speculative flags and draft, both under eagle3-patches "
     "with the same EAGLE3_PATCHES_* settings (`eagle3-patches doctor --prefill CMD --decode CMD` names every "
@@ -127,6 +141,10 @@ class Fingerprint:
         fmt, flags, topk, steps, tokens, ps, d0, d1, d2, attention_tp = values[1:COLUMNS]
         return cls(fmt, flags, topk, steps, tokens, ps, (d0, d1, d2), attention_tp)
 
+    def speculative(self) -> tuple[int, int, int]:
+        """The values of :data:`SPECULATIVE_FLAGS`, in its order."""
+        return self.topk, self.steps, self.draft_tokens
+
     @property
     def speculating(self) -> bool:
         return bool(self.flags & SPECULATING)
@@ -163,11 +181,7 @@ def differences(mine: Fingerprint, theirs: Fingerprint) -> list[str]:
     if not theirs.speculating:
         return ["speculation: the prefill server sent no draft state"]
     out = []
-    for label, a, b in (
-        ("--speculative-eagle-topk", theirs.topk, mine.topk),
-        ("--speculative-num-steps", theirs.steps, mine.steps),
-        ("--speculative-num-draft-tokens", theirs.draft_tokens, mine.draft_tokens),
-    ):
+    for label, a, b in zip(SPECULATIVE_FLAGS.values(), theirs.speculative(), mine.speculative(), strict=True):
         if a != b:
             out.append(f"{label}: prefill {a}, decode {b}")
     if (theirs.draft, theirs.flags & DRAFT_BY_CONTENT) != (mine.draft, mine.flags & DRAFT_BY_CONTENT):
@@ -196,18 +210,27 @@ def _draft_digest(server_args) -> tuple[bytes, bool]:
     return hashlib.sha256(f"{path}@{revision}".encode()).digest(), False
 
 
+def agreed_settings(cfg: settings.Settings, on: Iterable[str]) -> dict[str, object]:
+    """What of eagle3-patches' settings two sides must run alike (with :data:`SPECULATIVE_FLAGS`, the declaration
+    both this patch and the pair doctor compare): the patches ``on``, which is what the settings that select patches
+    (:data:`settings.SELECTING`) decide, however each list is spelt or ordered and whatever instrument it names; and the
+    value of every other setting marked ``behaviour`` (what the draft is fed).  The instruments' settings (the
+    watchdog, the probe, the dump) are not among them: they watch one side and change nothing it sends."""
+    out: dict[str, object] = {"patches": sorted(on)}
+    for s in settings.DECLARED:
+        if s.behaviour and s.var not in settings.SELECTING:
+            value = getattr(cfg, s.attr)
+            out[s.var] = sorted(value) if isinstance(value, frozenset) else value
+    return out
+
+
 def selection() -> dict:
-    """What of eagle3-patches this process runs, as two sides must agree on it: the library's version, each patch
-    and instrument on or off (a patch waiting for its module counts as on: the two sides import sglang's modules in
-    their own order) and the settings that change what a patch does."""
+    """What of eagle3-patches this process runs, as two sides must agree on it: the library's version and
+    :func:`agreed_settings`, the patches on read from the registry (a patch waiting for its module counts as on: the
+    two sides import sglang's modules in their own order; one that failed to apply, off)."""
     states = get_registry().status()
-    cfg = settings.current()
-    return {
-        "eagle3_patches": __version__,
-        "on": sorted(n for n, s in states.items() if s.state not in (State.NOT_SELECTED, State.DISABLED, State.FAILED)),
-        "upgrade_algorithm": cfg.upgrade_algorithm,
-        "layer_id_convention": cfg.layer_id_convention,
-    }
+    on = (n for n, s in states.items() if s.state not in (State.NOT_SELECTED, State.DISABLED, State.FAILED))
+    return {"eagle3_patches": __version__, **agreed_settings(settings.current(), on)}
 
 
 def fingerprint_of(server_args) -> Fingerprint:
@@ -216,12 +239,13 @@ def fingerprint_of(server_args) -> Fingerprint:
     speculating = algorithm in SPECULATIVE_ALGORITHMS
     digest, by_content = _draft_digest(server_args) if speculating else (bytes(12), False)
     ps = hashlib.sha256(json.dumps(selection(), sort_keys=True).encode()).digest()
+    topk, steps, draft_tokens = (int(getattr(server_args, field, None) or 0) for field in SPECULATIVE_FLAGS)
     return Fingerprint(
         format=FORMAT,
         flags=(SPECULATING if speculating else 0) | (DRAFT_BY_CONTENT if by_content else 0),
-        topk=int(getattr(server_args, "speculative_eagle_topk", None) or 0),
-        steps=int(getattr(server_args, "speculative_num_steps", None) or 0),
-        draft_tokens=int(getattr(server_args, "speculative_num_draft_tokens", None) or 0),
+        topk=topk,
+        steps=steps,
+        draft_tokens=draft_tokens,
         patch_set=_int32(ps),
         draft=(_int32(digest[0:4]), _int32(digest[4:8]), _int32(digest[8:12])),
         attention_tp=_attention_tp(server_args),

@@ -162,7 +162,7 @@ class Eagle3AlgorithmGuard(Patch):
         return out
 
     def when_patched(self, d: Diagnostic, setup: PatchSetup) -> Diagnostic:
-        if settings.current().upgrade_algorithm:
+        if setup.settings.upgrade_algorithm:
             return d.replace(
                 severity=WARNING,
                 what=f"{d.what} ({settings.UPGRADE_ALGORITHM}=1: eagle3-patches upgrades it to EAGLE3 with a warning)",

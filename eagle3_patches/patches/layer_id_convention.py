@@ -236,8 +236,9 @@ class LayerIdConvention(Patch):
         return out
 
     def when_patched(self, d: Diagnostic, setup: PatchSetup) -> Diagnostic:
-        """Fixed only where the patch knows the convention: recorded in the draft config, or set in the environment."""
-        if setup.draft_view.convention_stated or settings.current().layer_id_convention:
+        """Fixed only where the patch knows the convention: recorded in the draft config, or set in the launch's
+        environment."""
+        if setup.draft_view.convention_stated or setup.settings.layer_id_convention:
             return super().when_patched(d, setup)
         return d
 

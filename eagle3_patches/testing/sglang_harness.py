@@ -625,6 +625,7 @@ def pd_commit(
     first_token: int = 7,
     room: int = 4242,
     index: int = 1,
+    polls: list | None = None,
 ) -> tuple:
     """One request's metadata row through sglang's real disaggregation buffers: the prefill side's
     ``MetadataBuffers.set_buf`` (``prefill_sa`` being the ServerArgs of its process: the patch's
@@ -633,8 +634,11 @@ def pd_commit(
     decode side's ``DecodeTransferQueue._commit_transfer_to_req`` (``decode_sa`` its scheduler's).
     ``stamped=False``: the row's columns past sglang's own zeroed after ``set_buf``, as a prefill process without
     eagle3-patches leaves them.  ``health_check``: the decode request is one of sglang's own (its health check or
-    warm-up: the fake bootstrap host), for which nothing is transferred.  Returns the committed first token, the
-    abort message (None when the request was committed) and the row's ``output_ids`` columns as sent."""
+    warm-up: the fake bootstrap host), for which nothing is transferred.  ``polls``: a slow transfer: the decode side
+    commits once before the row's bytes arrive (its scheduler polls while the transfer is under way), and again after
+    unless that first poll took the request off the queue; each commit's return value is appended to ``polls``.
+    Returns the committed first token, the abort message (None when the request was committed) and the row's
+    ``output_ids`` columns as sent."""
     import ctypes
     import inspect
 
@@ -678,12 +682,17 @@ def pd_commit(
     if not stamped:
         sent.output_ids[index, 1:] = 0
     received = buffers(decode_sa)
-    if decode_sa.disaggregation_transfer_backend != "fake" and not health_check:
+
+    def transfer() -> None:
         # what the transfer engine does: each buffer's row, byte for byte, at the addresses sglang registers
         src, _, item_lens = sent.get_buf_infos()[:3]
         dst = received.get_buf_infos()[0]
         for s, d, n in zip(src, dst, item_lens, strict=True):
             ctypes.memmove(d + index * n, s + index * n, n)
+
+    transferred = decode_sa.disaggregation_transfer_backend != "fake" and not health_check
+    if transferred and polls is None:
+        transfer()
     era().publish_server_args(decode_sa)  # the decode scheduler's process config (0.5.19+ reads it from there)
     queue = DecodeTransferQueue.__new__(DecodeTransferQueue)
     queue.metadata_buffers = received
@@ -700,7 +709,14 @@ def pd_commit(
         from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
 
         decode_req.req.bootstrap_host = FAKE_BOOTSTRAP_HOST
-    queue._commit_transfer_to_req(decode_req)
+    if polls is not None:
+        polls.append(queue._commit_transfer_to_req(decode_req))  # the row not there yet
+        if transferred:
+            transfer()
+    if polls is None or polls[0] is False:
+        result = queue._commit_transfer_to_req(decode_req)
+        if polls is not None:
+            polls.append(result)
     r = decode_req.req
     reason = r.finished_reason
     message = getattr(reason, "message", None) if reason else None

@@ -761,6 +761,8 @@ def test_no_flags_mean_sglangs_defaults():
             "kv_cache_dtype": "auto",
             "env": {"A": "1"} if argv == "A=1 env" else {},  # the assignment in front of the (empty) command
             "with_patches": False,
+            "run_only": [],
+            "run_disable": [],
             "program": "flags",
             "given": [],
             "unknown": [],

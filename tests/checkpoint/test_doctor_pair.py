@@ -9,9 +9,11 @@ import shutil
 
 import pytest
 
+from eagle3_patches import settings
 from eagle3_patches.checkpoint.digest import checkpoint_digest
 from eagle3_patches.diagnostic import ERROR, WARNING
 from eagle3_patches.doctor import doctor_pair
+from eagle3_patches.patches import disaggregation_fingerprint as fingerprint
 
 
 def launch(tiny, side: str, *extra: str, draft=None, env: str = "", wrapped: bool = True) -> str:
@@ -92,8 +94,6 @@ def test_another_draft_on_the_decode_side_is_refused_naming_both(tiny, make_draf
             ERROR,
         ),
         (lambda c: c.replace("--speculative-num-steps 3", "--speculative-num-steps 5"), "pd-speculative-flags", ERROR),
-        (lambda c: without(c, "--speculative-num-draft-tokens"), "pd-speculative-flags", WARNING),
-        (lambda c: c + " --speculative-adaptive", "pd-speculative-flags", ERROR),
         (lambda c: c + " --page-size 64", "pd-page-size", WARNING),
         (lambda c: c + " --kv-cache-dtype fp8_e4m3", "pd-kv-cache-dtype", ERROR),
         (lambda c: c + " --disaggregation-transfer-backend nixl", "pd-transfer-backend", ERROR),
@@ -108,8 +108,6 @@ def test_another_draft_on_the_decode_side_is_refused_naming_both(tiny, make_draf
         "algorithm",
         "topk",
         "steps",
-        "draft-tokens-one-side",
-        "adaptive",
         "page-size-one-side",
         "kv-dtype",
         "backend",
@@ -266,3 +264,162 @@ def test_spec_v2_is_compared_as_each_release_resolves_it(tiny):
     old = doctor_pair(launch(tiny, "prefill"), on + launch(tiny, "decode"), sglang_version="0.5.9")
     f = only(old, "pd-spec-v2")
     assert "prefill: spec v2 off" in f.found and "decode: spec v2 on" in f.found
+
+
+# ------------------------------------------------------------------ what a pair must agree on, and nothing more
+def test_draft_tokens_4_and_8_with_topk_1_and_3_steps_are_the_same_setting(tiny):
+    """With topk 1 sglang sets the draft tokens to steps + 1 on both sides, whatever each launch gave."""
+    decode = launch(tiny, "decode").replace("--speculative-num-draft-tokens 4", "--speculative-num-draft-tokens 8")
+    r = pair(tiny, launch(tiny, "prefill"), decode)
+    assert "pd-speculative-flags" not in codes(r), r.format()
+    assert "pd-speculative-flags" not in codes(
+        pair(tiny, launch(tiny, "prefill"), without(decode, "--speculative-num-draft-tokens"))
+    )
+
+
+def test_draft_tokens_that_sglang_keeps_are_compared(tiny):
+    """With a tree (topk 2) sglang keeps the draft tokens given: 4 against 8 differ, and one side leaving them to
+    sglang is a warning."""
+
+    def tree(side: str, tokens: str | None) -> str:
+        cmd = launch(tiny, side).replace("--speculative-eagle-topk 1", "--speculative-eagle-topk 2")
+        if tokens is None:
+            return without(cmd, "--speculative-num-draft-tokens")
+        return cmd.replace("--speculative-num-draft-tokens 4", f"--speculative-num-draft-tokens {tokens}")
+
+    f = only(pair(tiny, tree("prefill", "4"), tree("decode", "8")), "pd-speculative-flags")
+    assert f.severity == ERROR and f.found == "prefill: 4; decode: 8"
+    assert only(pair(tiny, tree("prefill", "4"), tree("decode", None)), "pd-speculative-flags").severity == WARNING
+
+
+def test_a_decode_side_that_alone_adapts_its_steps_is_fine(tiny):
+    """``--speculative-adaptive`` changes the decode side's own steps only; the prefill side sends the same row."""
+    r = pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode") + " --speculative-adaptive")
+    assert not codes(r), r.format()
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [("bf16", "bfloat16"), ("auto", "bf16"), ("bfloat16", "auto")])
+def test_kv_cache_dtypes_spelt_two_ways_are_one_dtype_on_a_bfloat16_target(tiny, prefill, decode):
+    """``bf16`` and ``bfloat16`` are one dtype to sglang, and ``auto`` is the target's (bfloat16 here)."""
+    r = pair(
+        tiny,
+        launch(tiny, "prefill", "--kv-cache-dtype", prefill),
+        launch(tiny, "decode", "--kv-cache-dtype", decode),
+    )
+    assert "pd-kv-cache-dtype" not in codes(r), r.format()
+
+
+def test_kv_cache_dtype_auto_on_a_float16_target_is_not_bf16(tiny, make_target):
+    half = make_target("kimi_k25", config={"torch_dtype": "float16", "text_config": {"torch_dtype": "float16"}})
+
+    def side(name: str, *extra: str) -> str:
+        return launch(tiny, name, *extra).replace(str(tiny["kimi_k25"]), str(half))
+
+    f = only(pair(tiny, side("prefill"), side("decode", "--kv-cache-dtype", "bf16")), "pd-kv-cache-dtype")
+    assert f.severity == ERROR and "float16" in f.found and "bfloat16" in f.found
+
+
+def test_kv_cache_dtype_auto_is_a_warning_where_the_targets_quantization_may_choose_fp8(tiny, make_target):
+    fp8 = make_target(
+        "kimi_k25", config={"quantization_config": {"quant_method": "modelopt", "kv_cache_quant_algo": "FP8"}}
+    )
+
+    def side(name: str, *extra: str) -> str:
+        return launch(tiny, name, *extra).replace(str(tiny["kimi_k25"]), str(fp8))
+
+    f = only(pair(tiny, side("prefill"), side("decode", "--kv-cache-dtype", "bf16")), "pd-kv-cache-dtype")
+    assert f.severity == WARNING and "quantization config decides" in f.found
+
+
+def test_disable_lists_in_another_order_are_one_patch_set(tiny):
+    names = "eagle3_fc_guard,kimi_k25_eagle3_delegation"
+    r = pair(
+        tiny,
+        launch(tiny, "prefill", env=f"EAGLE3_PATCHES_DISABLE={names}"),
+        launch(tiny, "decode", env="EAGLE3_PATCHES_DISABLE=' kimi_k25_eagle3_delegation;eagle3_fc_guard'"),
+    )
+    assert "pd-patch-set" not in codes(r), r.format()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        "EAGLE3_PATCHES_PROBE=1",
+        "EAGLE3_PATCHES_WATCHDOG_WINDOW=50",
+        "EAGLE3_PATCHES_WATCHDOG=0",
+        "EAGLE3_PATCHES_DISABLE=accept_watchdog",
+        "EAGLE3_PATCHES_ENABLE=eagle3_probe",
+        "EAGLE3_PATCHES_EXPECTED_ACCEPT_LENGTH=2.5",
+    ],
+)
+def test_a_decode_side_that_alone_sets_an_instrument_is_fine(tiny, env):
+    """The watchdog, the probe and their settings watch the decode side; they change nothing the prefill side
+    sends, so they are not part of what the pair must share."""
+    r = pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode", env=env))
+    assert "pd-patch-set" not in codes(r), r.format()
+
+
+#: every behaviour setting but those that select patches (their effect, the patches on, is compared)
+VALUED = [s for s in settings.DECLARED if s.behaviour and s.var not in settings.SELECTING]
+
+
+@pytest.mark.parametrize("setting", VALUED, ids=[s.var for s in VALUED])
+def test_a_behaviour_setting_on_one_side_only_is_named(tiny, setting, other_value):
+    f = only(
+        pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode", env=f"{setting.var}={other_value(setting)}")),
+        "pd-patch-set",
+    )
+    assert f.severity == ERROR and setting.var in f.found and "prefill" in f.found and "decode" in f.found
+
+
+@pytest.mark.parametrize(
+    ("decode", "wrapped", "named"),
+    [
+        ("EAGLE3_PATCHES_DISABLE=eagle3_fc_guard", True, "prefill alone eagle3_fc_guard; decode alone none"),
+        # the plugin's way in (no `eagle3-patches run`, which sets the variable itself): the list selects the patches
+        ("EAGLE3_PATCHES_APPLY=eagle3_fc_guard", False, "kimi_k25_eagle3_delegation"),
+        ("EAGLE3_PATCHES_DISABLE=all", True, "kimi_k25_eagle3_delegation"),
+    ],
+)
+def test_another_patch_set_on_one_side_is_named_by_the_patches_it_changes(tiny, decode, wrapped, named):
+    r = doctor_pair(
+        launch(tiny, "prefill", wrapped=wrapped),
+        launch(tiny, "decode", env=decode, wrapped=wrapped),
+        sglang_version="0.5.23",
+        with_patches=True,
+    )
+    f = only(r, "pd-patch-set")
+    assert f.found.startswith("the patches on: prefill alone ") and named in f.found, f.found
+
+
+def test_run_disable_on_one_side_is_another_patch_set(tiny):
+    """``eagle3-patches run --disable NAME`` sets the launched server's ``EAGLE3_PATCHES_DISABLE``."""
+    decode = launch(tiny, "decode").replace(
+        "eagle3-patches run -- ", "eagle3-patches run --disable eagle3_fc_guard -- "
+    )
+    assert "eagle3_fc_guard" in only(pair(tiny, launch(tiny, "prefill"), decode), "pd-patch-set").found
+    same = launch(tiny, "prefill").replace("eagle3-patches run -- ", "eagle3-patches run --disable=eagle3_fc_guard -- ")
+    assert "pd-patch-set" not in codes(pair(tiny, same, decode))
+
+
+def test_the_pair_doctor_compares_the_speculative_flags_the_fingerprint_carries(tiny):
+    """One declaration: every flag of the fingerprint's, and only those, changes the pair doctor's verdict."""
+    cases = {
+        "speculative_eagle_topk": ("--speculative-eagle-topk 1", "--speculative-eagle-topk 2"),
+        "speculative_num_steps": ("--speculative-num-steps 3", "--speculative-num-steps 4"),
+        "speculative_num_draft_tokens": None,  # with topk 1, derived from the steps (shown above)
+    }
+    assert set(cases) == set(fingerprint.SPECULATIVE_FLAGS)
+    for field, change in cases.items():
+        if change is None:
+            continue
+        f = only(pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode").replace(*change)), "pd-speculative-flags")
+        assert f.where == fingerprint.SPECULATIVE_FLAGS[field]
+
+
+def test_an_empty_or_unbalanced_side_is_a_usage_error_naming_it(tiny, cli):
+    d = launch(tiny, "decode")
+    rc, _, err = cli("doctor", "--prefill", "", "--decode", d)
+    assert rc == 2 and "the prefill server's launch command is empty" in err
+    rc, _, err = cli("doctor", "--prefill", launch(tiny, "prefill"), "--decode", d + " --model-path 'unclosed")
+    assert rc == 2 and "the decode server's launch command" in err and "No closing quotation" in err

@@ -26,4 +26,3 @@ from eagle3_patches.checkpoint.draft_names import draft_tensor_name
 )
 def test_each_draft_tensor_name_reaches_the_parameter_sglang_loads_it_into(raw, name, naming):
     assert draft_tensor_name(raw) == (name, naming)
-

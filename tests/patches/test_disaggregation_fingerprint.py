@@ -7,9 +7,11 @@ import logging
 
 import pytest
 
+from eagle3_patches import settings
 from eagle3_patches.patches import disaggregation_fingerprint as fp
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.checks.disaggregation_fingerprint import COMMITTED, REFUSED
+from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import requires_patch
 
 
@@ -161,3 +163,80 @@ def test_the_attention_tp_size_and_the_draft_kind_are_read_from_the_server_args(
     assert not fp._per_head_draft_beside_mla(args(tiny["mla_draft"]))
     assert not fp._per_head_draft_beside_mla(args("lightseekorg/kimi-k2.5-eagle3"))
     assert fp._per_head_draft_beside_mla(args(tiny["draft"], tiny["deepseek_v3"]))  # DeepSeek-V3 is MLA too
+
+
+# ------------------------------------------------------------------ what the fingerprint covers
+def _selection(environ: dict[str, str]) -> dict:
+    settings.reload(environ)
+    return fp.selection()
+
+
+#: every behaviour setting but those that select patches (their effect, the patches on, is what the row carries)
+VALUED = [s for s in settings.DECLARED if s.behaviour and s.var not in settings.SELECTING]
+
+
+@pytest.mark.parametrize("setting", VALUED, ids=[s.var for s in VALUED])
+def test_a_behaviour_setting_on_one_side_changes_that_sides_fingerprint(setting, other_value):
+    """A layer-id convention (or any other setting that changes what the draft is fed) set on the prefill side only
+    gives it another fingerprint: the decode side refuses its rows instead of continuing from them."""
+    assert _selection({setting.var: other_value(setting)}) != _selection({})
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {settings.PROBE: "1"},
+        {settings.WATCHDOG_WINDOW: "50"},
+        {settings.WATCHDOG: "0"},
+        {settings.DISABLE: "accept_watchdog"},
+        {settings.EXPECTED_ACCEPT_LENGTH: "2.5"},
+    ],
+    ids=lambda e: next(iter(e)),
+)
+def test_a_side_that_alone_watches_itself_keeps_its_fingerprint(environ):
+    """The instruments and their settings change nothing one side sends: a decode side that alone runs the probe or
+    another watchdog window serves its pair."""
+    assert _selection(environ) == _selection({})
+
+
+def test_the_decode_side_checks_every_flag_of_the_pair_declaration():
+    """The flags the row carries are the declaration's (which the pair doctor compares too), each one refused."""
+    mine = _fp()
+    for i, flag in enumerate(fp.SPECULATIVE_FLAGS.values()):
+        values = list(mine.speculative())
+        values[i] += 1
+        theirs = _fp(**dict(zip(("topk", "steps", "draft_tokens"), values, strict=True)))
+        exc = fp.refusal(theirs, mine)
+        assert exc is not None and flag in exc.diagnostic.found
+
+
+def _slow_transfer(target: str, draft: str) -> dict:
+    """One request whose row arrives after the decode side's first poll (the transfer still under way), on stock
+    sglang and then with this patch: per run, each commit's return value, the committed token and the abort."""
+    from eagle3_patches.selftest.scenarios import apply_patch_set
+    from eagle3_patches.testing import sglang_harness as h
+
+    prefill = h.eagle3_server_args(target, draft, disaggregation_mode="prefill")
+    decode = h.eagle3_server_args(target, draft, disaggregation_mode="decode")
+    out = {}
+    for run in ("stock", "patched"):
+        if run == "patched":
+            apply_patch_set(["disaggregation_fingerprint"])
+        polls: list = []
+        token, abort, _ = h.pd_commit(prefill, decode, polls=polls)
+        out[run] = (polls, token, abort)
+    return out
+
+
+@pytest.mark.sglang
+@pytest.mark.runtime_only
+@requires_patch("disaggregation_fingerprint")
+def test_a_slow_transfer_is_committed_when_its_row_arrives_not_refused_as_unstamped(tiny):
+    """sglang (0.5.9) polls the transfer and commits it only once the metadata row is there: a poll that arrives
+    first must leave the request waiting, not read the empty row as a prefill server without eagle3-patches."""
+    out = run_isolated(_slow_transfer, str(tiny["kimi_k25"]), str(tiny["draft"]))
+    polls, token, abort = out["stock"]
+    if polls[0] is not False:
+        pytest.skip("this release commits a transfer only once its metadata is ready: no poll arrives early")
+    assert (polls, token, abort) == ([False, True], 7, None)
+    assert out["patched"] == ([False, True], 7, None)
