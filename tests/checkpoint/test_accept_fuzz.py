@@ -4,9 +4,15 @@ draft can run on.  Deterministic (derandomized) and bounded by the number of cas
 
 from __future__ import annotations
 
+import io
 import os
+import pickletools
+import re
+import struct
 import sys
 import tempfile
+import zipfile
+import zlib
 from pathlib import Path
 
 import torch
@@ -113,3 +119,176 @@ def test_a_torch_file_with_bytes_overwritten_is_read_or_refused(offset, data):
         raw[at : at + len(data)] = data
         path.write_bytes(bytes(raw))
         _consume(Path(tmp))
+
+
+# ---------------------------------------------------------------------- the zip's structure and the pickle's opcodes
+def _valid_records() -> list[tuple[str, bytes]]:
+    buf = io.BytesIO()
+    torch.save(
+        {
+            "input_ids": torch.arange(5),
+            "hidden_states": [torch.ones(5, W // 3)] * 4,
+            "loss_mask": torch.ones(5, dtype=torch.long),
+        },
+        buf,
+    )
+    with zipfile.ZipFile(buf) as zf:
+        return [(i.filename, zf.read(i)) for i in zf.infolist()]
+
+
+def _torch_zip(records: list[tuple[str, bytes]]) -> bytes:
+    """``records`` laid out as torch.save lays them out (each record's bytes 64-aligned by a padding extra field,
+    stored, no data descriptor here): a mutated pickle reaches the pickle reader, its storages still in place."""
+    out, directory = bytearray(), bytearray()
+    for name, data in records:
+        raw, crc = name.encode(), zlib.crc32(data)
+        pad = -(len(out) + 30 + len(raw) + 4) % 64
+        extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad
+        directory += (
+            struct.pack(
+                "<4sHHHHHHIIIHHHHHII",
+                b"PK\x01\x02",
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                crc,
+                len(data),
+                len(data),
+                len(raw),
+                0,
+                0,
+                0,
+                0,
+                0,
+                len(out),
+            )
+            + raw
+        )
+        out += (
+            struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 0, 0, 0, 0, 0, crc, len(data), len(data), len(raw), len(extra))
+            + raw
+            + extra
+            + data
+        )
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(records), len(records), len(directory), len(out), 0)
+    return bytes(out + directory + end)
+
+
+def _write(raw: bytes, tmp: str) -> Path:
+    (Path(tmp) / "data_0.pt").write_bytes(raw)
+    return Path(tmp)
+
+
+def test_the_fuzzers_torch_layout_is_read():
+    with tempfile.TemporaryDirectory() as tmp:
+        (states,) = read_states(_write(_torch_zip(_valid_records()), tmp), CONFIG)
+        assert states.aux.shape == (5, W)
+
+
+#: (structure, its struct format) of each zip header: a field of one of them is overwritten
+_HEADERS = {
+    b"PK\x03\x04": "<4sHHHHHIIIHH",
+    b"PK\x01\x02": "<4sHHHHHHIIIHHHHHII",
+    b"PK\x05\x06": "<4sHHHHIIH",
+    b"PK\x06\x06": "<4sQHHIIQQQQ",
+    b"PK\x06\x07": "<4sIQI",
+}
+
+
+@CASES
+@given(
+    header=st.integers(0, 31),
+    field=st.integers(0, 20),
+    value=st.sampled_from([0, 1, 2, 63, 64, 0xFFFF, 0xFFFFFFFF, -1, 1 << 31, 7]),
+    fresh=st.booleans(),
+)
+def test_a_torch_file_with_a_zip_field_changed_is_read_or_refused(header, field, value, fresh):
+    """One field of one local header, directory entry or end record (torch.save's own layout, or the fuzzer's)
+    set to a boundary value."""
+    raw = bytearray(_torch_zip(_valid_records()) if fresh else _saved_good())
+    starts = sorted(at for sig in _HEADERS for at in _finds(raw, sig))
+    at = starts[header % len(starts)]
+    fmt = _HEADERS[bytes(raw[at : at + 4])]
+    parts = struct.unpack_from(fmt, raw, at)
+    i = 1 + field % (len(parts) - 1)
+    size = struct.calcsize("<" + re.findall(r"\d*[a-zA-Z]", fmt[1:])[i])
+    parts = (*parts[:i], value % (1 << (8 * size)), *parts[i + 1 :])
+    struct.pack_into(fmt, raw, at, *parts)
+    with tempfile.TemporaryDirectory() as tmp:
+        _consume(_write(bytes(raw), tmp))
+
+
+def _finds(raw: bytearray, sig: bytes) -> list[int]:
+    found, at = [], raw.find(sig)
+    while at >= 0:
+        found.append(at)
+        at = raw.find(sig, at + 1)
+    return found
+
+
+def _saved_good() -> bytes:
+    buf = io.BytesIO()
+    torch.save(
+        {
+            "input_ids": torch.arange(5),
+            "hidden_states": [torch.ones(5, 2)] * 4,
+            "loss_mask": torch.ones(5, dtype=torch.long),
+        },
+        buf,
+    )
+    return buf.getvalue()
+
+
+@CASES
+@given(op=st.sampled_from(["drop", "duplicate", "swap", "case", "rename"]), i=st.integers(0, 20), j=st.integers(0, 20))
+def test_a_torch_file_with_its_records_dropped_duplicated_reordered_or_renamed_is_read_or_refused(op, i, j):
+    records = _valid_records()
+    i, j = i % len(records), j % len(records)
+    if op == "drop":
+        del records[i]
+    elif op == "duplicate":
+        records.insert(j, records[i])
+    elif op == "swap":
+        records[i], records[j] = records[j], records[i]
+    elif op == "case":
+        records.append((records[i][0].upper(), records[j][1]))
+    else:
+        records[i] = (records[i][0].replace("archive/", "other/", 1), records[i][1])
+    with tempfile.TemporaryDirectory() as tmp:
+        _consume(_write(_torch_zip(records), tmp))
+
+
+#: every pickle opcode, with an argument of the size it reads (a 1-byte length for the text ones)
+_OPCODES = [
+    bytes([op.code.encode("latin-1")[0]]) + b"\x01" * max(0, op.arg.n if op.arg and op.arg.n > 0 else 0)
+    for op in pickletools.opcodes
+]
+
+
+@CASES
+@given(
+    at=st.integers(0, 400),
+    op=st.sampled_from(["insert", "delete", "replace"]),
+    new=st.sampled_from(_OPCODES),
+    n=st.integers(1, 3),
+)
+def test_a_pickle_with_opcodes_inserted_deleted_or_replaced_is_read_or_refused(at, op, new, n):
+    """The pickle of a valid file edited at an opcode boundary: any opcode of any protocol inserted, ``n`` opcodes
+    deleted, or one replaced; its storages stay in place."""
+    records = _valid_records()
+    pkl = records[0][1]
+    starts = [pos for _, _, pos in pickletools.genops(pkl)]
+    k = at % len(starts)
+    ends = [*starts[1:], len(pkl)]
+    if op == "insert":
+        pkl = pkl[: starts[k]] + new * n + pkl[starts[k] :]
+    elif op == "delete":
+        pkl = pkl[: starts[k]] + pkl[ends[min(k + n, len(ends)) - 1] :]
+    else:
+        pkl = pkl[: starts[k]] + new + pkl[ends[k] :]
+    records[0] = (records[0][0], pkl)
+    with tempfile.TemporaryDirectory() as tmp:
+        _consume(_write(_torch_zip(records), tmp))
