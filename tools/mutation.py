@@ -50,8 +50,9 @@ limited to negation and boundary shifts, boolean keywords, ``not`` added and rem
 loops, exception types, plus this project's (tools/mutation_operators.py): the faults real refactors make and
 cosmic-ray does not (a call statement deleted, a case dropped from a literal list, a setting compared raw, a
 containment check without its separator, any/all swapped, an argument ignored for its default, an emptiness
-check's boundary moved, the other of two values returned).  cosmic-ray's arithmetic swaps (ten per operator,
-mostly in message formatting) are left out.
+check's boundary moved, the other of two values returned, a release bound moved by one or its end opened or closed,
+an early-exit guard removed, a group getter widened, a table's name spelt with - for _).  cosmic-ray's arithmetic
+swaps (ten per operator, mostly in message formatting) are left out.
 """
 
 from __future__ import annotations

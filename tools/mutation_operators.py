@@ -65,8 +65,9 @@ class DeleteCallStatement:
 
 
 class DropLiteralElement:
-    """One element dropped from a literal tuple / list / set whose elements are all strings or numbers (the hooks a
-    wrapper delegates, the algorithms a guard covers, the forward modes it checks)."""
+    """One element dropped from a literal tuple / list / set (a ``frozenset({...})`` too) whose elements are all
+    strings, numbers or module constants (the hooks a wrapper delegates, the algorithms a guard covers, the forward
+    modes it checks, the backends a rule names)."""
 
     fault = "a case forgotten from a list of names"
 
@@ -78,9 +79,22 @@ class DropLiteralElement:
         if inner.type not in ("testlist_comp", "dictorsetmaker"):
             return None
         items = [c for c in inner.children if not (c.type == "operator" and c.value == ",")]
-        if len(items) < 2 or any(c.type not in ("string", "number") for c in items):
+        if len(items) < 2 or not all(DropLiteralElement._constant(c) for c in items):
             return None
         return items
+
+    @staticmethod
+    def _constant(node: Any) -> bool:
+        """A string, a number or a module constant (``FOO``, ``mod.FOO``): a member of a table, not a computed value."""
+        if node.type in ("string", "number"):
+            return True
+        if node.type == "name":
+            return bool(DropLiteralElement.CONSTANT.match(node.value))
+        if node.type == "atom_expr" and all(_is_attribute(t) for t in node.children[1:]):
+            return bool(DropLiteralElement.CONSTANT.match(node.children[-1].children[1].value))
+        return False
+
+    CONSTANT = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 
     def mutation_positions(self, node: Any) -> Iterator[Position]:
         for item in self._elements(node) or ():
@@ -346,6 +360,228 @@ class ReturnTheOther:
         )
 
 
+#: a release as the code writes one: ``0.5.12``, ``0.5.12.post1``
+_RELEASE = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)((?:\.post\d+)?)(?![\d.])")
+#: a string that is a release or a specifier set of releases, and nothing else (not a message that names one)
+_RELEASE_TEXT = re.compile(r"^(?:(?:[<>=!~]=?|==)?\s*\d+\.\d+\.\d+(?:\.post\d+)?\s*,?\s*)+$")
+
+
+def _release_string(node: Any) -> tuple[str, str, str] | None:
+    """``(prefix, body, quote)`` of a plain string leaf holding a release or a specifier set, else None."""
+    if node.type != "string":
+        return None
+    m = re.match(r"^([rRbBuU]*)(['\"])(.*)\2$", node.value, re.S)
+    if m is None or "f" in m.group(1).lower() or not _RELEASE_TEXT.match(m.group(3)):
+        return None
+    return m.group(1), m.group(3), m.group(2)
+
+
+class ShiftReleaseBound:
+    """A release in a range or a release constant moved by one patch release, down and up: ``">=0.5.12"`` becomes
+    ``">=0.5.11"`` and ``">=0.5.13"``, ``Version("0.5.10")`` becomes ``Version("0.5.9")`` and ``Version("0.5.11")``
+    (a ``.postN`` kept): the first or last release of a fix claimed one release off."""
+
+    fault = "a release bound moved by one release"
+
+    @staticmethod
+    def _shifts(node: Any) -> list[str]:
+        found = _release_string(node)
+        if found is None:
+            return []
+        prefix, body, quote = found
+        out = []
+        for m in _RELEASE.finditer(body):
+            major, minor, patch, post = m.group(1), m.group(2), int(m.group(3)), m.group(4)
+            for moved in (patch - 1, patch + 1):
+                if moved >= 0:
+                    text = f"{body[: m.start()]}{major}.{minor}.{moved}{post}{body[m.end() :]}"
+                    out.append(f"{prefix}{quote}{text}{quote}")
+        return out
+
+    def mutation_positions(self, node: Any) -> Iterator[Position]:
+        for _ in self._shifts(node):
+            yield (node.start_pos, node.end_pos)
+
+    def mutate(self, node: Any, index: int) -> Any:
+        return _replacement(node, self._shifts(node)[index])
+
+    @classmethod
+    def examples(cls) -> tuple[tuple[str, str], ...]:
+        return (
+            ('applies_to = SpecifierSet(">=0.5.12")\n', 'applies_to = SpecifierSet(">=0.5.11")\n'),
+            ('applies_to = SpecifierSet(">=0.5.12")\n', 'applies_to = SpecifierSet(">=0.5.13")\n', 1),
+            ('FIXED_IN = "0.5.12.post1"\n', 'FIXED_IN = "0.5.11.post1"\n'),
+        )
+
+
+class CloseReleaseBound:
+    """A release range's bound made inclusive or exclusive: ``"<0.5.16"`` becomes ``"<=0.5.16"``, ``">0.5.9"``
+    ``">=0.5.9"``, and the reverse: the release the fix landed in counted on the wrong side."""
+
+    fault = "an open bound of a release range closed (or a closed one opened)"
+    FLIP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">"}
+    OPERATOR = re.compile(r"(<=|>=|<|>)(?=\s*\d)")
+
+    def _flips(self, node: Any) -> list[str]:
+        found = _release_string(node)
+        if found is None:
+            return []
+        prefix, body, quote = found
+        return [
+            f"{prefix}{quote}{body[: m.start()]}{self.FLIP[m.group(1)]}{body[m.end() :]}{quote}"
+            for m in self.OPERATOR.finditer(body)
+        ]
+
+    def mutation_positions(self, node: Any) -> Iterator[Position]:
+        for _ in self._flips(node):
+            yield (node.start_pos, node.end_pos)
+
+    def mutate(self, node: Any, index: int) -> Any:
+        return _replacement(node, self._flips(node)[index])
+
+    @classmethod
+    def examples(cls) -> tuple[tuple[str, str], ...]:
+        return (
+            ('applies_to = SpecifierSet(">=0.5.8,<0.5.16")\n', 'applies_to = SpecifierSet(">0.5.8,<0.5.16")\n'),
+            ('applies_to = SpecifierSet(">=0.5.8,<0.5.16")\n', 'applies_to = SpecifierSet(">=0.5.8,<=0.5.16")\n', 1),
+        )
+
+
+class DropGuard:
+    """A guard that leaves early removed: ``if <cond>: return ...`` / ``continue`` / ``break`` with no ``else``
+    becomes ``pass``, so the code goes on with what was not ready yet (a row not written, a poll that came too early,
+    a value not set)."""
+
+    fault = 'a guard on "not ready yet" removed'
+    EXITS = ("return_stmt", "continue_stmt", "break_stmt")
+
+    def _is_guard(self, node: Any) -> bool:
+        if node.type != "if_stmt" or len(node.children) != 4:  # if, test, :, body (no elif / else)
+            return False
+        body = node.children[3]
+        stmts = [c for c in body.children if c.type != "newline"] if body.type == "suite" else [body]
+        if len(stmts) != 1 or stmts[0].type != "simple_stmt":
+            return False
+        first = stmts[0].children[0]
+        return first.type in self.EXITS or (first.type == "keyword" and first.value in ("continue", "break", "return"))
+
+    def mutation_positions(self, node: Any) -> Iterator[Position]:
+        if self._is_guard(node):
+            yield (node.start_pos, node.end_pos)
+
+    def mutate(self, node: Any, index: int) -> Any:
+        return _replacement(node, "pass\n")
+
+    @classmethod
+    def examples(cls) -> tuple[tuple[str, str], ...]:
+        return (
+            (
+                "def f(row):\n    if row is None:\n        return None\n    return row.value\n",
+                "def f(row):\n    pass\n    return row.value\n",
+            ),
+        )
+
+
+class WidenGroup:
+    """A process group's getter widened: ``get_attention_tp_group`` (``get_attn_tp_group``) becomes
+    ``get_tp_group`` everywhere in the module (its import and its calls alike, as a maintainer's rename would
+    make it), so a collective runs over the whole TP group instead of the attention-TP group."""
+
+    fault = "a group name swapped for the wider group's"
+    NAME = re.compile(r"^get_(?:[a-z0-9]+_)+([a-z0-9]+)_group$")
+
+    def _names(self, node: Any) -> list[str]:
+        if node.type != "file_input":
+            return []
+        seen: list[str] = []
+        for leaf in _all_leaves(node):
+            if leaf.type == "name" and self.NAME.match(leaf.value) and leaf.value not in seen:
+                seen.append(leaf.value)
+        return seen
+
+    def _first(self, node: Any, name: str) -> Any:
+        return next(leaf for leaf in _all_leaves(node) if leaf.type == "name" and leaf.value == name)
+
+    def mutation_positions(self, node: Any) -> Iterator[Position]:
+        for name in self._names(node):
+            leaf = self._first(node, name)
+            yield (leaf.start_pos, leaf.end_pos)
+
+    def mutate(self, node: Any, index: int) -> Any:
+        name = self._names(node)[index]
+        wide = self.NAME.sub(r"get_\1_group", name)
+        code = "".join(
+            (leaf.prefix + wide) if leaf.type == "name" and leaf.value == name else leaf.get_code()
+            for leaf in _all_leaves(node)
+        )
+        return parso.parse(code)
+
+    @classmethod
+    def examples(cls) -> tuple[tuple[str, str], ...]:
+        return (
+            (
+                "from d import get_attention_tp_group\nget_attention_tp_group().all_gather(x)\n",
+                "from d import get_tp_group\nget_tp_group().all_gather(x)\n",
+            ),
+        )
+
+
+class RespellName:
+    """A name in a module table (a literal collection assigned to a ``CONSTANT``) spelt the other way:
+    ``"cutlass_mla"`` becomes ``"cutlass-mla"`` (as a command line spells a flag) and ``"two-batch"``
+    ``"two_batch"``: the table no longer matches what sglang compares it with."""
+
+    fault = "a backend or setting name spelt the other way (_ and -)"
+    SNAKE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)+$")
+    KEBAB = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)+$")
+
+    def _respelt(self, node: Any) -> str | None:
+        if node.type != "string" or not self._in_table(node):
+            return None
+        m = re.match(r"^(['\"])(.*)\1$", node.value, re.S)
+        if m is None:
+            return None
+        body = m.group(2)
+        if self.SNAKE.match(body):
+            return f"{m.group(1)}{body.replace('_', '-')}{m.group(1)}"
+        if self.KEBAB.match(body):
+            return f"{m.group(1)}{body.replace('-', '_')}{m.group(1)}"
+        return None
+
+    @staticmethod
+    def _in_table(node: Any) -> bool:
+        parent = node.parent
+        if parent is None or parent.type not in ("testlist_comp", "dictorsetmaker", "atom"):
+            return False
+        scope = parent.parent
+        while scope is not None and scope.type not in ("expr_stmt", "annassign", "file_input", "funcdef", "classdef"):
+            scope = scope.parent
+        if scope is None or scope.type not in ("expr_stmt", "annassign"):
+            return False
+        target = scope.children[0] if scope.type == "expr_stmt" else scope.parent.children[0]
+        return target.type == "name" and bool(DropLiteralElement.CONSTANT.match(target.value))
+
+    def mutation_positions(self, node: Any) -> Iterator[Position]:
+        if self._respelt(node) is not None:
+            yield (node.start_pos, node.end_pos)
+
+    def mutate(self, node: Any, index: int) -> Any:
+        return _replacement(node, self._respelt(node) or node.value)
+
+    @classmethod
+    def examples(cls) -> tuple[tuple[str, str], ...]:
+        return (('BACKENDS = ("fa3", "cutlass_mla")\n', 'BACKENDS = ("fa3", "cutlass-mla")\n'),)
+
+
+def _all_leaves(node: Any) -> Iterator[Any]:
+    """Every leaf under ``node``, in order."""
+    for child in node.children:
+        if isinstance(child, tree.BaseNode):
+            yield from _all_leaves(child)
+        else:
+            yield child
+
+
 def _leaves(node: Any) -> Iterator[Any]:
     """The leaves under ``node``, not descending into nested functions or classes."""
     for child in node.children:
@@ -369,6 +605,11 @@ OPERATORS: dict[str, type] = {
         IgnoreArgument,
         ShiftEmptinessBoundary,
         ReturnTheOther,
+        ShiftReleaseBound,
+        CloseReleaseBound,
+        DropGuard,
+        WidenGroup,
+        RespellName,
     )
 }
 

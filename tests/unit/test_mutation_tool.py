@@ -267,6 +267,31 @@ SURVIVOR_KINDS = [
         "if expected is not None and width != expected and hidden_states.shape[0] > 0:",
         "if expected is not None and width != expected and hidden_states.shape[0] > 1:",
     ),
+    # the held-out mistakes of issue 62, each on a line it was made on
+    (
+        "ShiftReleaseBound",
+        "eagle3_patches/patches/mla_draft_fc_guard.py",
+        'applies_to = SpecifierSet(">=0.5.12")',
+        'applies_to = SpecifierSet(">=0.5.13")',
+    ),
+    (
+        "CloseReleaseBound",
+        "eagle3_patches/patches/aux_capture_validation.py",
+        'applies_to = SpecifierSet(">=0.5.8,<0.5.13")',
+        'applies_to = SpecifierSet(">=0.5.8,<=0.5.13")',
+    ),
+    (
+        "RespellName",
+        "eagle3_patches/patches/draft_chunked_prefix_cache.py",
+        '"cutlass_mla",',
+        '"cutlass-mla",',
+    ),
+    (
+        "DropLiteralElement",
+        "eagle3_patches/checkpoint/layer_ids.py",
+        "CONVENTIONS = (OUTPUT_OF_LAYER, INPUT_OF_LAYER)",
+        "CONVENTIONS = (INPUT_OF_LAYER,)",
+    ),
 ]
 
 
@@ -285,6 +310,53 @@ def test_each_kind_of_fault_found_by_hand_is_made_by_an_operator(operators, kind
         diff = [line for line in difflib.ndiff(source.splitlines(), mutant.splitlines()) if line[:2] in ("- ", "+ ")]
         made.append((diff[0][2:].strip(), diff[1][2:].strip()) if len(diff) == 2 else tuple(diff))
     assert (before, after) in made
+
+
+def _changed(source: str, mutant: str) -> tuple[list[str], list[str]]:
+    import difflib
+
+    diff = [line for line in difflib.ndiff(source.splitlines(), mutant.splitlines()) if line[:2] in ("- ", "+ ")]
+    return [d[2:].strip() for d in diff if d[0] == "-"], [d[2:].strip() for d in diff if d[0] == "+"]
+
+
+def test_widen_group_renames_the_getter_in_its_import_and_its_calls_alike(operators):
+    """dp_attention_aux_gather's held-out mistake: the whole TP group's getter where the attention-TP group's was, as
+    a rename makes it (the import and the call together, so the module still imports)."""
+    source = (ROOT / "eagle3_patches/patches/dp_attention_aux_gather.py").read_text()
+    made = [_changed(source, m) for m in operators.mutants(source, operators.WidenGroup())]
+    assert (
+        [
+            "from sglang.srt.layers.dp_attention import get_attention_tp_group",
+            "return get_attention_tp_group().all_gather(input_, dim)",
+        ],
+        ["from sglang.srt.layers.dp_attention import get_tp_group", "return get_tp_group().all_gather(input_, dim)"],
+    ) in made
+    assert operators.mutants("get_tp_group()\nget_group()\n", operators.WidenGroup()) == []  # already the widest
+
+
+def test_drop_guard_removes_an_early_exit_and_leaves_other_ifs(operators):
+    """draft_chunked_prefix_cache's guard on a backend that never reads the cache, removed whole."""
+    source = (ROOT / "eagle3_patches/patches/draft_chunked_prefix_cache.py").read_text()
+    made = [_changed(source, m) for m in operators.mutants(source, operators.DropGuard())]
+    assert (
+        ["if backend is not None and backend not in CHUNKED_PREFIX_BACKENDS:", "return out"],
+        ["pass"],
+    ) in made
+    kept = "if a:\n    return 1\nelse:\n    x = 2\nif b:\n    x = 3\n    return x\nif c:\n    f(x)\n"
+    assert operators.mutants(kept, operators.DropGuard()) == []  # an else, two statements, no exit
+
+
+def test_release_operators_leave_messages_and_fstrings(operators):
+    source = 'a = f">=0.5.8,<{FIXED}"\nb = "upgrade to sglang >= 0.5.10"\nc = "0.5"\n'
+    for name in ("ShiftReleaseBound", "CloseReleaseBound"):
+        assert operators.mutants(source, operators.OPERATORS[name]()) == [], name
+    assert operators.mutants('V = "0.5.0"\n', operators.ShiftReleaseBound()) == ['V = "0.5.1"\n']
+
+
+def test_respell_name_touches_module_tables_only(operators):
+    source = 'def f(x):\n    return x in ("cutlass_mla", "fa3")\nmessage = "not_a_table"\n'
+    assert operators.mutants(source, operators.RespellName()) == []
+    assert operators.mutants('NAMES = {"two-batch"}\n', operators.RespellName()) == ['NAMES = {"two_batch"}\n']
 
 
 def test_return_the_other_swaps_between_similar_names_only(operators):
