@@ -60,7 +60,10 @@ def served_norms(target: str, drafts: dict[str, str], **overrides: Any) -> dict[
     sglang_log = logging.getLogger("sglang")
     sglang_log.addHandler(handler)
     try:
-        sa = h.eagle3_server_args(target, next(iter(drafts.values())), **overrides)
+        # the runner's arguments are built with a draft the launcher lets through (on releases that check at
+        # construction a refused draft allows none); each draft is then set on them, as the loader reads it
+        through = [d for name, d in drafts.items() if out[name]["launch"][0] == "ok"] or list(drafts.values())
+        sa = h.eagle3_server_args(target, through[0], **overrides)
         tr = h.model_runner(sa)
         for name, draft in drafts.items():
             skipped.clear()
