@@ -946,6 +946,30 @@ def merged_scores(old: str, new: list[str]) -> str:
     return SCORES_HEADER + "".join(f"{row}\n" for row in sorted(kept + new, key=lambda r: r.split("|")[1]))
 
 
+def fault_kinds(modules: list[Path]) -> list[tuple[str, str, int, int, int]]:
+    """Per operator over the sessions of ``modules``: (operator, the fault it makes, killed (timeouts included),
+    survived, equivalent); what ``--kinds`` prints, the figures docs/testing.md's note on what the suite catches
+    quotes."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    faults = {name: fault for name, fault, _ in operator_rows()}
+    counts: dict[str, list[int]] = {}
+    for module in modules:
+        db_path = STATE / f"{slug(module)}.sqlite"
+        if not db_path.exists():
+            continue
+        with use_db(str(db_path), WorkDB.Mode.open) as db:
+            for item, result in db.completed_work_items:
+                row = counts.setdefault(item.mutations[0].operator_name, [0, 0, 0])
+                if result.worker_outcome.value in ("skipped", "no-test"):
+                    row[2] += result.output == EQUIVALENT
+                elif result.test_outcome is not None and result.test_outcome.value == "killed":
+                    row[0] += 1
+                elif result.test_outcome is not None and result.test_outcome.value == "survived":
+                    row[1] += 1
+    return [(name, faults.get(name, "-"), *counts[name]) for name in sorted(counts) if any(counts[name])]
+
+
 def report(modules: list[Path]) -> None:
     rows, survivors = score_rows(modules)
     print(SCORES_HEADER + "".join(f"{row}\n" for row in rows), end="")
@@ -973,6 +997,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module", action="append", default=[], help="a module in scope (repeatable); default: all")
     parser.add_argument("--list", action="store_true", help="print the scope, the test files and mutant counts")
     parser.add_argument("--report", action="store_true", help="print the scores of the sessions so far")
+    parser.add_argument(
+        "--kinds", action="store_true", help="print, per operator, the mutants the sessions so far killed and missed"
+    )
     parser.add_argument("--fresh", action="store_true", help="discard the sessions of these modules and start over")
     parser.add_argument(
         "--line",
@@ -1043,6 +1070,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown operator(s): {', '.join(unknown_ops)}; the operators: {', '.join(operators)}")
     if args.report:
         report(modules)
+        return 0
+    if args.kinds:
+        print("| operator | the fault it makes | killed | survived | equivalent |\n|---|---|---|---|---|")
+        for name, fault, killed, survived, equivalent in fault_kinds(modules):
+            print(f"| `{name}` | {fault} | {killed} | {survived} | {equivalent} |")
         return 0
     if args.scores_table:
         write_scores_table(modules)
