@@ -1,5 +1,5 @@
 """``eagle3-patches`` command line: run, status, doctor, selftest, convert, apply, probe-report, measure-accept,
-bench, docs.
+bench, tune, docs.
 
 User mistakes (:class:`~eagle3_patches.errors.Eagle3Error`) print a message (control
 characters escaped) and exit 1; usage errors exit 2; an interrupt exits 128 + the signal
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         run_cmd,
         selftest_cmd,
         status_cmd,
+        tune_cmd,
     )
 
     parser = argparse.ArgumentParser(
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         probe_report_cmd,
         measure_accept_cmd,
         bench_cmd,
+        tune_cmd,
         docs_cmd,
     ):
         module.add_parser(sub)

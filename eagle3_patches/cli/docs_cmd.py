@@ -35,6 +35,7 @@ USER_PAGES = (
     "troubleshooting",
     "doctor",
     "upgrading",
+    "tune",
     "checkpoints",
     "patches",
     "compat",
