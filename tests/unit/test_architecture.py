@@ -119,6 +119,7 @@ def test_a_serving_process_loads_none_of_the_offline_tools():
         "eagle3_patches.probe_report",
         "eagle3_patches.bench",
         "eagle3_patches.patch_docs",
+        "eagle3_patches.tune",
         "eagle3_patches.preflight",
     }
     assert not {m for m in loaded if m in offline or m.rsplit(".", 1)[0] in offline}, sorted(loaded)
