@@ -195,12 +195,12 @@ def _attend_fused(fused, q, k, v, ck, cv, scale: float):
     out, lse = out[0].transpose(0, 1).float(), lse[0].transpose(0, 1).float()  # [n, heads, d], [n, heads]
     if ck is None:
         return out.to(q.dtype)
-    ckh, cvh = heads(ck).float(), heads(cv).float()  # [J, n, heads, d]
-    sc = torch.einsum("bhd,jbhd->bhj", q.float(), ckh) * scale
+    qg = q.float().view(n, k.shape[1], g, d)  # the chain keys [J, n, kv heads, d] read per kv head, not repeated
+    sc = (torch.einsum("bkgd,jbkd->bkgj", qg, ck.float()) * scale).reshape(n, nh, -1)
     top = torch.maximum(lse, sc.amax(-1))
     main, chain = (lse - top).exp(), (sc - top[..., None]).exp()
-    mixed = out * main[..., None] + torch.einsum("bhj,jbhd->bhd", chain, cvh)
-    return (mixed / (main + chain.sum(-1))[..., None]).to(q.dtype)
+    joined = torch.einsum("bkgj,jbkd->bkgd", chain.view(n, k.shape[1], g, -1), cv.float()).reshape(n, nh, d)
+    return ((out * main[..., None] + joined) / (main + chain.sum(-1))[..., None]).to(q.dtype)
 
 
 class DraftForward:

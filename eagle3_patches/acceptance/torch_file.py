@@ -219,8 +219,9 @@ def _directory(buf: mmap.mmap, size: int, at: _Where) -> tuple[int, int, int]:
     return records, cd_off, cd_end
 
 
-def _records(buf: mmap.mmap, size: int, at: _Where) -> tuple[str, dict[str, _Record]]:
-    """The archive's prefix and its records by name, after every check of the module docstring's second point."""
+def _records(buf: mmap.mmap, size: int, at: _Where) -> dict[str, _Record]:
+    """The archive's records by name (without its ``<archive>/`` prefix), after every check of the module
+    docstring's second point."""
     count, pos, cd_end = _directory(buf, size, at)
     cd_off = pos
     records: dict[str, _Record] = {}
@@ -273,7 +274,7 @@ def _records(buf: mmap.mmap, size: int, at: _Where) -> tuple[str, dict[str, _Rec
     if "data.pkl" not in records:
         raise at.not_zip("no <archive>/data.pkl record")
     _tile(buf, sorted(records.values(), key=lambda r: r.header), cd_off, prefix or "", at)
-    return prefix or "", records
+    return records
 
 
 def _tile(buf: mmap.mmap, ordered: list[_Record], cd_off: int, prefix: str, at: _Where) -> None:
@@ -367,11 +368,6 @@ class _Storage:
         self.key, self.dtype, self.numel, self.tensor = key, dtype, numel, tensor
 
 
-class _Mark:
-    """The MARK opcode's place on the stack."""
-
-
-_MARK = _Mark()
 _SCALARS = (str, int, float, bool, type(None))
 #: opcodes that build objects by calling or importing (pickle protocols 0-5); torch.save writes none of them
 _CODE_OPCODES = {
@@ -392,8 +388,8 @@ class _Reader:
     build, and what the result may be.  Each opcode does bounded work: a MARK-ended one pops at most the items
     pushed since its mark, keys are strings (hashed once, cached), and every container is at most MAX_ITEMS."""
 
-    def __init__(self, raw: bytes, buf: mmap.mmap, records: dict[str, _Record], prefix: str, at: _Where):
-        self.raw, self.buf, self.records, self.prefix, self.at = raw, buf, records, prefix, at
+    def __init__(self, raw: bytes, buf: mmap.mmap, records: dict[str, _Record], at: _Where):
+        self.raw, self.buf, self.records, self.at = raw, buf, records, at
         self.storages: dict[str, _Storage] = {}
         self.depths: dict[int, int] = {}  # id -> nesting depth of each tuple built (tuples live on stack or memo)
 
@@ -685,7 +681,7 @@ def _read(fd: int, size: int, at: _Where) -> Any:
         buf = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
     except (OSError, ValueError) as exc:
         raise at.error(f"{at.label} cannot be mapped", found=f"{type(exc).__name__}: {exc}") from None
-    prefix, records = _records(buf, size, at)
+    records = _records(buf, size, at)
     order = records.get("byteorder")
     if order is not None and bytes(buf[order.data : order.data + order.size]) != b"little":
         raise at.error(
@@ -700,4 +696,4 @@ def _read(fd: int, size: int, at: _Where) -> Any:
             found=f"{pkl.size} bytes",
             expected=f"<= {MAX_PICKLE_BYTES} bytes (MAX_PICKLE_BYTES): a dict of tensors",
         )
-    return _Reader(bytes(buf[pkl.data : pkl.data + pkl.size]), buf, records, prefix, at).read()
+    return _Reader(bytes(buf[pkl.data : pkl.data + pkl.size]), buf, records, at).read()

@@ -443,13 +443,16 @@ class _Largest(torch.utils._python_dispatch.TorchDispatchMode):
         return out
 
 
-def test_no_tensor_grows_with_the_square_of_the_sequence(golden, monkeypatch):
+@pytest.mark.parametrize("attention", ["blocks", "fused"])
+def test_no_tensor_grows_with_the_square_of_the_sequence(golden, monkeypatch, attention):
     """Over 600 tokens no operation of the measurement's forward makes a tensor near [heads, L, L] (1.4M elements
     here, what one block of scores over the whole sequence holds): the largest is a linear one (the aux states,
-    600 x their width) or a block."""
+    600 x their width) or a block; the fused CPU kernel holds no block of scores at all."""
     from eagle3_patches.acceptance import draft_reference as R
 
     monkeypatch.setattr(R, "BLOCK_ELEMENTS", 1 << 14)
+    if attention == "fused":
+        monkeypatch.setattr(R, "FUSED_FROM", 1)
     forward = _forward(golden, "gqa_d2t")
     length, width = 600, forward.params["fc.weight"].shape[1]
     tokens, aux = _sequence(forward, length)
