@@ -46,9 +46,9 @@ def adaptive_turned_off(
     pdmux: bool = False,
 ) -> str | None:
     """Why sglang falls back to fixed steps under ``--speculative-adaptive`` (its ``adaptive_unsupported_reason``,
-    read in the 0.5.13 - 0.5.23 wheels: it logs a warning and serves at the static flags), or None where the steps
-    adapt.  Every fallback of those releases is here: one left out makes the watchdog stand down on a server that
-    runs fixed steps."""
+    read in the 0.5.23 wheel and the earlier ones that have it: it logs a warning and serves at the static flags), or
+    None where the steps adapt.  Every fallback of those releases is here: one left out makes the watchdog stand down
+    on a server that runs fixed steps."""
     if algorithm not in (None, "EAGLE", "EAGLE3"):
         return f"--speculative-algorithm {algorithm}"
     if topk not in (None, 1):
