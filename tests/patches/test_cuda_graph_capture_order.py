@@ -28,7 +28,7 @@ import pytest
 
 from eagle3_patches.patches import cuda_graph_capture_order as cgo
 from eagle3_patches.selftest import PASSED
-from eagle3_patches.selftest.scenarios import graph_capture_sequence
+from eagle3_patches.selftest.checks.cuda_graph_capture_order import graph_capture_sequence
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import requires_patch, stock_bug
 
@@ -39,7 +39,7 @@ DEFAULTS = [2, 3, 3]  # [2, n // 2, n - 3] for the 6-layer tiny target
 # --------------------------------------------------------------------------- real sglang, isolated
 @pytest.fixture(scope="module")
 def check(run_check):
-    """The selftest check: ``scenarios.graph_capture_sequence`` on the tiny DeepSeek-V3, stock and patched."""
+    """The selftest check: ``graph_capture_sequence`` (its check module) on the tiny DeepSeek-V3, stock and patched."""
     return run_check("cuda_graph_capture_order")
 
 

@@ -35,7 +35,7 @@ def drafts(tiny_root):
 
 @pytest.fixture(scope="module")
 def check(run_check):
-    """The selftest check: ``scenarios.captured_layers`` on the tiny DeepSeek-V3 with the patch set, then the
+    """The selftest check: ``captured_layers`` on the tiny DeepSeek-V3 with the patch set, then the
     patch reverted (stock rule, same model), then an unmarked config."""
     return run_check("layer_id_convention")
 

@@ -18,7 +18,7 @@ from eagle3_patches.testing.releases import only_release, sglang_version
 
 @pytest.fixture(scope="module")
 def decisions(run_check) -> dict:
-    """The selftest check's observations (``scenarios.fusion_decisions``, an H200 / B200 standing in for this CPU
+    """The selftest check's observations (``fusion_decisions``, an H200 / B200 standing in for this CPU
     machine's hardware facts); skipped where the check is (sglang >= 0.5.14 captures after the all-reduce)."""
     check = run_check("tp_allreduce_fusion_capture")
     assert check.status == PASSED, check.reason

@@ -9,11 +9,12 @@ its own ``patches/``) goes through the checklist for a made-up fix, ``throwaway_
    ``tests/unit/test_registry.py``;
 3. its fork-path diff, written by the copy's ``tools/regen_patch.py``: ``throwaway_fix.patch`` (against a
    made-up sglang module), its line in ``series`` where its registry ``order`` puts it, ``checksums.json``;
-4. its selftest check module ``eagle3_patches/selftest/checks/throwaway_fix.py``;
+4. its selftest check module ``eagle3_patches/selftest/checks/throwaway_fix.py``, its scenario beside the check;
 5. the generated docs, by the copy's ``tools/gen_docs.py``.
 
 With the module alone, the copy's contract tests (registry snapshot, fork series mirror, a check per patch, the
-docs table) fail; after the checklist they pass, and exactly the checklist's files differ from the repository's.
+docs table) fail; after the checklist they pass, and exactly the checklist's files differ from the repository's,
+as many steps and files as docs/patches.md states.
 In a fresh interpreter on the copy: the registry lists the patch in its order, ``eagle3-patches status`` shows
 it, ``eagle3-patches doctor`` runs its rule (a note where the launch runs under eagle3-patches), the fork series
 mirrors the registry (:func:`eagle3_patches.fork.mirror_problems`, what tests/fork/test_fork.py checks), the
@@ -50,10 +51,17 @@ Upstream probe: none.
 Tests: tests/unit/test_adding_a_patch.py.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from packaging.specifiers import SpecifierSet
 
 from ..diagnostic import ERROR, Diagnostics
 from ..registry import Patch
+
+if TYPE_CHECKING:
+    from ..preflight import PatchSetup
 
 
 class ThrowawayFix(Patch):
@@ -63,7 +71,7 @@ class ThrowawayFix(Patch):
     applies_to = SpecifierSet(">=0.5.8")
     order = 55
 
-    def preflight(self, setup):
+    def preflight(self, setup: PatchSetup):
         out = Diagnostics()
         if setup.algorithm == "EAGLE3":
             out.add(ERROR, "throwaway-bug", "the made-up bug would bite this launch", where="--speculative-algorithm",
@@ -77,7 +85,7 @@ class ThrowawayFix(Patch):
 PATCH = ThrowawayFix()
 '''
 
-THROWAWAY_CHECK = '''"""throwaway_fix: its check (the bug is made up: there is nothing to observe)."""
+THROWAWAY_CHECK = '''"""throwaway_fix: its check and its scenario (the bug is made up: there is nothing to observe)."""
 
 from __future__ import annotations
 
@@ -85,7 +93,14 @@ from ..base import Check, Finding, Skip
 
 
 def observe(ctx) -> Finding:
-    raise Skip("the bug is made up")
+    raise Skip("the bug is made up")  # a real check: ctx.observe(made_up_module_there), stock and patched
+
+
+def made_up_module_there() -> bool:
+    """The scenario, run by ``ctx.observe`` in a fresh process: sglang is imported here, after the patches."""
+    import importlib.util
+
+    return importlib.util.find_spec("sglang.srt.throwaway_module_that_is_never_imported") is not None
 
 
 CHECKS: tuple[Check, ...] = (
@@ -133,6 +148,7 @@ PARTS = [
 #: the repository's tests that hold a patch to the checklist, each with the step that makes it pass
 CONTRACT = {
     "tests/unit/test_registry.py::test_production_registries_declare_every_patch_and_instrument": "the snapshot",
+    "tests/unit/test_registry.py::test_every_preflight_rule_is_typed_against_what_it_may_read": None,
     "tests/fork/test_fork.py::test_series_mirrors_the_registry_and_carries_the_markers": "the diff",
     "tests/fork/test_fork.py::test_diffs_are_standard_unified_diffs_relative_to_the_package_root": None,
     "tests/selftest/test_selftest.py::test_every_patch_is_observed_by_a_check_or_says_why": "the check module",
@@ -146,13 +162,14 @@ CONTRACT = {
 }
 
 CHILD = """
-import json, sys
+import json, pickle, sys
 import eagle3_patches
 from eagle3_patches import fork
 from eagle3_patches.doctor import doctor
 from eagle3_patches.cli import status_cmd
 from eagle3_patches.patch_docs import patch_table, with_table
 from eagle3_patches.selftest import checks
+from eagle3_patches.selftest.checks import throwaway_fix as check_module
 names = eagle3_patches.get_registry().names()
 status = status_cmd.resolve_status()
 plain = doctor(sys.argv[1], launch=["python", "-m", "sglang.launch_server", "--speculative-algorithm", "EAGLE3"])
@@ -167,8 +184,34 @@ print(json.dumps({"names": names, "status": {p["name"]: p["state"] for p in stat
                   "series": [p.filename for p in series.patches],
                   "mirror": fork.mirror_problems(series, eagle3_patches.get_registry().patches()),
                   "checks": [[c.name, c.patch] for c in checks.CHECKS], "by_name": sorted(checks.BY_NAME),
-                  "uncovered": sorted(checks.uncovered()), "docs_fresh": with_table(page) == page}))
+                  "uncovered": sorted(checks.uncovered()), "docs_fresh": with_table(page) == page,
+                  "scenario_travels": pickle.loads(pickle.dumps(check_module.made_up_module_there))
+                  is check_module.made_up_module_there}))
 """
+
+
+#: the checklist's steps and the files each one changes, as the test below makes them
+STEPS = {
+    "the patch module": ["eagle3_patches/patches/throwaway_fix.py"],
+    "its tests and the snapshot": ["tests/patches/test_throwaway_fix.py", "tests/unit/test_registry.py"],
+    "the fork-path diff": [
+        "patches/sglang-0.5.9/throwaway_fix.patch",
+        "patches/sglang-0.5.9/series",
+        "patches/sglang-0.5.9/checksums.json",
+    ],
+    "the selftest check and its scenario": ["eagle3_patches/selftest/checks/throwaway_fix.py"],
+    "the generated docs": ["docs/patches.md"],
+}
+
+
+def _stated_steps_and_files() -> tuple[int, int]:
+    """The numbers of steps and files docs/patches.md's checklist states ("is N steps and M files")."""
+    import re
+
+    page = (REPO / "docs" / "patches.md").read_text(encoding="utf-8")
+    found = re.search(r"Adding a fix is (\d+) steps and (\d+) files", page)
+    assert found, "docs/patches.md no longer states its checklist's count"
+    return int(found[1]), int(found[2])
 
 
 def _digests(root: Path) -> dict[str, str]:
@@ -278,16 +321,8 @@ def test_adding_a_patch_is_the_checklist_and_nothing_else(tmp_path, tiny):
     assert _contract_failures(copy, tmp_path) == set()
     after = _digests(copy)
     changed = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
-    assert changed == {
-        "eagle3_patches/patches/throwaway_fix.py",  # 1
-        "tests/patches/test_throwaway_fix.py",
-        "tests/unit/test_registry.py",  # 2
-        "patches/sglang-0.5.9/throwaway_fix.patch",
-        "patches/sglang-0.5.9/series",  # 3
-        "patches/sglang-0.5.9/checksums.json",
-        "eagle3_patches/selftest/checks/throwaway_fix.py",  # 4
-        "docs/patches.md",  # 5
-    }
+    assert (len(STEPS), len(changed)) == _stated_steps_and_files(), "docs/patches.md states another count"
+    assert changed == {path for paths in STEPS.values() for path in paths}
 
     out = _run(["-c", CHILD, str(tiny["deepseek_v3"]), str(copy / "docs/patches.md")], tmp_path, copy)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -302,6 +337,7 @@ def test_adding_a_patch_is_the_checklist_and_nothing_else(tmp_path, tiny):
     assert Path(got["series_dir"]).resolve() == series_dir.resolve()  # the copy's own series
     assert got["mirror"] == [] and "throwaway_fix.patch" in got["series"]
     assert "throwaway_fix" in got["by_name"] and "throwaway_fix" not in got["uncovered"]
+    assert got["scenario_travels"]  # the scenario beside its check reaches the isolated process as it is
     patches = [patch for _, patch in got["checks"]]
     assert (
         patches.index("eagle3_draft_strict_loading") < patches.index("throwaway_fix") < patches.index("eagle3_fc_guard")

@@ -11,7 +11,7 @@ def capability_outcomes(cases: dict, overrides: dict) -> dict:
     sglang class lacks."""
     return {
         "outcomes": sc.launcher_outcomes(cases, overrides),
-        "missing": {name: sc.missing_capture_hooks(target) for name, (target, _, _) in cases.items()},
+        "missing": {name: missing_capture_hooks(target) for name, (target, _, _) in cases.items()},
     }
 
 
@@ -61,3 +61,19 @@ CHECKS: tuple[Check, ...] = (
         patch="eagle3_target_capability",
     ),
 )
+
+
+# the scenario, run in an isolated process (``ctx.observe``)
+def missing_capture_hooks(model_path: str) -> list[str]:
+    """What sglang's EAGLE-3 path calls on a target that the target's sglang class (from its config's
+    ``architectures``) does not have."""
+    import json
+    from pathlib import Path
+
+    from sglang.srt.models.registry import ModelRegistry
+
+    from eagle3_patches.patches.eagle3_target_capability import REQUIRED
+
+    archs = json.loads((Path(model_path) / "config.json").read_text())["architectures"]
+    cls, _ = ModelRegistry.resolve_model_cls(archs)
+    return [m for m in REQUIRED if not callable(getattr(cls, m, None))]

@@ -4,13 +4,12 @@ states of TP 2 equal TP 1's."""
 from __future__ import annotations
 
 from .. import device_scenarios as ds
-from .. import scenarios as sc
 from ..base import Check, Context, Finding, describe_error
 
 
 def fusion(ctx: Context) -> Finding:
     seen = ctx.observe(
-        sc.fusion_decisions,
+        fusion_decisions,
         ctx.path("kimi_k25"),
         ctx.path("deepseek_v3"),
         ctx.path("draft"),
@@ -102,3 +101,65 @@ CHECKS: tuple[Check, ...] = (
         needs=("cuda", "2gpu"),
     ),
 )
+
+
+# the scenario, run in an isolated process (``ctx.observe``)
+def fusion_decisions(
+    kimi: str, deepseek: str, draft: str, stand_in_gpu: bool = True, overrides: dict | None = None
+) -> dict:
+    """``enable_flashinfer_allreduce_fusion`` as the real ``ServerArgs`` decides it: stock, then with
+    ``tp_allreduce_fusion_capture`` applied alone in this process (the other flag guards would refuse
+    the EAGLE cases), then reverted.  ``stand_in_gpu``: the hardware facts ``ServerArgs`` reads are an
+    H200's (sm90), then a B200's (sm100) - on a machine without that GPU; False: this machine's own."""
+    import logging
+
+    import sglang.srt.server_args as sa_mod
+
+    from eagle3_patches.patches import tp_allreduce_fusion_capture as tafc
+    from eagle3_patches.registry import Registry
+    from eagle3_patches.testing import sglang_harness as h
+
+    records: list[logging.LogRecord] = []
+    logging.getLogger("eagle3_patches").addHandler(h.LogSink(records.append, logging.DEBUG))
+
+    def fusion(path: str, algorithm: str | None, tp: int, **kw) -> dict:
+        before = len(records)
+        kw = {**(overrides or {}), **kw}
+        if algorithm:
+            sa = h.eagle3_server_args(path, draft, algorithm=algorithm, tp_size=tp, **kw)
+        else:
+            sa = h.server_args(path, tp_size=tp, **kw)
+        logs = [(r.levelname, r.getMessage()) for r in records[before:]]
+        return {"fusion": sa.enable_flashinfer_allreduce_fusion, "algorithm": sa.speculative_algorithm, "logs": logs}
+
+    out: dict = {"stand_in_gpu": stand_in_gpu, "machine_stock": fusion(kimi, "EAGLE3", 2)}
+    if stand_in_gpu:  # an H200, as the hardware-detection functions in server_args would report it
+        sa_mod.is_sm90_supported = lambda *a, **k: True
+        sa_mod.get_device_name = lambda *a, **k: "NVIDIA H200"
+    out["stock"] = {name: fusion(path, "EAGLE3", 2) for name, path in (("kimi", kimi), ("deepseek", deepseek))}
+
+    reg = Registry("selftest", [tafc.PATCH])
+    original = sa_mod.ServerArgs.__dict__["_handle_model_specific_adjustments"]
+    reg.apply()  # sglang.srt.server_args is imported: lands now
+    out["state"] = reg.status()[tafc.NAME].state.value
+    out["reason"] = reg.status()[tafc.NAME].reason
+    out["upstream"] = tafc.PATCH.upstream(sa_mod)
+    out["patched"] = {
+        "kimi_eagle3_tp2": fusion(kimi, "EAGLE3", 2),
+        "deepseek_eagle3_tp2": fusion(deepseek, "EAGLE3", 2),
+        "kimi_eagle3_tp2_explicit": fusion(kimi, "EAGLE3", 2, enable_flashinfer_allreduce_fusion=True),
+        "kimi_eagle3_tp1": fusion(kimi, "EAGLE3", 1),
+        "kimi_none_tp2": fusion(kimi, None, 2),
+        "kimi_eagle_tp2": fusion(kimi, "EAGLE", 2),
+        "kimi_eagle_tp2_explicit": fusion(kimi, "EAGLE", 2, enable_flashinfer_allreduce_fusion=True),
+    }
+    if stand_in_gpu:  # sm100 (B200) instead of sm90
+        sa_mod.is_sm90_supported = lambda *a, **k: False
+        sa_mod.is_sm100_supported = lambda *a, **k: True
+        sa_mod.get_device_name = lambda *a, **k: "NVIDIA B200"
+        out["patched"]["kimi_eagle3_tp2_sm100"] = fusion(kimi, "EAGLE3", 2)
+
+    reg.revert([tafc.NAME])
+    out["revert_identity"] = sa_mod.ServerArgs.__dict__["_handle_model_specific_adjustments"] is original
+    out["reverted"] = fusion(kimi, "EAGLE3", 2)
+    return out
