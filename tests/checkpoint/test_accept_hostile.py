@@ -32,6 +32,9 @@ from eagle3_patches.testing import tiny_models
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
 from test_training_data import write_specforge, write_speculators  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+from test_accept_fuzz import _torch_zip  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
@@ -565,3 +568,63 @@ def test_uint16_input_ids_are_refused_by_dtype(tmp_path):
         list(td.read_specforge(tmp_path))
     assert info.value.where == str(path)
     assert info.value.found == "torch._utils._rebuild_tensor_v3 (a dtype without a storage class: uint16, uint32, ...)"
+
+
+def _refusal_of(tmp_path: Path, raw: bytes) -> CheckpointError:
+    (tmp_path / "data_0.pt").write_bytes(raw)
+    with pytest.raises(CheckpointError) as info:
+        list(td.read_speculators(tmp_path))
+    assert info.value.where == str(tmp_path / "data_0.pt")
+    return info.value
+
+
+def test_a_torch_file_is_read_as_torch_load_reads_it(tmp_path):
+    """torch.save's own layout (zip64 end records, data descriptors, 64-byte aligned storages, the file's stem as
+    the archive's name), views at an offset and with strides included: the same tensors torch.load gives."""
+    base = torch.arange(40, dtype=torch.float32).view(10, 4)
+    record = {
+        "input_ids": torch.arange(12)[2:7],
+        "hidden_states": [base[:5], base[5:], base[::2]],  # three views of one storage, the last strided
+        "loss_mask": torch.tensor([0, 1, 1, 1, 1], dtype=torch.bool),
+    }
+    torch.save(record, tmp_path / "data_0.pt")
+    (st,) = td.read_speculators(tmp_path)
+    want = torch.load(tmp_path / "data_0.pt", weights_only=True)
+    assert st.tokens.tolist() == want["input_ids"].tolist() == [2, 3, 4, 5, 6]
+    assert torch.equal(st.aux, torch.cat(want["hidden_states"][:-1], -1))
+    assert st.labelled.tolist() == [False, True, True, True, True]
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("a byte of a storage changed", "a record's bytes do not match its CRC"),
+        ("bytes after the end record", "no zip end record in the last 22 bytes"),
+        ("an end record that disagrees with the zip64 one", "two end records that disagree"),
+        ("a storage record of another size", "without a record of"),
+        ("a storage record no tensor uses", "a storage record no tensor uses"),
+        ("a view past its storage", "repeats stored elements or reaches past them"),
+    ],
+)
+def test_each_structural_defect_is_refused_by_name(tmp_path, case, words):
+    raw = bytearray(_saved({**_good(), "hidden_states": [torch.ones(5, 4), torch.zeros(5, 4)]}))
+    if case == "a byte of a storage changed":
+        raw[raw.index(struct.pack("<f", 1.0) * 4) + 2] ^= 1
+    elif case == "bytes after the end record":
+        raw += b"\0"
+    elif case == "an end record that disagrees with the zip64 one":
+        raw[-12:-8] = struct.pack("<I", 7)  # the directory's size
+    else:
+        records = _records(bytes(raw))
+        pkl = records[0][1]
+        if case == "a storage record of another size":
+            records = [(n, d + b"\0" * 4 if n == "archive/data/1" else d) for n, d in records]
+        elif case == "a storage record no tensor uses":
+            records.insert(5, ("archive/data/9", b"\0" * 8))
+        else:  # hidden_states[1]'s size (5, 4) made (6, 4): one row past its 20 elements
+            at = pkl.index(b"K\x05K\x04\x86", pkl.index(b"hidden_states"))
+            at = pkl.index(b"K\x05K\x04\x86", at + 1)
+            records[0] = (records[0][0], pkl[:at] + b"K\x06" + pkl[at + 2 :])
+        raw = bytearray(_torch_zip(records))  # storages 64-aligned, as torch.save writes them
+    err = _refusal_of(tmp_path, bytes(raw))
+    assert words in str(err), str(err)
