@@ -1,3 +1,4 @@
+# long module: the converter's one durable write path (paths, temp dirs, copies, checks, the rename), top to bottom
 """Convert a speculators-format (or original EAGLE repository) EAGLE-3 draft to SGLang format, streaming, atomically.
 
     from eagle3_patches.convert import convert

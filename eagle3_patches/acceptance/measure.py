@@ -1,3 +1,4 @@
+# long module: measure-accept in the order it runs (device, draft, target states, the replay)
 """``eagle3-patches measure-accept``: a draft's expected accept length, measured offline on target states the user
 trusts, the way sglang's EAGLE worker would accept its drafts, greedily or at a temperature.
 

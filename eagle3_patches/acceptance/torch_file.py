@@ -1,3 +1,4 @@
+# long module: one reader of an untrusted torch file: the archive's and the pickle's bounds checked in one place
 """A stranger's ``torch.save`` file, read by this module alone: one strict reading of the archive, a pickle reader
 that knows only the grammar these files have, and the storages mapped, never copied.
 

@@ -1,3 +1,4 @@
+# long module: one decision, what a speculators draft becomes in SGLang form, read top to bottom
 """The SGLang form of a speculators-format EAGLE-3 draft: refusals, the config, the tensor plan.
 
 What the converter writes and what ``speculators_draft_config`` hands sglang when it serves such a draft

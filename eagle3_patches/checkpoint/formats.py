@@ -1,3 +1,4 @@
+# long module: one reading of config.json: the files, the format and the typed views every check reads
 """Checkpoint formats: read ``config.json`` / the safetensors index, tell formats apart,
 and present target and draft configs as typed views.  Never imports sglang or torch.
 

@@ -1,3 +1,4 @@
+# long module: one instrument: its judging and its sglang hooks land together (its counters: accept_counts.py)
 """accept_watchdog
 
 What it does: not a fix: the accept-length watchdog, on by default in every sglang scheduler process

@@ -1,3 +1,4 @@
+# long module: one patch: the doctor's expected tensors beside the loader's ledger of the same tensors
 """eagle3_draft_strict_loading
 
 Bug: ``LlamaForCausalLMEagle3.load_weights`` drops every name it does not recognise without a word.

@@ -1,3 +1,4 @@
+# long module: the sglang objects the scenarios build, in the order a server builds them (eras: sglang_eras.py)
 """Drive real sglang ``ModelRunner`` / ``TpModelWorker`` / ``EAGLEWorker`` objects on CPU.
 
 Every function here runs *inside* an isolated process (see :mod:`.isolation`):

@@ -123,3 +123,19 @@ def test_a_serving_process_loads_none_of_the_offline_tools():
         "eagle3_patches.preflight",
     }
     assert not {m for m in loaded if m in offline or m.rsplit(".", 1)[0] in offline}, sorted(loaded)
+
+
+def test_a_library_module_over_the_size_limit_says_why_at_its_top(tool, tmp_path):
+    """docs/architecture.md: a module over ``MAX_LINES`` lines says at its top why it stays whole, or is split; a
+    long module without the line is named, with it, not."""
+    stats = tool("architecture_stats")
+    s = stats.stats(REPO, REPO / "pyproject.toml")
+    assert s["unexplained"] == [], f"split them, or put `# long module: <why>` first: {s['unexplained']}"
+
+    package = tmp_path / "eagle3_patches"
+    package.mkdir()
+    body = "x = 1\n" * stats.MAX_LINES
+    (package / "grown.py").write_text("# a comment that is not the reason\n" + body)
+    (package / "kept.py").write_text("# long module: one state machine, read top to bottom\n" + body)
+    (package / "short.py").write_text(body)
+    assert stats.stats(tmp_path, REPO / "pyproject.toml")["unexplained"] == ["grown.py"]
