@@ -608,8 +608,11 @@ class _Reader:
             raise self.fail(pos, "a tensor rebuilt from other than (storage, offset, size, stride, grad, hooks)")
         storage, offset, size, stride, grad, hooks = args
         dims = (size, stride)
-        if any(type(d) is not tuple or len(d) > MAX_RANK or any(type(x) is not int or x < 0 for x in d) for d in dims):
-            raise self.fail(pos, f"a tensor's size or stride that is not up to {MAX_RANK} non-negative integers")
+        if any(
+            type(d) is not tuple or len(d) > MAX_RANK or any(type(x) is not int or not 0 <= x < 1 << 40 for x in d)
+            for d in dims
+        ):  # no dimension of a tensor in a 4 GiB file reaches 2**40; torch's products stay exact
+            raise self.fail(pos, f"a tensor's size or stride that is not up to {MAX_RANK} integers in [0, 2**40)")
         if len(size) != len(stride) or type(grad) is not bool or hooks != {} or offset < 0:
             raise self.fail(pos, "a tensor with a size and stride of different ranks, hooks or a negative offset")
         numel = 1

@@ -604,6 +604,7 @@ def test_a_torch_file_is_read_as_torch_load_reads_it(tmp_path):
         ("a storage record of another size", "without a record of"),
         ("a storage record no tensor uses", "a storage record no tensor uses"),
         ("a view past its storage", "repeats stored elements or reaches past them"),
+        ("a dimension of 2**62 beside one of 0", "integers in [0, 2**40)"),
     ],
 )
 def test_each_structural_defect_is_refused_by_name(tmp_path, case, words):
@@ -621,6 +622,10 @@ def test_each_structural_defect_is_refused_by_name(tmp_path, case, words):
             records = [(n, d + b"\0" * 4 if n == "archive/data/1" else d) for n, d in records]
         elif case == "a storage record no tensor uses":
             records.insert(5, ("archive/data/9", b"\0" * 8))
+        elif case == "a dimension of 2**62 beside one of 0":  # input_ids' size (5,) made (0, 2**62): no element
+            at = pkl.index(b"K\x05\x85")
+            big = b"K\x00\x8a\x08" + struct.pack("<q", 2**62) + b"\x86"
+            records[0] = (records[0][0], pkl[:at] + big + pkl[at + 3 :])
         else:  # hidden_states[1]'s size (5, 4) made (6, 4): one row past its 20 elements
             at = pkl.index(b"K\x05K\x04\x86", pkl.index(b"hidden_states"))
             at = pkl.index(b"K\x05K\x04\x86", at + 1)
