@@ -605,6 +605,8 @@ def test_a_torch_file_is_read_as_torch_load_reads_it(tmp_path):
         ("a storage record no tensor uses", "a storage record no tensor uses"),
         ("a view past its storage", "repeats stored elements or reaches past them"),
         ("a dimension of 2**62 beside one of 0", "integers in [0, 2**40)"),
+        ("a directory size both end records misstate", "the directory does not end where the end record begins"),
+        ("a local header's CRC that is not the directory's", "a local header that differs from the directory"),
     ],
 )
 def test_each_structural_defect_is_refused_by_name(tmp_path, case, words):
@@ -615,6 +617,13 @@ def test_each_structural_defect_is_refused_by_name(tmp_path, case, words):
         raw += b"\0"
     elif case == "an end record that disagrees with the zip64 one":
         raw[-12:-8] = struct.pack("<I", 7)  # the directory's size
+    elif case == "a directory size both end records misstate":
+        end64 = raw.rindex(b"PK\x06\x06")
+        size = struct.unpack_from("<Q", raw, end64 + 40)[0] - 46 - len("archive/.data/serialization_id")
+        struct.pack_into("<Q", raw, end64 + 40, size)  # the last entry left out of both
+        struct.pack_into("<I", raw, len(raw) - 10, size)
+    elif case == "a local header's CRC that is not the directory's":
+        struct.pack_into("<I", raw, 14, 12345)  # data.pkl's local header: torch.save writes 0 (a descriptor follows)
     else:
         records = _records(bytes(raw))
         pkl = records[0][1]
@@ -633,3 +642,23 @@ def test_each_structural_defect_is_refused_by_name(tmp_path, case, words):
         raw = bytearray(_torch_zip(records))  # storages 64-aligned, as torch.save writes them
     err = _refusal_of(tmp_path, bytes(raw))
     assert words in str(err), str(err)
+
+
+def test_the_file_size_bound_is_silent_on_the_smallest_dtypes_a_valid_file_has(tmp_path, monkeypatch):
+    """int8 ids, a bool mask and float16 states of width 1: a sequence of 13 bytes a position from a file of 4 bytes
+    a position (3.25 times), read; at a factor of 3 the same file is refused, naming the bound."""
+    n = 1 << 21
+    write_specforge(
+        tmp_path,
+        0,
+        input_ids=torch.zeros(n, dtype=torch.int8),
+        loss_mask=torch.ones(n, dtype=torch.bool),
+        aux_hidden_state=torch.zeros(1, n, 1, dtype=torch.float16),
+        hidden_state=None,
+    )
+    (st,) = td.read_specforge(tmp_path)
+    assert st.aux.shape == (n, 1)
+    monkeypatch.setattr(td, "AMPLIFICATION", 3)
+    with pytest.raises(CheckpointError, match="one stored tensor listed many times") as info:
+        list(td.read_specforge(tmp_path))
+    assert info.value.found == f"{n} positions of 1 aux values: {13 * n} bytes as int64 ids and float32 states"
