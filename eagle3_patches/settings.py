@@ -4,7 +4,7 @@ Each setting is one declaration on :class:`Settings`, in the idiom of sglang's o
 (``EnvBool``, ``EnvInt``, ... descriptors on a class): the attribute's name gives the variable's
 (``watchdog_window``: ``EAGLE3_PATCHES_WATCHDOG_WINDOW``, also the module constant ``WATCHDOG_WINDOW``), the
 descriptor its type, default, meaning and the values it accepts.  The reader (:func:`read`), the table below and
-the README's table (``tools/gen_docs.py``) are derived from those declarations.  Standard library only: this module
+docs/settings.md's table (``tools/gen_docs.py``) are derived from those declarations.  Standard library only: this module
 is imported inside every sglang process.
 
 :func:`current` reads the environment the first time it is called and keeps the result (:func:`reload` reads it

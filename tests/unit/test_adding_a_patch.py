@@ -132,7 +132,7 @@ PARTS = [
     "docs/patches.md",
     "docs/doctor.md",  # gen_docs regenerates its example report too
     "docs/checkpoints.md",  # and its table of draft kinds and layouts
-    "README.md",  # and its table of settings
+    "docs/settings.md",  # and its table of settings
     "pyproject.toml",
     "tools/regen_patch.py",
     "tools/gen_docs.py",
