@@ -502,8 +502,7 @@ class Eagle3DraftStrictLoading(Patch):
         dv = setup.draft
         # pragma: no mutate core/ReplaceOrWithAnd `None and`: with a draft whose weights were not read and which has no
         # tensors, the rule returns nothing either way: the renamed and unknown lists are empty and `if not
-        # setup.draft_weights_read: return out` follows; without a draft the right side is true too (noted in the issue:
-        # to be written `if dv is None`)
+        # setup.draft_weights_read: return out` follows; without a draft the right side is true too
         if dv is None or not (setup.draft_weights_read or setup.draft_tensors):
             return out
         renamed = setup.draft_naming.get("speculators") if dv.format == SGLANG_EAGLE3 else None
