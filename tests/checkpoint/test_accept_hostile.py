@@ -477,8 +477,12 @@ CRAFTED = {
         lambda: _pkl(b"}" + _u("input_ids") + b")" + b"\x85" * 200_000 + b"s"),
         "tuples nested 4 deep",
     ),
-    "repr amplification": (
-        lambda: _pkl(b"}" + _u("x" * (512 << 10)) + b"q\x00(" + b"h\x00" * 100_000 + b"t" + b"K\x00s"),
+    "repr amplification": (  # a key of 4000 references to one 256 KiB string: 1 GB to repr
+        lambda: _pkl(b"}(" + _u("x" * (256 << 10)) + b"q\x00" + b"h\x00" * 3999 + b"t" + b"K\x00s"),
+        "a dict key that is a tuple, not a string",
+    ),
+    "100k references to one 512 KiB string": (
+        lambda: _pkl(b"}(" + _u("x" * (512 << 10)) + b"q\x00" + b"h\x00" * 99_999 + b"t" + b"K\x00s"),
         "a container of 100000 items",
     ),
     "a key 5000 deep": (lambda: _pkl(b"}" + b"(" * 5000 + b"K\x00" + b"t" * 5000 + b"K\x00s"), "tuples nested 4 deep"),
@@ -606,6 +610,7 @@ def test_a_torch_file_is_read_as_torch_load_reads_it(tmp_path):
         ("a view past its storage", "repeats stored elements or reaches past them"),
         ("a dimension of 2**62 beside one of 0", "integers in [0, 2**40)"),
         ("a directory size both end records misstate", "the directory does not end where the end record begins"),
+        ("an end record announcing a comment", "no zip end record in the last 22 bytes"),
         ("a local header's CRC that is not the directory's", "a local header that differs from the directory"),
     ],
 )
@@ -617,6 +622,8 @@ def test_each_structural_defect_is_refused_by_name(tmp_path, case, words):
         raw += b"\0"
     elif case == "an end record that disagrees with the zip64 one":
         raw[-12:-8] = struct.pack("<I", 7)  # the directory's size
+    elif case == "an end record announcing a comment":
+        raw[-2:] = struct.pack("<H", 5)
     elif case == "a directory size both end records misstate":
         end64 = raw.rindex(b"PK\x06\x06")
         size = struct.unpack_from("<Q", raw, end64 + 40)[0] - 46 - len("archive/.data/serialization_id")
