@@ -57,6 +57,9 @@ class LaunchArgs:
     enable_flashinfer_allreduce_fusion: bool = False
     enable_dp_attention: bool = False
     enable_hierarchical_cache: bool = False  # HiCache: the host tier of the KV cache
+    hicache_storage_backend: str | None = None  # --hicache-storage-backend: HiCache's storage tier (L3)
+    hicache_storage_backend_extra_config: str | None = None  # its JSON (or @file) options
+    hicache_mem_layout: str | None = None  # --hicache-mem-layout (None: sglang's default)
     moe_a2a_backend: str = "none"
     json_model_override_args: str | None = None
     # what the draft inherits from the target unless told otherwise (docs/doctor.md, "What the draft runs with")
@@ -143,6 +146,9 @@ def _parser() -> _Parser:
     )
     a("--enable-dp-attention", dest="enable_dp_attention", action="store_true", default=None)
     a("--enable-hierarchical-cache", dest="enable_hierarchical_cache", action="store_true", default=None)
+    a("--hicache-storage-backend", dest="hicache_storage_backend")
+    a("--hicache-storage-backend-extra-config", dest="hicache_storage_backend_extra_config")
+    a("--hicache-mem-layout", dest="hicache_mem_layout")
     a("--moe-a2a-backend", dest="moe_a2a_backend")
     a("--json-model-override-args", dest="json_model_override_args")
     a("--context-length", dest="context_length", type=int)

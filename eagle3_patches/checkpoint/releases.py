@@ -47,6 +47,17 @@ LAYERS0_KEYS_FROM = Version("0.5.12")
 FC_WIDTH_FROM_IDS_FROM = Version("0.5.12")
 #: the first release that shifts the layer ids by +1 only when the first id is 1 (before, always)
 PLUS_ONE_ONLY_FROM_1_FROM = Version("0.5.13")
+#: HiCache's storage tier (L3, ``--hicache-storage-backend``) and the draft's pages, read from the wheels
+#: (``managers/cache_controller.py``, ``mem_cache/hybrid_cache/hybrid_cache_controller.py``, the backends): the first
+#: release that writes them beside the target's through the backend's generic ``batch_set`` / ``batch_get``, every
+#: failure swallowed at debug level
+HICACHE_DRAFT_L3_FROM = Version("0.5.11")
+#: the first release that picks the draft's L3 path per backend (``_maybe_register_draft_with_storage``: mooncake's
+#: zero-copy pool, the generic path, or "HiCache draft L3 disabled" for the rest)
+HICACHE_DRAFT_L3_PER_BACKEND_FROM = Version("0.5.13")
+#: the first release that keeps the draft as a sidecar pool of the unified radix cache (``batch_set_v2``), whose
+#: pages a prefix needs to be a hit, and gives a per-head draft rank-specific keys on mooncake
+HICACHE_DRAFT_SIDECAR_FROM = Version("0.5.19")
 #: the first release serving each kind of draft as it is: DFlash (``models/dflash.py``, ``--speculative-algorithm
 #: DFLASH``), the MLA EAGLE-3 draft (``models/kimi_k25_eagle3.py``), an EAGLE-3 draft of more than one layer
 DFLASH_FROM = Version("0.5.11")

@@ -19,29 +19,60 @@ any rank starts), HiCache with a speculative algorithm that runs a draft model (
 refused with ``Eagle3ConfigError`` naming ``--enable-hierarchical-cache`` and the release that fixes it.  Under
 ``eagle3-patches run`` the launcher prints the message without a traceback.
 
-Releases: 0.5.8 - 0.5.10 (read: 0.5.9 and 0.5.10 have no draft pool in ``managers/cache_controller.py``; 0.5.11 to
-0.5.18 have ``set_draft_kv_pool``, 0.5.18 on the sidecar draft plan of ``speculative/base_spec_worker.py``).
+The storage tier (L3, ``--hicache-storage-backend``): from 0.5.11 the draft's pages travel to storage and back only on
+some backends, and where they do not a prefix prefetched from storage restores the target's KV and not the draft's,
+the same collapse one tier further down.  Where the release moves the draft's KV to the host (the upstream probe
+below), the patch judges the storage backend instead, by the table of ``checkpoint/hicache_storage.py``: a backend
+whose draft pages are known not to travel (0.5.11 - 0.5.12: mooncake, hf3fs and simm, silently; 0.5.13 - 0.5.18:
+hf3fs, eic, nixl, simm and mooncake with split heads, "HiCache draft L3 disabled" once at start), and a per-head
+draft beside an MLA target at attention TP > 1 (only rank 0 writes, every rank reads rank 0's heads: every backend
+through 0.5.18, ``file`` from 0.5.19), is refused the same way, naming the backend, the release and what carries the
+draft's pages; a backend whose draft path was not established on that release is let through with one warning;
+``file`` (and mooncake from 0.5.13) starts silently.
 
-Upstream probe: sglang's own source beside ``server_args.py``: ``HiCacheController.set_draft_kv_pool`` or the
-sidecar draft plan (``HiCacheDraftMode``) means the draft's KV moves with the target's (``upstream``).
+Releases: every release: HiCache itself on 0.5.8 - 0.5.10 (read: 0.5.9 and 0.5.10 have no draft pool in
+``managers/cache_controller.py``; 0.5.11 to 0.5.18 have ``set_draft_kv_pool``, 0.5.18 on the sidecar draft plan of
+``speculative/base_spec_worker.py``); the storage tier from 0.5.11 (read: the draft's path in 0.5.11, 0.5.13,
+0.5.19 and the newest release checked, and that it is the same in the releases between).
+
+Upstream probe: none for the patch (no release carries the draft's pages on every storage backend).  sglang's own
+source beside ``server_args.py`` decides which rule the launcher runs: ``HiCacheController.set_draft_kv_pool`` or the
+sidecar draft plan (``HiCacheDraftMode``) means the draft's KV moves to the host with the target's, and only the
+storage backend is judged.
 
 Tests: ``tests/patches/test_hicache_draft_kv.py``: real ``ServerArgs`` of 0.5.9 for the tiny Kimi-K2.5 target and
 its EAGLE-3 draft: stock resolves HiCache with EAGLE3 (asserted) and 0.5.9's cache controller has no draft pool;
-patched refuses it naming the flag and 0.5.11, stays silent without HiCache and for NGRAM; the upstream probe on
-each layout; the doctor's ``hicache-draft-kv`` (stock and patched verdicts, silent from 0.5.11).
+patched refuses it naming the flag and 0.5.11, stays silent without HiCache and for NGRAM; the probe on each
+layout; the doctor's ``hicache-draft-kv`` (stock and patched verdicts, silent from 0.5.11).
+``tests/patches/test_hicache_draft_storage.py``: the storage table per release and backend; the doctor's
+``hicache-draft-storage`` (an error, a warning or silence, stock and patched); on a release from 0.5.11 the launcher's
+real ``ServerArgs`` with ``file`` (silent) and the per-head draft at TP 2 (refused); sglang's real
+``HiCacheController`` backup and prefetch with the real ``file`` backend and host pools on CPU
+(``eagle3_patches/testing/hicache_storage.py``, on 0.5.11 - 0.5.18): the draft's page comes back from storage with
+the target's; for a backend the release skips, the target's comes back and the draft's slot keeps another request's
+values; at TP 2, rank 1 gets rank 0's draft heads back; on 0.5.11 - 0.5.12 the real mooncake and hf3fs classes store
+nothing of the draft, logging at DEBUG at most.
 
-Not verified on CPU: the acceptance collapse itself (HiCache's transfers are CUDA kernels).
+Not verified on CPU: the acceptance collapse itself (HiCache's device-host transfers are CUDA kernels, so no CPU
+server serves a prefix back from storage); the backends other than ``file`` (mooncake, hf3fs, nixl, eic, simm need
+their services) are judged from their code only.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from packaging.specifiers import SpecifierSet
 
-from ..diagnostic import ERROR, Diagnostics
+from ..checkpoint import formats
+from ..checkpoint import hicache_storage as L3
+from ..checkpoint.launch_args import attention_tp_size
+from ..checkpoint.releases import HICACHE_DRAFT_L3_FROM
+from ..diagnostic import ERROR, WARNING, Diagnostic, Diagnostics
 from ..errors import Eagle3ConfigError
 from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import after_resolution, server_args_resolution_method
@@ -49,6 +80,8 @@ from ..sglang_version import installed_sglang_version
 
 if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
     from ..preflight import PatchSetup
+
+logger = logging.getLogger("eagle3_patches")
 
 NAME = "hicache_draft_kv"
 FIXED_IN = "0.5.11"
@@ -99,17 +132,78 @@ def moves_draft_kv(sglang_srt: Path) -> str | None:
     return None
 
 
+STORAGE_CODE = "hicache-draft-storage"
+
+
+def _storage_where(backend: str | None, algorithm: str) -> str:
+    return f"{FLAG} {L3.FLAG} {backend} --speculative-algorithm {algorithm}"
+
+
+def _checkpoints(server_args) -> tuple[bool, bool]:
+    """(MLA target, a per-head draft beside it) from the launch's local checkpoints; (False, False) where either is
+    a hub id or cannot be read (the launcher cannot tell, and the doctor reads them)."""
+    target = getattr(server_args, "model_path", None) or ""
+    draft = getattr(server_args, "speculative_draft_model_path", None) or ""
+    if not (os.path.isdir(target) and os.path.isdir(draft)):
+        return False, False
+    try:
+        mla = formats.target_view(formats.read_config(target, "target")).mla
+        return mla, formats.per_head_draft_beside_mla(target, draft)
+    except Eagle3ConfigError:
+        return False, False
+
+
+def check_hicache_storage(server_args) -> None:
+    """Refuse (or warn about) HiCache's storage tier beside a draft model where the release's storage backend does
+    not carry the draft's pages (``checkpoint/hicache_storage.py``)."""
+    algorithm = _algorithm(server_args)
+    backend = getattr(server_args, "hicache_storage_backend", None)
+    if not getattr(server_args, "enable_hierarchical_cache", False) or algorithm not in DRAFT_KV_ALGORITHMS:
+        return
+    version = installed_sglang_version()
+    if not backend or version is None:
+        return
+    tp = attention_tp_size(
+        int(getattr(server_args, "tp_size", 1) or 1),
+        int(getattr(server_args, "dp_size", 1) or 1),
+        bool(getattr(server_args, "enable_dp_attention", False)),
+    )
+    mla, per_head = _checkpoints(server_args)
+    extra = getattr(server_args, "hicache_storage_backend_extra_config", None)
+    layout = getattr(server_args, "hicache_mem_layout", None)
+    verdict = L3.draft_storage_verdict(
+        L3.StorageSetup(
+            version,
+            backend,
+            attention_tp=tp,
+            per_head_draft_beside_mla=per_head,
+            split_heads=L3.splits_heads(backend, extra, tp, layout, mla),
+        )
+    )
+    if verdict is None:
+        return
+    where = _storage_where(backend, algorithm)
+    if verdict.refuse:
+        raise Eagle3ConfigError(
+            verdict.what, where=where, found=verdict.found, expected=verdict.expected, fix=verdict.fix
+        )
+    said = Diagnostic.make(WARNING, STORAGE_CODE, verdict.what, where=where, found=verdict.found, fix=verdict.fix)
+    logger.warning("%s", said.render("eagle3-patches: "))
+
+
 class HicacheDraftKv(Patch):
     name = NAME
     order = 72
-    summary = "HiCache with a draft model, on releases whose HiCache restores only the target's KV, is refused at start"
+    summary = (
+        "HiCache with a draft model is refused at start where a prefix comes back without the draft's KV: the host "
+        "tier before 0.5.11, a storage backend that skips the draft's pages from then on"
+    )
     module = "sglang.srt.server_args"
-    applies_to = SpecifierSet(f">=0.5.8,<{FIXED_IN}")
+    applies_to = SpecifierSet(">=0.5.8")
     remedy = "refused"
 
     def upstream(self, module: ModuleType) -> str | None:
-        found = moves_draft_kv(Path(module.__file__ or "").parent)
-        return f"sglang's HiCache moves the draft's KV with the target's ({found})" if found else None
+        return None  # no release carries the draft's pages on every storage backend
 
     def check(self, module: ModuleType) -> None:
         server_args = expect_attr(module, "ServerArgs")
@@ -117,7 +211,10 @@ class HicacheDraftKv(Patch):
 
     def patch(self, module: ModuleType, saver: Saver) -> None:
         server_args = module.ServerArgs
-        saver.wrap(server_args, server_args_resolution_method(server_args), after_resolution(check_hicache))
+        # where the release moves the draft's KV to the host, only the storage tier is left to judge
+        moves = moves_draft_kv(Path(module.__file__ or "").parent)
+        check = check_hicache_storage if moves else check_hicache
+        saver.wrap(server_args, server_args_resolution_method(server_args), after_resolution(check))
 
     def preflight(self, setup: PatchSetup) -> Diagnostics:
         out = Diagnostics()
@@ -125,9 +222,10 @@ class HicacheDraftKv(Patch):
             setup.checkpoint_only
             or not setup.launch.enable_hierarchical_cache
             or setup.algorithm not in DRAFT_KV_ALGORITHMS
-            or not self.covers(setup.version)
         ):
             return out
+        if setup.rf.base >= HICACHE_DRAFT_L3_FROM:
+            return self._storage_preflight(setup, out)
         out.add(
             ERROR,
             "hicache-draft-kv",
@@ -138,6 +236,41 @@ class HicacheDraftKv(Patch):
             fix=FIX,
         )
         return out
+
+    def _storage_preflight(self, setup: PatchSetup, out: Diagnostics) -> Diagnostics:
+        launch = setup.launch
+        mla = setup.target is not None and setup.target.mla
+        verdict = L3.draft_storage_verdict(
+            L3.StorageSetup(
+                setup.version,
+                launch.hicache_storage_backend,
+                attention_tp=launch.attention_tp,
+                per_head_draft_beside_mla=mla and setup.draft is not None and setup.draft.mla is None,
+                split_heads=L3.splits_heads(
+                    launch.hicache_storage_backend,
+                    launch.hicache_storage_backend_extra_config,
+                    launch.tp,
+                    launch.hicache_mem_layout,
+                    mla,
+                ),
+            )
+        )
+        if verdict is not None:
+            out.add(
+                ERROR if verdict.refuse else WARNING,
+                STORAGE_CODE,
+                verdict.what,
+                where=_storage_where(launch.hicache_storage_backend, setup.algorithm or ""),
+                found=verdict.found,
+                expected=verdict.expected,
+                fix=verdict.fix,
+            )
+        return out
+
+    def when_patched(self, d: Diagnostic, setup: PatchSetup) -> Diagnostic:
+        if d.severity == WARNING:  # let through: the launcher says it once at start
+            return d.replace(what=f"{d.what} - eagle3-patches ({self.name}) says this at start and lets it run")
+        return super().when_patched(d, setup)
 
 
 PATCH = HicacheDraftKv()

@@ -10,7 +10,7 @@ from eagle3_patches.diagnostic import ERROR
 from eagle3_patches.doctor import doctor
 from eagle3_patches.patches import hicache_draft_kv as hk
 from eagle3_patches.selftest import PASSED
-from eagle3_patches.testing.releases import requires_patch
+from eagle3_patches.testing.releases import only_release, requires_patch
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +23,7 @@ def check(run_check):
 @pytest.mark.sglang
 @pytest.mark.stock
 @requires_patch("hicache_draft_kv")
+@only_release("<0.5.11", "the host-tier refusal; from 0.5.11 the storage tier is judged")
 def test_stock_resolves_hicache_with_eagle3_and_moves_no_draft_kv(check):
     from importlib.util import find_spec
 
@@ -36,6 +37,7 @@ def test_stock_resolves_hicache_with_eagle3_and_moves_no_draft_kv(check):
 
 @pytest.mark.sglang
 @requires_patch("hicache_draft_kv")
+@only_release("<0.5.11", "the host-tier refusal; from 0.5.11 the storage tier is judged")
 def test_patched_refuses_hicache_naming_the_flag_and_the_fixing_release(check):
     assert check.status == PASSED, check.reason
     kind, message = check.observations["patched"]["hicache"]
@@ -60,13 +62,11 @@ def test_upstream_probe_reads_each_layout(tmp_path, files, found):
         (tmp_path / relative).write_text(text)
     (tmp_path / "server_args.py").write_text("")
 
-    class Module:
-        __file__ = str(tmp_path / "server_args.py")
-
-    why = hk.PATCH.upstream(Module)  # type: ignore[arg-type]
+    why = hk.moves_draft_kv(tmp_path)
     assert (why is not None) is found
     if found:
-        assert "draft's KV" in why
+        assert "defines" in why
+    assert hk.PATCH.upstream(object()) is None  # type: ignore[arg-type]  # the storage tier is judged on every release
 
 
 #: every algorithm sglang serves with a draft model, which keeps a KV cache of its own (written out, not read from the
@@ -92,6 +92,7 @@ HICACHE = "--speculative-algorithm EAGLE3 --enable-hierarchical-cache"
 
 @pytest.mark.sglang
 @requires_patch("hicache_draft_kv")
+@only_release("<0.5.11", "the host-tier refusal; from 0.5.11 the storage tier is judged")
 def test_every_algorithm_this_release_serves_with_a_draft_model_is_refused_with_hicache():
     """sglang's own list of algorithms (all but NONE and NGRAM run a draft model with its own KV cache)."""
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
