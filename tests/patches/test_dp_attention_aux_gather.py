@@ -97,3 +97,96 @@ def test_the_check_refuses_a_module_that_gathers_elsewhere_too(tmp_path):
     PATCH.check(_module_calling_the_gather(tmp_path, 1))
     with pytest.raises(NotApplicable, match="calls tensor_model_parallel_all_gather 2 times"):
         PATCH.check(_module_calling_the_gather(tmp_path, 2))
+
+
+def _module(tmp_path, name: str, text: str):
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_check_refuses_a_module_whose_forward_does_not_gather_the_capture(tmp_path):
+    """One call of the gather, but not in the capture: rebinding it would change something else."""
+    from eagle3_patches.patches.dp_attention_aux_gather import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    module = _module(
+        tmp_path,
+        "deepseek_v2_elsewhere",
+        "from operator import getitem as tensor_model_parallel_all_gather\n\n\n"
+        "class DeepseekV2Model:\n    def forward(self, x):\n        if self.enable_a2a_moe:\n            return x\n"
+        "        return x\n\n\ndef other(x):\n    return tensor_model_parallel_all_gather(x, 0)\n",
+    )
+    with pytest.raises(NotApplicable):
+        PATCH.check(module)
+
+
+def test_status_says_upstream_where_forward_gathers_over_the_attention_tp_group(tmp_path):
+    """sglang 0.5.10's forward (the upstream fix) is named; 0.5.9's is not."""
+    from eagle3_patches.patches.dp_attention_aux_gather import PATCH
+
+    fixed = _module(
+        tmp_path,
+        "deepseek_v2_fixed",
+        "class DeepseekV2Model:\n    def forward(self, x):\n"
+        "        return get_attention_tp_group().all_gather(x, dim=0)\n",
+    )
+    assert "attention-TP group" in PATCH.upstream(fixed)
+    assert PATCH.upstream(_module_calling_the_gather(tmp_path, 1)) is None
+    assert PATCH.upstream(_module(tmp_path, "no_model", "x = 1\n")) is None
+
+
+def test_the_patched_gather_gathers_the_tokens_along_the_dimension_the_capture_names(tmp_path, monkeypatch):
+    """With an attention-TP group of two, the patched gather stacks the ranks' tokens (dim 0, as the capture asks),
+    not their hidden states."""
+    import sys
+    import types
+
+    import torch
+
+    from eagle3_patches.patches.dp_attention_aux_gather import PATCH
+    from eagle3_patches.registry import Saver
+
+    class AttentionTpGroupOfTwo:
+        def all_gather(self, input_, dim: int = -1):
+            return torch.cat([input_, torch.zeros_like(input_)], dim=dim)
+
+    # sglang's module as the patch imports it, without its imports (a CUDA build's)
+    dp_attention = types.ModuleType("sglang.srt.layers.dp_attention")
+    dp_attention.get_attention_tp_group = AttentionTpGroupOfTwo
+    for name in ("sglang", "sglang.srt", "sglang.srt.layers"):
+        if name not in sys.modules:
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "sglang.srt.layers.dp_attention", dp_attention)
+    module = _module_calling_the_gather(tmp_path, 1)
+    saver = Saver()
+    PATCH.patch(module, saver)
+    try:
+        assert tuple(module.tensor_model_parallel_all_gather(torch.ones(TOKENS, HIDDEN), dim=0).shape) == (
+            2 * TOKENS,
+            HIDDEN,
+        )
+    finally:
+        saver.restore()
+
+
+def test_the_check_refuses_a_forward_that_imports_the_gather_itself(tmp_path):
+    """Rebinding the module's name reaches nothing when forward imports the gather on its own."""
+    from eagle3_patches.patches.dp_attention_aux_gather import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    module = _module(
+        tmp_path,
+        "deepseek_v2_local_import",
+        "class DeepseekV2Model:\n    def forward(self, x):\n"
+        "        from operator import getitem as tensor_model_parallel_all_gather\n\n"
+        "        if self.enable_a2a_moe:\n            return tensor_model_parallel_all_gather(x, 0)\n"
+        "        return x\n",
+    )
+    with pytest.raises(NotApplicable):
+        PATCH.check(module)
