@@ -83,9 +83,9 @@ class StorageVerdict:
 def tp_lcm_size(extra_config: str | None) -> int | None:
     """``tp_lcm_size`` from ``--hicache-storage-backend-extra-config`` given inline as JSON (``@file`` is not read:
     None, as for junk)."""
-    if not extra_config or extra_config.startswith("@"):
+    if not extra_config:
         return None
-    try:
+    try:  # ``@file`` is no JSON: None
         value = json.loads(extra_config)
     except ValueError:
         return None

@@ -161,7 +161,7 @@ def check_hicache_storage(server_args) -> None:
     if not getattr(server_args, "enable_hierarchical_cache", False) or algorithm not in DRAFT_KV_ALGORITHMS:
         return
     version = installed_sglang_version()
-    if not backend or version is None:
+    if version is None:
         return
     tp = attention_tp_size(
         int(getattr(server_args, "tp_size", 1) or 1),
