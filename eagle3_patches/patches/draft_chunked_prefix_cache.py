@@ -38,6 +38,8 @@ from packaging.specifiers import SpecifierSet
 from ..diagnostic import ERROR, INFO, Diagnostics
 from ..registry import Patch, Saver, expect_attr, expect_source
 
+# pragma: no mutate core/AddNot: only mypy reads PatchSetup here; importing preflight at run time as well changes
+# nothing a test or an operator sees
 if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
     from ..preflight import PatchSetup
 
@@ -62,6 +64,8 @@ MLA_DRAFTS = ("Eagle3DeepseekV2ForCausalLM",)
 
 
 def _draft_leaves_the_switch(wrapped, instance, args, kwargs):
+    # pragma: no mutate core/ReplaceFalseWithTrue: ModelRunner.__init__ sets is_draft_worker before it calls
+    # model_specific_adjustment (the check requires the attribute), so the default is never read
     if not getattr(instance, "is_draft_worker", False):
         return wrapped(*args, **kwargs)
     server_args = instance.server_args
@@ -74,6 +78,8 @@ def _draft_leaves_the_switch(wrapped, instance, args, kwargs):
 
 class DraftChunkedPrefixCache(Patch):
     name = NAME
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 35
     summary = "the draft's model runner leaves the target's chunked-prefix-cache switch as the target set it"
     module = "sglang.srt.model_executor.model_runner"

@@ -135,3 +135,50 @@ def test_the_doctor_is_silent_for_an_mla_draft(tiny, tmp_path):
     (draft / "config.json").write_text(json.dumps(config))
     r = doctor(tiny["kimi_k25"], str(draft), sglang_version="0.5.9", launch=EAGLE3 + " --attention-backend fa3")
     assert CODE not in r.codes(), r.format()
+
+
+def test_the_targets_own_decision_to_turn_the_cache_off_stands():
+    """Only the draft's runner is held to the target's switch: the target's runner turning it off itself (a backend
+    or a model that cannot read the cache) is kept."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.patches.draft_chunked_prefix_cache import SWITCH, _draft_leaves_the_switch
+
+    for is_draft, kept in ((False, True), (True, False)):
+        args = SimpleNamespace(**{SWITCH: False})
+        runner = SimpleNamespace(server_args=args, is_draft_worker=is_draft)
+        _draft_leaves_the_switch(lambda a=args: setattr(a, SWITCH, True), runner, (), {})
+        assert getattr(args, SWITCH) is kept, ("draft" if is_draft else "target", getattr(args, SWITCH))
+
+
+def test_the_check_refuses_a_model_runner_that_does_not_know_its_draft_runner():
+    """A release whose ModelRunner has no is_draft_worker cannot tell the draft's runner from the target's."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.patches.draft_chunked_prefix_cache import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    class ModelRunner:
+        def __init__(self):
+            self.server_args = None
+
+        def model_specific_adjustment(self):
+            server_args = self.server_args
+            server_args.disable_chunked_prefix_cache = True
+
+    with pytest.raises(NotApplicable):
+        PATCH.check(SimpleNamespace(ModelRunner=ModelRunner))
+
+
+def test_a_draft_config_that_names_no_architecture_is_a_non_mla_draft(tiny, tmp_path):
+    import json
+    import shutil
+
+    draft = tmp_path / "no-architectures"
+    shutil.copytree(tiny["draft"], draft)
+    config = json.loads((draft / "config.json").read_text())
+    config["architectures"] = []
+    (draft / "config.json").write_text(json.dumps(config))
+    r = doctor(tiny["kimi_k25"], draft, sglang_version="0.5.9", launch=EAGLE3 + " --attention-backend fa3")
+    (f,) = [f for f in r.findings if f.code == CODE]
+    assert f.severity == ERROR and f.found.endswith("with a non-MLA draft"), r.format()
