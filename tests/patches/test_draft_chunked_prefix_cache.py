@@ -182,3 +182,28 @@ def test_a_draft_config_that_names_no_architecture_is_a_non_mla_draft(tiny, tmp_
     r = doctor(tiny["kimi_k25"], draft, sglang_version="0.5.9", launch=EAGLE3 + " --attention-backend fa3")
     (f,) = [f for f in r.findings if f.code == CODE]
     assert f.severity == ERROR and f.found.endswith("with a non-MLA draft"), r.format()
+
+
+def test_the_check_refuses_an_adjustment_that_no_longer_sets_the_switch():
+    """sglang 0.5.16's layout: the switch is set outside model_specific_adjustment, nothing to put back."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.patches.draft_chunked_prefix_cache import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    class ModelRunner:
+        def __init__(self):
+            self.is_draft_worker = False
+
+        def model_specific_adjustment(self):
+            return None
+
+    with pytest.raises(NotApplicable):
+        PATCH.check(SimpleNamespace(ModelRunner=ModelRunner))
+
+
+def test_only_a_launch_naming_no_backend_is_told_sglang_picks_one(tiny):
+    named = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.9", launch=EAGLE3 + " --attention-backend fa3")
+    unnamed = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.9", launch=EAGLE3)
+    picks = "where sglang picks a backend that reads it"
+    assert picks in unnamed.format() and picks not in named.format()
