@@ -57,6 +57,13 @@ class LaunchArgs:
     enable_flashinfer_allreduce_fusion: bool = False
     enable_dp_attention: bool = False
     enable_hierarchical_cache: bool = False  # HiCache: the host tier of the KV cache
+    enable_multimodal: bool = False  # --enable-multimodal (sglang's command line only turns it on)
+    # the breakable prefill CUDA graph (docs/doctor.md, "image-prefill-graph-crash"): the backend asked for
+    # (--cuda-graph-backend-prefill, 0.5.14+), the older switch (--enable-breakable-cuda-graph, 0.5.11+; an alias of
+    # the backend from 0.5.19) and the switch that turns the prefill graph off (--disable-prefill-cuda-graph)
+    cuda_graph_backend_prefill: str | None = None
+    enable_breakable_cuda_graph: bool = False
+    disable_prefill_cuda_graph: bool = False
     hicache_storage_backend: str | None = None  # --hicache-storage-backend: HiCache's storage tier (L3)
     hicache_storage_backend_extra_config: str | None = None  # its JSON (or @file) options
     hicache_mem_layout: str | None = None  # --hicache-mem-layout (None: sglang's default)
@@ -146,6 +153,10 @@ def _parser() -> _Parser:
     )
     a("--enable-dp-attention", dest="enable_dp_attention", action="store_true", default=None)
     a("--enable-hierarchical-cache", dest="enable_hierarchical_cache", action="store_true", default=None)
+    a("--enable-multimodal", dest="enable_multimodal", action="store_true", default=None)
+    a("--cuda-graph-backend-prefill", dest="cuda_graph_backend_prefill")
+    a("--enable-breakable-cuda-graph", dest="enable_breakable_cuda_graph", action="store_true", default=None)
+    a("--disable-prefill-cuda-graph", dest="disable_prefill_cuda_graph", action="store_true", default=None)
     a("--hicache-storage-backend", dest="hicache_storage_backend")
     a("--hicache-storage-backend-extra-config", dest="hicache_storage_backend_extra_config")
     a("--hicache-mem-layout", dest="hicache_mem_layout")

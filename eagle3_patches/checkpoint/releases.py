@@ -63,6 +63,40 @@ HICACHE_DRAFT_SIDECAR_FROM = Version("0.5.19")
 DFLASH_FROM = Version("0.5.11")
 MLA_DRAFT_FROM = Version("0.5.12")
 MULTI_LAYER_DRAFT_FROM = Version("0.5.12")
+# What the EAGLE-3 draft's prefill (draft extend) reads for a multimodal request, read from the wheels
+# (``models/llama_eagle3.py`` / ``models/kimi_k25_eagle3.py`` ``forward``, ``speculative/eagle_worker_v2.py``
+# ``_draft_extend_for_prefill``, ``managers/mm_utils.py`` ``general_mm_embed_routine``).  Before
+# :data:`MM_DRAFT_EMBEDS_FROM` the Llama draft embeds its own (shifted) token ids, the image positions' ids clamped
+# into the vocabulary by the target's ``embed_mm_inputs``.
+#: the first release whose Llama EAGLE-3 draft reads the target's merged input embeddings (``mm_input_embeds``)
+MM_DRAFT_EMBEDS_FROM = Version("0.5.10")
+#: the first release that re-embeds the last row of every sequence of a batched multimodal prefill (sglang PR #27647
+#: for the MLA draft, #27846 for the Llama draft); before it, only the flattened batch's last row, and every other
+#: sequence's last position keeps the target's row
+MM_DRAFT_LAST_ROWS_FROM = Version("0.5.14")
+#: the first release that shifts ``mm_input_embeds`` left by one per sequence, as it shifts the draft's token ids
+#: (``rotated_mm``, sglang PRs #36507 / #37548); before it, every prefix row is one position late
+MM_DRAFT_ROWS_SHIFTED_FROM = Version("0.5.20")
+#: the first release that hands the draft a copy of the merged embeddings (``input_embeds.clone()`` for EAGLE, as
+#: sglang issue #35440 / PR #35465 ask); before it, the tensor is the one the target's forward may overwrite in place
+#: (fused residual-add norms on the GPU) before the draft reads it
+MM_DRAFT_EMBEDS_COPIED_FROM = Version("0.5.21")
+#: the first release whose EAGLE-3 draft runs its prefill through the breakable prefill CUDA graph
+#: (``init_prefill_cuda_graph(force_for_draft_worker=True)`` in ``eagle_worker_v2.py``) when that graph is on
+DRAFT_PREFILL_GRAPH_FROM = Version("0.5.14")
+#: the first release that keeps the breakable prefill CUDA graph on by default for a multimodal Kimi-K2.5 target
+#: (``KimiK25ForConditionalGeneration`` in ``configs/model_config.py``'s
+#: ``multimodal_breakable_cuda_graph_supported_model_archs``; before, a multimodal target turns it off unless the
+#: launch asks for it)
+KIMI_K25_MM_PREFILL_GRAPH_FROM = Version("0.5.18")
+#: the first release whose breakable prefill graph feeds an EAGLE-3 draft its embeddings from outside the graph
+#: (``_use_draft_input_embeds`` in ``model_executor/runner/prefill_cuda_graph_runner.py``, what sglang PR #38330
+#: proposes); before it the graph embeds the image positions' pad ids, out of the vocabulary, and the server fails
+#: at start (its warm-up sends an image)
+DRAFT_PREFILL_GRAPH_EMBEDS_FROM = Version("0.5.22")
+#: the first release where ``--enable-breakable-cuda-graph`` is an alias of ``--cuda-graph-backend-prefill
+#: breakable`` (a deprecated flag of ``server_args.py``)
+BREAKABLE_GRAPH_ALIAS_FROM = Version("0.5.19")
 
 
 def parse_version(v: str | Version) -> Version:

@@ -96,6 +96,12 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     @classmethod
+    def invalidate_caches(cls) -> None:
+        # sys.meta_path holds the class itself: importlib.invalidate_caches() (which transformers calls before it
+        # loads a checkpoint's own code) calls this on it, and the inherited instance method would raise
+        return None
+
+    @classmethod
     def create_module(cls, spec):
         return _new_stub(spec.name)
 

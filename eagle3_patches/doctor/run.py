@@ -37,6 +37,7 @@ from .draft_checks import (
     load_draft,
 )
 from .flag_rules import check_flag_rules
+from .multimodal_checks import check_image_prefill_graph
 from .pairing_checks import (
     check_algorithm,
     check_fc_shape,
@@ -214,6 +215,7 @@ def _check_launch(ctx: Context) -> None:
     guard(ctx, "speculative flags", check_flag_rules)
     if ctx.target is not None:
         guard(ctx, "target release support", check_target_release)
+        guard(ctx, "image input and the prefill graph", check_image_prefill_graph)
     if ctx.draft is not None and ctx.target is not None:
         guard(ctx, "context length and RoPE", check_context)
     if ctx.draft is not None:

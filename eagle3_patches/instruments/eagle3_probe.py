@@ -5,8 +5,10 @@ What it does: not a fix: the diagnostic probe, off by default (``EAGLE3_PATCHES_
 draft extend) it records what flows through the EAGLE-3 path: at the target's output the algorithm, the configured
 aux ids, the effective ``layers_to_capture``, the number of captured states and the stored width; at the draft's
 input the width, dtype, mean / std / absmax / NaN / Inf of the hidden states and whether ``fc`` ran on them; the TP
-rank and pid.  One log line per record on the ``eagle3_patches`` logger (sglang's format; a warning when the record
-shows a problem) and, with a path, one JSON line; ``eagle3-patches probe-report`` reads them and names the first
+rank and pid.  Once per process too, for the draft's prefill of a batch with images (``draft_image_rows``): whether
+the embedding row the draft's first layer gets at each sequence's last position is the embedding of the token there.
+One log line per record on the ``eagle3_patches`` logger (sglang's format; a warning when the record shows a
+problem) and, with a path, one JSON line; ``eagle3-patches probe-report`` reads them and names the first
 wrong hop and its likely cause.  See docs/troubleshooting.md.
 
 It wraps ``ModelRunner.forward`` only, which sees both models (``is_draft_worker`` tells them apart), the configured
@@ -48,7 +50,7 @@ from ..registry import Patch, Saver, expect_attr, expect_source
 from ..sglang_runtime import linear_widths, server_arg
 from ..sglang_version import installed_sglang_version
 from . import get_registry
-from .probe_diagnosis import DRAFT, SCHEMA, TARGET, judge, summarize
+from .probe_diagnosis import DRAFT, IMAGE_ROWS, SCHEMA, TARGET, judge, summarize
 
 logger = logging.getLogger("eagle3_patches")
 
@@ -97,6 +99,8 @@ def _probed_forward(wrapped, instance, args, kwargs):
     forward_batch = args[0] if args else kwargs.get("forward_batch")
     mode = _mode(forward_batch)
     hop = DRAFT if getattr(instance, "is_draft_worker", False) else TARGET
+    if hop == DRAFT and mode == "extend" and (IMAGE_ROWS, mode) not in _done and _has_images(forward_batch):
+        wrapped = _watching_image_rows(wrapped, instance, forward_batch)
     if mode is None or mode == "idle" or (hop, mode) in _done or _capturing():
         return wrapped(*args, **kwargs)
     if hop == DRAFT:
@@ -270,6 +274,79 @@ def _finish_draft(rec: dict, fc_calls: list, replayed: bool, mode: str) -> None:
         rec["fc_applied"], rec["fc_observed"] = False, "observed"
     if fc_calls:
         rec["fc_input_shape"] = list(fc_calls[0])
+    _emit(rec)
+
+
+# ---------------------------------------------------------------------- the draft's image rows
+def _has_images(forward_batch: Any) -> bool:
+    try:
+        return bool(forward_batch.contains_mm_inputs()) and not _capturing()
+    except Exception:  # noqa: BLE001 - a batch without the method carries no images
+        return False
+
+
+def _first_layer(inner: Any) -> Any:
+    """The draft's first decoder layer, which gets the embedding rows (``midlayer``; ``layers[0]`` in the releases
+    with several)."""
+    layer = getattr(inner, "midlayer", None)
+    if layer is None:
+        layers = getattr(inner, "layers", None)
+        layer = layers[0] if layers is not None and len(layers) else None
+    return layer if hasattr(layer, "register_forward_pre_hook") else None
+
+
+def _watching_image_rows(wrapped, runner, forward_batch):
+    """``wrapped`` with a look at the embedding rows the draft's first layer gets: the record compares each
+    sequence's last row with the draft's own embedding of the token there, after the forward."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        inner = getattr(runner.model, "model", None)
+        layer = _first_layer(inner)
+        if layer is None or not _claim(IMAGE_ROWS, "extend"):
+            return wrapped(*args, **kwargs)
+        seen: list = []
+
+        def grab(module, a, kw):
+            embeds = a[1] if len(a) > 1 else kw.get("embeds")
+            if embeds is not None and not seen:
+                seen.append(embeds.detach().clone())
+
+        handle = layer.register_forward_pre_hook(grab, with_kwargs=True)
+        try:
+            out = wrapped(*args, **kwargs)
+        finally:
+            handle.remove()
+        _guarded(_record_image_rows, runner, inner, forward_batch, seen, "extend")
+        return out
+
+    return call
+
+
+def _record_image_rows(runner, inner, forward_batch, seen: list, mode: str) -> None:
+    import torch
+
+    starts, lens = forward_batch.extend_start_loc, forward_batch.extend_seq_lens
+    last = (starts + lens - 1).long()
+    ids = forward_batch.input_ids[last]
+    rows: list[bool] | None = None
+    diffs: list[float] | None = None
+    if seen:
+        with torch.no_grad():
+            want = inner.embed_tokens(ids).float()
+        got = seen[0][last].float()
+        diff = (got - want).abs().amax(dim=-1)
+        diffs = [float(d) for d in diff.tolist()]
+        rows = [d <= 1e-6 * (1.0 + float(w.abs().max())) for d, w in zip(diffs, want)]
+    mm = list(getattr(forward_batch, "mm_inputs", None) or [])
+    rec = _base(runner, IMAGE_ROWS, mode)
+    rec.update(
+        model=type(runner.model).__name__,
+        sequences=int(last.numel()),
+        with_images=[m is not None for m in mm] if mm else None,
+        last_tokens=[int(i) for i in ids.tolist()],
+        last_rows=rows,
+        last_row_max_abs_diff=diffs,
+    )
     _emit(rec)
 
 

@@ -11,6 +11,9 @@ order the data flows:
   ``draft_extend`` after verify) these are the target's states and must match
   ``fc.in_features``; in ``decode`` they are the draft's own ``H``-wide states and ``fc`` is
   skipped by design.
+* ``draft_image_rows``: once per process, the draft's prefill of a batch with images (mode ``extend``): for each
+  sequence, whether the embedding row the draft's first layer gets at its last position is the embedding of the
+  token there (the token just sampled), and which sequences carry images.
 
 :func:`analyse` judges records in a server (the probe's own log line, the watchdog's diagnosis) and offline
 (``eagle3-patches probe-report``, :mod:`eagle3_patches.probe_report`, which reads the files).  Never imports
@@ -31,6 +34,7 @@ from ..diagnostic import ERROR, Diagnostic
 SCHEMA = 1
 TARGET = "target_output"
 DRAFT = "draft_input"
+IMAGE_ROWS = "draft_image_rows"
 
 #: modes in which the target's stored states are handed to the draft
 TARGET_FEEDING_MODES = frozenset({"extend", "mixed", "target_verify"})
@@ -74,6 +78,10 @@ def judge(rec: dict, context: dict | None = None) -> list[Diagnostic]:
             problems.append(p)
     elif hop == DRAFT:
         p = _judge_draft(rec, context)
+        if p:
+            problems.append(p)
+    elif hop == IMAGE_ROWS:
+        p = _judge_image_rows(rec)
         if p:
             problems.append(p)
     stats = rec.get("stats") or {}
@@ -218,6 +226,22 @@ def _target_cause(rec: dict, expected: int) -> tuple[str, str, list[str]]:
     )
 
 
+def _judge_image_rows(rec: dict) -> Diagnostic | None:
+    wrong = [i for i, ok in enumerate(rec.get("last_rows") or []) if ok is False]
+    if not wrong:
+        return None
+    return _problem(
+        rec,
+        "image-rows",
+        f"the draft's prefill of a batch with images: the last position of sequence(s) {wrong} of "
+        f"{len(rec['last_rows'])} is not fed the embedding of the token there",
+        cause="sglang hands the draft the target's merged embedding rows and re-embeds only some last positions "
+        "(the release's faults: `eagle3-patches doctor` names them as eagle3-image-draft-rows)",
+        fix="upgrade sglang, or keep eagle3-patches' eagle3_image_draft_rows on (it refuses such a launch)",
+        doctor=["eagle3-image-draft-rows"],
+    )
+
+
 def _judge_draft(rec: dict, context: dict) -> Diagnostic | None:
     mode = rec.get("mode")
     width, fc_in, embed = rec.get("width"), rec.get("fc_in_features"), rec.get("embed_width")
@@ -309,6 +333,13 @@ def summarize(rec: dict) -> str:
     head = f"[pid {rec.get('pid')} tp {rec.get('tp_rank')}] {hop} {mode}"
     stats = _fmt_stats(rec.get("stats"))
     dtype = rec.get("dtype") or "?"
+    if hop == IMAGE_ROWS:
+        rows = rec.get("last_rows")
+        right = "n/a" if rows is None else f"{sum(1 for r in rows if r)} of {len(rows)}"
+        return (
+            f"{head}: {rec.get('sequences')} sequence(s), {sum(rec.get('with_images') or [])} with images; last rows "
+            f"that are the token's embedding: {right}"
+        )
     if hop == TARGET:
         if rec.get("width") is None:
             return f"{head}: {rec.get('algorithm') or 'no speculation'}, no hidden states stored"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import costs, cpu_pools
 from .isolation import free_port
+from .tiny_vl_models import lacks_its_processor
 
 #: flags every CPU server needs (docs/cpu-profile.md, docs/e2e.md)
 CPU_FLAGS = [
@@ -86,21 +87,6 @@ def speculative_flags(
 
 class ServerError(RuntimeError):
     pass
-
-
-def lacks_its_processor(model: os.PathLike | str) -> bool:
-    """A multimodal checkpoint (its config has a ``vision_config``) without the processor files sglang builds
-    its multimodal processor from: the tiny Kimi-K2.5 (Kimi's processor is remote code, which no tiny
-    checkpoint here carries; from sglang 0.5.11 the Kimi-K2.5 processor reads its ``media_processor`` and the
-    tokenizer manager fails without it) and the tiny Qwen3-VL (transformers' processor needs a real torchvision)."""
-    path = Path(model)
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return "vision_config" in config and not any(
-        (path / name).exists() for name in ("preprocessor_config.json", "processor_config.json")
-    )
 
 
 class Server:
@@ -250,14 +236,22 @@ class Server:
             return json.loads(r.read())
 
     def generate_batch(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: int, sampling: dict, timeout: float = 1800.0
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        sampling: dict,
+        timeout: float = 1800.0,
+        images: Sequence[Sequence[str] | None] | None = None,
     ) -> list[dict]:
         """``prompts`` in one request (sglang batches them), each with the sampling parameters ``sampling``
-        (``temperature``, ``top_k``, ``top_p``, ...; a ``max_new_tokens`` there wins)."""
-        body = {
+        (``temperature``, ``top_k``, ``top_p``, ...; a ``max_new_tokens`` there wins).  ``images``: per prompt, its
+        images (data URLs; the prompt holds one media placeholder id per image) or None (text only)."""
+        body: dict = {
             "input_ids": [list(p) for p in prompts],
             "sampling_params": {"max_new_tokens": max_new_tokens, "ignore_eos": True, **sampling},
         }
+        if images is not None:
+            body["image_data"] = [list(i) if i else None for i in images]
         req = urllib.request.Request(
             self.url + "/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
@@ -303,7 +297,7 @@ def serve(
     max_new_tokens: int,
     temperature: float = 0.0,
     metrics: bool = False,
-    then: Sequence[tuple[str, Sequence[Sequence[int]], float | dict]] = (),
+    then: Sequence[tuple] = (),
     **kw,
 ) -> dict:
     """Start a server, send ``prompts`` one after the other, read ``/metrics`` when asked, stop it.
@@ -313,7 +307,9 @@ def serve(
     :class:`ServerError` with the log's tail when the server does not start or a request fails.
 
     ``then``: more questions for the same server, ``(name, prompts, temperature)`` each, asked after ``prompts``
-    in order, one request a prompt; or ``(name, prompts, sampling parameters)``: the prompts in one batched request.
+    in order, one request a prompt; or ``(name, prompts, sampling parameters)``: the prompts in one batched request;
+    or ``(name, prompts, sampling parameters, images)``: the same with each prompt's images
+    (:meth:`Server.generate_batch`).
     ``out[name]`` holds their ``responses``, ``outputs`` and the ``metrics`` page read after them (the server's
     counters since its start)."""
     server = Server(model, args, log_path=log_path, **kw)
@@ -324,9 +320,11 @@ def serve(
         pid = server.proc.pid
         responses = [server.generate(p, max_new_tokens, temperature=temperature) for p in prompts]
         page = server.metrics() if metrics else None
-        for name, later_prompts, sampling in then:
+        for name, later_prompts, sampling, *images in then:
             if isinstance(sampling, dict):
-                later = server.generate_batch(later_prompts, max_new_tokens, sampling)
+                later = server.generate_batch(
+                    later_prompts, max_new_tokens, sampling, images=images[0] if images else None
+                )
             else:
                 later = [server.generate(p, max_new_tokens, temperature=sampling) for p in later_prompts]
             more[name] = {

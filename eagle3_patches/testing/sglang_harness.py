@@ -20,6 +20,7 @@ from typing import Any
 
 from . import cpu_pools
 from .sglang_eras import current as era
+from .tiny_vl_models import lacks_its_processor
 
 
 def server_args(model_path: str, **overrides: Any):
@@ -54,7 +55,12 @@ def server_args(model_path: str, **overrides: Any):
 def launcher_server_args(build, *args: Any, **kwargs: Any):
     """``build(*args, **kwargs)`` resolved as the launcher resolves it before it starts any rank
     (``ServerArgs.__post_init__``; plus ``resolve_once()`` from sglang 0.5.19, whose constructor
-    resolves nothing).  Resolved server args are read-only there: set fields on ``build``'s result."""
+    resolves nothing).  Resolved server args are read-only there: set fields on ``build``'s result.  A multimodal
+    target without its processor (the first argument) is resolved with image input off unless ``enable_multimodal``
+    is given."""
+    if args and lacks_its_processor(args[0]):
+        # as the servers of these targets run (testing.server.Server's text_only): no processor, no image input
+        kwargs.setdefault("enable_multimodal", False)
     sa = build(*args, **kwargs)
     era().resolve_server_args(sa)
     return sa

@@ -2,7 +2,7 @@
 the served model's multimodal side off (``ServerArgs.enable_multimodal=False``, which sglang's command line
 cannot set: ``--enable-multimodal`` only turns it on).
 
-For the tiny multimodal targets (:func:`eagle3_patches.testing.server.lacks_its_processor`), which carry no
+For the tiny multimodal targets (:func:`eagle3_patches.testing.tiny_vl_models.lacks_its_processor`), which carry no
 image processor.  The model class and its forward stay sglang's own; nothing of eagle3-patches is applied
 here (the bootstrap or sglang's plugin entry point does that, as in any launch).
 """

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,8 +278,11 @@ def write_tokenizer(path: Path, vocab: int) -> None:
     )
 
 
-def write_checkpoint(path: Path, config: dict, tensors: dict, vocab: int) -> Path:
-    """Write atomically: a temp dir renamed into place, so a half-built fixture never exists."""
+def write_checkpoint(
+    path: Path, config: dict, tensors: dict, vocab: int, finish: Callable[[Path], None] | None = None
+) -> Path:
+    """Write atomically: a temp dir renamed into place, so a half-built fixture never exists.  ``finish(tmp)``
+    adds what else the checkpoint carries, before the rename."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -295,6 +298,8 @@ def write_checkpoint(path: Path, config: dict, tensors: dict, vocab: int) -> Pat
         metadata={"format": "pt"},
     )
     write_tokenizer(tmp, vocab)
+    if finish is not None:
+        finish(tmp)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.rename(tmp, path)

@@ -10,6 +10,7 @@ tiny WordLevel tokenizer.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +36,21 @@ SPECIAL = dict(
     vision_start_token_id=tm.VOCAB - 22,
     vision_end_token_id=tm.VOCAB - 21,
 )
+
+
+def lacks_its_processor(model: os.PathLike | str) -> bool:
+    """A multimodal checkpoint (its config has a ``vision_config``) without the processor files sglang builds
+    its multimodal processor from: the tiny Kimi-K2.5 (Kimi's processor is remote code, which no tiny
+    checkpoint here carries; from sglang 0.5.11 the Kimi-K2.5 processor reads its ``media_processor`` and the
+    tokenizer manager fails without it) and the tiny Qwen3-VL (transformers' processor needs a real torchvision)."""
+    path = Path(model)
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return "vision_config" in config and not any(
+        (path / name).exists() for name in ("preprocessor_config.json", "processor_config.json")
+    )
 
 
 def _text_config(moe: bool) -> dict:
@@ -123,3 +139,117 @@ def build_qwen3_vl(path: os.PathLike, *, moe: bool = False, seed: int = 0) -> Pa
     except OSError:  # built concurrently by another process: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+# --------------------------------------------------------------------------- the tiny Kimi-K2.5 with images
+#: the processor the image-serving tiny Kimi-K2.5 carries (its remote code, as the hub's checkpoint carries Kimi's)
+PROCESSOR_SOURCE = Path(__file__).resolve().parent / "tiny_kimi_k25_processor.py"
+PROCESSOR_MODULE = "processing_tiny_kimi_k25"
+
+
+def kimi_k25_vision_tensors(config: dict, seed: int = 2) -> dict:
+    """MoonViT and the projector of :func:`tiny_models.kimi_k25_config`'s ``vision_config``, under the hub's names
+    (``wqkv`` / ``wo``, ``mm_projector.proj.0`` / ``.2``, which sglang's loader renames); random bf16 from ``seed``,
+    norms at one and zero."""
+    import torch
+
+    v = config["vision_config"]
+    d, ff, text = v["vt_hidden_size"], v["vt_intermediate_size"], v["text_hidden_size"]
+    kh, kw = v["merge_kernel_size"]
+    merged = d * kh * kw
+    gen = tm._generator(seed)
+    out = {
+        "vision_tower.patch_embed.proj.weight": tm._rand(gen, d, 3, v["patch_size"], v["patch_size"]),
+        "vision_tower.patch_embed.proj.bias": tm._rand(gen, d),
+        "vision_tower.patch_embed.pos_emb.weight": tm._rand(gen, v["init_pos_emb_height"], v["init_pos_emb_width"], d),
+        "vision_tower.encoder.final_layernorm.weight": tm._ones(d),
+        "vision_tower.encoder.final_layernorm.bias": torch.zeros(d, dtype=torch.bfloat16),
+        "mm_projector.pre_norm.weight": tm._ones(d),
+        "mm_projector.pre_norm.bias": torch.zeros(d, dtype=torch.bfloat16),
+        "mm_projector.proj.0.weight": tm._rand(gen, merged, merged),
+        "mm_projector.proj.0.bias": tm._rand(gen, merged),
+        "mm_projector.proj.2.weight": tm._rand(gen, text, merged),
+        "mm_projector.proj.2.bias": tm._rand(gen, text),
+    }
+    for i in range(v["vt_num_hidden_layers"]):
+        b = f"vision_tower.encoder.blocks.{i}."
+        out.update(
+            {
+                b + "norm0.weight": tm._ones(d),
+                b + "norm0.bias": torch.zeros(d, dtype=torch.bfloat16),
+                b + "norm1.weight": tm._ones(d),
+                b + "norm1.bias": torch.zeros(d, dtype=torch.bfloat16),
+                b + "wqkv.weight": tm._rand(gen, 3 * d, d),
+                b + "wqkv.bias": tm._rand(gen, 3 * d),
+                b + "wo.weight": tm._rand(gen, d, d),
+                b + "wo.bias": tm._rand(gen, d),
+                b + "mlp.fc0.weight": tm._rand(gen, ff, d),
+                b + "mlp.fc0.bias": tm._rand(gen, ff),
+                b + "mlp.fc1.weight": tm._rand(gen, d, ff),
+                b + "mlp.fc1.bias": tm._rand(gen, d),
+            }
+        )
+    return out
+
+
+def _with_processor(media_token_id: int):
+    """What the image-serving checkpoint adds: its tokenizer spells ``media_token_id`` ``<|media_pad|>`` (an added
+    special token, so that runs of it split), and the processor's code named by ``processor_config.json``."""
+
+    def finish(tmp: Path) -> None:
+        tok_file = tmp / "tokenizer.json"
+        tok = json.loads(tok_file.read_text())
+        vocab = tok["model"]["vocab"]
+        word = next(w for w, i in vocab.items() if i == media_token_id)
+        vocab[MEDIA_TOKEN] = vocab.pop(word)
+        tok["added_tokens"] = [
+            *tok.get("added_tokens", []),
+            {
+                "id": media_token_id,
+                "content": MEDIA_TOKEN,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            },
+        ]
+        tok_file.write_text(json.dumps(tok))
+        shutil.copyfile(PROCESSOR_SOURCE, tmp / f"{PROCESSOR_MODULE}.py")
+        auto = {"AutoProcessor": f"{PROCESSOR_MODULE}.TinyKimiK25Processor"}
+        (tmp / "processor_config.json").write_text(
+            json.dumps({"processor_class": "TinyKimiK25Processor", "auto_map": auto}, indent=1)
+        )
+
+    return finish
+
+
+MEDIA_TOKEN = "<|media_pad|>"
+
+
+def build_kimi_k25_vl(path: os.PathLike, spec: tm.TinyTargetSpec | None = None) -> Path:
+    """The tiny Kimi-K2.5 that serves images: :func:`tiny_models.build_kimi_k25`'s text weights (so the trained
+    draft fits it), MoonViT's and the projector's weights (:func:`kimi_k25_vision_tensors`), and the tiny processor
+    (:mod:`.tiny_kimi_k25_processor`, loaded with ``--trust-remote-code``)."""
+    spec = spec or tm.TinyTargetSpec()
+    config = tm.kimi_k25_config(spec)
+    tensors = {**tm.deepseek_v3_tensors(spec, prefix="language_model."), **kimi_k25_vision_tensors(config)}
+    return tm.write_checkpoint(
+        Path(path), config, tensors, spec.vocab, finish=_with_processor(config["media_placeholder_token_id"])
+    )
+
+
+def image_data_url(width: int, height: int, seed: int) -> str:
+    """A PNG of random pixels (fixed by ``seed``) as the data URL sglang's ``image_data`` takes."""
+    import base64
+    import io
+    import random
+
+    from PIL import Image
+
+    rng = random.Random(seed)
+    image = Image.new("RGB", (width, height))
+    image.putdata([(rng.randrange(256), rng.randrange(256), rng.randrange(256)) for _ in range(width * height)])
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()

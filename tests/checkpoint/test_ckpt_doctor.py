@@ -528,7 +528,12 @@ def test_speculators_draft_served_directly_under_the_patches(tiny, tmp_path):
     d = tm.build_speculators_fixture(tmp_path)
     for version in ("0.5.9", "0.5.12", "0.5.23"):
         r = run(tiny["kimi_k25"], d, version, with_patches=True)
-        assert_clean(r)
+        if version == "0.5.12":
+            # Kimi-K2.5 serves images there, and its draft's prefill reads wrong rows for them: refused whatever the
+            # draft (tests/patches/test_eagle3_image_draft_rows.py)
+            assert r.codes(ERROR) == ["eagle3-image-draft-rows"], r.format()
+        else:
+            assert_clean(r)
         f = next(f for f in r.findings if f.code == "draft-speculators-format")
         assert f.severity == INFO and "speculators_draft_config" in f.what and "outputs of layers [1, 2, 3]" in f.what
     assert "handed to sglang 0.5.23 as [2, 3, 4]" in f.what  # sglang >= 0.5.13 reads input-of-layer ids

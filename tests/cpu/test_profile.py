@@ -50,6 +50,22 @@ def test_stand_ins_raise_not_implemented_and_hide_fallback_names():
     assert out.stdout.split() == ["NIE", "True", "absent", "absent-submodule", "NIE-submodule"]
 
 
+def test_importlibs_cache_reset_works_with_the_stand_ins():
+    """transformers resets the import caches before it loads a checkpoint's own code (the tiny Kimi-K2.5's image
+    processor, tests/e2e/test_image_requests.py): every finder the profile adds must take the call."""
+    out = _py(
+        """
+        import importlib
+        from eagle3_patches.cpu.stubs import install_stubs
+        install_stubs()
+        importlib.invalidate_caches()
+        print("reset")
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["reset"]
+
+
 def test_a_real_install_is_never_shadowed(tmp_path):
     real = tmp_path / "sgl_kernel"
     real.mkdir()

@@ -229,6 +229,7 @@ PATCHES = [
     "eagle3_draft_norms",
     "eagle3_algorithm_guard",
     "hicache_draft_kv",
+    "eagle3_image_draft_rows",
     "eagle3_target_capability",
     "eagle3_draft_config_fields",
     "layer_id_convention",
