@@ -53,9 +53,12 @@ the target's; for a backend the release skips, the target's comes back and the d
 values; at TP 2, rank 1 gets rank 0's draft heads back; on 0.5.11 - 0.5.12 the real mooncake and hf3fs classes store
 nothing of the draft, logging at DEBUG at most.
 
-Not verified on CPU: the acceptance collapse itself (HiCache's device-host transfers are CUDA kernels, so no CPU
-server serves a prefix back from storage); the backends other than ``file`` (mooncake, hf3fs, nixl, eic, simm need
-their services) are judged from their code only.
+Not verified on CPU: the acceptance collapse itself.  HiCache's device-host transfers are CUDA kernels, so no CPU
+server serves a prefix back from storage; and what such a restore leaves, the draft's prefix KV written by another
+request, was tried on the real EAGLE worker with the trained tiny draft (each request's draft KV swapped with
+another's after the prefill): its accept length did not fall, the tiny draft's proposals leaning on its input
+states and hardly on its context, so the collapse needs a real draft.  The backends other than ``file`` (mooncake,
+hf3fs, nixl, eic, simm need their services) are judged from their code only.
 """
 
 from __future__ import annotations
