@@ -8,10 +8,8 @@ documentation, and what the test of the choice compares the probe with
 (``tests/sglang/test_sglang_eras.py``).
 
 The boundaries were read in the released wheels of 0.5.9 - 0.5.23 (post releases included: each
-is in its base release's era); the full matrix (``tools/matrix.py``) lists every release from 0.5.9
-on.  The worker tests on the harness (3 x H at ``fc``, the layer ids) and the real servers ran on all 19
-releases from 0.5.9 to 0.5.23 in one matrix run (docs/compat.md); the whole behavioural suite on
-0.5.9 - 0.5.15 and 0.5.23 (the file's history, and CI's newest-known mode).
+is in its base release's era).  Which releases the harness's tests run on is the release matrix's
+(``tools/matrix.py``, docs/compat.md), not recorded here.
 
 ====================  ===============  ===============================================================
 era                   releases         what differs from the era before
