@@ -1,7 +1,8 @@
 """Benchmark: ``eagle3-patches tune`` checked against reality on CPU, on the tiny Kimi-K2.5 with the trained draft.
 
-1. **The data**: the tiny target without speculation serves random prompts greedily with the ``hidden_state_dump``
-   instrument on (a known-good server's states, as an operator would dump them).
+1. **The data**: the tiny target without speculation serves the benchmark's own requests (sglang's serving benchmark,
+   random ids, greedy) with the ``hidden_state_dump`` instrument on: a known-good server's states on the workload
+   measured below, as an operator would dump theirs.
 2. **Calibration**: the real EAGLE3 server at the four calibration settings (steps/topk/draft tokens 1/1/2, 4/1/5,
    2/4/8, 3/4/16), each measured with sglang's serving benchmark (``eagle3_patches.bench.run_phase``: random ids,
    greedy) at every batch size (its ``--max-concurrency``), written as ``eagle3-patches bench --json`` reports.
@@ -35,19 +36,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eagle3_patches import bench, settings, tune  # noqa: E402
 from eagle3_patches.testing import tiny_models  # noqa: E402
-from eagle3_patches.testing.server import Server, ServerError, held_out_prompts, speculative_flags  # noqa: E402
+from eagle3_patches.testing.server import Server, ServerError, speculative_flags  # noqa: E402
 
 CALIBRATION = [tune.Setting(1, 1, 2), tune.Setting(4, 1, 5), tune.Setting(2, 4, 8), tune.Setting(3, 4, 16)]
 EVALUATION = [
     tune.Setting(2, 1, 3),
     tune.Setting(3, 1, 4),
-    tune.Setting(6, 1, 7),
     tune.Setting(2, 2, 4),
     tune.Setting(3, 2, 6),
 ]
 
 
-def dump(target: Path, out: Path, prompts, max_new_tokens: int, device: str) -> Path:
+def dump(target: Path, out: Path, kw: dict, device: str) -> Path:
+    """The states of the target serving the benchmark's own requests (sglang's serving benchmark, single-stream):
+    the data ``tune`` measures acceptance on is the workload the servers are measured on."""
     dump_dir = out / "dump"
     env = {
         settings.ENABLE: "hidden_state_dump",
@@ -57,8 +59,7 @@ def dump(target: Path, out: Path, prompts, max_new_tokens: int, device: str) -> 
     server = Server(str(target), ["--disable-radix-cache"], log_path=out / "dump.log", env=env, device=device)
     try:
         server.start()
-        for p in prompts:
-            server.generate(p, max_new_tokens)
+        bench.run_phase(server.url, 1, label="dump", quiet=True, **kw)
         time.sleep(3)  # the dump writes its last shard after an idle second
     finally:
         server.stop()
@@ -78,7 +79,9 @@ def server_accept_length(url: str) -> float | None:
 def measure(target: Path, draft: Path, s: tune.Setting, batches, out: Path, kw: dict, device: str) -> dict:
     """sglang's serving benchmark of the server at ``s``, one phase per batch size: an ``eagle3-patches bench
     --json`` report (its first server's phases)."""
-    args = speculative_flags(str(draft), "EAGLE3", s.steps, s.topk, s.draft_tokens)
+    # sglang adds to the accept length it reports (its server info, which its benchmark reads) when it logs a decode
+    # step, every 40 by default: more than a short phase runs
+    args = [*speculative_flags(str(draft), "EAGLE3", s.steps, s.topk, s.draft_tokens), "--decode-log-interval", "1"]
     server = Server(str(target), args, log_path=out / f"serve-{s.label().replace('/', '-')}.log", device=device)
     phases = []
     try:
@@ -101,10 +104,13 @@ def main() -> int:
     ap.add_argument("--batch-sizes", default="1,4")
     ap.add_argument("--prompts", type=int, default=4, help="requests per benchmark phase")
     ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--dump-prompts", type=int, default=16)
     ap.add_argument("--data", help="a dump of an earlier run to reuse (default: dump anew)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--out", help="where the logs, dump and reports go (default: a new temporary directory)")
+    ap.add_argument(
+        "--out",
+        help="where the logs, dump and reports go (default: a new temporary directory); a run into the "
+        "directory of an earlier one reuses the settings it measured",
+    )
     args = ap.parse_args()
     batches = [int(b) for b in args.batch_sizes.split(",")]
     out = Path(args.out or tempfile.mkdtemp(prefix="bench-tune-"))
@@ -117,21 +123,27 @@ def main() -> int:
     if args.data:
         data = Path(args.data)
     else:
-        data = dump(target, out, held_out_prompts(args.dump_prompts, seed=777), args.max_new_tokens, args.device)
+        data = dump(target, out, kw, args.device)
     print(f"[1] the dump of greedy requests: {data} ({time.time() - t0:.0f} s)", flush=True)
 
     measured: dict[tune.Setting, dict] = {}
 
     def serve(s: tune.Setting) -> None:
         t = time.time()
+        saved = out / f"measured-{s.label().replace('/', '-')}.json"  # a run started again reuses what was measured
         try:
-            measured[s] = measure(target, draft, s, batches, out, kw, args.device)
+            if saved.is_file():
+                measured[s] = json.loads(saved.read_text())
+            else:
+                measured[s] = measure(target, draft, s, batches, out, kw, args.device)
+                saved.write_text(json.dumps(measured[s]))
         except (ServerError, Exception) as exc:  # noqa: BLE001 - a setting that fails is reported, not fatal
             print(f"  {s.label()}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
             return
         ph = measured[s].get("phases") or [measured[s]["servers"][0]["single"]]
         figures = ", ".join(
-            f"B={p['concurrency']} {p['output_tokens_per_s']:.1f} tok/s acc {p['accept_length']}" for p in ph
+            f"B={p['concurrency']} {p['output_tokens_per_s']:.4g} tok/s, accept length {p['accept_length']:.3f}"
+            for p in ph
         )
         print(f"  {s.label()}: {figures} ({time.time() - t:.0f} s)", flush=True)
 
@@ -203,7 +215,7 @@ def main() -> int:
         print(f"    {'setting':<10} {'pred tok/s':>10} {'meas tok/s':>10} {'pred acc':>9} {'meas acc':>9}  fit")
         for s, p, m, pa, ma in rows:
             fit_mark = "calibration" if s in CALIBRATION else ""
-            print(f"    {s.label():<10} {p:>10.1f} {m:>10.1f} {pa:>9.3f} {ma or 0:>9.3f}  {fit_mark}")
+            print(f"    {s.label():<10} {p:>10.4g} {m:>10.4g} {pa:>9.3f} {ma or 0:>9.3f}  {fit_mark}")
         rho = tune.spearman([r[1] for r in rows], [r[2] for r in rows])
         held = [r for r in rows if r[0] not in CALIBRATION]
         rho_held = tune.spearman([r[1] for r in held], [r[2] for r in held]) if len(held) > 2 else float("nan")
@@ -215,8 +227,8 @@ def main() -> int:
             f"{rho_held:.2f} over the {len(held)} not calibrated on"
         )
         print(
-            f"    recommended {recommended[b].label()}: measured {rec[2] if rec else float('nan'):.1f} tok/s, "
-            f"{ratio:.0%} of the best measured ({best[0].label()}, {best[2]:.1f} tok/s)"
+            f"    recommended {recommended[b].label()}: measured {rec[2] if rec else float('nan'):.4g} tok/s, "
+            f"{ratio:.0%} of the best measured ({best[0].label()}, {best[2]:.4g} tok/s)"
         )
         tree = [r for r in rows if r[0].topk > 1 and r[4]]
         if tree:

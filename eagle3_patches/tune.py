@@ -250,6 +250,11 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return cov / den if den else 0.0
 
 
+def _rate(v: float) -> str:
+    """Tokens/s to three significant figures at least: a slow device's 0.27 is not rounded to 0.3."""
+    return f"{v:.1f}" if v >= 100 else f"{v:.3g}"
+
+
 def format_report(
     predictions: dict[int, list[Prediction]], model: CostModel, depths: dict[int, list[float]], top: int = 12
 ) -> str:
@@ -266,7 +271,7 @@ def format_report(
         lines.append(f"  {'steps/topk/draft tokens':<24} {'accept len':>10} {'cycle ms':>9} {'tok/s':>9}")
         for p in rows[:top]:
             lines.append(
-                f"  {p.setting.label():<24} {p.accept_length:>10.3f} {p.cycle_s * 1e3:>9.2f} {p.tokens_per_s:>9.1f}"
+                f"  {p.setting.label():<24} {p.accept_length:>10.3f} {p.cycle_s * 1e3:>9.2f} {_rate(p.tokens_per_s):>9}"
             )
     lines.append("")
     for b, p in recommend(predictions).items():

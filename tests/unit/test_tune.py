@@ -276,6 +276,10 @@ def test_the_recommendation_is_the_best_predicted_valid_setting():
         assert p.tokens_per_s == pytest.approx(b * accept[p.setting] / TRUE.cycle(p.setting, b))
 
 
+def test_tokens_per_second_keep_three_figures_on_a_slow_device():
+    assert [tune._rate(v) for v in (0.2712, 54.321, 1234.56)] == ["0.271", "54.3", "1234.6"]
+
+
 def test_spearman():
     assert tune.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert tune.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
@@ -326,6 +330,9 @@ def test_the_command_prints_the_table_and_the_flags_to_paste(tmp_path, capsys):
         "recommended at batch size 4: --speculative-num-steps 2 --speculative-eagle-topk 1 "
         "--speculative-num-draft-tokens 3" in out
     )
+    assert (
+        "  3/1/4                         3.700     61.00      60.7" in out
+    )  # steps/topk/draft tokens, accept length, cycle ms, tokens/s
     assert plot.read_text().startswith("<svg")
     rc = main(["tune", "--per-position", "0.9,0.8", *_calibration_files(tmp_path), "--json", "--batch-sizes", "2"])
     report = json.loads(capsys.readouterr().out)
