@@ -347,7 +347,7 @@ def _panel(b: int, rows: list[Prediction], y0: int, width: int, height: int) -> 
         f'<text x="{(left + right) / 2:.1f}" y="{bottom + 30}" text-anchor="middle">steps</text>',
     ]
     out += [f'<text x="{x(s):.1f}" y="{bottom + 14}" text-anchor="middle">{s}</text>' for s in steps]
-    out += [f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>' for v in (0.0, ymax / 1.1)]
+    out += [f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{_rate(v)}</text>' for v in (0.0, ymax / 1.1)]
     for j, k in enumerate(sorted({k for k, _ in best})):
         path = " ".join(f"{x(s):.1f},{y(best[(k, s)].tokens_per_s):.1f}" for s in steps if (k, s) in best)
         c = _COLOURS.get(k, "gray")

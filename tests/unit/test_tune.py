@@ -296,6 +296,7 @@ def test_the_plot_is_an_svg_with_a_line_per_topk_and_the_best_marked():
     assert len(root.findall(f"{ns}circle")) == 2
     texts = [t.text for t in root.findall(f"{ns}text")]
     assert f"best {pred[8][0].setting.label()}" in texts
+    assert tune._rate(pred[8][0].tokens_per_s * 1.1 / 1.1) in texts  # the axis's top: the best, to three figures
 
 
 # ---------------------------------------------------------------------- the command
