@@ -109,3 +109,25 @@ def test_on_a_release_with_the_mla_draft_class_the_patch_is_applied(patch):
     (root,) = find_spec("sglang").submodule_search_locations
     has_class = (Path(root) / "srt" / "models" / "kimi_k25_eagle3.py").is_file()
     assert eagle3_patches.get_patch(patch).covers(sglang_version()) == has_class
+
+
+def test_the_fc_guard_refuses_a_release_whose_mla_draft_no_longer_skips_fc():
+    """A forward that applies fc itself, or reads no target states, has nothing for the guard to replace."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.patches.mla_draft_fc_guard import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    class Eagle3MLAModel:
+        def forward(self, hidden_states, spec_info):
+            return self.fc(spec_info.hidden_states)
+
+    with pytest.raises(NotApplicable):
+        PATCH.check(SimpleNamespace(Eagle3MLAModel=Eagle3MLAModel))
+
+    class Skipping(Eagle3MLAModel):
+        def forward(self, hidden_states, spec_info):
+            hidden_states = spec_info.hidden_states
+            return self.fc(hidden_states)
+
+    PATCH.check(SimpleNamespace(Eagle3MLAModel=Skipping))  # sglang's shape: accepted
