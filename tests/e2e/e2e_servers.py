@@ -23,7 +23,7 @@ import pytest
 
 from eagle3_patches import settings
 from eagle3_patches.selftest.checks import sampling_lossless
-from eagle3_patches.testing import tiny_models
+from eagle3_patches.testing import tiny_models, tiny_vl_models
 from eagle3_patches.testing.releases import patch_applies
 from eagle3_patches.testing.server import Server, ServerError, held_out_prompts, serve, speculative_flags
 
@@ -79,11 +79,25 @@ def sampling_questions() -> list[tuple[str, list[list[int]], dict]]:
     return [(name, [SAMPLING_PROMPT] * SAMPLES, params) for name, params in SAMPLING.items()]
 
 
+#: the image requests (tests/e2e/test_image_requests.py): one greedy batch of two sequences with an image each (the
+#: media placeholder id where the image goes; sizes 56 x 56 and 84 x 28 pixels: 4 and 3 image tokens) and two
+#: text-only ones, asked of the target without speculation (``baseline``) and of EAGLE3 with the trained draft
+#: (``eagle3_sampling``), both serving the tiny Kimi-K2.5 with its vision tower and processor
+MEDIA = tiny_models.kimi_k25_config()["media_placeholder_token_id"]
+IMAGE_PROMPTS = [[5, 6, 7, MEDIA, 8, 9], [10, MEDIA, 11, 12, 13, 14, 15], *held_out_prompts(2, seed=5150)]
+IMAGE_DATA = [[tiny_vl_models.image_data_url(56, 56, 1)], [tiny_vl_models.image_data_url(84, 28, 2)], None, None]
+IMAGE_QUESTION = ("images", IMAGE_PROMPTS, {"temperature": 0.0}, IMAGE_DATA)
+#: what a server of the image-serving target needs: its processor is the checkpoint's own code
+VL_FLAGS = ["--trust-remote-code"]
+
+
 @pytest.fixture(scope="session")
 def models(tiny_root) -> dict[str, str]:
     target = tiny_models.build_kimi_k25(tiny_root / "tiny-kimi-k25")
     draft = tiny_models.build_trained_eagle3_draft(tiny_root)
-    return {"target": str(target), "draft": str(draft)}
+    # the same text weights with the vision tower's and the processor: the servers that answer IMAGE_QUESTION
+    target_vl = tiny_vl_models.build_kimi_k25_vl(tiny_root / "tiny-kimi-k25-vl")
+    return {"target": str(target), "draft": str(draft), "target_vl": str(target_vl)}
 
 
 def measure_accept(draft: str, target: str, data) -> dict:
@@ -99,7 +113,9 @@ def measured(models, tmp_path_factory) -> dict:
     """The trained draft's expected accept length, measured offline (``eagle3-patches measure-accept``) on the
     ``hidden_state_dump`` of the target serving :data:`PROMPTS` greedily without speculation (a known-good server):
     the figure the ``eagle3`` server's watchdog is told to expect.  Then, the dump of the greedy requests put aside,
-    the same server's answers to :func:`sampling_questions` (``samples``: the reference of the lossless check)."""
+    the same server's answers to :func:`sampling_questions` (``samples``: the reference of the lossless check) and to
+    :data:`IMAGE_QUESTION` (``images``).  It serves the image-serving tiny Kimi-K2.5, whose text weights are the
+    target's."""
     if not patch_applies("hidden_state_dump"):
         pytest.skip("the hidden_state_dump instrument does not apply to this sglang release")
     tmp = tmp_path_factory.mktemp("measured")
@@ -110,7 +126,10 @@ def measured(models, tmp_path_factory) -> dict:
         settings.DUMP_LAYER_IDS: ",".join(map(str, tiny_models.DRAFT_AUX_IDS)),
     }
     server = Server(
-        models["target"], ["--disable-radix-cache", "--skip-server-warmup"], log_path=tmp / "dump.log", env=env
+        models["target_vl"],
+        [*VL_FLAGS, "--disable-radix-cache", "--skip-server-warmup"],
+        log_path=tmp / "dump.log",
+        env=env,
     )
     try:
         server.start()
@@ -123,6 +142,7 @@ def measured(models, tmp_path_factory) -> dict:
             time.sleep(0.5)
         greedy_dump = shutil.copytree(dump_dir, tmp / "dump-greedy")  # what the sampled requests add stays out
         samples = sampled_outputs(server)
+        images = server.generate_batch(IMAGE_PROMPTS, MAX_NEW_TOKENS, IMAGE_QUESTION[2], images=IMAGE_DATA)
     except ServerError as exc:
         pytest.fail(f"dump server failed: {exc}")
     finally:
@@ -130,6 +150,7 @@ def measured(models, tmp_path_factory) -> dict:
     return {
         "outputs": outputs,
         "samples": samples,
+        "images": images,
         "dump": greedy_dump,
         **measure_accept(models["draft"], models["target"], greedy_dump),
     }
@@ -153,15 +174,21 @@ SAMPLED_PROMPTS_SAMPLING = {"temperature": 1.0, "top_k": 4}
 @pytest.fixture(scope="session")
 def baseline(models, tmp_path_factory, request) -> dict:
     """The target without speculation, greedy on :data:`PROMPTS`: the reference outputs; and its answers to
-    :func:`sampling_questions` (``samples``).  Where the dump server of :func:`measured` runs (the same target, no
-    speculation, the same questions), its answers are the reference and no other server starts."""
+    :func:`sampling_questions` (``samples``) and to :data:`IMAGE_QUESTION` (``images``: the responses).  Where the
+    dump server of :func:`measured` runs (the same target, no speculation, the same questions), its answers are the
+    reference and no other server starts."""
     if patch_applies("hidden_state_dump"):
         measured = request.getfixturevalue("measured")
-        return {"outputs": measured["outputs"], "samples": measured["samples"]}
+        return {"outputs": measured["outputs"], "samples": measured["samples"], "images": measured["images"]}
     out = serve_or_fail(
-        "baseline", models["target"], [], tmp_path_factory.mktemp("baseline"), PROMPTS, then=sampling_questions()
+        "baseline",
+        models["target_vl"],
+        VL_FLAGS,
+        tmp_path_factory.mktemp("baseline"),
+        PROMPTS,
+        then=[*sampling_questions(), IMAGE_QUESTION],
     )
-    return {**out, "samples": {name: out[name]["outputs"] for name in SAMPLING}}
+    return {**out, "samples": {name: out[name]["outputs"] for name in SAMPLING}, "images": out["images"]["responses"]}
 
 
 @pytest.fixture(scope="session")
@@ -212,15 +239,21 @@ def eagle3_sampling(models, tmp_path_factory) -> dict:
     and the greedy :data:`PROMPTS` first (their accept length is the figure the sampled ones are printed beside).  A
     server of its own: its batches of one prompt are nothing like the traffic the watchdog's servers prove silence
     on (a window of 16 verify steps there is a handful of requests in the same context), so it runs with the
-    watchdog's defaults."""
-    return serve_or_fail(
+    watchdog's defaults.  It serves the image-serving tiny Kimi-K2.5 (the same text weights) and answers
+    :data:`IMAGE_QUESTION` last (``out["images"]``), with the probe writing JSON lines (``out["probe"]``: its
+    ``draft_image_rows`` record is that batch's)."""
+    tmp = tmp_path_factory.mktemp("eagle3-sampling")
+    out = serve_or_fail(
         "eagle3-sampling",
-        models["target"],
-        [*speculative_flags(models["draft"], "EAGLE3"), "--max-running-requests", str(SAMPLES)],
-        tmp_path_factory.mktemp("eagle3-sampling"),
+        models["target_vl"],
+        [*VL_FLAGS, *speculative_flags(models["draft"], "EAGLE3"), "--max-running-requests", str(SAMPLES)],
+        tmp,
         PROMPTS[:1],
-        then=sampling_questions(),
+        then=[*sampling_questions(), IMAGE_QUESTION],
+        env={settings.PROBE: str(tmp / "probe")},
     )
+    out["probe"] = probe_records(tmp / "probe")
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,48 @@
+"""Image requests through the real EAGLE3 server: the tiny Kimi-K2.5 with its vision tower (MoonViT, one block) and a
+tiny processor written to the public interface of Kimi-K2.5's (``eagle3_patches/testing/tiny_kimi_k25_processor.py``,
+loaded with ``--trust-remote-code``, no model hub), the trained tiny draft.  One greedy batch of four sequences, two
+with an image each and two text only (``IMAGE_QUESTION`` of tests/e2e/e2e_servers.py), asked of the target without
+speculation and of the EAGLE3 server of the lossless check (no server of its own):
+
+* the outputs of every sequence equal those without speculation;
+* the probe's ``draft_image_rows`` record of the first draft prefill with images: the draft's first layer got, at
+  each sequence's last prefill position, the embedding of the token there;
+* the accept length of the image requests beside the text ones (a figure, not a bound).
+"""
+
+from __future__ import annotations
+
+import pytest
+from e2e_servers import IMAGE_DATA, IMAGE_PROMPTS
+
+pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
+
+
+def test_a_batch_with_images_gives_the_outputs_of_no_speculation(baseline, eagle3_sampling, figure):
+    eagle3 = eagle3_sampling["images"]["responses"]
+    base = baseline["images"]
+    assert len(eagle3) == len(base) == len(IMAGE_PROMPTS)
+    # the images went in: each image sequence's prompt grew by its image tokens (4 and 3) less the placeholder
+    grown = [r["meta_info"]["prompt_tokens"] - len(p) for r, p in zip(eagle3, IMAGE_PROMPTS)]
+    assert grown == [3, 2, 0, 0], grown
+    assert [r["output_ids"] for r in eagle3] == [r["output_ids"] for r in base]
+    accept = [r["meta_info"]["spec_accept_length"] for r in eagle3]
+    assert all(a >= 1.0 for a in accept)  # it speculated
+    images = [a for a, d in zip(accept, IMAGE_DATA) if d]
+    text = [a for a, d in zip(accept, IMAGE_DATA) if not d]
+    figure(
+        "image requests through EAGLE3 (tiny Kimi-K2.5 + trained draft, greedy, one batch of 2 image + 2 text "
+        f"sequences): outputs identical; accept length image {sum(images) / len(images):.2f} "
+        f"({', '.join(f'{a:.2f}' for a in images)}), text {sum(text) / len(text):.2f} "
+        f"({', '.join(f'{a:.2f}' for a in text)})"
+    )
+
+
+def test_the_draft_gets_the_token_embedding_at_each_last_prefill_row(eagle3_sampling):
+    """The probe's record of the first draft prefill with images.  sglang may prefill the batch in parts (the first
+    request to arrive alone, the rest together): the record holds whichever prefill came first."""
+    rows = [r for r in eagle3_sampling["probe"] if r.get("hop") == "draft_image_rows"]
+    assert len(rows) == 1, rows  # one record a process
+    rec = rows[0]
+    assert any(rec["with_images"]), rec
+    assert rec["last_rows"] == [True] * rec["sequences"], rec
