@@ -86,7 +86,8 @@ WHAT = (
 )
 EXPECTED = f"the draft fed each position's own row (sglang >= {MM_DRAFT_EMBEDS_COPIED_FROM})"
 FIX = (
-    f"upgrade to sglang >= {MM_DRAFT_EMBEDS_COPIED_FROM}; to serve images with these faults anyway, set "
+    f"upgrade to sglang >= {MM_DRAFT_EMBEDS_COPIED_FROM}; a server that gets no image requests (sglang's command "
+    f"line cannot turn image input off), or one that serves images with these faults anyway: set "
     f"EAGLE3_PATCHES_DISABLE={NAME}"
 )
 
