@@ -131,3 +131,32 @@ def test_the_fc_guard_refuses_a_release_whose_mla_draft_no_longer_skips_fc():
             return self.fc(hidden_states)
 
     PATCH.check(SimpleNamespace(Eagle3MLAModel=Skipping))  # sglang's shape: accepted
+
+
+def test_the_loading_check_refuses_a_release_whose_mla_loader_it_does_not_know():
+    """The strict loader replaces sglang's: it needs that loader's shape (params_dict, the fused kv_a projection) and
+    sglang's default_weight_loader, else it is not applied."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.patches.mla_draft_strict_loading import PATCH
+    from eagle3_patches.registry import NotApplicable
+
+    class Known:
+        def load_weights(self, weights):
+            params_dict = dict(self.named_parameters())
+            return params_dict["kv_a_proj_with_mqa"]
+
+    class Unknown:
+        def load_weights(self, weights):
+            return list(weights)
+
+    def loader(param, weight):
+        return None
+
+    PATCH.check(SimpleNamespace(Eagle3DeepseekV2ForCausalLM=Known, default_weight_loader=loader))  # accepted
+    for module in (
+        SimpleNamespace(Eagle3DeepseekV2ForCausalLM=Unknown, default_weight_loader=loader),
+        SimpleNamespace(Eagle3DeepseekV2ForCausalLM=Known),
+    ):
+        with pytest.raises(NotApplicable):
+            PATCH.check(module)
