@@ -8,6 +8,7 @@
     python tools/matrix.py --ci                 # pinned + newest known -> .matrix/ci-report.md
     python tools/matrix.py --setup-only         # build the venvs only
     python tools/matrix.py --report-only        # regenerate the report from .matrix/results
+    python tools/matrix.py --states-only        # only the patch states of docs/compat.md, from this code
     python tools/matrix.py --no-selftest        # leave `eagle3-patches selftest --json` out (quicker)
 
 Each release gets ``.matrix/venv-<release>`` (gitignored): requirements-test.txt with the release's
@@ -960,6 +961,104 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
     return "\n".join(lines).rstrip() + "\n"
 
 
+STATES_NOTE = "Patch states refreshed"
+_CELL = re.compile(r"(?<!\\)\|")
+
+
+def _cells(line: str) -> list[str]:
+    """A markdown table row's cells (escaped pipes kept inside their cell)."""
+    return [c.strip() for c in _CELL.split(line.strip())[1:-1]]
+
+
+def refresh_states(page: str, results: list[dict], command: str, commit: str) -> str:
+    """``page`` (a report :func:`render` wrote) with what ``eagle3-patches status`` says now in each release of
+    ``results``: the state columns of the table, the upstream table and the appendix's state tables.  Every other
+    cell (the suite, selftest, the servers) stays what the run that wrote the page measured, and the page says so.
+    A patch added since that run gets its column; its states are what this code reports on each release."""
+    names: list[str] = []
+    for res in results:
+        for p in (res.get("status") or {}).get("patches", []):
+            if p["name"] not in names:
+                names.append(p["name"])
+    fresh = {r["release"]: {p["name"]: p for p in (r.get("status") or {}).get("patches", [])} for r in results}
+    lines = page.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| sglang | transformers |"))
+    header = _cells(lines[start])
+    old = [h.strip("`") for h in header[2:] if h.startswith("`")]
+    rest_head = header[2 + len(old) :]
+    out = lines[:start]
+    out.append("| " + " | ".join(["sglang", "transformers", *(f"`{n}`" for n in names), *rest_head]) + " |")
+    out.append("|" + "---|" * (2 + len(names) + len(rest_head)))
+    i = start + 2
+    while i < len(lines) and lines[i].startswith("|"):
+        cells = _cells(lines[i])
+        v, tf, rest = cells[0], cells[1], cells[2 + len(old) :]
+        states = fresh.get(v)
+        if states is None:
+            raise SystemExit(f"{v} is in the page but was not refreshed: refresh every release of the page")
+        cells_now = [SHORT.get(states[n]["state"], states[n]["state"]) if n in states else "-" for n in names]
+        out.append("| " + " | ".join([v, tf, *cells_now, *rest]) + " |")
+        i += 1
+    # the upstream table: from this refresh alone
+    end_up = next(j for j in range(i, len(lines)) if lines[j].startswith("## Appendix"))
+    out += [""] + _upstream_section(results, names)
+    # the appendix: each release's state table replaced
+    j = end_up
+    release = None
+    while j < len(lines):
+        ln = lines[j]
+        if ln.startswith("### sglang "):
+            release = ln.removeprefix("### sglang ").strip()
+        if ln.startswith("| patch | state | reason |") and release in fresh:
+            out += ["| patch | state | reason |", "|---|---|---|"]
+            out += [f"| `{p['name']}` | {p['state']} | {_md(p['reason'])} |" for p in fresh[release].values()]
+            j += 2
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            continue
+        out.append(ln)
+        j += 1
+    note = (
+        f"{STATES_NOTE} {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} at commit {commit} (`{command}`): the "
+        "state columns, the upstream table and the appendix's state tables are `eagle3-patches status` of that "
+        "code; the other columns and the appendix's suite and selftest figures are the run above's."
+    )
+    out = [ln for ln in out if not ln.startswith(STATES_NOTE)]
+    run_line = next(k for k, ln in enumerate(out) if ln.startswith("Run "))
+    out[run_line + 1 : run_line + 1] = ["", note]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def states_only(args: argparse.Namespace, data: dict, installer: str, output: Path) -> int:
+    """``--states-only``: the releases of the page (or ``--releases``), each venv set up and ``status`` run in it,
+    and the page's patch states refreshed (:func:`refresh_states`)."""
+    page = COMPAT.read_text(encoding="utf-8")
+    in_page = [
+        _cells(ln)[0] for ln in page.splitlines() if ln.startswith("| ") and re.match(r"\| \d", ln) and "|---" not in ln
+    ]
+    releases = resolve_releases(args.releases.split(","), data) if args.releases else list(dict.fromkeys(in_page))
+
+    def one(version: str) -> dict:
+        res: dict = {"release": version, "setup": setup_release(version, data, installer)}
+        if res["setup"]["ok"]:
+            log(f"{version}: eagle3-patches status --cpu-profile --json")
+            res["status"] = run_status(version)
+        return res
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(one, releases))
+    failed = [r["release"] for r in results if not (r.get("status") or {}).get("patches")]
+    if failed:
+        log(f"no states from {', '.join(failed)}: the page is left as it was")
+        return 1
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=str(ROOT)
+    ).stdout.strip()
+    output.write_text(refresh_states(page, results, "python tools/matrix.py --states-only", commit or "?"))
+    log(f"wrote {output}")
+    return 0 if all(p["state"] != "failed" for r in results for p in r["status"]["patches"]) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -970,6 +1069,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", help="report path (default docs/compat.md; --ci: .matrix/ci-report.md)")
     ap.add_argument("--setup-only", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="render the report from .matrix/results/*.json")
+    ap.add_argument(
+        "--states-only",
+        action="store_true",
+        help="rerun `eagle3-patches status` in every release of docs/compat.md and refresh its patch states only",
+    )
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per release for pytest (and for selftest)")
     ap.add_argument(
         "--installer",
@@ -1023,6 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     installer = "pip" if args.report_only else choose_installer(args.installer)
     t0 = time.time()
+    if args.states_only:
+        return states_only(args, data, installer, output)
     if args.report_only:
         results = []
         for version in releases:

@@ -78,3 +78,33 @@ def test_the_release_processes_get_their_share_of_the_cores(matrix, monkeypatch)
     assert env["OMP_NUM_THREADS"] == "1"
     # bytecode goes to the release's own tree, never into the checkout or the venv, and is written
     assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"].endswith("pycache/0.5.9")
+
+
+def _page(matrix, results) -> str:
+    for r in results:
+        r["suite"] = {"passed": 7, "failed": 1, "errors": 0, "skipped": 2, "tests": {}}
+    return matrix.render(results, "python tools/matrix.py", ["tests/x.py"], 60.0)
+
+
+def test_refreshed_states_keep_what_the_run_measured(matrix):
+    """--states-only: the state columns, the upstream table and the appendix's state tables are the new status; the
+    suite's figures stay the run's, a patch added since gets its column, and the page says which is which."""
+    page = _page(matrix, [_release("0.5.9", a="applied"), _release("0.5.10", a="applied")])
+    fresh = [_release("0.5.9", a="applied", c="applied"), _release("0.5.10", a="upstream", c="not-applicable")]
+    out = matrix.refresh_states(page, fresh, "python tools/matrix.py --states-only", "abc1234")
+    rows = [matrix._cells(ln) for ln in out.splitlines() if ln.startswith("| 0.5.")]
+    header = next(matrix._cells(ln) for ln in out.splitlines() if ln.startswith("| sglang | transformers |"))
+    assert header[2:4] == ["`a`", "`c`"] and header[4] == "suite (pass/fail/skip)"
+    assert [r[:4] for r in rows] == [["0.5.9", "?", "applied", "applied"], ["0.5.10", "?", "upstream", "not-applicable"]]
+    assert all(r[4] == "7/1/2" for r in rows)
+    assert _row(out.splitlines(), "c")[1:4] == ["none in this run", "0.5.9", "0.5.10"]
+    assert "| `c` | not-applicable |  |" in out
+    assert out.count(matrix.STATES_NOTE) == 1 and "abc1234" in out
+    again = matrix.refresh_states(out, fresh, "python tools/matrix.py --states-only", "abc1234")
+    assert again.count(matrix.STATES_NOTE) == 1 and again.count("| `c` | not-applicable |  |") == 1
+
+
+def test_a_release_left_out_of_the_refresh_is_refused(matrix):
+    page = _page(matrix, [_release("0.5.9", a="applied"), _release("0.5.10", a="applied")])
+    with pytest.raises(SystemExit, match="0.5.10"):
+        matrix.refresh_states(page, [_release("0.5.9", a="applied")], "cmd", "abc")
