@@ -95,7 +95,10 @@ def test_refreshed_states_keep_what_the_run_measured(matrix):
     rows = [matrix._cells(ln) for ln in out.splitlines() if ln.startswith("| 0.5.")]
     header = next(matrix._cells(ln) for ln in out.splitlines() if ln.startswith("| sglang | transformers |"))
     assert header[2:4] == ["`a`", "`c`"] and header[4] == "suite (pass/fail/skip)"
-    assert [r[:4] for r in rows] == [["0.5.9", "?", "applied", "applied"], ["0.5.10", "?", "upstream", "not-applicable"]]
+    assert [r[:4] for r in rows] == [
+        ["0.5.9", "?", "applied", "applied"],
+        ["0.5.10", "?", "upstream", "not-applicable"],
+    ]
     assert all(r[4] == "7/1/2" for r in rows)
     assert _row(out.splitlines(), "c")[1:4] == ["none in this run", "0.5.9", "0.5.10"]
     assert "| `c` | not-applicable |  |" in out
