@@ -187,6 +187,38 @@ class MooncakeHostTensorIndices(Patch):
         saver.set(module.MooncakeKVSender, "supports_host_tensor_indices", False)
 
 
+class TritonInterpreterLanguageOnce(Patch):
+    """Triton's interpreter (the CPU profile runs every Triton kernel in it) re-applies its patch of
+    ``triton.language`` at every kernel launch and at every call of a device function inside a program
+    (``_patch_lang``: an ``inspect.getmembers`` scan of four modules).  What it patches is decided by the function's
+    module alone (which of the global ``tl`` and ``tl.core`` modules its globals name), always with the one
+    interpreter builder, and nothing restores it: every call after the first for a module changes nothing.
+    py-spy on the scheduler of the tiny Kimi-K2.5's EAGLE3 server verifying a 48-sequence batch put about a third
+    of its time in those repeats; here they run once a module of kernels."""
+
+    name = "cpu_triton_interpreter_patch_lang_once"
+    summary = "Triton's interpreter patches triton.language once a kernel module, not at every launch and device call"
+    module = "triton.runtime.interpreter"
+    applies_to = SpecifierSet(">=0.5.9")
+
+    def check(self, module: ModuleType) -> None:
+        # what the skip rests on: the modules patched are read from the function's globals, the builder is global
+        expect_source(expect_attr(module, "_patch_lang"), "fn.__globals__", "value in [tl, tl.core]")
+        expect_attr(module, "interpreter_builder")
+
+    def patch(self, module: ModuleType, saver: Saver) -> None:
+        original = module._patch_lang
+        done: dict[int, dict] = {}  # id -> the globals themselves, held so that an id is never reused
+
+        def _patch_lang(fn):
+            key = id(fn.__globals__)
+            if key not in done:
+                original(fn)
+                done[key] = fn.__globals__
+
+        saver.set(module, "_patch_lang", _patch_lang)
+
+
 def build_registry() -> Registry:
     from .cache_loc_ops import build_patches as cache_loc_ops
     from .spec_kernels import CpuSpecKernels
@@ -211,6 +243,7 @@ def build_registry() -> Registry:
             CpuSpecSampling(),
             TreeMaskModeForBackend(),
             MooncakeHostTensorIndices(),
+            TritonInterpreterLanguageOnce(),
             # KV-slot ops of the EAGLE decode loop: 0.5.13 - 0.5.15's assign_extend_cache_locs_func has no CPU
             # branch (returns None); 0.5.16 on calls sgl_kernel CPU-build ops the stand-ins cannot serve
             *cache_loc_ops(),

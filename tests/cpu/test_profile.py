@@ -135,3 +135,54 @@ def test_tp_thread_binding_splits_the_cores(cpus, ranks, expected):
     from eagle3_patches.cpu.workarounds import split_cpus
 
     assert split_cpus(cpus, ranks) == expected
+
+
+#: two modules of Triton kernels, as sglang has them: one reaches the language as ``tl``; its kernel calls
+#: ``tl.sum``, a device function of Triton's own ``triton.language.standard``, whose globals name ``core`` only
+KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def row_sums(x_ptr, out_ptr, N: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros([N], dtype=tl.float32) + tl.load(x_ptr + row * N + tl.arange(0, N))
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+'''
+
+
+def test_triton_kernels_compute_the_same_with_the_language_patched_once_a_module(tmp_path):
+    """Triton's interpreter patches ``triton.language`` at every launch and device-function call; the profile's
+    ``cpu_triton_interpreter_patch_lang_once`` lets it do so once for each module of kernels.  Three launches of a
+    kernel that calls one of Triton's own device functions compute what torch does, and the interpreter's patch ran
+    once for each of the two modules (the kernel's, triton.language.standard's), not at every call."""
+    (tmp_path / "kernels.py").write_text(KERNELS)
+    out = _py(
+        """
+        from eagle3_patches import cpu
+        cpu.activate()
+        import torch
+        import triton.runtime.interpreter as interpreter
+        state = cpu.get_registry().status()["cpu_triton_interpreter_patch_lang_once"].state.value
+        inner = interpreter._patch_lang.__closure__  # the profile's wrapper closes over triton's own function
+        original = next(c.cell_contents for c in inner if callable(c.cell_contents))
+        calls = []
+        def counted(fn):
+            calls.append(fn.__module__)
+            original(fn)
+        for c in inner:
+            if c.cell_contents is original:
+                c.cell_contents = counted
+        import kernels
+        x = torch.arange(24, dtype=torch.float32).reshape(3, 8)
+        for _ in range(3):
+            out = torch.empty(3)
+            kernels.row_sums[(3,)](x, out, N=8)
+            assert torch.equal(out, x.sum(dim=1)), (out, x.sum(dim=1))
+        print(state, sorted(calls))
+        """,
+        pythonpath=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-3:] == ["applied", "['kernels',", "'triton.language.standard']"], out.stdout

@@ -4,7 +4,10 @@ patch as on sglang 0.5.23, which reads its norms natively; stock 0.5.9 serves it
 The outputs: ``fc``'s output, the midlayer's (hidden, residual), the hidden state the draft hands to its next step,
 and the logits, of real draft ``ModelRunner`` objects fed the same prefill and the same target states.  The same
 function runs here and, as this file run as a script, in the 0.5.23 environment of ``tools/matrix.py``
-(``.matrix/venv-0.5.23``), which writes its outputs to a safetensors file.
+(``.matrix/venv-0.5.23``), which records its outputs in ``tests/patches/data/eagle3_draft_norms-0.5.23.safetensors``:
+the pinned release with the patch is compared with that record, and the newest release itself (CI's mode (c), the
+matrix) with the same record, so neither side needs the other's environment.  When the newest checked release
+changes, ``python tests/patches/test_eagle3_draft_norms.py --record`` run in its environment writes the new record.
 
 The midlayer's attention contributes nothing: its ``o_proj`` is zero and, in both runs, its output is replaced by
 zeros of the same shape (a forward hook).  sglang 0.5.23's extend attention, run on CPU under the triton
@@ -16,15 +19,12 @@ attention).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from eagle3_patches.checkpoint.releases import NEWEST_CHECKED
-from eagle3_patches.testing import costs
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
 from eagle3_patches.testing.releases import only_release
@@ -33,7 +33,8 @@ pytestmark = pytest.mark.sglang
 PATCHES = ["eagle3_draft_strict_loading", "eagle3_draft_norms"]
 ROOT = Path(__file__).resolve().parents[2]
 NEWEST = str(NEWEST_CHECKED)
-NEWEST_PYTHON = ROOT / ".matrix" / f"venv-{NEWEST}" / "bin" / "python"
+#: the newest checked release's outputs (the module docstring says how they are recorded)
+RECORD = ROOT / "tests" / "patches" / "data" / f"eagle3_draft_norms-{NEWEST}.safetensors"
 #: the target states fed to the draft: wide enough that the norms change them (RMS far from 1)
 STATE_SCALE = 3.0
 TOKENS = 5
@@ -109,23 +110,6 @@ def draft_layer_outputs(target: str, draft: str) -> dict:
     return {k: v.detach().float().cpu().clone() for k, v in out.items()}
 
 
-def newest_outputs(target: Path, draft: Path, out: Path) -> dict:
-    """:func:`draft_layer_outputs` on stock sglang NEWEST, in its matrix environment (this file as a script)."""
-    from safetensors.torch import load_file
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with costs.timed("process", fn=f"draft_layer_outputs on sglang {NEWEST}", ranks=1):
-        proc = subprocess.run(
-            [str(NEWEST_PYTHON), __file__, str(target), str(draft), str(out)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return load_file(str(out))
-
-
 @pytest.fixture(scope="module")
 def norm_drafts(tiny_root) -> dict[str, Path]:
     return {kind: build_norm_draft(tiny_root / f"norm-draft-{kind}", kind) for kind in DRAFTS}
@@ -139,15 +123,20 @@ def patched(tiny, norm_drafts) -> dict[str, dict]:
     }
 
 
-@pytest.fixture(scope="module")
-def newest(tiny, norm_drafts, tmp_path_factory) -> dict[str, dict]:
-    if not NEWEST_PYTHON.exists():
-        pytest.skip(f"no sglang {NEWEST} environment at {NEWEST_PYTHON} (python tools/matrix.py --ci builds it)")
-    tmp = tmp_path_factory.mktemp("newest-outputs")
-    return {
-        kind: newest_outputs(tiny["deepseek_v3"], path, tmp / f"{kind}.safetensors")
-        for kind, path in norm_drafts.items()
-    }
+def recorded() -> dict[str, dict]:
+    """The newest release's outputs, as :data:`RECORD` holds them: ``{kind: {output: tensor}}``."""
+    from safetensors.torch import load_file
+
+    if not RECORD.exists():
+        pytest.fail(f"{RECORD} is missing: run `python {Path(__file__).relative_to(ROOT)} --record` with sglang {NEWEST}")
+    flat = load_file(str(RECORD))
+    return {kind: {k: flat[f"{kind}/{k}"] for k in OUTPUTS} for kind in DRAFTS}
+
+
+def newest_outputs(target: Path, root: Path) -> dict[str, dict]:
+    """:func:`draft_layer_outputs` of every kind of draft on the installed sglang, stock."""
+    drafts = {kind: build_norm_draft(root / f"norm-draft-{kind}", kind) for kind in DRAFTS}
+    return {kind: run_isolated(draft_layer_outputs, str(target), str(d), patches=None) for kind, d in drafts.items()}
 
 
 def _differing(a: dict, b: dict) -> list[str]:
@@ -157,12 +146,21 @@ def _differing(a: dict, b: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", list(DRAFTS))
-def test_patched_outputs_equal_the_newest_releases(patched, newest, kind):
-    """The proof: the same draft gives the same draft-layer outputs with the backport as on sglang 0.5.23."""
-    assert set(patched[kind]) == set(OUTPUTS) == set(newest[kind])
-    assert _differing(patched[kind], newest[kind]) == [], {
-        k: (patched[kind][k] - newest[kind][k]).abs().max().item() for k in OUTPUTS
-    }
+def test_patched_outputs_equal_the_newest_releases(patched, kind):
+    """The proof: the same draft gives the same draft-layer outputs with the backport as on sglang 0.5.23 (its
+    recorded outputs)."""
+    newest = recorded()[kind]
+    assert set(patched[kind]) == set(OUTPUTS) == set(newest)
+    assert _differing(patched[kind], newest) == [], {k: (patched[kind][k] - newest[k]).abs().max().item() for k in OUTPUTS}
+
+
+@pytest.mark.stock
+@only_release(f"=={NEWEST}", "the record is of the newest checked release")
+def test_the_newest_release_gives_the_recorded_outputs(tiny, tmp_path):
+    """The other half of the proof, where the newest release is installed: its stock draft ModelRunner gives the
+    outputs the pinned release's test compares with."""
+    fresh, record = newest_outputs(tiny["deepseek_v3"], tmp_path), recorded()
+    assert {kind: _differing(fresh[kind], record[kind]) for kind in DRAFTS} == {kind: [] for kind in DRAFTS}
 
 
 @pytest.mark.stock
@@ -430,7 +428,18 @@ def test_the_upstream_probe_says_nothing_of_a_module_without_source():
         PATCH.check(module)
 
 
-if __name__ == "__main__":  # the newest release's side of the proof, run by newest_outputs in its environment
+if __name__ == "__main__":  # python tests/patches/test_eagle3_draft_norms.py --record, with sglang NEWEST installed
+    import tempfile
+
     from safetensors.torch import save_file
 
-    save_file(run_isolated(draft_layer_outputs, sys.argv[1], sys.argv[2], patches=None), sys.argv[3])
+    from eagle3_patches.testing.releases import sglang_version
+
+    if sys.argv[1:] != ["--record"] or str(sglang_version()) != NEWEST:
+        sys.exit(f"usage: python {sys.argv[0]} --record  (in the environment of sglang {NEWEST})")
+    with tempfile.TemporaryDirectory() as tmp:
+        target = tm.build_all(Path(tmp))["deepseek_v3"]
+        outputs = newest_outputs(target, Path(tmp))
+    RECORD.parent.mkdir(exist_ok=True)
+    save_file({f"{kind}/{k}": t.contiguous() for kind, out in outputs.items() for k, t in out.items()}, str(RECORD))
+    print(f"wrote {RECORD}")
