@@ -39,8 +39,9 @@ def run_check(tiny_root):
     installed sglang, once per session; its :class:`~eagle3_patches.selftest.Result`.  The behavioural tests assert
     on it, so what ``eagle3-patches selftest`` checks is what CI proves.  A check that cannot run here skips the
     test with the check's own reason."""
+    from support.releases import sglang_version
+
     from eagle3_patches.selftest import BY_NAME, SKIPPED, Context, Device, execute
-    from eagle3_patches.testing.releases import sglang_version
 
     context = Context(tiny_root, Device("cpu"), sglang_version())
     results: dict = {}

@@ -10,7 +10,7 @@ decoding on a tiny Kimi-K2.5, with the accept length measured.  Every step is a 
    diagnostic probe; same prompts, greedy: outputs compared token for token, the accept length,
    tokens/s of both (eagle3_patches.bench), the draft fc input width the probe saw in the server,
    and the patch status the server's processes logged; why EAGLE3 is slower on this CPU (a cycle's parts timed
-   on sglang's own workers: eagle3_patches.testing.forward_costs) and the speedup its accept length implies on a
+   on sglang's own workers: tools/forward_costs.py) and the speedup its accept length implies on a
    GPU (eagle3_patches.bench.expected_speedup);
 4. --speculative-algorithm EAGLE with the EAGLE-3 draft: refused at start, with the fix;
    and with the guards disabled, the field's symptom (accept length ~1.0).
@@ -31,8 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import forward_costs  # noqa: E402 - tools/, beside this script
+
 from eagle3_patches import bench  # noqa: E402
-from eagle3_patches.testing import forward_costs, tiny_models  # noqa: E402
+from eagle3_patches.testing import tiny_models  # noqa: E402
 from eagle3_patches.testing.isolation import run_isolated  # noqa: E402
 from eagle3_patches.testing.server import Server, ServerError, speculative_flags  # noqa: E402
 

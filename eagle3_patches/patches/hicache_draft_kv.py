@@ -48,7 +48,7 @@ layout; the doctor's ``hicache-draft-kv`` (stock and patched verdicts, silent fr
 ``hicache-draft-storage`` (an error, a warning or silence, stock and patched); on a release from 0.5.11 the launcher's
 real ``ServerArgs`` with ``file`` (silent) and the per-head draft at TP 2 (refused); sglang's real
 ``HiCacheController`` backup and prefetch with the real ``file`` backend and host pools on CPU
-(``eagle3_patches/testing/hicache_storage.py``, on 0.5.11 - 0.5.18): the draft's page comes back from storage with
+(``tests/support/hicache_storage.py``, on 0.5.11 - 0.5.18): the draft's page comes back from storage with
 the target's; for a backend the release skips, the target's comes back and the draft's slot keeps another request's
 values; at TP 2, rank 1 gets rank 0's draft heads back; on 0.5.11 - 0.5.12 the real mooncake and hf3fs classes store
 nothing of the draft, logging at DEBUG at most.

@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 from packaging.version import Version
+from support.releases import sglang_version
 
 from eagle3_patches.checkpoint.launch_args import parse_launch_args
 from eagle3_patches.diagnostic import ERROR, INFO, WARNING
@@ -15,7 +16,6 @@ from eagle3_patches.doctor import doctor
 from eagle3_patches.doctor.flag_rules import BY_CODE, RULES, SPEC_V2, env_bool, rules_table, spec_flags
 from eagle3_patches.sglang_version import base_release
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import sglang_version
 
 
 def launch(*flags: str, env: str = "") -> str:

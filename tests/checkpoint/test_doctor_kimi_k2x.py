@@ -1,5 +1,5 @@
 """The doctor on Kimi-K2.6 / Kimi-K2.7-Code and their EAGLE-3.1 MLA drafts at their real sizes
-(:mod:`eagle3_patches.testing.kimi_k2x`: the public configs' shapes, header-only weights), on every release of the
+(:mod:`support.kimi_k2x`: the public configs' shapes, header-only weights), on every release of the
 matrix: the coder draft's aux ids ``[1, 29, 57]`` under each release's layer-id rule, the draft's norms served or
 refused, and the targets recognised as the Kimi-K2.5 class they declare.
 
@@ -11,10 +11,10 @@ shifted on every release) and ``kimi_k25_eagle3.py`` (0.5.12 skips ``fc_norm.<i>
 from __future__ import annotations
 
 import pytest
+from support import kimi_k2x as K
 
 from eagle3_patches.diagnostic import ERROR, INFO, WARNING
 from eagle3_patches.doctor import doctor
-from eagle3_patches.testing import kimi_k2x as K
 
 #: the full matrix (tools/matrix_releases.json), .postN included
 RELEASES = (

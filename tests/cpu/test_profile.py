@@ -139,7 +139,7 @@ def test_tp_thread_binding_splits_the_cores(cpus, ranks, expected):
 
 #: two modules of Triton kernels, as sglang has them: one reaches the language as ``tl``; its kernel calls
 #: ``tl.sum``, a device function of Triton's own ``triton.language.standard``, whose globals name ``core`` only
-KERNELS = '''
+KERNELS = """
 import triton
 import triton.language as tl
 
@@ -149,7 +149,7 @@ def row_sums(x_ptr, out_ptr, N: tl.constexpr):
     row = tl.program_id(0)
     acc = tl.zeros([N], dtype=tl.float32) + tl.load(x_ptr + row * N + tl.arange(0, N))
     tl.store(out_ptr + row, tl.sum(acc, axis=0))
-'''
+"""
 
 
 def test_triton_kernels_compute_the_same_with_the_language_patched_once_a_module(tmp_path):

@@ -12,6 +12,7 @@ import logging
 
 import pytest
 import torch
+from support.releases import only_release, release
 
 from eagle3_patches.cpu.spec_kernels import (
     FULL_MASK,
@@ -21,7 +22,6 @@ from eagle3_patches.cpu.spec_kernels import (
     packed_mask_bytes,
     verify_tree_greedy,
 )
-from eagle3_patches.testing.releases import only_release, release
 
 # --------------------------------------------------------------------------------------
 # helpers: buffers allocated as sglang's eagle_utils.build_tree_kernel_efficient does
@@ -960,8 +960,9 @@ def test_cpu_cache_loc_ops_match_sglang_triton_kernels():
     """sglang >= 0.5.13 needs the CPU profile's KV-slot ops in the decode loop (0.5.13 - 0.5.15:
     ``assign_extend_cache_locs_func`` has no CPU branch; from 0.5.16: sgl_kernel CPU-build ops); each one
     equals sglang's own Triton kernel run under the interpreter.  Earlier releases need none."""
+    from support.releases import release
+
     from eagle3_patches.testing.isolation import run_isolated
-    from eagle3_patches.testing.releases import release
 
     r = release()
     out = run_isolated(_cache_loc_ops_against_triton_in_sglang, timeout=300)

@@ -20,11 +20,11 @@ import sys
 import time
 
 import pytest
+from support.releases import patch_applies
 
 from eagle3_patches import settings
 from eagle3_patches.selftest.checks import sampling_lossless
 from eagle3_patches.testing import tiny_models, tiny_vl_models
-from eagle3_patches.testing.releases import patch_applies
 from eagle3_patches.testing.server import Server, ServerError, held_out_prompts, serve, speculative_flags
 
 MAX_NEW_TOKENS = 24

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 from e2e_servers import PROMPTS, probe_records, serve_or_fail
+from support.releases import only_release
 
 from eagle3_patches import settings
 from eagle3_patches.testing import tiny_models
-from eagle3_patches.testing.releases import only_release
 from eagle3_patches.testing.server import ServerError, serve, speculative_flags
 
 pytestmark = [

@@ -14,10 +14,10 @@ import re
 
 import pytest
 from e2e_servers import MAX_NEW_TOKENS, PROMPTS, SAMPLED_TOKENS, SAMPLING, SAMPLING_PROMPT, probe_records, serve_or_fail
+from support.releases import only_release
 
 from eagle3_patches import settings
 from eagle3_patches.testing import tiny_models
-from eagle3_patches.testing.releases import only_release
 from eagle3_patches.testing.server import mean_accept_length, speculative_flags
 
 pytestmark = [

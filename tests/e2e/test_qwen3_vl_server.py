@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.releases import requires_patch
 
 from eagle3_patches.testing import tiny_models as tm
-from eagle3_patches.testing.releases import requires_patch
 from eagle3_patches.testing.server import Server, ServerError, speculative_flags
 from eagle3_patches.testing.tiny_vl_models import build_qwen3_vl
 

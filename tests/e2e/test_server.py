@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 from e2e_servers import MAX_NEW_TOKENS, PROMPTS, serve_or_fail
+from support.releases import sglang_version
 
 from eagle3_patches.checkpoint import layer_ids as L
 from eagle3_patches.testing import tiny_models
-from eagle3_patches.testing.releases import sglang_version
 from eagle3_patches.testing.server import Server, mean_accept_length, speculative_flags
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]

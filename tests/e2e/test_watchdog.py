@@ -22,9 +22,9 @@ import re
 
 import pytest
 from e2e_servers import WATCHDOG_ENV
+from support.releases import patch_applies
 
 from eagle3_patches import settings
-from eagle3_patches.testing.releases import patch_applies
 from eagle3_patches.testing.server import mean_accept_length
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]

@@ -434,7 +434,7 @@ def fork_tree(tmp_path_factory, installed) -> Path:
 _STATUS = """
 import json
 from eagle3_patches import cpu
-from eagle3_patches.testing.releases import import_hooked_modules
+from support.releases import import_hooked_modules
 cpu.activate()
 import eagle3_patches, sglang
 reg = eagle3_patches.get_registry()

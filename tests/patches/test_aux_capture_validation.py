@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from support.releases import requires_patch
 
 from eagle3_patches.patches.aux_capture_validation import validate_layer_ids
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import requires_patch
 from eagle3_patches.testing.tiny_models import NUM_LAYERS
 
 pytestmark = [pytest.mark.sglang, requires_patch("aux_capture_validation")]  # sglang < 0.5.13

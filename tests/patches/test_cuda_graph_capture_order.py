@@ -25,12 +25,12 @@ import textwrap
 import types
 
 import pytest
+from support.releases import requires_patch, stock_bug
 
 from eagle3_patches.patches import cuda_graph_capture_order as cgo
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.checks.cuda_graph_capture_order import graph_capture_sequence
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import requires_patch, stock_bug
 
 CONFIGURED = [2, 3, 4]  # draft eagle_aux_hidden_state_layer_ids [1, 2, 3], + 1
 DEFAULTS = [2, 3, 3]  # [2, n // 2, n - 3] for the 6-layer tiny target

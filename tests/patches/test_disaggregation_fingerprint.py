@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 
 import pytest
+from support.releases import requires_patch
 
 from eagle3_patches import settings
 from eagle3_patches.patches import disaggregation_fingerprint as fp
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.checks.disaggregation_fingerprint import COMMITTED, REFUSED
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import requires_patch
 
 
 @pytest.fixture(scope="module")

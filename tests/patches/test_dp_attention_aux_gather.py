@@ -4,11 +4,11 @@ the attention-TP group (sglang 0.5.10's), not the whole TP group."""
 from __future__ import annotations
 
 import pytest
+from support.releases import requires_patch
 
 from eagle3_patches.diagnostic import ERROR, INFO
 from eagle3_patches.doctor import doctor
 from eagle3_patches.selftest import PASSED
-from eagle3_patches.testing.releases import requires_patch
 from eagle3_patches.testing.tiny_models import HIDDEN
 
 TOKENS = 5  # the scenario's prompt

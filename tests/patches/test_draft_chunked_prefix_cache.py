@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from support.releases import requires_patch
 
 from eagle3_patches.diagnostic import ERROR, INFO
 from eagle3_patches.doctor import doctor
 from eagle3_patches.selftest import PASSED
-from eagle3_patches.testing.releases import requires_patch
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def _release_backends() -> list[str]:
 @pytest.mark.sglang
 @requires_patch("draft_chunked_prefix_cache")
 def test_the_doctor_flags_every_backend_this_release_reads_the_chunked_prefix_cache_with(tiny):
-    from eagle3_patches.testing.releases import sglang_version
+    from support.releases import sglang_version
 
     version = str(sglang_version())
     missed = []

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from support.releases import is_pinned, sglang_version
 
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.scenarios import launcher_outcomes
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import is_pinned, sglang_version
 from eagle3_patches.testing.tiny_models import HIDDEN
 
 pytestmark = pytest.mark.sglang

@@ -43,8 +43,9 @@ def drafts(tiny, tmp_path_factory):
 
 def _backported() -> frozenset[str]:
     """The fields eagle3_draft_norms makes the draft read on the installed release (none where it does not apply)."""
+    from support.releases import sglang_version
+
     from eagle3_patches.patches.eagle3_draft_norms import PATCH as NORMS
-    from eagle3_patches.testing.releases import sglang_version
 
     return NORMS.backports_draft_fields if NORMS.covers(sglang_version()) else frozenset()
 

@@ -7,7 +7,8 @@ function runs here and, as this file run as a script, in the 0.5.23 environment 
 (``.matrix/venv-0.5.23``), which records its outputs in ``tests/patches/data/eagle3_draft_norms-0.5.23.safetensors``:
 the pinned release with the patch is compared with that record, and the newest release itself (CI's mode (c), the
 matrix) with the same record, so neither side needs the other's environment.  When the newest checked release
-changes, ``python tests/patches/test_eagle3_draft_norms.py --record`` run in its environment writes the new record.
+changes, ``PYTHONPATH=tests python tests/patches/test_eagle3_draft_norms.py --record`` run in its environment writes
+the new record.
 
 The midlayer's attention contributes nothing: its ``o_proj`` is zero and, in both runs, its output is replaced by
 zeros of the same shape (a forward hook).  sglang 0.5.23's extend attention, run on CPU under the triton
@@ -23,11 +24,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.releases import only_release
 
 from eagle3_patches.checkpoint.releases import NEWEST_CHECKED
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release
 
 pytestmark = pytest.mark.sglang
 PATCHES = ["eagle3_draft_strict_loading", "eagle3_draft_norms"]
@@ -128,7 +129,8 @@ def recorded() -> dict[str, dict]:
     from safetensors.torch import load_file
 
     if not RECORD.exists():
-        pytest.fail(f"{RECORD} is missing: run `python {Path(__file__).relative_to(ROOT)} --record` with sglang {NEWEST}")
+        script = Path(__file__).relative_to(ROOT)
+        pytest.fail(f"{RECORD} is missing: run `PYTHONPATH=tests python {script} --record` with sglang {NEWEST}")
     flat = load_file(str(RECORD))
     return {kind: {k: flat[f"{kind}/{k}"] for k in OUTPUTS} for kind in DRAFTS}
 
@@ -151,7 +153,9 @@ def test_patched_outputs_equal_the_newest_releases(patched, kind):
     recorded outputs)."""
     newest = recorded()[kind]
     assert set(patched[kind]) == set(OUTPUTS) == set(newest)
-    assert _differing(patched[kind], newest) == [], {k: (patched[kind][k] - newest[k]).abs().max().item() for k in OUTPUTS}
+    assert _differing(patched[kind], newest) == [], {
+        k: (patched[kind][k] - newest[k]).abs().max().item() for k in OUTPUTS
+    }
 
 
 @pytest.mark.stock
@@ -428,12 +432,11 @@ def test_the_upstream_probe_says_nothing_of_a_module_without_source():
         PATCH.check(module)
 
 
-if __name__ == "__main__":  # python tests/patches/test_eagle3_draft_norms.py --record, with sglang NEWEST installed
+if __name__ == "__main__":  # PYTHONPATH=tests python tests/patches/test_eagle3_draft_norms.py --record, sglang NEWEST
     import tempfile
 
     from safetensors.torch import save_file
-
-    from eagle3_patches.testing.releases import sglang_version
+    from support.releases import sglang_version
 
     if sys.argv[1:] != ["--record"] or str(sglang_version()) != NEWEST:
         sys.exit(f"usage: python {sys.argv[0]} --record  (in the environment of sglang {NEWEST})")

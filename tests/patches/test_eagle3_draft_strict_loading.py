@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from support.releases import only_release
 
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.checkpoints import draft_variant
@@ -13,7 +14,6 @@ from eagle3_patches.selftest.checks import REFUSED_FOR
 from eagle3_patches.selftest.scenarios import bit_exact_mismatches, differing_tensors
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release
 from eagle3_patches.testing.sglang_harness import load_drafts
 
 pytestmark = pytest.mark.sglang

@@ -8,11 +8,11 @@ Kimi-K2.5 and DeepSeek-V3 targets.
 from __future__ import annotations
 
 import pytest
+from support.releases import stock_bug
 
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.scenarios import launcher_outcomes
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import stock_bug
 
 pytestmark = pytest.mark.sglang
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.releases import only_release, requires_patch
 
 from eagle3_patches.diagnostic import ERROR
 from eagle3_patches.doctor import doctor
 from eagle3_patches.patches import hicache_draft_kv as hk
 from eagle3_patches.selftest import PASSED
-from eagle3_patches.testing.releases import only_release, requires_patch
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """hicache_draft_kv, the storage tier (L3): where a release's storage backend does not carry the draft's pages, the
 launcher refuses (or warns about) HiCache with a draft model and the doctor says so; silent where they travel.
 
-The table's evidence is sglang's own HiCache controller on CPU (``eagle3_patches/testing/hicache_storage.py``): those
+The table's evidence is sglang's own HiCache controller on CPU (``tests/support/hicache_storage.py``): those
 tests run on the releases whose controller keeps the draft pool (0.5.11 - 0.5.18), so in the release matrix
 (``tools/matrix.py --releases 0.5.12 --tests tests/patches/test_hicache_draft_storage.py``), not on the pinned or
 the newest release."""
@@ -12,6 +12,7 @@ import logging
 
 import pytest
 from packaging.version import Version
+from support.releases import only_release
 
 from eagle3_patches.checkpoint import hicache_storage as L3
 from eagle3_patches.diagnostic import ERROR, WARNING
@@ -19,7 +20,6 @@ from eagle3_patches.doctor import doctor
 from eagle3_patches.patches import hicache_draft_kv as hk
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release
 
 CODE = "hicache-draft-storage"
 REFUSE, WARN = "refuse", "warn"
@@ -193,7 +193,7 @@ def test_the_launcher_check_warns_once_where_the_backend_is_not_established(monk
 def _round_trips(directory: str) -> dict:
     from pathlib import Path
 
-    from eagle3_patches.testing import hicache_storage as probe
+    from support import hicache_storage as probe
 
     out = {}
     for name in ("file", "nixl"):
@@ -223,7 +223,7 @@ def test_a_backend_the_release_skips_restores_the_target_and_not_the_draft(tmp_p
 
 
 def _two_ranks(directory: str) -> dict:
-    from eagle3_patches.testing import hicache_storage as probe
+    from support import hicache_storage as probe
 
     return probe.two_ranks(directory)
 
@@ -238,7 +238,7 @@ def test_rank_1_gets_rank_0s_draft_heads_back_from_storage_beside_an_mla_target(
 
 
 def _generic(backend: str) -> dict:
-    from eagle3_patches.testing import hicache_storage as probe
+    from support import hicache_storage as probe
 
     return probe.generic_draft_path(backend)
 

@@ -6,11 +6,11 @@ The stock and patched runs are the selftest check ``kimi_k25_eagle3_delegation``
 from __future__ import annotations
 
 import pytest
+from support.releases import expected_state, requires_patch, stock_bug
 
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.scenarios import eagle_prefill_fc_widths
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import expected_state, requires_patch, stock_bug
 from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 
 pytestmark = pytest.mark.sglang

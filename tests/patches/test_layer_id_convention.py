@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.releases import only_release, patch_applies, sglang_version
 
 from eagle3_patches.checkpoint.layer_ids import CONVENTION_KEY, INPUT_OF_LAYER, OUTPUT_OF_LAYER
 from eagle3_patches.patches import layer_id_convention as lic
 from eagle3_patches.selftest import PASSED
 from eagle3_patches.selftest.checkpoints import LAYER_CHECK_IDS, build
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release, patch_applies, sglang_version
 from eagle3_patches.testing.tiny_models import HIDDEN, NUM_LAYERS
 
 IDS = LAYER_CHECK_IDS  # output-of-layer: the outputs of layers 2, 3, 4 (capture before layers 3, 4, 5)

@@ -103,8 +103,9 @@ def test_on_a_release_with_the_mla_draft_class_the_patch_is_applied(patch):
     from importlib.util import find_spec
     from pathlib import Path
 
+    from support.releases import sglang_version
+
     import eagle3_patches
-    from eagle3_patches.testing.releases import sglang_version
 
     (root,) = find_spec("sglang").submodule_search_locations
     has_class = (Path(root) / "srt" / "models" / "kimi_k25_eagle3.py").is_file()

@@ -11,11 +11,11 @@ installed release, the real launcher (``ServerArgs`` resolved as ``launch_server
 from __future__ import annotations
 
 import pytest
+from support import mla_draft_norms as M
+from support.releases import only_release, sglang_version
 
 from eagle3_patches.checkpoint import draft_fields as F
-from eagle3_patches.testing import mla_draft_norms as M
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release, sglang_version
 
 pytestmark = [
     pytest.mark.sglang,

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from support.releases import expected_states, outside_states, patch_applies
 
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import expected_states, outside_states, patch_applies
 
 pytestmark = pytest.mark.sglang
 
 
 def _apply_twice_and_revert():
+    from support.releases import import_hooked_modules
+
     import eagle3_patches
-    from eagle3_patches.testing.releases import import_hooked_modules
 
     # every module a patch or an instrument hooks, imported first: a hook on a module not yet imported is pending
     modules = import_hooked_modules()

@@ -15,6 +15,7 @@ import shutil
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support.releases import only_release, sglang_version
 
 from eagle3_patches.checkpoint import draft_fields as F
 from eagle3_patches.checkpoint import layer_ids as L
@@ -23,7 +24,6 @@ from eagle3_patches.convert import ConvertError, convert
 from eagle3_patches.registry import NotApplicable
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release, sglang_version
 from eagle3_patches.testing.sglang_harness import load_drafts
 
 pytestmark = pytest.mark.sglang

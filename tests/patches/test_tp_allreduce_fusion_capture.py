@@ -10,10 +10,10 @@ replaced inside the isolated child process only.
 from __future__ import annotations
 
 import pytest
+from support.releases import only_release, sglang_version
 
 from eagle3_patches.patches import tp_allreduce_fusion_capture as tafc
 from eagle3_patches.selftest import PASSED
-from eagle3_patches.testing.releases import only_release, sglang_version
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ disabled the launcher's capability guard refuses the launch naming it.
 from __future__ import annotations
 
 import pytest
+from support.releases import patch_applies
 
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import patch_applies
 
 pytestmark = pytest.mark.sglang
 WRAPPERS = {  # name -> (patch, builder)

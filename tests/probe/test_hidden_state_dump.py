@@ -14,10 +14,10 @@ lm_head turns into the logits sglang sampled from.
 from __future__ import annotations
 
 import pytest
+from support.releases import requires_patch
 
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import requires_patch
 
 pytestmark = [pytest.mark.sglang, requires_patch("hidden_state_dump")]
 IDS = [1, 2, 3]

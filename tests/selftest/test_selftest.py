@@ -16,13 +16,13 @@ import sys
 import time
 
 import pytest
+from support.releases import patch_applies, sglang_version
 
 from eagle3_patches.cli import main
 from eagle3_patches.selftest import CHECKS, FAILED, PASSED, SKIPPED, Check, Context, Device, Finding, Skip, execute
 from eagle3_patches.selftest.base import CheckError, judge
 from eagle3_patches.selftest.checks import NO_CHECK, uncovered
 from eagle3_patches.selftest.report import as_json, render
-from eagle3_patches.testing.releases import patch_applies, sglang_version
 
 
 # --------------------------------------------------------------------------- the list of checks

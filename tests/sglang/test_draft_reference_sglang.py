@@ -18,7 +18,7 @@ What sglang computed is kept, small, in :data:`GOLDEN` (the drafts' weights, the
 logits); ``tests/unit/test_draft_reference.py`` holds the forward against it in a second without sglang.  Here the
 golden file is checked against what sglang computes now, so it cannot go stale.  Regenerate it with::
 
-    .venv/bin/python tests/sglang/test_draft_reference_sglang.py --regenerate
+    PYTHONPATH=tests .venv/bin/python tests/sglang/test_draft_reference_sglang.py --regenerate
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.releases import only_release
 
 from eagle3_patches.testing import tiny_models as tm
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import only_release
 
 pytestmark = [
     pytest.mark.sglang,

@@ -1,14 +1,21 @@
-"""The CPU demo's breakdown of a speculative cycle (eagle3_patches/testing/forward_costs.py): each part is timed on
+"""The CPU demo's breakdown of a speculative cycle (tools/forward_costs.py): each part is timed on
 sglang's real v1 EAGLE worker, by its own methods, and every part ran in every decode cycle."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from packaging.version import Version
+from support.releases import sglang_version
 
-from eagle3_patches.testing import forward_costs
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import sglang_version
+
+# the demo's module, beside it in tools/; it stays on the path: run_isolated's child imports the function by its
+# module's name
+sys.path.append(str(Path(__file__).resolve().parents[2] / "tools"))
+import forward_costs  # noqa: E402
 
 pytestmark = [
     pytest.mark.sglang,

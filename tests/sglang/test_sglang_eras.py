@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from packaging.version import Version
+from support.releases import sglang_version
 
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import sglang_version
 from eagle3_patches.testing.sglang_eras import ERAS, V1Worker
 
 pytestmark = pytest.mark.sglang

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from support.releases import stock_bug
 
 from eagle3_patches.testing.isolation import run_isolated
-from eagle3_patches.testing.releases import stock_bug
 from eagle3_patches.testing.tiny_models import DRAFT_AUX_IDS, HIDDEN
 
 pytestmark = pytest.mark.sglang

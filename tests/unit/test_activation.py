@@ -9,8 +9,7 @@ import sys
 import textwrap
 
 import pytest
-
-from eagle3_patches.testing.releases import requires_patch, stock_bug
+from support.releases import requires_patch, stock_bug
 
 CLI = [sys.executable, "-m", "eagle3_patches"]
 
@@ -120,7 +119,7 @@ def test_status_reports_every_patch_applied_on_0_5_9():
     out = _run([*CLI, "status", "--cpu-profile", "--json"])
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
-    from eagle3_patches.testing.releases import expected_states, outside_states, sglang_version
+    from support.releases import expected_states, outside_states, sglang_version
 
     assert report["sglang"] == str(sglang_version())  # 0.5.9 (pinned); other releases: tools/matrix.py
     states = {p["name"]: p["state"] for p in report["patches"]}

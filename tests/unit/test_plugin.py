@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from eagle3_patches.testing.releases import only_release
+from support.releases import only_release
 
 ROOT = Path(__file__).resolve().parents[2]
 

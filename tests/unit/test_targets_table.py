@@ -43,7 +43,7 @@ def test_the_classes_sglang_registers_are_all_there(release):
 
 
 def test_native_patched_and_refused_follow_the_code_and_the_registry(release):
-    from eagle3_patches.testing.releases import patch_applies
+    from support.releases import patch_applies
 
     _, rows = release
     assert rows["DeepseekV3ForCausalLM"][0] == "native"

@@ -18,7 +18,7 @@ import os
 import struct
 from pathlib import Path
 
-from . import tiny_models as tm
+from eagle3_patches.testing import tiny_models as tm
 
 #: the text model of Kimi-K2.5, K2.6 and K2.7-Code
 TARGET = tm.TinyTargetSpec(

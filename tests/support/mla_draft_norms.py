@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import tiny_models as tm
+from eagle3_patches.testing import tiny_models as tm
 
 #: the value of every ``fc_norm.<i>.weight`` of the tiny EAGLE-3.1 MLA draft: not RMSNorm's initial 1.0, so a
 #: weight that never loaded shows
@@ -40,7 +40,7 @@ def served_norms(target: str, drafts: dict[str, str], **overrides: Any) -> dict[
     ``norm_output``: the model's flag, None without it; ``skipped``: sglang's "skipping unexpected weight" lines),
     or the load's exception (``type``, ``message``).  ``overrides``: server arguments of the launch (the tiny
     Kimi-K2.5 carries no image processor: ``enable_multimodal=False`` serves its language model alone)."""
-    from . import sglang_harness as h
+    from eagle3_patches.testing import sglang_harness as h
 
     def launch(draft: str) -> tuple[str, Any]:
         try:

@@ -16,7 +16,7 @@ import statistics
 import time
 from typing import Any
 
-from . import server, tiny_models
+from eagle3_patches.testing import server, tiny_models
 
 #: the v1 EAGLEWorker's parts of a decode cycle, as the demo names them
 PARTS = {"draft": "draft steps", "verify": "target verify", "forward_draft_extend_after_decode": "draft extend"}
@@ -43,7 +43,7 @@ def measure(target: str, draft: str, cycles: int = 6, prompt_tokens: int = 8) ->
 
     import torch
 
-    from . import sglang_harness as h
+    from eagle3_patches.testing import sglang_harness as h
 
     # the figures are this process's output: sglang's start-up warnings and the interpreter's numpy warnings are not
     warnings.simplefilter("ignore")

@@ -14,8 +14,8 @@ from types import ModuleType
 
 from packaging.version import Version
 
-from ..checkpoint.releases import PINNED, facts, rel
-from ..sglang_version import installed_sglang_version
+from eagle3_patches.checkpoint.releases import PINNED, facts, rel
+from eagle3_patches.sglang_version import installed_sglang_version
 
 
 def sglang_version() -> Version | None:
