@@ -92,6 +92,10 @@ PD_PAIR_FILE = "tests/e2e/test_pd_pair.py"
 #: sampling at temperature 1.0, 0.6 and 0.3: the EAGLE3 server's sequences have the distribution of the server without
 #: speculation (a permutation test), and its verify accepts draft tokens
 SAMPLING_FILE = "tests/e2e/test_sampling.py"
+#: image requests: one greedy batch of two sequences with images and two text-only ones through the sampling check's
+#: EAGLE3 server (the tiny Kimi-K2.5 with its vision tower and processor): the outputs of no speculation, and the
+#: draft fed each sequence's token embedding at its last prefill row (the probe)
+IMAGE_FILE = "tests/e2e/test_image_requests.py"
 FC_TEST = "tests/patches/test_kimi_k25_eagle3_delegation.py::test_patched_kimi_eagle3_feeds_3h_to_fc"
 LAYER_TEST_FILE = "tests/patches/test_layer_id_convention.py"
 #: the selftest checks those two tests assert on (the ``run_check`` fixture): where ``selftest`` runs in the
@@ -112,10 +116,12 @@ SERVER_TESTS = [
 #: the patch states, the bug on stock, the real worker feeding 3 x H to fc and the layer-id convention come from
 #: `status` and `selftest` (with --no-selftest the two tests of the same checks run instead: SELFTEST_TWINS).
 #: --behavioural adds the behavioural suite (about 15 min more a release)
-FULL_SELECTION = [*SERVER_TESTS, SAMPLING_FILE, PLUGIN_SERVER_FILE, MLA_SERVER_FILE, PD_PAIR_FILE]
+FULL_SELECTION = [*SERVER_TESTS, SAMPLING_FILE, IMAGE_FILE, PLUGIN_SERVER_FILE, MLA_SERVER_FILE, PD_PAIR_FILE]
 SELFTEST_TWINS = {FC_CHECK: FC_TEST, LAYER_CHECK: LAYER_TEST_FILE}
-#: --ci runs the behavioural suite and the plugin server (about 12 min a release on 2 cores), on fewer releases
-CI_SELECTION = [*BEHAVIOURAL, PLUGIN_SERVER_FILE, MLA_SERVER_FILE]
+#: --ci (CI's mode (c), the newest known release) runs what runs inside sglang's processes there: the behavioural suite
+#: but tests/unit (the library's own logic, proven on the pinned release in mode (a); --behavioural runs it in every
+#: release), the plugin server and the MLA draft's server; about 10 min on 2 cores
+CI_SELECTION = [*(t for t in BEHAVIOURAL if t != "tests/unit"), PLUGIN_SERVER_FILE, MLA_SERVER_FILE]
 TORCH_PIN = "torch==2.13.0"
 
 
@@ -867,6 +873,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         f"*sampling*: `{SAMPLING_FILE}` - an EAGLE3 server at temperature 1.0 (top-k 4), 0.6 (top-p 0.95, "
         "top-k 4) and 0.3 (top-k 4): its sequences have the distribution of the server without speculation (a "
         "permutation test, false-alarm rate 1e-3), and its verify accepts draft tokens. "
+        f"*images*: `{IMAGE_FILE}` - a batch of two image and two text sequences through that EAGLE3 server: the "
+        "outputs of no speculation, and the draft fed each sequence's token embedding at its last prefill row. "
         f"*plugin server*: `{PLUGIN_SERVER_FILE}` - a plain `python -m sglang.launch_server` (no "
         "`eagle3-patches run`) gets the patch set from sglang's plugin entry point in every process (0.5.11+). "
         f"*PD pair*: `{PD_PAIR_FILE}` - a prefill and a decode server behind sglang's router, mooncake over TCP: "
@@ -884,6 +892,7 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
         "layer ids",
         "EAGLE3 server",
         "sampling",
+        "images",
         "plugin server",
         "PD pair",
     ]
@@ -906,7 +915,8 @@ def render(results: list[dict], command: str, selection: list[str], total_s: flo
             + " | ".join(cells)
             + f" | {suite} | {_selftest_cell(res)} | {_check_verdict(res, FC_CHECK)} | "
             f"{_check_verdict(res, LAYER_CHECK)} | {_file_verdict(res, SERVER_FILE)} | "
-            f"{_file_verdict(res, SAMPLING_FILE)} | {_file_verdict(res, PLUGIN_SERVER_FILE)} | "
+            f"{_file_verdict(res, SAMPLING_FILE)} | {_file_verdict(res, IMAGE_FILE)} | "
+            f"{_file_verdict(res, PLUGIN_SERVER_FILE)} | "
             f"{_file_verdict(res, PD_PAIR_FILE)} |"
         )
     lines.append("")

@@ -89,6 +89,11 @@ IMAGE_DATA = [[tiny_vl_models.image_data_url(56, 56, 1)], [tiny_vl_models.image_
 IMAGE_QUESTION = ("images", IMAGE_PROMPTS, {"temperature": 0.0}, IMAGE_DATA)
 #: what a server of the image-serving target needs: its processor is the checkpoint's own code
 VL_FLAGS = ["--trust-remote-code"]
+#: sglang's scheduler input blocker (``SGLANG_ENABLE_COLOCATED_BATCH_GEN``, 0.5.9 on): the tokenizer sends a batched
+#: request's sequences inside one blocked region, so the scheduler takes them all at once and prefills them together.
+#: Without it the first sequence to be processed is prefilled alone (a text one, its images not being processed),
+#: and the draft's prefill with several image sequences is never seen
+ONE_PREFILL_ENV = {"SGLANG_ENABLE_COLOCATED_BATCH_GEN": "1"}
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +126,7 @@ def measured(models, tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("measured")
     dump_dir = tmp / "dump"
     env = {
+        **ONE_PREFILL_ENV,
         settings.ENABLE: "hidden_state_dump",
         settings.DUMP_DIR: str(dump_dir),
         settings.DUMP_LAYER_IDS: ",".join(map(str, tiny_models.DRAFT_AUX_IDS)),
@@ -187,6 +193,7 @@ def baseline(models, tmp_path_factory, request) -> dict:
         tmp_path_factory.mktemp("baseline"),
         PROMPTS,
         then=[*sampling_questions(), IMAGE_QUESTION],
+        env=dict(ONE_PREFILL_ENV),
     )
     return {**out, "samples": {name: out[name]["outputs"] for name in SAMPLING}, "images": out["images"]["responses"]}
 
@@ -241,7 +248,7 @@ def eagle3_sampling(models, tmp_path_factory) -> dict:
     on (a window of 16 verify steps there is a handful of requests in the same context), so it runs with the
     watchdog's defaults.  It serves the image-serving tiny Kimi-K2.5 (the same text weights) and answers
     :data:`IMAGE_QUESTION` last (``out["images"]``), with the probe writing JSON lines (``out["probe"]``: its
-    ``draft_image_rows`` record is that batch's)."""
+    ``draft_image_rows`` record is that batch's, prefilled at once: :data:`ONE_PREFILL_ENV`)."""
     tmp = tmp_path_factory.mktemp("eagle3-sampling")
     out = serve_or_fail(
         "eagle3-sampling",
@@ -250,7 +257,7 @@ def eagle3_sampling(models, tmp_path_factory) -> dict:
         tmp,
         PROMPTS[:1],
         then=[*sampling_questions(), IMAGE_QUESTION],
-        env={settings.PROBE: str(tmp / "probe")},
+        env={**ONE_PREFILL_ENV, settings.PROBE: str(tmp / "probe")},
     )
     out["probe"] = probe_records(tmp / "probe")
     return out

@@ -39,10 +39,12 @@ def test_a_batch_with_images_gives_the_outputs_of_no_speculation(baseline, eagle
 
 
 def test_the_draft_gets_the_token_embedding_at_each_last_prefill_row(eagle3_sampling):
-    """The probe's record of the first draft prefill with images.  sglang may prefill the batch in parts (the first
-    request to arrive alone, the rest together): the record holds whichever prefill came first."""
+    """The probe's record of the first draft prefill with images: the whole batch, prefilled at once (sglang's input
+    blocker: ``ONE_PREFILL_ENV``), its two image sequences among the four, and at every sequence's last position the
+    embedding of the token there."""
     rows = [r for r in eagle3_sampling["probe"] if r.get("hop") == "draft_image_rows"]
     assert len(rows) == 1, rows  # one record a process
     rec = rows[0]
-    assert any(rec["with_images"]), rec
+    assert rec["sequences"] == len(IMAGE_PROMPTS), rec
+    assert sum(rec["with_images"]) == sum(d is not None for d in IMAGE_DATA) == 2, rec  # in the scheduler's order
     assert rec["last_rows"] == [True] * rec["sequences"], rec
