@@ -96,6 +96,12 @@ VL_FLAGS = ["--trust-remote-code"]
 ONE_PREFILL_ENV = {"SGLANG_ENABLE_COLOCATED_BATCH_GEN": "1"}
 
 
+def images_refused() -> bool:
+    """This release feeds the draft wrong rows for image requests: eagle3_image_draft_rows refuses EAGLE3 with image
+    input at start (tests/e2e/test_image_requests.py shows it), and the EAGLE3 servers serve text only."""
+    return patch_applies("eagle3_image_draft_rows")
+
+
 @pytest.fixture(scope="session")
 def models(tiny_root) -> dict[str, str]:
     target = tiny_models.build_kimi_k25(tiny_root / "tiny-kimi-k25")
@@ -248,15 +254,22 @@ def eagle3_sampling(models, tmp_path_factory) -> dict:
     on (a window of 16 verify steps there is a handful of requests in the same context), so it runs with the
     watchdog's defaults.  It serves the image-serving tiny Kimi-K2.5 (the same text weights) and answers
     :data:`IMAGE_QUESTION` last (``out["images"]``), with the probe writing JSON lines (``out["probe"]``: its
-    ``draft_image_rows`` record is that batch's, prefilled at once: :data:`ONE_PREFILL_ENV`)."""
+    ``draft_image_rows`` record is that batch's, prefilled at once: :data:`ONE_PREFILL_ENV`); where
+    :func:`images_refused`, the text-only target without the image question."""
     tmp = tmp_path_factory.mktemp("eagle3-sampling")
+    refused = images_refused()  # then the text-only target, the same text weights, and no image question
     out = serve_or_fail(
         "eagle3-sampling",
-        models["target_vl"],
-        [*VL_FLAGS, *speculative_flags(models["draft"], "EAGLE3"), "--max-running-requests", str(SAMPLES)],
+        models["target"] if refused else models["target_vl"],
+        [
+            *([] if refused else VL_FLAGS),
+            *speculative_flags(models["draft"], "EAGLE3"),
+            "--max-running-requests",
+            str(SAMPLES),
+        ],
         tmp,
         PROMPTS[:1],
-        then=[*sampling_questions(), IMAGE_QUESTION],
+        then=[*sampling_questions(), *([] if refused else [IMAGE_QUESTION])],
         env={**ONE_PREFILL_ENV, settings.PROBE: str(tmp / "probe")},
     )
     out["probe"] = probe_records(tmp / "probe")

@@ -7,17 +7,25 @@ speculation and of the EAGLE3 server of the lossless check (no server of its own
 * the outputs of every sequence equal those without speculation;
 * the probe's ``draft_image_rows`` record of the first draft prefill with images: the draft's first layer got, at
   each sequence's last prefill position, the embedding of the token there;
-* the accept length of the image requests beside the text ones (a figure, not a bound).
+* the accept length of the image requests beside the text ones (a figure, not a bound);
+* where the release feeds the draft wrong rows for image requests (0.5.10 - 0.5.20), the EAGLE3 server with image
+  input refused at start instead, naming the release that fixes it.
 """
 
 from __future__ import annotations
 
 import pytest
-from e2e_servers import IMAGE_DATA, IMAGE_PROMPTS
+from e2e_servers import IMAGE_DATA, IMAGE_PROMPTS, VL_FLAGS, images_refused
+
+from eagle3_patches.testing.server import Server, speculative_flags
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(900)]
+served = pytest.mark.skipif(
+    images_refused(), reason="this release refuses EAGLE3 with image input at start (eagle3_image_draft_rows)"
+)
 
 
+@served
 def test_a_batch_with_images_gives_the_outputs_of_no_speculation(baseline, eagle3_sampling, figure):
     eagle3 = eagle3_sampling["images"]["responses"]
     base = baseline["images"]
@@ -38,6 +46,7 @@ def test_a_batch_with_images_gives_the_outputs_of_no_speculation(baseline, eagle
     )
 
 
+@served
 def test_the_draft_gets_the_token_embedding_at_each_last_prefill_row(eagle3_sampling):
     """The probe's record of the first draft prefill with images: the whole batch, prefilled at once (sglang's input
     blocker: ``ONE_PREFILL_ENV``), its two image sequences among the four, and at every sequence's last position the
@@ -48,3 +57,18 @@ def test_the_draft_gets_the_token_embedding_at_each_last_prefill_row(eagle3_samp
     assert rec["sequences"] == len(IMAGE_PROMPTS), rec
     assert sum(rec["with_images"]) == sum(d is not None for d in IMAGE_DATA) == 2, rec  # in the scheduler's order
     assert rec["last_rows"] == [True] * rec["sequences"], rec
+
+
+@pytest.mark.skipif(not images_refused(), reason="this release feeds the draft the right rows for image requests")
+def test_eagle3_with_image_input_is_refused_at_start_where_the_draft_reads_wrong_rows(models, tmp_path):
+    """sglang 0.5.10 - 0.5.20: the server of the image-serving target with EAGLE3 stops at start, saying which release
+    fixes it and how a server that gets no images goes on."""
+    server = Server(
+        models["target_vl"],
+        [*VL_FLAGS, *speculative_flags(models["draft"], "EAGLE3")],
+        log_path=tmp_path / "refused.log",
+    )
+    rc = server.wait_exit(timeout=240)
+    log = server.log()
+    assert rc not in (0, -9), log[-3000:]
+    assert "upgrade to sglang >= 0.5.21" in log and "EAGLE3_PATCHES_DISABLE=eagle3_image_draft_rows" in log, log[-3000:]
