@@ -245,6 +245,8 @@ def _test_files(heavy: bool = False) -> list[Path]:
 #: by the drift report's tests, the selection by the settings by the activation tests, the fork series' members
 #: and the in-source state by the fork tests)
 TESTED_THROUGH = {
+    # the storage tier's verdicts, per release and backend, are the patch's too (its launcher check and its rule)
+    "eagle3_patches/patches/hicache_draft_kv.py": ["test_hicache_draft_storage.py"],
     "eagle3_patches/checkpoint/formats.py": ["test_ckpt_doctor.py", "test_ckpt_convert.py"],
     "eagle3_patches/checkpoint/conversion_plan.py": [
         "test_ckpt_convert.py",
