@@ -145,9 +145,8 @@ def _storage_where(backend: str | None, algorithm: str) -> str:
 def _checkpoints(server_args) -> tuple[bool, bool]:
     """(MLA target, a per-head draft beside it) from the launch's local checkpoints; (False, False) where either is
     a hub id or cannot be read (the launcher cannot tell, and the doctor reads them)."""
-    target = getattr(server_args, "model_path", None) or ""
-    draft = getattr(server_args, "speculative_draft_model_path", None) or ""
-    if not (os.path.isdir(target) and os.path.isdir(draft)):
+    target, draft = server_args.model_path, server_args.speculative_draft_model_path
+    if not (target and draft and os.path.isdir(target) and os.path.isdir(draft)):
         return False, False
     try:
         mla = formats.target_view(formats.read_config(target, "target")).mla
@@ -166,11 +165,7 @@ def check_hicache_storage(server_args) -> None:
     version = installed_sglang_version()
     if version is None:
         return
-    tp = attention_tp_size(
-        int(getattr(server_args, "tp_size", 1) or 1),
-        int(getattr(server_args, "dp_size", 1) or 1),
-        bool(getattr(server_args, "enable_dp_attention", False)),
-    )
+    tp = attention_tp_size(server_args.tp_size, server_args.dp_size, bool(server_args.enable_dp_attention))
     mla, per_head = _checkpoints(server_args)
     extra = getattr(server_args, "hicache_storage_backend_extra_config", None)
     layout = getattr(server_args, "hicache_mem_layout", None)

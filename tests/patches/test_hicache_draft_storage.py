@@ -171,7 +171,7 @@ def test_the_launcher_check_warns_once_where_the_backend_is_not_established(monk
         speculative_algorithm = "EAGLE3"
         enable_hierarchical_cache = True
         hicache_storage_backend = "aibrix"
-        tp_size = 1
+        tp_size, dp_size, enable_dp_attention = 1, 1, False
         model_path = speculative_draft_model_path = "org/hub-id"
 
     monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
@@ -187,6 +187,55 @@ def test_the_launcher_check_warns_once_where_the_backend_is_not_established(monk
     Args.enable_hierarchical_cache = False
     Args.hicache_storage_backend = "eic"
     hk.check_hicache_storage(Args())  # no HiCache: nothing to judge
+
+
+@pytest.mark.parametrize(
+    "tp, dp, dp_attention, target, refused",
+    [
+        (2, 1, False, "kimi_k25", True),  # the per-head draft beside the MLA target at attention TP 2
+        (2, 2, True, "kimi_k25", False),  # DP attention: each replica spans one rank
+        (2, 2, False, "kimi_k25", True),  # dp without DP attention leaves the attention TP at 2
+        (1, 1, False, "kimi_k25", False),
+        (2, 1, False, None, False),  # a hub id: the launcher cannot read it, the doctor does
+    ],
+)
+def test_the_launcher_check_reads_the_attention_tp_and_the_checkpoints_of_the_launch(
+    tiny, monkeypatch, tp, dp, dp_attention, target, refused
+):
+    """What ``check_hicache_storage`` reads of sglang's ServerArgs: the ranks one attention replica spans, and the
+    target and draft checkpoints where they are local directories (0.5.13, the ``file`` backend)."""
+
+    class Args:
+        speculative_algorithm = "EAGLE3"
+        enable_hierarchical_cache = True
+        hicache_storage_backend = "file"
+        tp_size, dp_size, enable_dp_attention = tp, dp, dp_attention
+        model_path = str(tiny[target]) if target else "moonshotai/Kimi-K2.5"
+        speculative_draft_model_path = str(tiny["draft"])
+
+    monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
+    if refused:
+        with pytest.raises(hk.Eagle3ConfigError, match="rank 0"):
+            hk.check_hicache_storage(Args())
+    else:
+        hk.check_hicache_storage(Args())
+
+
+def test_the_launcher_check_passes_a_checkpoint_it_cannot_read(tmp_path, tiny, monkeypatch):
+    """A target directory whose config does not parse: the launcher leaves it to sglang's loader (its own error)."""
+    broken = tmp_path / "target"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+
+    class Args:
+        speculative_algorithm = "EAGLE3"
+        enable_hierarchical_cache = True
+        hicache_storage_backend = "file"
+        tp_size, dp_size, enable_dp_attention = 2, 1, False
+        model_path, speculative_draft_model_path = str(broken), str(tiny["draft"])
+
+    monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
+    hk.check_hicache_storage(Args())
 
 
 # -- sglang's real HiCache controller on CPU
