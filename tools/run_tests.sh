@@ -11,9 +11,9 @@
 #       fixture) and the full matrix runs the command in every release.
 # Two streams share the two cores, each running one process at a time on one thread (OMP_NUM_THREADS=1: torch's
 # default of a thread per core in every process oversubscribes two cores with two streams):
-#   stream 1: mode (a) without the real servers, then mode (c) (its venv is built beside the streams from the start:
-#             network and disk);
-#   stream 2: mode (a)'s real servers (tests/e2e), then mode (b).
+#   stream 1: mode (a) without the real servers and without tests/distributed, then mode (c) (its venv is built
+#             beside the streams from the start: network and disk);
+#   stream 2: mode (a)'s real servers (tests/e2e) and tests/distributed (two ranks a test), then mode (b).
 # Stream 2's output is printed when it ends.  EAGLE3_SKIP_NEWEST=1 leaves (c) out (a quick local run).
 # Where the time went is recorded under .matrix/costs (EAGLE3_TEST_COSTS, one directory a mode) and printed at the
 # end (tools/test_costs.py; `python tools/test_costs.py --docs` writes the tables into docs/development.md).
@@ -56,6 +56,8 @@ stream2() {
     local rc=0
     echo "== mode (a), the real servers: tests/e2e"
     timed "stream 2: (a) tests/e2e" a-e2e "${PYTEST[@]}" tests/e2e || rc=$?
+    echo "== mode (a), tensor parallel 2: tests/distributed"
+    timed "stream 2: (a) tests/distributed" a-distributed "${PYTEST[@]}" tests/distributed || rc=$?
     echo "== mode (b): sglang with the fork-path diffs applied, runtime patching off"
     rm -rf .fork-tree
     $PY tools/make_fork_tree.py .fork-tree >/dev/null
@@ -69,8 +71,8 @@ trap 'for p in "$stream2_pid" "$setup_pid"; do [ -z "$p" ] || kill -- "-$p" 2>/d
 rc_lint=0 rc_a=0 rc_c=0 rc_2=0
 echo "== the linters (tools/lint.sh)"
 timed "stream 1: the linters" lint bash tools/lint.sh || rc_lint=$?
-echo "== mode (a): stock sglang + runtime patches (tests/e2e and mode (b) run beside it: their output follows)"
-timed "stream 1: (a) without tests/e2e" a "${PYTEST[@]}" --ignore=tests/e2e || rc_a=$?
+echo "== mode (a): stock sglang + runtime patches (tests/e2e, tests/distributed and mode (b) run beside it: their output follows)"
+timed "stream 1: (a) without tests/e2e, tests/distributed" a "${PYTEST[@]}" --ignore=tests/e2e --ignore=tests/distributed || rc_a=$?
 
 if [ -n "$setup_pid" ]; then
     echo "== mode (c): the newest known sglang release in its own venv"

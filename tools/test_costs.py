@@ -24,8 +24,9 @@ BEGIN = "<!-- test-costs: begin (python tools/test_costs.py --docs) -->"
 END = "<!-- test-costs: end -->"
 #: the modes in the order the tables list them, with what each ran
 MODES = {
-    "a": "(a) stock 0.5.9 + runtime patches, without tests/e2e",
+    "a": "(a) stock 0.5.9 + runtime patches, without tests/e2e and tests/distributed",
     "a-e2e": "(a) tests/e2e, the real servers",
+    "a-distributed": "(a) tests/distributed, tensor parallel 2",
     "b": "(b) the fork-path diffs applied",
     "c": "(c) the newest known release",
 }

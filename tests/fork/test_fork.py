@@ -446,7 +446,7 @@ print(json.dumps({"sglang": sglang.__file__, "states": {n: s.state.value for n, 
 
 @pytest.mark.sglang
 def test_registry_reports_every_patch_in_source_on_the_patched_copy(fork_tree):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fork_tree), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fork_tree), str(REPO), str(REPO / "tests")])}
     proc = subprocess.run([sys.executable, "-c", _STATUS], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

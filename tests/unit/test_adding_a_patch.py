@@ -137,6 +137,7 @@ PARTS = [
     "tools/regen_patch.py",
     "tools/gen_docs.py",
     "tests/conftest.py",
+    "tests/support",
     "tests/unit/conftest.py",
     "tests/unit/test_registry.py",
     "tests/unit/test_adding_a_patch.py",
