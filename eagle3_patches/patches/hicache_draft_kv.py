@@ -81,6 +81,8 @@ from ..registry import Patch, Saver, expect_attr
 from ..sglang_runtime import after_resolution, server_args_resolution_method
 from ..sglang_version import installed_sglang_version
 
+# pragma: no mutate core/AddNot: only mypy reads PatchSetup here; importing preflight at run time as well changes
+# nothing a test or an operator sees
 if TYPE_CHECKING:  # for the annotations only: a serving process does not load the doctor's layer
     from ..preflight import PatchSetup
 
@@ -160,9 +162,10 @@ def check_hicache_storage(server_args) -> None:
     not carry the draft's pages (``checkpoint/hicache_storage.py``)."""
     algorithm = _algorithm(server_args)
     backend = getattr(server_args, "hicache_storage_backend", None)
-    if not getattr(server_args, "enable_hierarchical_cache", False) or algorithm not in DRAFT_KV_ALGORITHMS:
+    if not server_args.enable_hierarchical_cache or algorithm not in DRAFT_KV_ALGORITHMS:
         return
     version = installed_sglang_version()
+    # pragma: no mutate eagle3/DropGuard: the launcher runs inside sglang, whose version is always found
     if version is None:
         return
     tp = attention_tp_size(server_args.tp_size, server_args.dp_size, bool(server_args.enable_dp_attention))
@@ -191,12 +194,16 @@ def check_hicache_storage(server_args) -> None:
 
 class HicacheDraftKv(Patch):
     name = NAME
+    # pragma: no mutate core/NumberReplacer: `order` only sorts the patches, and one off sorts them alike
+    # (tests/unit/test_registry.py holds every order marked so to it)
     order = 72
     summary = (
         "HiCache with a draft model is refused at start where a prefix comes back without the draft's KV: the host "
         "tier before 0.5.11, a storage backend that skips the draft's pages from then on"
     )
     module = "sglang.srt.server_args"
+    # pragma: no mutate eagle3/ShiftReleaseBound: no release before 0.5.9 (PINNED) is checked or served, so a bound at
+    # 0.5.7 covers the same releases
     applies_to = SpecifierSet(">=0.5.8")
     remedy = "refused"
 
@@ -210,7 +217,7 @@ class HicacheDraftKv(Patch):
     def patch(self, module: ModuleType, saver: Saver) -> None:
         server_args = module.ServerArgs
         # where the release moves the draft's KV to the host, only the storage tier is left to judge
-        moves = moves_draft_kv(Path(module.__file__ or "").parent)
+        moves = moves_draft_kv(Path(str(module.__file__)).parent)
         check = check_hicache_storage if moves else check_hicache
         saver.wrap(server_args, server_args_resolution_method(server_args), after_resolution(check))
 

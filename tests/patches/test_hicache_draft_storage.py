@@ -238,6 +238,20 @@ def test_the_launcher_check_passes_a_checkpoint_it_cannot_read(tmp_path, tiny, m
     hk.check_hicache_storage(Args())
 
 
+def test_the_launcher_check_passes_an_mtp_launch_without_a_draft_path(tiny, monkeypatch):
+    """NEXTN reads the target's own MTP layers: no draft path (None), nothing for the launcher to read beside it."""
+
+    class Args:
+        speculative_algorithm = "NEXTN"
+        enable_hierarchical_cache = True
+        hicache_storage_backend = "file"
+        tp_size, dp_size, enable_dp_attention = 2, 1, False
+        model_path, speculative_draft_model_path = str(tiny["kimi_k25"]), None
+
+    monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
+    hk.check_hicache_storage(Args())
+
+
 # -- sglang's real HiCache controller on CPU
 def _round_trips(directory: str) -> dict:
     from pathlib import Path
