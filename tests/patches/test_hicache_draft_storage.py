@@ -166,27 +166,39 @@ def test_the_launcher_refuses_the_per_head_draft_at_tp2_and_passes_file_storage(
         assert patched[name] == ("ok", "EAGLE3"), name
 
 
-def test_the_launcher_check_warns_once_where_the_backend_is_not_established(monkeypatch, caplog):
-    class Args:
-        speculative_algorithm = "EAGLE3"
-        enable_hierarchical_cache = True
-        hicache_storage_backend = "aibrix"
-        tp_size, dp_size, enable_dp_attention = 1, 1, False
-        model_path = speculative_draft_model_path = "org/hub-id"
+def launch(monkeypatch, **fields):
+    """What ``check_hicache_storage`` reads of sglang's ServerArgs, on 0.5.13: EAGLE3, HiCache, ``file`` at TP 1 and
+    hub ids, but ``fields``."""
+    from types import SimpleNamespace
 
     monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
+    base = dict(
+        speculative_algorithm="EAGLE3",
+        enable_hierarchical_cache=True,
+        hicache_storage_backend="file",
+        tp_size=1,
+        dp_size=1,
+        enable_dp_attention=False,
+        model_path="org/hub-id",
+        speculative_draft_model_path="org/hub-id",
+    )
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_the_launcher_check_warns_once_where_the_backend_is_not_established(monkeypatch, caplog):
+    args = launch(monkeypatch, hicache_storage_backend="aibrix")
     with caplog.at_level(logging.WARNING, logger="eagle3_patches"):
-        hk.check_hicache_storage(Args())
+        hk.check_hicache_storage(args)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "aibrix" in caplog.text and "was not established" in caplog.text
-    Args.hicache_storage_backend = "eic"
+    args.hicache_storage_backend = "eic"
     with pytest.raises(hk.Eagle3ConfigError, match="HiCache draft L3 disabled"):
-        hk.check_hicache_storage(Args())
-    Args.hicache_storage_backend = "file"
-    hk.check_hicache_storage(Args())  # silent
-    Args.enable_hierarchical_cache = False
-    Args.hicache_storage_backend = "eic"
-    hk.check_hicache_storage(Args())  # no HiCache: nothing to judge
+        hk.check_hicache_storage(args)
+    args.hicache_storage_backend = "file"
+    hk.check_hicache_storage(args)  # silent
+    args.enable_hierarchical_cache = False
+    args.hicache_storage_backend = "eic"
+    hk.check_hicache_storage(args)  # no HiCache: nothing to judge
 
 
 @pytest.mark.parametrize(
@@ -205,20 +217,19 @@ def test_the_launcher_check_reads_the_attention_tp_and_the_checkpoints_of_the_la
     """What ``check_hicache_storage`` reads of sglang's ServerArgs: the ranks one attention replica spans, and the
     target and draft checkpoints where they are local directories (0.5.13, the ``file`` backend)."""
 
-    class Args:
-        speculative_algorithm = "EAGLE3"
-        enable_hierarchical_cache = True
-        hicache_storage_backend = "file"
-        tp_size, dp_size, enable_dp_attention = tp, dp, dp_attention
-        model_path = str(tiny[target]) if target else "moonshotai/Kimi-K2.5"
-        speculative_draft_model_path = str(tiny["draft"])
-
-    monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
+    args = launch(
+        monkeypatch,
+        tp_size=tp,
+        dp_size=dp,
+        enable_dp_attention=dp_attention,
+        model_path=str(tiny[target]) if target else "moonshotai/Kimi-K2.5",
+        speculative_draft_model_path=str(tiny["draft"]),
+    )
     if refused:
         with pytest.raises(hk.Eagle3ConfigError, match="rank 0"):
-            hk.check_hicache_storage(Args())
+            hk.check_hicache_storage(args)
     else:
-        hk.check_hicache_storage(Args())
+        hk.check_hicache_storage(args)
 
 
 def test_the_launcher_check_passes_a_checkpoint_it_cannot_read(tmp_path, tiny, monkeypatch):
@@ -227,29 +238,23 @@ def test_the_launcher_check_passes_a_checkpoint_it_cannot_read(tmp_path, tiny, m
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
 
-    class Args:
-        speculative_algorithm = "EAGLE3"
-        enable_hierarchical_cache = True
-        hicache_storage_backend = "file"
-        tp_size, dp_size, enable_dp_attention = 2, 1, False
-        model_path, speculative_draft_model_path = str(broken), str(tiny["draft"])
-
-    monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
-    hk.check_hicache_storage(Args())
+    hk.check_hicache_storage(
+        launch(monkeypatch, tp_size=2, model_path=str(broken), speculative_draft_model_path=str(tiny["draft"]))
+    )
 
 
 def test_the_launcher_check_passes_an_mtp_launch_without_a_draft_path(tiny, monkeypatch):
     """NEXTN reads the target's own MTP layers: no draft path (None), nothing for the launcher to read beside it."""
 
-    class Args:
-        speculative_algorithm = "NEXTN"
-        enable_hierarchical_cache = True
-        hicache_storage_backend = "file"
-        tp_size, dp_size, enable_dp_attention = 2, 1, False
-        model_path, speculative_draft_model_path = str(tiny["kimi_k25"]), None
-
-    monkeypatch.setattr(hk, "installed_sglang_version", lambda: Version("0.5.13"))
-    hk.check_hicache_storage(Args())
+    hk.check_hicache_storage(
+        launch(
+            monkeypatch,
+            speculative_algorithm="NEXTN",
+            tp_size=2,
+            model_path=str(tiny["kimi_k25"]),
+            speculative_draft_model_path=None,
+        )
+    )
 
 
 # -- sglang's real HiCache controller on CPU
