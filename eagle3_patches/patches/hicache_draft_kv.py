@@ -67,7 +67,7 @@ import logging
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from packaging.specifiers import SpecifierSet
 
@@ -114,7 +114,7 @@ def _algorithm(server_args) -> str:
 def check_hicache(server_args) -> None:
     """Refuse HiCache beside a draft model on a release whose HiCache moves only the target's KV."""
     algorithm = _algorithm(server_args)
-    if not getattr(server_args, "enable_hierarchical_cache", False) or algorithm not in DRAFT_KV_ALGORITHMS:
+    if not server_args.enable_hierarchical_cache or algorithm not in DRAFT_KV_ALGORITHMS:
         return
     raise Eagle3ConfigError(
         WHAT.format(version=installed_sglang_version()),
@@ -144,17 +144,22 @@ def _storage_where(backend: str | None, algorithm: str) -> str:
     return f"{FLAG} {L3.FLAG} {backend} --speculative-algorithm {algorithm}"
 
 
-def _checkpoints(server_args) -> tuple[bool, bool]:
-    """(MLA target, a per-head draft beside it) from the launch's local checkpoints; (False, False) where either is
-    a hub id or cannot be read (the launcher cannot tell, and the doctor reads them)."""
+class _Checkpoints(NamedTuple):
+    mla_target: bool
+    per_head_draft_beside_mla: bool
+
+
+def _checkpoints(server_args) -> _Checkpoints | None:
+    """What the launch's local checkpoints say; None where either is a hub id or cannot be read: the launcher cannot
+    tell, so it refuses nothing that hinges on them (the doctor reads them)."""
     target, draft = server_args.model_path, server_args.speculative_draft_model_path
     if not (target and draft and os.path.isdir(target) and os.path.isdir(draft)):
-        return False, False
+        return None
     try:
         mla = formats.target_view(formats.read_config(target, "target")).mla
-        return mla, formats.per_head_draft_beside_mla(target, draft)
+        return _Checkpoints(mla, formats.per_head_draft_beside_mla(target, draft))
     except Eagle3ConfigError:
-        return False, False
+        return None
 
 
 def check_hicache_storage(server_args) -> None:
@@ -169,7 +174,7 @@ def check_hicache_storage(server_args) -> None:
     if version is None:
         return
     tp = attention_tp_size(server_args.tp_size, server_args.dp_size, bool(server_args.enable_dp_attention))
-    mla, per_head = _checkpoints(server_args)
+    read = _checkpoints(server_args)
     extra = getattr(server_args, "hicache_storage_backend_extra_config", None)
     layout = getattr(server_args, "hicache_mem_layout", None)
     verdict = L3.draft_storage_verdict(
@@ -177,8 +182,8 @@ def check_hicache_storage(server_args) -> None:
             version,
             backend,
             attention_tp=tp,
-            per_head_draft_beside_mla=per_head,
-            split_heads=L3.splits_heads(backend, extra, tp, layout, mla),
+            per_head_draft_beside_mla=read is not None and read.per_head_draft_beside_mla,
+            split_heads=read is not None and L3.splits_heads(backend, extra, tp, layout, read.mla_target),
         )
     )
     if verdict is None:
@@ -204,6 +209,7 @@ class HicacheDraftKv(Patch):
     module = "sglang.srt.server_args"
     # pragma: no mutate eagle3/ShiftReleaseBound: no release before 0.5.9 (PINNED) is checked or served, so a bound at
     # 0.5.7 covers the same releases
+    # pragma: no mutate eagle3/CloseReleaseBound: as above, `>0.5.8` covers the same releases
     applies_to = SpecifierSet(">=0.5.8")
     remedy = "refused"
 

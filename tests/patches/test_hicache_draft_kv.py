@@ -69,6 +69,26 @@ def test_upstream_probe_reads_each_layout(tmp_path, files, found):
     assert hk.PATCH.upstream(object()) is None  # type: ignore[arg-type]  # the storage tier is judged on every release
 
 
+def test_a_release_whose_server_args_resolve_elsewhere_is_not_patched():
+    """The launcher check runs after the method that resolves the flags; a ServerArgs without one is not what the
+    patch was written for (not applicable, sglang left untouched) rather than a wrapper that never runs."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.registry import NotApplicable
+
+    class ServerArgs:
+        pass
+
+    with pytest.raises(NotApplicable):
+        hk.PATCH.check(SimpleNamespace(ServerArgs=ServerArgs))
+
+    class Resolving:
+        def __post_init__(self):
+            pass
+
+    hk.PATCH.check(SimpleNamespace(ServerArgs=Resolving))  # sglang's shape: accepted
+
+
 #: every algorithm sglang serves with a draft model, which keeps a KV cache of its own (written out, not read from the
 #: patch: a name the patch forgets must fail here)
 KEEP_DRAFT_KV = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")

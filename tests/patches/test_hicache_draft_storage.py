@@ -137,9 +137,39 @@ def test_the_doctor_judges_the_storage_backend(tiny, version, backend, tp, draft
     assert CODE in patched.codes(severity), patched.format()
     (mine,) = [d for d in stock.findings if d.code == CODE]
     (theirs,) = [d for d in patched.findings if d.code == CODE]
-    assert f"--hicache-storage-backend {backend}" in mine.where
+    assert f"--hicache-storage-backend {backend} --speculative-algorithm EAGLE3" in mine.where
     said = "refuses this at start" if severity == ERROR else "says this at start and lets it run"
     assert said in theirs.what and said not in mine.what
+
+
+def per_head_target(tiny, root):
+    """The tiny Kimi-K2.5 with its KV per head (no ``kv_lora_rank``): a target mooncake can split by heads."""
+    import json
+    import shutil
+
+    target = shutil.copytree(tiny["kimi_k25"], root / "per-head-target")
+    config = json.loads((target / "config.json").read_text())
+    for section in (config, config.get("text_config") or {}):
+        section.pop("kv_lora_rank", None)
+    (target / "config.json").write_text(json.dumps(config))
+    return target
+
+
+#: mooncake splitting heads: tp_lcm_size above the TP size and the page_head host layout
+SPLIT = (
+    HICACHE.format(backend="mooncake")
+    + " --hicache-mem-layout page_head --hicache-storage-backend-extra-config '{\"tp_lcm_size\": 4}'"
+)
+
+
+def test_the_doctor_refuses_mooncake_splitting_a_per_head_targets_heads_and_not_an_mla_targets(tiny, tmp_path):
+    """mooncake splits the heads of a per-head target only (an MLA target's KV has none to split)."""
+    split = doctor(per_head_target(tiny, tmp_path), tiny["draft"], sglang_version="0.5.13", launch=SPLIT)
+    assert CODE in split.codes(ERROR), split.format()
+    (said,) = [d for d in split.findings if d.code == CODE]
+    assert "split heads" in said.found
+    mla = doctor(tiny["kimi_k25"], tiny["draft"], sglang_version="0.5.13", launch=SPLIT)
+    assert CODE not in mla.codes(), mla.format()
 
 
 def test_the_doctor_keeps_the_host_tier_rule_before_the_draft_pool(tiny):
@@ -227,6 +257,38 @@ def test_the_launcher_check_reads_the_attention_tp_and_the_checkpoints_of_the_la
     )
     if refused:
         with pytest.raises(hk.Eagle3ConfigError, match="rank 0"):
+            hk.check_hicache_storage(args)
+    else:
+        hk.check_hicache_storage(args)
+
+
+@pytest.mark.parametrize(
+    "target, draft, tp, refused",
+    [
+        ("per_head", "draft", 1, True),
+        ("kimi_k25", "draft", 1, False),
+        ("kimi_k25", "mla_draft", 2, False),  # neither split heads nor a per-head draft over two ranks
+        (None, "draft", 1, False),
+    ],
+)
+def test_the_launcher_refuses_mooncake_splitting_heads_only_where_it_read_a_per_head_target(
+    tiny, tmp_path, monkeypatch, target, draft, tp, refused
+):
+    """mooncake with ``tp_lcm_size`` above the TP size and the ``page_head`` layout splits a per-head target's
+    heads (0.5.13 skips the draft's pages then); an MLA target is never split, and a target the launcher cannot
+    read (a hub id) is left to the doctor rather than refused on a guess."""
+    path = {"per_head": per_head_target(tiny, tmp_path), "kimi_k25": tiny["kimi_k25"], None: "moonshotai/Kimi-K2.5"}
+    args = launch(
+        monkeypatch,
+        hicache_storage_backend="mooncake",
+        hicache_mem_layout="page_head",
+        hicache_storage_backend_extra_config='{"tp_lcm_size": 4}',
+        tp_size=tp,
+        model_path=str(path[target]),
+        speculative_draft_model_path=str(tiny[draft]),
+    )
+    if refused:
+        with pytest.raises(hk.Eagle3ConfigError, match="split heads"):
             hk.check_hicache_storage(args)
     else:
         hk.check_hicache_storage(args)
