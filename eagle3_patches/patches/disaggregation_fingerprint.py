@@ -107,6 +107,8 @@ FIX = (
 )
 
 
+# pragma: no mutate core/ReplaceTrueWithFalse: nothing assigns to a fingerprint's fields (`with_flag` makes a new one);
+# frozen says so
 @dataclass(frozen=True)
 class Fingerprint:
     """What one side speculates with, as the row carries it."""
@@ -181,6 +183,7 @@ def differences(mine: Fingerprint, theirs: Fingerprint) -> list[str]:
     if not theirs.speculating:
         return ["speculation: the prefill server sent no draft state"]
     out = []
+    # pragma: no mutate core/ReplaceTrueWithFalse: `speculative()` returns one value a flag, so the lengths are equal
     for label, a, b in zip(SPECULATIVE_FLAGS.values(), theirs.speculative(), mine.speculative(), strict=True):
         if a != b:
             out.append(f"{label}: prefill {a}, decode {b}")
@@ -237,6 +240,8 @@ def fingerprint_of(server_args) -> Fingerprint:
     """This server's fingerprint, from its resolved ``ServerArgs`` and this process's patch set."""
     algorithm = str(getattr(server_args, "speculative_algorithm", None) or "").upper()
     speculating = algorithm in SPECULATIVE_ALGORITHMS
+    # pragma: no mutate core/NumberReplacer: a side that does not speculate has a zero draft digest, and the columns
+    # read 4 bytes each of 11, 12 or 13 zero bytes as 0
     digest, by_content = _draft_digest(server_args) if speculating else (bytes(12), False)
     ps = hashlib.sha256(json.dumps(selection(), sort_keys=True).encode()).digest()
     topk, steps, draft_tokens = (int(getattr(server_args, field, None) or 0) for field in SPECULATIVE_FLAGS)
@@ -254,8 +259,7 @@ def fingerprint_of(server_args) -> Fingerprint:
 
 def _attention_tp(server_args) -> int:
     """sglang's attention-TP size (``compute_dp_attention_world_info``): ``tp / dp`` under DP attention, else tp."""
-    tp, dp = (int(getattr(server_args, n, 1) or 1) for n in ("tp_size", "dp_size"))
-    return attention_tp_size(tp, dp, bool(getattr(server_args, "enable_dp_attention", False)))
+    return attention_tp_size(server_args.tp_size, server_args.dp_size, bool(server_args.enable_dp_attention))
 
 
 def _per_head_draft_beside_mla(server_args) -> bool:
@@ -263,6 +267,9 @@ def _per_head_draft_beside_mla(server_args) -> bool:
     checkpoint is not a local directory (a hub id) or cannot be read."""
     target = getattr(server_args, "model_path", None) or ""
     draft = getattr(server_args, "speculative_draft_model_path", None) or ""
+    # pragma: no mutate eagle3/DropGuard: reading a path that is no checkpoint directory raises Eagle3ConfigError, which
+    # the handler below turns into False too; the guard only spares the read
+    # pragma: no mutate core/ReplaceAndWithOr: as above
     if not (os.path.isdir(target) and os.path.isdir(draft)):
         return False
     try:
@@ -293,6 +300,7 @@ def _say_once(key: str, level: int, message: str) -> None:
 # ------------------------------------------------------------------ prefill: stamp
 def _stamped_set_buf(wrapped, instance, args, kwargs):
     result = wrapped(*args, **kwargs)
+    # pragma: no mutate core/NumberReplacer `-1`: sglang passes the request alone
     req = args[0] if args else kwargs["req"]
     fp = local_fingerprint().with_speculating(getattr(req, "hidden_states_tensor", None) is not None)
     import torch
@@ -341,6 +349,7 @@ def refusal(theirs: Fingerprint | None, mine: Fingerprint) -> Eagle3ConfigError 
 
 
 def _verified_commit(wrapped, instance, args, kwargs):
+    # pragma: no mutate core/NumberReplacer `-1`: sglang passes the request alone
     decode_req = args[0] if args else kwargs["decode_req"]
     row = _row(instance, decode_req)
     result = wrapped(*args, **kwargs)
@@ -378,6 +387,9 @@ class DisaggregationFingerprint(Patch):
     order = 6
     summary = "the decode server of a prefill/decode pair refuses a request whose prefill side speculates otherwise"
     module = "sglang.srt.disaggregation.decode"
+    # pragma: no mutate eagle3/ShiftReleaseBound: no release before 0.5.9 (PINNED) is checked or served, so a bound at
+    # 0.5.7 or 0.5.9 covers the same releases
+    # pragma: no mutate eagle3/CloseReleaseBound: as above, `>0.5.8` covers the same releases
     applies_to = SpecifierSet(">=0.5.8")
     remedy = "refused"
     in_fork_series = False  # it compares eagle3-patches' own fingerprints: a forked sglang runs without the library

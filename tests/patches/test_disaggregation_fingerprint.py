@@ -112,24 +112,171 @@ def test_the_selection_ignores_the_order_sglang_modules_are_imported_in(monkeypa
 
 
 def test_a_draft_named_by_a_hub_id_is_fingerprinted_by_the_id(tiny):
-    from types import SimpleNamespace
 
     def args(path, revision=None):
-        return SimpleNamespace(
-            speculative_algorithm="EAGLE3",
-            speculative_draft_model_path=path,
-            speculative_draft_model_revision=revision,
-            speculative_eagle_topk=1,
-            speculative_num_steps=3,
-            speculative_num_draft_tokens=4,
-        )
+        return _server_args(speculative_draft_model_path=path, speculative_draft_model_revision=revision)
 
     local = fp.fingerprint_of(args(str(tiny["draft"])))
     hub = fp.fingerprint_of(args("lightseekorg/kimi-k2.5-eagle3"))
     assert local.flags & fp.DRAFT_BY_CONTENT and not hub.flags & fp.DRAFT_BY_CONTENT
     assert fp.fingerprint_of(args("lightseekorg/kimi-k2.5-eagle3")) == hub
     assert fp.fingerprint_of(args("lightseekorg/kimi-k2.5-eagle3", "v2")).draft != hub.draft
-    assert not fp.fingerprint_of(SimpleNamespace(speculative_algorithm=None)).speculating
+    assert not fp.fingerprint_of(_server_args(speculative_algorithm=None)).speculating
+
+
+def _server_args(**fields):
+    """What ``fingerprint_of`` reads of sglang's ServerArgs: EAGLE3 at topk 2, 3 steps, 5 draft tokens, a hub-id draft
+    at TP 1, but ``fields``."""
+    from types import SimpleNamespace
+
+    base = dict(
+        speculative_algorithm="EAGLE3",
+        speculative_draft_model_path="lightseekorg/kimi-k2.5-eagle3",
+        speculative_draft_model_revision=None,
+        speculative_eagle_topk=2,
+        speculative_num_steps=3,
+        speculative_num_draft_tokens=5,
+        model_path="moonshotai/Kimi-K2.5",
+        tp_size=1,
+        dp_size=1,
+        enable_dp_attention=False,
+    )
+    return SimpleNamespace(**{**base, **fields})
+
+
+#: a row as eagle3-patches 0.x writes it (format 1): the prefill and decode sides of a pair may run other versions of
+#: the library, and each must read the other's row, so its layout is written out here rather than read from the code
+RECORDED_ROW = [0x45335046, 1, 3, 2, 3, 5, -7, 16909060, -1, 0, 4]
+
+
+def test_the_row_layout_is_the_one_every_version_reads():
+    recorded = fp.Fingerprint(1, 3, 2, 3, 5, -7, (16909060, -1, 0), 4)
+    assert recorded.row() == RECORDED_ROW and fp.COLUMNS == len(RECORDED_ROW)
+    assert fp.Fingerprint.from_row(RECORDED_ROW) == recorded
+    assert fp.Fingerprint.from_row(RECORDED_ROW + [9, 9]) == recorded  # sglang's row is wider: the rest is not ours
+    assert fp.FORMAT == 1 and fp.FIRST_COLUMN == 1  # sglang writes column 0
+    for first in (0x45335046 + 1, 0x45335046 - 1, 0):
+        assert fp.Fingerprint.from_row([first, *RECORDED_ROW[1:]]) is None
+
+
+def test_the_fingerprint_of_a_launch_reads_each_speculative_flag_and_hashes_the_draft_name():
+    """Each field from the ServerArgs field it names; a hub-id draft as ``sha256(path@revision)``'s first 12 bytes,
+    three little-endian int32 (as a side on another version computes them); the patch set as the first 4 bytes of
+    the sha256 of the selection's JSON with sorted keys."""
+    import hashlib
+    import json
+    import struct
+
+    mine = fp.fingerprint_of(_server_args())
+    assert (mine.topk, mine.steps, mine.draft_tokens) == (2, 3, 5)
+    assert mine.flags == fp.SPECULATING and mine.format == 1 and mine.attention_tp == 1
+    named = hashlib.sha256(b"lightseekorg/kimi-k2.5-eagle3@").digest()
+    assert mine.draft == struct.unpack("<3i", named[:12])
+    selection = hashlib.sha256(json.dumps(fp.selection(), sort_keys=True).encode()).digest()
+    assert mine.patch_set == struct.unpack("<i", selection[:4])[0]
+    revised = fp.fingerprint_of(_server_args(speculative_draft_model_revision="v2"))
+    assert revised.draft == struct.unpack("<3i", hashlib.sha256(b"lightseekorg/kimi-k2.5-eagle3@v2").digest()[:12])
+
+
+def test_a_local_draft_is_fingerprinted_by_its_files(tiny):
+    import struct
+
+    from eagle3_patches.checkpoint.digest import checkpoint_digest
+
+    mine = fp.fingerprint_of(_server_args(speculative_draft_model_path=str(tiny["draft"])))
+    files = bytes.fromhex(checkpoint_digest(str(tiny["draft"]), "draft", blocks=64))
+    assert mine.draft == struct.unpack("<3i", files[:12]) and mine.flags & fp.DRAFT_BY_CONTENT
+
+
+@pytest.mark.parametrize(
+    "algorithm, speculating",
+    [("EAGLE", True), ("EAGLE3", True), ("eagle3", True), ("NEXTN", True), ("NGRAM", False), (None, False)],
+)
+def test_every_algorithm_that_sends_a_draft_state_is_fingerprinted_as_speculating(algorithm, speculating):
+    mine = fp.fingerprint_of(_server_args(speculative_algorithm=algorithm))
+    assert mine.speculating is speculating
+    if not speculating:  # nothing of a draft: no digest, neither by content nor by name
+        assert mine.flags == 0 and mine.draft == (0, 0, 0) and mine.describe() == "no speculation"
+
+
+def test_a_side_that_does_not_speculate_has_no_per_head_draft(tiny):
+    beside = dict(model_path=str(tiny["kimi_k25"]), speculative_draft_model_path=str(tiny["draft"]))
+    assert fp.fingerprint_of(_server_args(**beside)).flags & fp.PER_HEAD_DRAFT_KV
+    assert not fp.fingerprint_of(_server_args(speculative_algorithm=None, **beside)).flags & fp.PER_HEAD_DRAFT_KV
+
+
+def test_a_target_whose_config_does_not_parse_has_no_per_head_draft(tmp_path, tiny):
+    from types import SimpleNamespace
+
+    (tmp_path / "config.json").write_text("{not json")
+    args = SimpleNamespace(model_path=str(tmp_path), speculative_draft_model_path=str(tiny["draft"]))
+    assert not fp._per_head_draft_beside_mla(args)
+
+
+def test_the_description_names_every_field_in_hex_where_it_is_a_digest():
+    named = fp.Fingerprint(1, fp.SPECULATING, 1, 3, 4, -1, (-1, 0x12345678, 7), 0)
+    assert named.describe() == ("topk 1, steps 3, draft tokens 4, draft ffffffff12345678 (by name), patch set ffffffff")
+    files = named.with_flag(fp.DRAFT_BY_CONTENT, True)
+    assert files.describe().endswith("draft ffffffff12345678, patch set ffffffff")
+    assert named.with_speculating(False).describe() == "no speculation"
+
+
+@pytest.mark.parametrize(
+    "theirs, needle",
+    [
+        (_fp(topk=0), "--speculative-eagle-topk: prefill 0, decode 1"),
+        (_fp(steps=2), "--speculative-num-steps: prefill 2, decode 3"),
+        (_fp(draft_tokens=3), "--speculative-num-draft-tokens: prefill 3, decode 4"),
+        (_fp(patch_set=10), "patch set or settings"),
+        (_fp(format=fp.FORMAT - 1), "fingerprint format"),
+    ],
+)
+def test_a_prefill_side_below_the_decode_sides_value_is_refused_too(theirs, needle):
+    exc = fp.refusal(theirs, _fp())
+    assert exc is not None and needle in exc.diagnostic.found
+
+
+def test_an_attention_tp_below_the_decode_sides_is_refused_for_a_per_head_draft():
+    per_head = fp.SPECULATING | fp.DRAFT_BY_CONTENT | fp.PER_HEAD_DRAFT_KV
+    exc = fp.refusal(_fp(flags=per_head, attention_tp=1), _fp(flags=per_head, attention_tp=8))
+    assert exc is not None and "attention-TP size: prefill 1, decode 8" in exc.diagnostic.found
+
+
+@pytest.mark.parametrize("state", ["NOT_SELECTED", "DISABLED", "FAILED"])
+def test_a_patch_that_is_not_on_leaves_the_patch_set(monkeypatch, state):
+    """A patch the operator did not select, disabled, or that failed to apply does not run on that side."""
+    from types import SimpleNamespace
+
+    from eagle3_patches.registry import State
+
+    registry = SimpleNamespace(status=lambda: {"a": SimpleNamespace(state=State.APPLIED)})
+    monkeypatch.setattr(fp, "get_registry", lambda: registry)
+    applied = fp.selection()
+    assert applied["patches"] == ["a"]
+    registry.status = lambda: {"a": SimpleNamespace(state=State[state])}
+    assert fp.selection()["patches"] == []
+
+
+def test_a_release_without_the_metadata_buffers_or_the_decode_commit_is_not_patched():
+    from types import SimpleNamespace
+
+    from eagle3_patches.registry import NotApplicable
+
+    class MetadataBuffers:
+        def set_buf(self, req):
+            pass
+
+    class DecodeTransferQueue:
+        def _commit_transfer_to_req(self, decode_req):
+            pass
+
+    fp.PATCH.check(SimpleNamespace(MetadataBuffers=MetadataBuffers, DecodeTransferQueue=DecodeTransferQueue))
+    for module in (
+        SimpleNamespace(MetadataBuffers=object, DecodeTransferQueue=DecodeTransferQueue),
+        SimpleNamespace(MetadataBuffers=MetadataBuffers, DecodeTransferQueue=object),
+    ):
+        with pytest.raises(NotApplicable):
+            fp.PATCH.check(module)
 
 
 def test_a_message_said_once_is_said_once(caplog, monkeypatch):
