@@ -58,6 +58,7 @@ CONSEQUENCE = (
 )
 
 
+# pragma: no mutate core/ReplaceTrueWithFalse: nothing assigns to a setup's fields; frozen says so
 @dataclass(frozen=True)
 class StorageSetup:
     """What decides it: the release, ``--hicache-storage-backend``, the attention-TP size, whether the draft keeps
@@ -66,9 +67,9 @@ class StorageSetup:
 
     version: Version
     backend: str | None
-    attention_tp: int = 1
-    per_head_draft_beside_mla: bool = False
-    split_heads: bool = False
+    attention_tp: int
+    per_head_draft_beside_mla: bool
+    split_heads: bool
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,8 @@ def draft_storage_verdict(s: StorageSetup) -> StorageVerdict | None:
             f"use {FLAG} file or mooncake{' without tp_lcm_size' if backend == 'mooncake' else ''}, or drop {FLAG} "
             "(the host tier keeps the draft's KV)",
         )
+    # pragma: no mutate core/ReplaceComparisonOperator_Lt_LtE: at HICACHE_DRAFT_L3_PER_BACKEND_FROM every backend of
+    # GENERIC_DROPS got its verdict above (mooncake carried or split, the others skipped)
     if v < HICACHE_DRAFT_L3_PER_BACKEND_FROM and backend in GENERIC_DROPS:
         return StorageVerdict(
             True,

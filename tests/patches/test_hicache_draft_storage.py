@@ -25,8 +25,14 @@ CODE = "hicache-draft-storage"
 REFUSE, WARN = "refuse", "warn"
 
 
+def setup(version: str, backend: str | None, **kw) -> L3.StorageSetup:
+    """A launch at attention TP 1, without a per-head draft beside an MLA target or split heads, but ``kw``."""
+    fields = dict(attention_tp=1, per_head_draft_beside_mla=False, split_heads=False)
+    return L3.StorageSetup(Version(version), backend, **{**fields, **kw})
+
+
 def verdict(version: str, backend: str | None, **kw) -> str | None:
-    v = L3.draft_storage_verdict(L3.StorageSetup(Version(version), backend, **kw))
+    v = L3.draft_storage_verdict(setup(version, backend, **kw))
     return None if v is None else (REFUSE if v.refuse else WARN)
 
 
@@ -96,17 +102,39 @@ def test_mooncake_with_split_heads_is_refused_where_sglang_skips_it():
 
 
 def test_the_messages_name_the_backend_the_release_and_what_carries_the_pages():
-    refused = L3.draft_storage_verdict(L3.StorageSetup(Version("0.5.13"), "nixl"))
+    refused = L3.draft_storage_verdict(setup("0.5.13", "nixl"))
     assert refused is not None and refused.refuse
     assert "nixl" in refused.found and "0.5.13" in refused.found and "HiCache draft L3 disabled" in refused.what
     assert "--hicache-storage-backend file or mooncake" in refused.fix
-    early = L3.draft_storage_verdict(L3.StorageSetup(Version("0.5.11"), "mooncake"))
+    early = L3.draft_storage_verdict(setup("0.5.11", "mooncake"))
     assert early is not None and "mooncake on sglang >= 0.5.13" in early.fix and "nothing logged" in early.what
-    tp = L3.draft_storage_verdict(
-        L3.StorageSetup(Version("0.5.16"), "file", attention_tp=8, per_head_draft_beside_mla=True)
-    )
+    tp = L3.draft_storage_verdict(setup("0.5.16", "file", attention_tp=8, per_head_draft_beside_mla=True))
     assert tp is not None and "ranks 1-7 load rank 0's draft heads" in tp.what
     assert "mooncake on sglang >= 0.5.19" in tp.fix
+
+
+def test_each_refusal_names_what_sglang_skips_and_the_fix_that_fits_it():
+    nixl = L3.draft_storage_verdict(setup("0.5.13", "nixl"))
+    assert nixl is not None and "for the nixl backend" in nixl.what and "split heads" not in nixl.what
+    assert "without tp_lcm_size" not in nixl.fix and "split heads" not in nixl.found
+    split = L3.draft_storage_verdict(setup("0.5.13", "mooncake", split_heads=True))
+    assert split is not None and "for mooncake with split heads" in split.what
+    assert "file or mooncake without tp_lcm_size" in split.fix and split.found.endswith(
+        "with split heads (tp_lcm_size)"
+    )
+
+
+def test_a_backend_not_followed_to_the_bytes_is_warned_about_naming_what_carries_the_pages_there():
+    """The fix of a warning names the backends that carry the draft's pages on that release: ``file`` alone before
+    mooncake's own draft pool (0.5.13), both from then on; a per-head draft over ranks on such a backend in the
+    sidecar era is warned about, not refused."""
+    before = L3.draft_storage_verdict(setup("0.5.12", "nixl"))
+    assert before is not None and not before.refuse and before.fix.endswith("--hicache-storage-backend file")
+    for version in ("0.5.13", "0.5.19"):
+        after = L3.draft_storage_verdict(setup(version, "aibrix"))
+        assert after is not None and after.fix.endswith("--hicache-storage-backend file or mooncake"), version
+    assert verdict("0.5.19", "aibrix", attention_tp=2, per_head_draft_beside_mla=True) == WARN
+    assert verdict("0.5.19", "eic", attention_tp=2, per_head_draft_beside_mla=True) == WARN
 
 
 # -- the doctor: stock and patched verdicts
