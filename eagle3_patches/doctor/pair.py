@@ -51,12 +51,15 @@ def doctor_pair(
     Raises :class:`~eagle3_patches.checkpoint.launch_args.LaunchArgsError` for a command that cannot be parsed and
     ``ValueError`` for a bad version string, as :func:`~.run.doctor` does; never for a bad checkpoint.
     """
+    # pragma: no mutate core/ReplaceTrueWithFalse: two sides, two commands
     la = {side: _parsed(side, cmd) for side, cmd in zip(SIDES, (prefill, decode), strict=True)}
     reports = {
         side: doctor(launch=la[side], sglang_version=sglang_version, with_patches=with_patches) for side in SIDES
     }
     pair = Report()
     _check_pair(pair, la["prefill"], la["decode"], reports)
+    # pragma: no mutate eagle3/DeleteCallStatement: a pair has at most three findings of a code (one a speculative
+    # flag), never more than a report lists before it summarises
     pair.close()
     return PairReport(prefill=reports["prefill"], decode=reports["decode"], pair=pair)
 
@@ -205,6 +208,7 @@ def _check_speculative_flags(out: Report, p: LaunchArgs, d: LaunchArgs, versions
 def _check_draft(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
     if p.draft_path is None or d.draft_path is None:
         return  # each side's own report says a draft is missing
+    # pragma: no mutate eagle3/DropGuard: one path has one digest; the guard spares reading the files twice
     if os.path.abspath(p.draft_path) == os.path.abspath(d.draft_path):
         return
     digests = {}
@@ -254,6 +258,7 @@ def _check_draft_kv_split(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
 def _check_target(out: Report, p: LaunchArgs, d: LaunchArgs) -> None:
     if p.model_path is None or d.model_path is None:
         return
+    # pragma: no mutate eagle3/DropGuard: one path has one config; the guard spares reading it twice
     if os.path.abspath(p.model_path) == os.path.abspath(d.model_path):
         return
     try:
@@ -343,9 +348,9 @@ def served_kv_cache_dtype(la: LaunchArgs) -> str:
     ``auto`` is the model's dtype (``--dtype``, else the target config's, by sglang's auto rule), or
     :data:`AUTO_UNRESOLVED` where the target's quantization config may choose an FP8 KV cache (``modelopt``, ``petit``,
     a ``kv_cache_quant_algo``) or the target cannot be read."""
-    value = la.kv_cache_dtype
-    if value in ("bf16", "bfloat16"):
-        return "bfloat16"
+    value = "bfloat16" if la.kv_cache_dtype == "bf16" else la.kv_cache_dtype
+    # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Gt: every other value sglang accepts for
+    # --kv-cache-dtype (fp8_e4m3, fp8_e5m2, fp4_e2m1, bfloat16) sorts after "auto"
     if value != "auto":
         return value
     if la.model_path is None:
@@ -406,6 +411,7 @@ def _agreed(la: LaunchArgs) -> dict[str, object]:
 
 
 def _setting_difference(key: str, p: object, d: object) -> str:
+    # pragma: no mutate core/ReplaceAndWithOr: the patches on are a list on both sides, every other setting on neither
     if isinstance(p, list) and isinstance(d, list):  # the patches on
         only = {side: sorted(set(a) - set(b)) for side, a, b in (("prefill", p, d), ("decode", d, p))}
         return "the patches on: " + "; ".join(f"{side} alone {', '.join(n) or 'none'}" for side, n in only.items())

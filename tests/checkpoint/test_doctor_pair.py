@@ -77,11 +77,17 @@ def test_the_same_draft_under_two_paths_is_the_same_draft(tiny, tmp_path):
 
 
 def test_another_draft_on_the_decode_side_is_refused_naming_both(tiny, make_draft):
+    import re
+
     import torch
 
     other = make_draft("other", tensors=lambda t: t.update({"fc.weight": t["fc.weight"] + torch.ones(())}))
     f = only(pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode", draft=other)), "pd-draft")
     assert f.severity == ERROR and str(tiny["draft"]) in f.found and str(other) in f.found
+    for prefill, decode in ((tiny["draft"], other), (other, tiny["draft"])):  # either side's the other draft
+        f = only(pair(tiny, launch(tiny, "prefill", draft=prefill), launch(tiny, "decode", draft=decode)), "pd-draft")
+        shown = re.findall(r"sha256 ([0-9a-f]+)\)", f.found)
+        assert shown == [checkpoint_digest(prefill, "draft")[:16], checkpoint_digest(decode, "draft")[:16]], f.found
 
 
 @pytest.mark.parametrize(
@@ -423,3 +429,145 @@ def test_an_empty_or_unbalanced_side_is_a_usage_error_naming_it(tiny, cli):
     assert rc == 2 and "the prefill server's launch command is empty" in err
     rc, _, err = cli("doctor", "--prefill", launch(tiny, "prefill"), "--decode", d + " --model-path 'unclosed")
     assert rc == 2 and "the decode server's launch command" in err and "No closing quotation" in err
+    assert "quote the decode server's command as one argument" in err
+
+
+# ------------------------------------------------------------------ what each finding says, both ways round
+def test_a_side_launched_as_the_other_side_or_colocated_is_named_with_what_it_runs_as(tiny):
+    swapped = pair(tiny, launch(tiny, "decode"), launch(tiny, "decode"))
+    f = only(swapped, "pd-mode")
+    assert f.where == "prefill: --disaggregation-mode" and f.found == "decode"
+    colocated = only(
+        pair(tiny, launch(tiny, "prefill"), without(launch(tiny, "decode"), "--disaggregation-mode")), "pd-mode"
+    )
+    assert colocated.found == "not given (colocated)"
+
+
+def test_the_topk_finding_says_what_the_two_sides_disagree_on(tiny):
+    topk = only(
+        pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode").replace("topk 1", "topk 2")), "pd-speculative-flags"
+    )
+    assert "the draft's top-k the prefill side sends" in topk.what
+    steps = only(
+        pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode").replace("steps 3", "steps 4")),
+        "pd-speculative-flags",
+    )
+    assert steps.what == "--speculative-num-steps differs between the two sides (as sglang sets it)"
+
+
+def test_draft_tokens_are_compared_where_one_side_builds_a_tree(tiny):
+    """With topk 1 on one side only, the draft tokens do not follow from the steps on both: each is named."""
+    tree = launch(tiny, "decode").replace("topk 1", "topk 2").replace("draft-tokens 4", "draft-tokens 8")
+    r = pair(tiny, launch(tiny, "prefill"), tree)
+    wheres = {f.where for f in r.pair.findings if f.code == "pd-speculative-flags"}
+    assert wheres == {"--speculative-eagle-topk", "--speculative-num-draft-tokens"}, r.format()
+
+
+def test_a_prefill_side_without_eagle3_patches_is_named(tiny):
+    f = only(pair(tiny, launch(tiny, "prefill", wrapped=False), launch(tiny, "decode")), "pd-patches")
+    assert f.where == "prefill: the launch command" and "the prefill side lacks" in f.what
+
+
+def test_the_settings_of_a_side_without_eagle3_patches_change_nothing(tiny):
+    unpatched = launch(tiny, "decode", env="EAGLE3_PATCHES_DISABLE=eagle3_fc_guard", wrapped=False)
+    assert codes(pair(tiny, launch(tiny, "prefill"), unpatched)) == {"pd-patches"}
+
+
+def test_a_prefill_side_without_speculation_is_one_finding_naming_none(tiny):
+    prefill = without(without(launch(tiny, "prefill"), "--speculative-algorithm"), "--speculative-draft-model-path")
+    r = pair(tiny, prefill, launch(tiny, "decode"))
+    assert codes(r) == {"pd-algorithm"}, r.format()
+    assert only(r, "pd-algorithm").found == (
+        "prefill --speculative-algorithm none; decode --speculative-algorithm EAGLE3"
+    )
+    back = only(
+        pair(tiny, launch(tiny, "prefill"), without(launch(tiny, "decode"), "--speculative-algorithm")), "pd-algorithm"
+    )
+    assert back.found == "prefill --speculative-algorithm EAGLE3; decode --speculative-algorithm none"
+
+
+def test_a_side_without_a_draft_or_a_target_path_is_left_to_its_own_report(tiny):
+    """No crash and no pair finding of what one side lacks: its own report says it is missing."""
+    no_draft = without(launch(tiny, "prefill"), "--speculative-draft-model-path")
+    r = pair(tiny, no_draft, launch(tiny, "decode", *DP_DECODE))
+    assert not codes(r) & {"pd-draft", "pd-draft-kv-split"}, r.format()
+    no_target = without(launch(tiny, "decode"), "--model-path")
+    assert "pd-target" not in codes(pair(tiny, launch(tiny, "prefill"), no_target))
+
+
+def test_a_checkpoint_that_cannot_be_read_is_left_to_its_sides_report(tiny, make_target):
+    broken = make_target("kimi_k25")
+    (broken / "config.json").write_text("{not json")
+
+    def side(name: str, *extra: str) -> str:
+        return launch(tiny, name, *extra).replace(str(tiny["kimi_k25"]), str(broken))
+
+    r = pair(tiny, side("prefill"), launch(tiny, "decode", *DP_DECODE))
+    assert not codes(r) & {"pd-target", "pd-draft-kv-split"}, r.format()
+    kv = only(
+        pair(tiny, side("prefill", "--kv-cache-dtype", "auto"), side("decode", "--kv-cache-dtype", "bf16")),
+        "pd-kv-cache-dtype",
+    )
+    assert kv.severity == WARNING and "quantization config decides" in kv.found
+
+
+def test_kv_cache_dtype_auto_without_a_target_path_is_unresolved(tiny):
+    prefill = without(launch(tiny, "prefill", "--kv-cache-dtype", "auto"), "--model-path")
+    f = only(pair(tiny, prefill, launch(tiny, "decode", "--kv-cache-dtype", "bf16")), "pd-kv-cache-dtype")
+    assert f.severity == WARNING and "quantization config decides" in f.found
+
+
+@pytest.mark.parametrize(
+    "quantization, inside_text_config",
+    [
+        ({"kv_cache_quant_algo": "FP8"}, False),
+        ({"quant_method": "modelopt_fp4"}, False),
+        ({"quant_method": "petit_nvfp4"}, False),
+        ({"quant_method": "modelopt"}, True),
+    ],
+    ids=["kv-cache-quant-algo", "modelopt", "petit", "in-text-config"],
+)
+def test_each_quantization_that_may_choose_an_fp8_kv_cache_leaves_auto_unresolved(
+    tiny, make_target, quantization, inside_text_config
+):
+    config = (
+        {"text_config": {"quantization_config": quantization}}
+        if inside_text_config
+        else {"quantization_config": quantization}
+    )
+    quantized = make_target("kimi_k25", config=config)
+
+    def side(name: str, *extra: str) -> str:
+        return launch(tiny, name, *extra).replace(str(tiny["kimi_k25"]), str(quantized))
+
+    f = only(pair(tiny, side("prefill"), side("decode", "--kv-cache-dtype", "bf16")), "pd-kv-cache-dtype")
+    assert f.severity == WARNING and "quantization config decides" in f.found
+
+
+def test_a_flag_compared_as_given_says_the_fix_that_fits_it(tiny):
+    context = only(
+        pair(tiny, launch(tiny, "prefill"), launch(tiny, "decode", "--context-length", "8192")), "pd-context-length"
+    )
+    assert context.fix == "give both servers the same --context-length"
+    pages = only(
+        pair(tiny, launch(tiny, "prefill", "--page-size", "1"), launch(tiny, "decode", "--page-size", "64")),
+        "pd-page-size",
+    )
+    assert pages.fix.startswith("give both servers the same --page-size (and --attention-backend")
+
+
+def test_a_side_given_as_parsed_launch_args_or_an_argument_list_is_judged_alike(tiny):
+    from eagle3_patches.checkpoint.launch_args import parse_launch_args
+
+    p, d = launch(tiny, "prefill"), launch(tiny, "decode", "--context-length", "8192")
+    as_text = pair(tiny, p, d)
+    assert codes(pair(tiny, parse_launch_args(p), parse_launch_args(d))) == codes(as_text) == {"pd-context-length"}
+    assert codes(pair(tiny, shlex.split(p), shlex.split(d))) == codes(as_text)
+
+
+@pytest.mark.parametrize("empty", ["   ", ["", "  "]], ids=["blank", "blank-arguments"])
+def test_a_blank_command_is_an_empty_one(tiny, empty):
+    from eagle3_patches.checkpoint.launch_args import LaunchArgsError
+
+    with pytest.raises(LaunchArgsError, match="the decode server's launch command is empty"):
+        pair(tiny, launch(tiny, "prefill"), empty)
