@@ -67,9 +67,7 @@ def eagle_prefill_fc_widths(target: str, draft: str, revert_first: bool = False,
 
     if revert_first:
         eagle3_patches.revert()
-    # a text prefill, served as such: with image input on, the patch set refuses EAGLE3 on the releases whose draft
-    # reads wrong rows for images (eagle3_image_draft_rows), which is not what this scenario looks at
-    sa = h.eagle3_server_args(target, draft, **{"enable_multimodal": False, **(overrides or {})})
+    sa = h.eagle3_server_args(target, draft, **(overrides or {}))
     tw, dw = h.eagle_workers(sa)
     fc_inputs = h.record_fc_inputs(dw)
     result, _ = h.eagle_prefill(tw, dw, PROMPTS)

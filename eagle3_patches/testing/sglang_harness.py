@@ -67,6 +67,10 @@ def launcher_server_args(build, *args: Any, **kwargs: Any):
 
 
 def eagle3_server_args(target: str, draft: str, algorithm: str = "EAGLE3", **overrides: Any):
+    """A speculative server's args; image input off unless ``enable_multimodal`` is given: the batches here are text,
+    and with image input on the patch set refuses EAGLE3 on the releases whose draft reads wrong rows for images
+    (``eagle3_image_draft_rows``), which is not what these scenarios look at."""
+    overrides.setdefault("enable_multimodal", False)
     return server_args(
         target,
         speculative_algorithm=algorithm,
