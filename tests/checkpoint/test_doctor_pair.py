@@ -376,6 +376,8 @@ def test_a_behaviour_setting_on_one_side_only_is_named(tiny, setting, other_valu
         "pd-patch-set",
     )
     assert f.severity == ERROR and setting.var in f.found and "prefill" in f.found and "decode" in f.found
+    if setting.var == settings.LAYER_ID_CONVENTION:  # its default is no value: said as such
+        assert f"prefill {setting.var} unset" in f.found and f"decode {setting.var} unset" not in f.found, f.found
 
 
 @pytest.mark.parametrize(
@@ -474,9 +476,11 @@ def test_the_settings_of_a_side_without_eagle3_patches_change_nothing(tiny):
 
 
 def test_a_prefill_side_without_speculation_is_one_finding_naming_none(tiny):
-    prefill = without(without(launch(tiny, "prefill"), "--speculative-algorithm"), "--speculative-draft-model-path")
+    prefill = launch(tiny, "prefill")
+    for flag in ("--speculative-algorithm", "--speculative-draft-model-path", *fingerprint.SPECULATIVE_FLAGS.values()):
+        prefill = without(prefill, flag)
     r = pair(tiny, prefill, launch(tiny, "decode"))
-    assert codes(r) == {"pd-algorithm"}, r.format()
+    assert codes(r) == {"pd-algorithm"}, r.format()  # its speculative flags are not compared: it has none
     assert only(r, "pd-algorithm").found == (
         "prefill --speculative-algorithm none; decode --speculative-algorithm EAGLE3"
     )
