@@ -1,6 +1,6 @@
 """The test harness's EAGLE3 scenarios run text batches with image input off, as a text-only server does: with it
-on, the patch set refuses EAGLE3 on the releases whose draft reads wrong rows for images (``eagle3_image_draft_rows``,
-0.5.10 - 0.5.20), and every check that builds the tiny Kimi-K2.5's EAGLE worker failed there."""
+on, the patch set refuses EAGLE3 on the releases whose draft reads wrong rows for images (``eagle3_image_draft_rows``),
+and every check that builds the tiny Kimi-K2.5's EAGLE worker failed there."""
 
 from __future__ import annotations
 
