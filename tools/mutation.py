@@ -6,6 +6,7 @@
     python tools/mutation.py --list               # the scope, each module's test files, its mutant count
     python tools/mutation.py --report             # the scores of the sessions run so far (no test runs)
     python tools/mutation.py --module M --line N  # only the mutants on line N of M (a partial session)
+    python tools/mutation.py --module M --changed-since REV  # only the statements of M changed since commit REV
     python tools/mutation.py --module M --retry-survivors   # after a test got stronger: M's survivors again
 
 The tool is cosmic-ray (pinned in tools/requirements-mutation.txt with coverage.py, installed into .venv on first
@@ -716,7 +717,10 @@ def run_module(
     workers: int = 1,
     release: str | None = None,
     covering_only: bool = False,
+    changed_since: str | None = None,
 ) -> None:
+    """``lines``: only the mutants on those lines (``--line``), or, with ``changed_since``, the mutants of a statement
+    that has a line changed since that commit (its lines, from :func:`changed_lines`)."""
     import concurrent.futures
     import queue
 
@@ -744,9 +748,11 @@ def run_module(
             or meta.get("lines", []) != lines
             or meta.get("operators", []) != (only or [])
             or meta.get("release") != release
+            or meta.get("changed_since") != changed_since
         ):
             print(
-                f"{module.relative_to(ROOT)}: the module (or --line, --operator, or the release) changed since the "
+                f"{module.relative_to(ROOT)}: the module (or --line, --changed-since, --operator, or the release) "
+                "changed since the "
                 "session began; starting over"
             )
             fresh = True
@@ -779,7 +785,8 @@ def run_module(
             for job, spec in items:
                 if (
                     spec.operator_name not in operators
-                    or (lines and spec.start_pos[0] not in lines)
+                    or (lines and not changed_since and spec.start_pos[0] not in lines)
+                    or (changed_since and not set(range(spec.start_pos[0], spec.end_pos[0] + 1)) & set(lines))
                     or (only and spec.operator_name not in only)
                 ):
                     db.set_result(job, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
@@ -793,6 +800,7 @@ def run_module(
                     "lines": lines,
                     "operators": only or [],
                     "release": release,
+                    "changed_since": changed_since,
                     "started": time.strftime("%Y-%m-%d"),
                 }
             )
@@ -892,6 +900,34 @@ def write_operators_table() -> None:
     DOC.write_text(TABLE.sub(lambda m: m.group(1) + operators_table() + m.group(2), text))
 
 
+HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", re.M)
+
+
+def hunk_lines(diff: str) -> list[int]:
+    """The lines of the new side that a ``git diff -U0`` changed: those it added or rewrote, and for a hunk that
+    only deletes, the lines on either side of the gap (the code that now runs where the deleted lines ran)."""
+    out: set[int] = set()
+    for m in HUNK.finditer(diff):
+        start, count = int(m.group(1)), int(m.group(2) if m.group(2) is not None else 1)
+        out.update(range(start, start + count) if count else (start, start + 1))
+    return sorted(n for n in out if n > 0)
+
+
+def changed_lines(module: Path, rev: str, root: Path = ROOT) -> list[int]:
+    """The lines of ``module`` changed since commit ``rev`` (:func:`hunk_lines`); every line of a module added
+    since.  ``rev`` not a commit of the checkout: SystemExit naming it."""
+    git = ["git", "-C", str(root)]
+    if subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], capture_output=True).returncode:
+        raise SystemExit(f"--changed-since {rev}: not a commit of {root}; expected a revision `git log` shows")
+    rel = module.relative_to(root).as_posix()
+    if subprocess.run([*git, "cat-file", "-e", f"{rev}:{rel}"], capture_output=True).returncode:
+        return list(range(1, len(module.read_text().splitlines()) + 1))  # added since
+    diff = subprocess.run(
+        [*git, "diff", "-U0", "--no-color", "--no-ext-diff", rev, "--", rel], capture_output=True, text=True, check=True
+    ).stdout
+    return hunk_lines(diff)
+
+
 def _ranges(lines: list[int]) -> str:
     """``[3, 4, 5, 9]`` as ``3-5, 9``."""
     spans: list[list[int]] = []
@@ -921,6 +957,7 @@ def score_rows(modules: list[Path]) -> tuple[list[str], list[tuple[Path, dict]]]
         score = f"{100 * r['score']:.0f}%" if r["score"] is not None else "-"
         meta = json.loads((STATE / f"{slug(module)}.json").read_text())
         part = f" (lines {_ranges(meta['lines'])} only)" if meta.get("lines") else ""
+        part = f" (lines changed since {meta['changed_since']} only)" if meta.get("changed_since") else part
         part += f" (operators {', '.join(meta['operators'])} only)" if meta.get("operators") else ""
         part += f" (sglang {meta['release']})" if meta.get("release") else ""
         rows.append(
@@ -1011,6 +1048,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only the mutants on this line of the module (repeatable; a partial session, so said in --report)",
     )
     parser.add_argument(
+        "--changed-since",
+        metavar="REV",
+        help="only the mutants of statements changed since commit REV (git diff; every mutant of a module added "
+        "since); a partial session, so said in --report",
+    )
+    parser.add_argument(
         "--operator",
         action="append",
         default=[],
@@ -1053,6 +1096,8 @@ def main(argv: list[str] | None = None) -> int:
         "until --retry-survivors without this flag)",
     )
     args = parser.parse_args(argv)
+    if args.line and args.changed_since:
+        parser.error("--line and --changed-since both choose the lines: give one")
     if args.operators_table:
         write_operators_table()
         return 0
@@ -1087,6 +1132,9 @@ def main(argv: list[str] | None = None) -> int:
         for module in modules:
             marks = equivalent_marks(module)
             made = marked_mutants(module, [w.mutations[0] for w in _all_work_items([module], {})], operators)
+            if args.changed_since:
+                changed = set(changed_lines(module, args.changed_since))
+                made = [m for m in made if set(range(m[1], m[2] + 1)) & changed]
             marked = sum(is_marked(marks, *m) for m in made)
             tests = ", ".join(str(p.relative_to(ROOT)) for p in tests_for(module)) or "(none)"
             print(f"{module.relative_to(ROOT)}: {len(made)} mutants ({marked} marked equivalent); tests: {tests}")
@@ -1101,12 +1149,13 @@ def main(argv: list[str] | None = None) -> int:
             operators,
             fresh=args.fresh,
             timeout_factor=args.timeout_factor,
-            lines=args.line,
+            lines=changed_lines(module, args.changed_since) if args.changed_since else args.line,
             only=args.operator,
             retry_survivors=args.retry_survivors,
             workers=max(1, args.workers),
             release=args.release,
             covering_only=args.covering_only,
+            changed_since=args.changed_since,
         )
     report(modules)
     return 0

@@ -399,3 +399,35 @@ def test_the_operators_table_in_docs_testing_md_is_the_tools(mutation):
 def test_a_line_limited_session_names_its_lines_as_ranges(mutation):
     assert mutation._ranges([418, 419, 420, 430, 7]) == "7, 418-420, 430"
     assert mutation._ranges([5]) == "5"
+
+
+def test_the_lines_changed_since_a_commit_are_those_a_diff_adds_or_closes_over(mutation):
+    diff = (
+        "diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n"
+        "@@ -3 +3 @@ def f():\n-    return 1\n+    return 2\n"  # one line rewritten
+        "@@ -10,0 +11,2 @@ def g():\n+    a = 1\n+    b = 2\n"  # two added
+        "@@ -20,3 +22,0 @@ def h():\n-    x\n-    y\n-    z\n"  # deleted only: the lines around the gap
+    )
+    assert mutation.hunk_lines(diff) == [3, 11, 12, 22, 23]
+    assert mutation.hunk_lines("@@ -1,2 +0,0 @@\n-a\n-b\n") == [1]  # a deletion at the top: no line 0
+
+
+def test_changed_since_reads_the_checkouts_history(mutation, tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.invalid")
+    git("config", "user.name", "t")
+    old, new = tmp_path / "old.py", tmp_path / "new.py"
+    old.write_text("a = 1\nb = 2\nc = 3\n")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    old.write_text("a = 1\nb = 20\nc = 3\n")
+    new.write_text("x = 1\ny = 2\n")
+    assert mutation.changed_lines(old, "HEAD", tmp_path) == [2]
+    assert mutation.changed_lines(new, "HEAD", tmp_path) == [1, 2]  # not in that commit: every line
+    with pytest.raises(SystemExit, match="--changed-since nope: not a commit"):
+        mutation.changed_lines(old, "nope", tmp_path)
