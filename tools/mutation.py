@@ -89,6 +89,7 @@ SCOPE_GLOBS = (
     "eagle3_patches/cli/apply_cmd.py",
     "eagle3_patches/settings.py",
     "eagle3_patches/plugin.py",
+    "eagle3_patches/instruments/accept_watchdog.py",
 )
 TEST_ROOT = ROOT / "tests"
 #: test directories too slow for per-mutant runs (real servers, TP 2, the wheel in fresh venvs, the whole selftest)
@@ -271,6 +272,8 @@ TESTED_THROUGH = {
     "eagle3_patches/acceptance/target_states.py": ["test_measure_accept.py"],
     "eagle3_patches/plugin.py": ["test_doctor_verdicts.py"],
     "eagle3_patches/settings.py": ["test_settings_as_typed.py", "test_plugin.py", "test_activation.py"],
+    # the watchdog on a real server: its gauges, and whether it stands down for sglang's adaptive steps
+    "eagle3_patches/instruments/accept_watchdog.py": ["test_watchdog_on_sglang.py"],
 }
 
 
