@@ -388,6 +388,7 @@ def current() -> Settings:
     """This process's settings, read from the environment the first time (see :func:`reload`)."""
     if not _current:
         reload()
+    # pragma: no mutate core/NumberReplacer: reload() keeps one Settings in the list, so [-1] is [0]
     return _current[0]
 
 

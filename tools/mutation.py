@@ -744,19 +744,25 @@ def run_module(
     db_path = STATE / f"{slug(module)}.sqlite"
     meta_path = STATE / f"{slug(module)}.json"
     source = module.read_text()
+    carry, started = False, time.strftime("%Y-%m-%d")
     if db_path.exists() and not fresh and meta_path.exists():
         meta = json.loads(meta_path.read_text())
-        if (
-            meta.get("source") != source
-            or meta.get("lines", []) != lines
-            or meta.get("operators", []) != (only or [])
-            or meta.get("release") != release
-            or meta.get("changed_since") != changed_since
-        ):
+        same_part = (
+            meta.get("operators", []) == (only or [])
+            and meta.get("release") == release
+            and meta.get("changed_since") == changed_since
+            and (changed_since is not None or meta.get("lines", []) == lines)  # --changed-since: derived, may shift
+        )
+        if same_part and meta.get("source") != source and code_tokens(meta.get("source", "")) == code_tokens(source):
+            carry, started = True, meta.get("started", started)
+            print(
+                f"{module.relative_to(ROOT)}: only comments changed since the session began (a mark added or moved): "
+                "its mutants are the same, their results kept, the marks read again"
+            )
+        elif not same_part or meta.get("source") != source:
             print(
                 f"{module.relative_to(ROOT)}: the module (or --line, --changed-since, --operator, or the release) "
-                "changed since the "
-                "session began; starting over"
+                "changed since the session began; starting over"
             )
             fresh = True
     else:
@@ -776,8 +782,11 @@ def run_module(
         f"run); per-mutant timeout {timeout:.0f} s",
         flush=True,
     )
-    if fresh:
-        with use_db(str(db_path), WorkDB.Mode.create) as db:
+    if fresh or carry:
+        kept_results = _results_by_mutant(db_path) if carry else {}
+        seeded = db_path.with_name(db_path.name + ".new") if carry else db_path
+        seeded.unlink(missing_ok=True)
+        with use_db(str(seeded), WorkDB.Mode.create) as db:
             init([module], db, {})
             # operators outside the kept set or the session's, and mutants that change nothing in the code (a no-op
             # edit), are skipped; so are those marked equivalent in the code, recorded as such
@@ -795,6 +804,10 @@ def run_module(
                     db.set_result(job, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
                 elif is_marked(marks, *made[job]):
                     db.set_result(job, WorkResult(output=EQUIVALENT, worker_outcome=WorkerOutcome.SKIPPED))
+                elif (spec.operator_name, spec.occurrence) in kept_results:
+                    db.set_result(job, kept_results[spec.operator_name, spec.occurrence])
+        if carry:
+            seeded.replace(db_path)
         meta_path.write_text(
             json.dumps(
                 {
@@ -804,7 +817,7 @@ def run_module(
                     "operators": only or [],
                     "release": release,
                     "changed_since": changed_since,
-                    "started": time.strftime("%Y-%m-%d"),
+                    "started": started,
                 }
             )
         )
@@ -863,6 +876,28 @@ def run_module(
                 if done % 10 == 0 or done == len(pending):
                     print(f"   {done}/{len(pending)} ({time.monotonic() - t1:.0f} s)", flush=True)
         print(f"   ran in {time.monotonic() - t1:.0f} s", flush=True)
+
+
+def code_tokens(source: str) -> list[tuple[int, str]]:
+    """The tokens of ``source`` that make its code: comments and blank lines left out, so a mark added, moved or
+    reworded leaves them as they were (and cosmic-ray's mutants, numbered per operator over the code, too)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return [(-1, source)]
+    return [(t.type, t.string) for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL)]
+
+
+def _results_by_mutant(db_path: Path) -> dict:
+    """(operator, occurrence) -> the result of each mutant a session ran (not those it skipped)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    with use_db(str(db_path), WorkDB.Mode.open) as db:
+        return {
+            (item.mutations[0].operator_name, item.mutations[0].occurrence): result
+            for item, result in db.completed_work_items
+            if result.worker_outcome.value != "skipped"
+        }
 
 
 def results(module: Path) -> dict | None:

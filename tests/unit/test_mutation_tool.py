@@ -431,3 +431,15 @@ def test_changed_since_reads_the_checkouts_history(mutation, tmp_path):
     assert mutation.changed_lines(new, "HEAD", tmp_path) == [1, 2]  # not in that commit: every line
     with pytest.raises(SystemExit, match="--changed-since nope: not a commit"):
         mutation.changed_lines(old, "nope", tmp_path)
+
+
+def test_a_session_survives_a_mark_added_and_nothing_else(mutation):
+    """Only comments changed (a mark added, moved or reworded): the mutants are the same and their results are kept;
+    a change to the code, however small, starts the session over."""
+    code = "def f(x):\n    return x[0]\n"
+    marked = "def f(x):\n    # pragma: no mutate core/NumberReplacer: one element\n    return x[0]  # the first\n\n"
+    assert mutation.code_tokens(marked) == mutation.code_tokens(code)
+    assert mutation.code_tokens("def f(x):\n    return x[1]\n") != mutation.code_tokens(code)
+    assert mutation.code_tokens("def f(x):\n    return  x[0]\n") == mutation.code_tokens(code)  # spacing in a line
+    assert mutation.code_tokens("def f(x):\n  return x[0]\n") != mutation.code_tokens(code)  # the indentation
+    assert mutation.code_tokens("def f(:\n") != mutation.code_tokens(code)  # unreadable: never the same

@@ -120,3 +120,68 @@ def test_the_behaviour_settings_are_the_ones_declared_so():
         settings.UPGRADE_ALGORITHM,
         settings.LAYER_ID_CONVENTION,
     )
+
+
+def test_a_whole_number_setting_takes_up_to_2_to_the_30_and_says_so():
+    """The bound before anything is sized from a setting (a shard of rows, a window of steps)."""
+    at = settings.read({settings.DUMP_SHARD_TOKENS: str(1 << 30)})
+    assert at.dump_shard_tokens == 1 << 30 and not at.problems
+    over = settings.read({settings.DUMP_SHARD_TOKENS: str((1 << 30) + 1)})
+    assert over.dump_shard_tokens == 4096
+    assert over.problems == (
+        f"{settings.DUMP_SHARD_TOKENS}='1073741825' is not a whole number of rows, 1 <= value <= 2^30; using 4096",
+    )
+
+
+def test_a_number_names_its_unit_however_short():
+    assert settings.Number(1.0, "x", lo=0, unit="s").accepts() == "a number of s, 0 <= value <= 2^30"
+    assert settings.Number(1.0, "x", lo=0, hi=2).accepts() == "a number, 0 <= value <= 2"
+
+
+def test_the_cpu_profile_is_on_off_or_force_and_anything_else_is_reported_off():
+    assert settings.read({settings.CPU_PROFILE: "FORCE"}).cpu_profile == "force"
+    assert settings.read({settings.CPU_PROFILE: "yes"}).cpu_profile == "on"
+    off = settings.read({settings.CPU_PROFILE: "maybe"})
+    assert off.cpu_profile == "" and len(off.problems) == 1 and settings.CPU_PROFILE in off.problems[0]
+    assert not settings.read({settings.CPU_PROFILE: "no"}).problems
+
+
+@pytest.mark.parametrize(
+    ("environ", "name", "default", "runs"),
+    [
+        ({}, "p", True, True),  # on by default
+        ({}, "i", False, False),  # an opt-in instrument, not asked for
+        ({settings.ENABLE: "i"}, "i", False, True),
+        ({settings.DISABLE: "p"}, "p", True, False),
+        ({settings.DISABLE: "all"}, "p", True, False),
+        ({settings.DISABLE: "all", settings.ENABLE: "i"}, "i", False, False),  # disable wins
+        ({settings.APPLY: "p,q"}, "q", True, True),
+        ({settings.APPLY: "p,q"}, "r", True, False),  # `eagle3-patches run --only`: the list and nothing else
+        ({settings.APPLY: "p,i"}, "i", False, True),
+        ({settings.APPLY: "all"}, "p", True, True),
+        ({settings.APPLY: "all"}, "i", False, False),
+        ({settings.APPLY: "p", settings.DISABLE: "p"}, "p", True, False),
+    ],
+)
+def test_what_a_process_runs_follows_apply_disable_and_enable(environ, name, default, runs):
+    assert settings.read(environ).selects(name, default) is runs
+
+
+def test_selects_a_default_patch_unless_told_otherwise():
+    assert settings.read({}).selects("p") is True
+
+
+def test_the_listed_names_are_those_each_variable_lists():
+    s = settings.read({settings.DISABLE: "a", settings.ENABLE: "b,c", settings.APPLY: "d"})
+    assert s.listed_names() == {
+        settings.DISABLE: frozenset({"a"}),
+        settings.ENABLE: frozenset({"b", "c"}),
+        settings.APPLY: frozenset({"d"}),
+    }
+    assert settings.APPLY not in settings.read({settings.APPLY: "all"}).listed_names()
+
+
+def test_two_environments_with_the_same_settings_are_equal():
+    assert settings.read({settings.DISABLE: "a"}) == settings.read({settings.DISABLE: " a "})
+    assert settings.read({settings.DISABLE: "a"}) != settings.read({})
+    assert settings.read({}) != dict(settings.read({})._values)
