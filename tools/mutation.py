@@ -69,6 +69,7 @@ import subprocess
 import sys
 import time
 import tokenize
+from collections.abc import Iterable
 from pathlib import Path
 
 import matrix  # tools/matrix.py: the release venvs, their environment
@@ -798,7 +799,7 @@ def run_module(
                 if (
                     spec.operator_name not in operators
                     or (lines and not changed_since and spec.start_pos[0] not in lines)
-                    or (changed_since and not set(range(spec.start_pos[0], spec.end_pos[0] + 1)) & set(lines))
+                    or (changed_since and not touches(spec.start_pos[0], spec.end_pos[0], lines))
                     or (only and spec.operator_name not in only)
                 ):
                     db.set_result(job, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
@@ -964,6 +965,11 @@ def changed_lines(module: Path, rev: str, root: Path = ROOT) -> list[int]:
         [*git, "diff", "-U0", "--no-color", "--no-ext-diff", rev, "--", rel], capture_output=True, text=True, check=True
     ).stdout
     return hunk_lines(diff)
+
+
+def touches(first: int, last: int, lines: Iterable[int]) -> bool:
+    """Whether a mutant of lines ``first``..``last`` (a statement may span several) touches one of ``lines``."""
+    return any(first <= n <= last for n in lines)
 
 
 def _ranges(lines: list[int]) -> str:
@@ -1171,8 +1177,8 @@ def main(argv: list[str] | None = None) -> int:
             marks = equivalent_marks(module)
             made = marked_mutants(module, [w.mutations[0] for w in _all_work_items([module], {})], operators)
             if args.changed_since:
-                changed = set(changed_lines(module, args.changed_since))
-                made = [m for m in made if set(range(m[1], m[2] + 1)) & changed]
+                changed = changed_lines(module, args.changed_since)
+                made = [m for m in made if touches(m[1], m[2], changed)]
             marked = sum(is_marked(marks, *m) for m in made)
             tests = ", ".join(str(p.relative_to(ROOT)) for p in tests_for(module)) or "(none)"
             print(f"{module.relative_to(ROOT)}: {len(made)} mutants ({marked} marked equivalent); tests: {tests}")

@@ -443,3 +443,8 @@ def test_a_session_survives_a_mark_added_and_nothing_else(mutation):
     assert mutation.code_tokens("def f(x):\n    return  x[0]\n") == mutation.code_tokens(code)  # spacing in a line
     assert mutation.code_tokens("def f(x):\n  return x[0]\n") != mutation.code_tokens(code)  # the indentation
     assert mutation.code_tokens("def f(:\n") != mutation.code_tokens(code)  # unreadable: never the same
+
+
+def test_a_mutant_of_a_statement_over_several_lines_touches_each_of_them(mutation):
+    assert mutation.touches(10, 12, [12]) and mutation.touches(10, 12, [10]) and mutation.touches(5, 5, [5])
+    assert not mutation.touches(10, 12, [9, 13])
