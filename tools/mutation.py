@@ -273,8 +273,11 @@ TESTED_THROUGH = {
     "eagle3_patches/acceptance/target_states.py": ["test_measure_accept.py"],
     "eagle3_patches/plugin.py": ["test_doctor_verdicts.py"],
     "eagle3_patches/settings.py": ["test_settings_as_typed.py", "test_plugin.py", "test_activation.py"],
-    # the watchdog on a real server: its gauges, and whether it stands down for sglang's adaptive steps
-    "eagle3_patches/instruments/accept_watchdog.py": ["test_watchdog_on_sglang.py"],
+    # the watchdog on sglang's real scheduler classes, and its judging of windows served at another temperature
+    "eagle3_patches/instruments/accept_watchdog.py": [
+        "test_watchdog_on_sglang.py",
+        "test_measure_accept_temperature.py",
+    ],
 }
 
 

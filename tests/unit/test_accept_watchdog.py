@@ -258,6 +258,14 @@ def test_silent_just_above_the_threshold_and_during_the_warm_up(caplog):
     assert _warnings(caplog) == [] and dog.min_mean == pytest.approx(1.06) and not dog.degraded
 
 
+def test_a_window_at_the_threshold_is_not_below_it():
+    dog = _dog(threshold=1.25)
+    _feed(dog, 4)  # the warm-up
+    _feed(dog, 6)
+    _feed(dog, 2, accepted=1)
+    assert dog.last_mean == 1.25 and not dog.degraded
+
+
 def test_recovery_clears_the_degraded_flag():
     dog = _dog()
     _feed(dog, 4 + 8)
@@ -502,17 +510,20 @@ def test_the_expected_figure_comes_from_the_setting_first_then_the_draft_config(
 
 
 def _through_sglangs_call(
-    monkeypatch, adaptive: bool, batches: list[tuple[int, int]], **server_args: object
+    monkeypatch, adaptive: bool | None, batches: list[tuple[int, int]], **server_args: object
 ) -> Watchdog:
     """The watchdog as sglang's ``update_spec_metrics(bs, accepted_drafts)`` reaches it, on a server whose
-    ``--speculative-adaptive`` is ``adaptive``, fed ``batches``; the figure the draft states is 3.0 at fixed steps."""
+    ``--speculative-adaptive`` is ``adaptive`` (None: a release without the flag), fed ``batches``; the figure the
+    draft states is 3.0 at fixed steps."""
     from eagle3_patches.checkpoint.expected_accept import ExpectedAccept
     from eagle3_patches.instruments import accept_watchdog as aw
 
     dog = _dog()
     monkeypatch.setattr(aw, "_state", aw._State())
     aw._state.watchdog = dog
-    flags = {"speculative_adaptive": adaptive, "speculative_algorithm": "EAGLE3", **server_args}
+    flags = {"speculative_algorithm": "EAGLE3", **server_args}
+    if adaptive is not None:
+        flags["speculative_adaptive"] = adaptive
     monkeypatch.setattr(aw, "server_arg", lambda name, default=None: flags.get(name, default))
     monkeypatch.setattr(aw, "expected_figure", lambda: ExpectedAccept(3.0, source="draft/config.json"))
 
@@ -539,10 +550,16 @@ def test_under_adaptive_steps_nothing_false_is_said_and_the_stand_down_is_said_o
     assert dog.reports == 0 and dog.probe.armed == 0 and dog.last_mean is not None  # followed, not judged
 
 
+def test_adaptive_steps_are_recognised_whatever_the_case_of_the_algorithm(monkeypatch):
+    dog = _through_sglangs_call(monkeypatch, True, ADAPTIVE_BATCHES, speculative_algorithm="eagle3")  # as given
+    assert dog.stood_down and dog.reports == 0
+
+
 @pytest.mark.parametrize(
     "adaptive, server_args",
     [
         (False, {}),
+        (None, {}),  # a release before --speculative-adaptive (0.5.9, 0.5.10)
         # sglang falls back to fixed steps (its adaptive_unsupported_reason): each of its fallbacks, written out
         (True, {"enable_dp_attention": True}),
         (True, {"speculative_eagle_topk": 4}),
