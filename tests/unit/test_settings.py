@@ -179,6 +179,8 @@ def test_the_listed_names_are_those_each_variable_lists():
         settings.APPLY: frozenset({"d"}),
     }
     assert settings.APPLY not in settings.read({settings.APPLY: "all"}).listed_names()
+    # a name that sorts before `all` is listed as well as one after it
+    assert settings.read({settings.APPLY: "accept_watchdog"}).listed_names()[settings.APPLY] == {"accept_watchdog"}
 
 
 def test_two_environments_with_the_same_settings_are_equal():
