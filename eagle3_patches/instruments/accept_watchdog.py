@@ -289,6 +289,8 @@ class Watchdog:
                 "served %s; measure the figure at the temperature you serve (`eagle3-patches measure-accept "
                 "--temperature T`)",
                 exp.describe(),
+                # pragma: no mutate core/NumberReplacer: printed with %.0f, the share times 99 or 101 reads 10 as
+                # times 100 does
                 OTHER_SAMPLING_SHARE * 100,
                 served_text(self.last_served),
             )
