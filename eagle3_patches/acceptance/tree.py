@@ -133,11 +133,15 @@ def run_tree(forward: DraftForward, hot, tokens, aux, topk: int, max_steps: int,
             flat_ids = child_id.flatten(1)
             levels.append(expand)
             # the target's token at level j: a child of the path's node at level j - 1, where that one was expanded
+            # pragma: no mutate core/NumberReplacer `slot >= -1`: a row whose path broke above has level j - 1 not a
+            # candidate, and depths() holds no level below one that is not, whatever this level says
             on = slot >= 0
             parent = slot.clamp(min=0)
             kid_hit = (child_id[rows, parent] == truth[:, j - 1 : j]) & on[:, None]  # [n, K]
             candidate[:, j - 1] = kid_hit.any(-1)
             kid = kid_hit.float().argmax(-1)
+            # pragma: no mutate core/NumberReplacer `candidate[:, j - 2]`: level j is a candidate only under a
+            # candidate at j - 1, and where it is not, depths() reads no score of it
             true_score[:, j - 1] = torch.where(candidate[:, j - 1], expand[rows, parent * K + kid], 0.0)
             if j == S:
                 break
@@ -172,6 +176,8 @@ def measure_grid(
 
     widest: dict[int, int] = {}
     for s, k, _ in settings:
+        # pragma: no mutate core/NumberReplacer: every setting's steps is at least 1, so a start of -1 or 1 gives the
+        # same most
         widest[k] = max(widest.get(k, 0), s)
     hist = {st: [0] * (st[0] + 1) for st in settings}
     bar = progress_bar(unit="tok", unit_scale=True, desc="tune: the draft's trees") if progress else None
@@ -179,6 +185,7 @@ def measure_grid(
     try:
         for st in sequences:
             _check(st, forward, None)
+            # pragma: no mutate core/NumberReplacer `shape[-1]`: the tokens are one-dimensional ([L])
             L = int(st.tokens.shape[0])
             if L < 3:
                 continue
@@ -186,6 +193,8 @@ def measure_grid(
             labelled = [bool(x) for x in st.labelled.tolist()]
             for k, S in widest.items():
                 run = run_tree(forward, hot, st.tokens, st.aux, k, S, worker)
+                # pragma: no mutate core/NumberReplacer `range(0,`, `S + 2`: no setting of topk k asks 0 steps or
+                # more than S (the most any asks), so a range one wider at either end adds steps that name no setting
                 for steps in range(1, S + 1):
                     mine = [setting for setting in settings if setting[:2] == (steps, k)]
                     if not mine:

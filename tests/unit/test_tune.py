@@ -363,3 +363,21 @@ def test_a_calibration_file_that_is_not_a_bench_report_is_one_line(tmp_path, cap
     err = capsys.readouterr().err
     assert "not an `eagle3-patches bench --json` report" in err and str(bad) in err
     assert "Traceback" not in err and "\x1b" not in err
+
+
+def test_the_grid_measures_every_sequence_long_enough_and_refuses_states_the_draft_cannot_run_on(draft, capsys):
+    from eagle3_patches.acceptance.measure import MeasureError
+    from eagle3_patches.acceptance.target_states import TargetStates
+    from eagle3_patches.acceptance.tree import measure_grid
+
+    forward, hot, st = draft
+    cut = [TargetStates(st.tokens[:n], st.aux[:n], st.labelled[:n], f"first {n}") for n in (2, 3)]
+    settings = [(2, 2, 3)]
+    got, n = measure_grid(forward, hot, [cut[0], cut[1], st], settings)  # 2 tokens: no verify step to measure
+    assert n == 2 and got == measure_grid(forward, hot, [cut[1], st], settings)[0]
+    assert capsys.readouterr().err == ""  # no progress bar unless asked
+    measure_grid(forward, hot, [st], settings, progress=True)
+    assert f"tune: the draft's trees: {len(st.tokens)}.0tok" in capsys.readouterr().err  # every token, once
+    narrow = TargetStates(st.tokens, st.aux[:, :-1], st.labelled, "narrow.safetensors")
+    with pytest.raises(MeasureError, match="the width the draft's fc takes"):
+        measure_grid(forward, hot, [narrow], settings)
