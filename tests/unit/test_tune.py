@@ -189,6 +189,24 @@ def test_the_tree_is_sglangs_tree_built_node_by_node(draft, topk, worker):
     assert seen >= {0, 1, 2}  # the data reach into the tree: a check of depths that are all 0 would be empty
 
 
+@pytest.mark.parametrize("L", [3, 9])
+def test_the_tree_holds_no_level_past_the_datas_end_even_where_the_draft_predicts_token_0(draft, L):
+    """Every draft token maps to target token 0 and the data are all 0, so each level of the chain is on the path
+    until the data end: a base t holds exactly its L - 2 - t levels left, never one past them (at the tree's last
+    level too), and a sequence shorter than the tree's levels runs.  topk 1: siblings of one token cannot occur."""
+    import torch
+
+    from eagle3_patches.acceptance.tree import run_tree
+
+    forward, hot, st = draft
+    zeros = torch.zeros_like(hot)
+    steps = 4
+    run = run_tree(forward, zeros, torch.zeros(L, dtype=torch.int64), st.aux[:L], 1, steps)
+    for s in range(1, steps + 1):
+        got = run.depths(s, [s + 1])[:, 0].tolist()
+        assert got == [min(s, L - 2 - t) for t in range(L - 1)], s
+
+
 @pytest.mark.parametrize("worker", ["v1", "v2"])
 def test_topk_1_gives_measure_accepts_chain(draft, worker):
     from eagle3_patches.acceptance import measure
