@@ -712,6 +712,18 @@ def test_order(
     return first_ones if covering_only else first_ones + [t for t in tests if t not in ran]
 
 
+def session_part(
+    meta_path: Path, lines: list[int], operators: list[str], changed_since: str | None
+) -> tuple[list[int], list[str], str | None]:
+    """The part of a module ``--retry-survivors`` reruns: the one named on the command line, else the one its session
+    ran (``--line``, ``--operator`` and ``--changed-since`` from the session's record), so that a retry reruns that
+    session's survivors instead of starting a whole-module session over it."""
+    if lines or operators or changed_since or not meta_path.exists():
+        return lines, operators, changed_since
+    meta = json.loads(meta_path.read_text())
+    return list(meta.get("lines") or []), list(meta.get("operators") or []), meta.get("changed_since")
+
+
 def run_module(
     module: Path,
     operators: list[str],
@@ -1120,7 +1132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--retry-survivors",
         action="store_true",
-        help="run the surviving mutants of the existing sessions again (after the tests got stronger)",
+        help="run the surviving mutants of the existing sessions again (after the tests got stronger), each in the "
+        "part of its module its session ran unless --line, --operator or --changed-since names another",
     )
     parser.add_argument("--timeout-factor", type=float, default=3.0, help="per-mutant timeout = factor x baseline")
     parser.add_argument(
@@ -1191,18 +1204,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"a mutation run (pid {live}) is still going in this checkout; one at a time")
     (STATE / "lock").write_text(str(os.getpid()))
     for module in modules:
+        line, only, since = args.line, args.operator, args.changed_since
+        if args.retry_survivors and not args.fresh:
+            line, only, since = session_part(STATE / f"{slug(module)}.json", line, only, since)
         run_module(
             module,
             operators,
             fresh=args.fresh,
             timeout_factor=args.timeout_factor,
-            lines=changed_lines(module, args.changed_since) if args.changed_since else args.line,
-            only=args.operator,
+            lines=changed_lines(module, since) if since else line,
+            only=only,
             retry_survivors=args.retry_survivors,
             workers=max(1, args.workers),
             release=args.release,
             covering_only=args.covering_only,
-            changed_since=args.changed_since,
+            changed_since=since,
         )
     report(modules)
     return 0

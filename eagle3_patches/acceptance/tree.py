@@ -67,6 +67,8 @@ def walk_depths(depth: Sequence[int], labelled: Sequence[bool], steps: int, hist
             t += 1
             continue
         accepted = 0
+        # pragma: no mutate core/NumberReplacer `range(0,`: k = 0 looks at token t + 1, a target token (checked above)
+        # within the data, and accepts 0 as before
         for k in range(1, min(steps, int(depth[t])) + 1):
             if t + k + 1 > L - 1 or not labelled[t + k + 1]:
                 break
@@ -90,9 +92,11 @@ def run_tree(forward: DraftForward, hot, tokens, aux, topk: int, max_steps: int,
     scale = forward.hd**-0.5
     K, S = topk, max_steps
     # the target's token at level j of base t: t + j + 1 (-1 past the data's end: never a draft token)
+    # pragma: no mutate core/NumberReplacer `-2,`: any negative id is no draft token
     truth = torch.full((n, S), -1, dtype=torch.int64, device=dev)
     for j in range(1, S + 1):
         m = max(0, L - j - 1)
+        # pragma: no mutate core/NumberReplacer `j + 2 + m`: the slice ends at the data's end (L) either way
         truth[:m, j - 1] = tokens[j + 1 : j + 1 + m]
 
     def top(logits):
@@ -110,10 +114,13 @@ def run_tree(forward: DraftForward, hot, tokens, aux, topk: int, max_steps: int,
         hit = ids == truth[:, :1]
         candidate[:, 0] = hit.any(-1)
         true_score[:, 0] = (scores * hit).sum(-1)
+        # pragma: no mutate core/NumberReplacer `rows, -2)`, `rows, -0)`: a row whose level 1 is not a candidate holds
+        # no level in depths() (cummax), whatever the levels below it say
         slot = torch.where(candidate[:, 0], hit.float().argmax(-1), torch.full_like(rows, -1))  # the path's slot
         hid = out[:, None, :].expand(n, K, out.shape[-1])
         anc_k: list = []
         anc_v: list = []
+        # pragma: no mutate core/NumberReplacer `S + 2`: the pass at j == S breaks out
         for j in range(2, S + 1):
             pos = base + j + CHAIN_OFFSET[worker]
             outs, ks, vs, probs, kids = [], [], [], [], []
@@ -136,14 +143,20 @@ def run_tree(forward: DraftForward, hot, tokens, aux, topk: int, max_steps: int,
             # pragma: no mutate core/NumberReplacer `slot >= -1`: a row whose path broke above has level j - 1 not a
             # candidate, and depths() holds no level below one that is not, whatever this level says
             on = slot >= 0
+            # pragma: no mutate core/NumberReplacer `min=-1`: a parent of -1 is read only where `on` is false, and
+            # masked there
             parent = slot.clamp(min=0)
             kid_hit = (child_id[rows, parent] == truth[:, j - 1 : j]) & on[:, None]  # [n, K]
             candidate[:, j - 1] = kid_hit.any(-1)
             kid = kid_hit.float().argmax(-1)
             # pragma: no mutate core/NumberReplacer `candidate[:, j - 2]`: level j is a candidate only under a
             # candidate at j - 1, and where it is not, depths() reads no score of it
+            # pragma: no mutate core/NumberReplacer `kid], 1.0)`, `kid], -1.0)`: where level j is no candidate depths()
+            # reads no score of it
             true_score[:, j - 1] = torch.where(candidate[:, j - 1], expand[rows, parent * K + kid], 0.0)
+            # pragma: no mutate eagle3/DropGuard: j == S is the last pass; going on builds a frontier no pass reads
             if j == S:
+                # pragma: no mutate core/ReplaceBreakWithContinue: the last pass, as above
                 break
             scores, sel = expand.topk(K, dim=-1)  # the nodes expanded at the next step
             picked = sel // K
@@ -152,6 +165,7 @@ def run_tree(forward: DraftForward, hot, tokens, aux, topk: int, max_steps: int,
             anc_k = [a[rows[:, None], picked] for a in [*anc_k, torch.stack(ks, 1)]]
             anc_v = [a[rows[:, None], picked] for a in [*anc_v, torch.stack(vs, 1)]]
             path = (sel == (parent * K + kid)[:, None]) & candidate[:, j - 1 : j]
+            # pragma: no mutate core/NumberReplacer `rows, -2)`: any negative slot is off the expanded nodes
             slot = torch.where(path.any(-1), path.float().argmax(-1), torch.full_like(rows, -1))
         above = torch.zeros(n, S, S, dtype=torch.int64, device=dev)
         for lvl, sc in enumerate(levels):
@@ -197,6 +211,7 @@ def measure_grid(
                 # more than S (the most any asks), so a range one wider at either end adds steps that name no setting
                 for steps in range(1, S + 1):
                     mine = [setting for setting in settings if setting[:2] == (steps, k)]
+                    # pragma: no mutate eagle3/DropGuard: depths() of no sizes has no column, and no walk follows
                     if not mine:
                         continue
                     depths = run.depths(steps, [setting[2] for setting in mine]).T.tolist()

@@ -448,3 +448,15 @@ def test_a_session_survives_a_mark_added_and_nothing_else(mutation):
 def test_a_mutant_of_a_statement_over_several_lines_touches_each_of_them(mutation):
     assert mutation.touches(10, 12, [12]) and mutation.touches(10, 12, [10]) and mutation.touches(5, 5, [5])
     assert not mutation.touches(10, 12, [9, 13])
+
+
+def test_a_retry_reruns_the_part_of_the_module_its_session_ran(mutation, tmp_path):
+    """--retry-survivors alone keeps a session of changed lines or of one operator (rather than starting a
+    whole-module one over it); a part named on the command line wins; with no session there is nothing to keep."""
+    meta = tmp_path / "m.json"
+    assert mutation.session_part(meta, [], [], None) == ([], [], None)
+    meta.write_text('{"lines": [3, 4], "operators": ["core/AddNot"], "changed_since": "abc"}')
+    assert mutation.session_part(meta, [], [], None) == ([3, 4], ["core/AddNot"], "abc")
+    assert mutation.session_part(meta, [7], [], None) == ([7], [], None)
+    assert mutation.session_part(meta, [], ["eagle3/DropGuard"], None) == ([], ["eagle3/DropGuard"], None)
+    assert mutation.session_part(meta, [], [], "def") == ([], [], "def")

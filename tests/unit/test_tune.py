@@ -189,6 +189,28 @@ def test_the_tree_is_sglangs_tree_built_node_by_node(draft, topk, worker):
     assert seen >= {0, 1, 2}  # the data reach into the tree: a check of depths that are all 0 would be empty
 
 
+def test_a_path_through_a_node_the_tree_did_not_expand_ends_there(draft):
+    """The target's tokens at base t chosen from the tree itself: level 1 any node, level 2 a child of it that the
+    tree keeps but does not expand (not among the topk best of its level), level 3 a child of the best node of level 2.
+    That last token is in the tree, under another parent: greedy verification accepts two tokens, not three."""
+    from eagle3_patches.acceptance.draft_reference import CHAIN_OFFSET
+    from eagle3_patches.acceptance.tree import run_tree
+
+    forward, hot, st = draft
+    t, steps, topk, draft_tokens = 5, 3, 2, 11  # 2 + 4 + 4 candidates: every one kept
+    nodes = _reference_tree(forward, hot, st.tokens, st.aux, t, steps, topk, CHAIN_OFFSET["v1"])
+    level2 = sorted((i for i, n in enumerate(nodes) if n["depth"] == 2), key=lambda i: -nodes[i]["score"])
+    leaf = level2[topk]  # kept, not expanded
+    best_child = next(n for n in nodes if n["parent"] == level2[0])
+    tokens = st.tokens.clone()
+    tokens[t + 2 : t + 5] = tokens.new_tensor(
+        [nodes[nodes[leaf]["parent"]]["tok"], nodes[leaf]["tok"], best_child["tok"]]
+    )
+    assert _verified_depth(nodes, tokens, t, steps, draft_tokens) == 2
+    run = run_tree(forward, hot, tokens, st.aux, topk, steps)
+    assert run.depths(steps, [draft_tokens])[t].tolist() == [2]
+
+
 @pytest.mark.parametrize("L", [3, 9])
 def test_the_tree_holds_no_level_past_the_datas_end_even_where_the_draft_predicts_token_0(draft, L):
     """Every draft token maps to target token 0 and the data are all 0, so each level of the chain is on the path
@@ -218,6 +240,23 @@ def test_topk_1_gives_measure_accepts_chain(draft, worker):
     assert n == 1
     for s, k, d in settings:
         assert got[(s, k, d)] == measure.replay(forward, hot, [st], s, worker).histogram
+
+
+def test_the_grid_measures_the_tree_of_the_worker_it_is_given(draft):
+    """Spec v1 and v2 place the draft's later steps one position apart: the two trees differ on these data, and the
+    grid's histogram at topk > 1 is that of the worker asked for."""
+    from eagle3_patches.acceptance.tree import measure_grid, run_tree, walk_depths
+
+    forward, hot, st = draft
+    setting = (4, 4, 9)
+    labelled = [bool(x) for x in st.labelled.tolist()]
+    got = {}
+    for worker in ("v1", "v2"):
+        want = [0] * 5
+        walk_depths(run_tree(forward, hot, st.tokens, st.aux, 4, 4, worker).depths(4, [9])[:, 0], labelled, 4, want)
+        got[worker] = measure_grid(forward, hot, [st], [setting], worker)[0][setting]
+        assert got[worker] == want, worker
+    assert got["v1"] != got["v2"]
 
 
 def test_a_wider_tree_of_the_same_steps_accepts_at_least_as_much(draft):
