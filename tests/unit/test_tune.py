@@ -438,3 +438,7 @@ def test_the_grid_measures_every_sequence_long_enough_and_refuses_states_the_dra
     narrow = TargetStates(st.tokens, st.aux[:, :-1], st.labelled, "narrow.safetensors")
     with pytest.raises(MeasureError, match="the width the draft's fc takes"):
         measure_grid(forward, hot, [narrow], settings)
+    # the bar is closed before the caller tells the error (while it holds the traceback): its line is ended
+    with pytest.raises(MeasureError) as told:
+        measure_grid(forward, hot, [narrow], settings, progress=True)
+    assert capsys.readouterr().err.endswith("\n") and told.value
