@@ -30,8 +30,9 @@ Each module's mutants run against that module's own test files, derived, not kep
 named after the module (``test_<stem>.py``, ``test_ckpt_<stem>*.py``), else those that import it, name its
 patch or (a CLI module) run its subcommand, else the tests of its package (tests/ mirrors the library); a patch
 module with a doctor rule (``preflight``) adds the doctor's tests, first; one that sets ``in_fork_series`` adds
-the fork series' mirror test (tests/fork, the membership it declares); a module in ``TESTED_THROUGH`` (kept by
-hand) adds the tests of the commands that reach it.  Tests of stock sglang
+the fork series' mirror test (tests/fork, the membership it declares); a patch or instrument module with an
+import kept to type checking adds the test that a serving process loads none of the offline layer; a module in
+``TESTED_THROUGH`` (kept by hand) adds the tests of the commands that reach it.  Tests of stock sglang
 (``-m "not stock"``) are left out for patch modules: they run without the patch.  ``pytest -x`` stops at the
 first failure.  A patch module runs against the pinned sglang (``.venv``) when its range covers it, else against
 the newest release of the matrix in its range (``.matrix/venv-<release>``, built by ``tools/matrix.py``;
@@ -322,6 +323,11 @@ def tests_for(module: Path) -> list[Path]:
     if re.search(r"^\s*in_fork_series = ", source, re.M):
         # a patch kept out of the fork series (or put in it): the series must mirror the registry (1 s, no sglang)
         named.insert(0, TEST_ROOT / "fork" / "test_fork.py::test_series_mirrors_the_registry_and_carries_the_markers")
+    if rel.parts[1:2] in (("patches",), ("instruments",)) and re.search(r"^if TYPE_CHECKING:", source, re.M):
+        # an import kept to type checking: a serving process must not load the offline layer it names (2 s)
+        named.append(
+            TEST_ROOT / "unit" / "test_architecture.py::test_a_serving_process_loads_none_of_the_offline_tools"
+        )
     if "/patches/" in f"/{rel.as_posix()}" and "def preflight" in source:
         # first: a mutant of the doctor rule dies there in seconds, before the patch's sglang tests start
         named = [p for p in files if p.name == "test_ckpt_doctor.py"] + [

@@ -157,6 +157,8 @@ def _locate(lines: list[str], block: list[str], expected: int, lower: int, exact
         # pragma: no mutate core/ReplaceComparisonOperator_Lt_LtE: `_locate`'s stop: the candidate at `lower` was tried
         # in this very iteration, before the test; every later one above is below `lower` and cannot fit, so stopping
         # one iteration sooner finds the same
+        # pragma: no mutate eagle3/DropGuard: without the stop the loop runs to its end and returns `None` as the
+        # `break` does (only slower): every later candidate is below `lower` or past the end
         if expected - offset < lower and expected + offset > len(lines):
             # pragma: no mutate core/ReplaceBreakWithContinue: `_locate`'s stop: once both sides are past `lower` and
             # the end, every remaining candidate fails `fits`, so running the loop to its end returns `None` as the

@@ -460,3 +460,12 @@ def test_a_retry_reruns_the_part_of_the_module_its_session_ran(mutation, tmp_pat
     assert mutation.session_part(meta, [7], [], None) == ([7], [], None)
     assert mutation.session_part(meta, [], ["eagle3/DropGuard"], None) == ([], ["eagle3/DropGuard"], None)
     assert mutation.session_part(meta, [], [], "def") == ([], [], "def")
+
+
+def test_a_serving_module_with_an_import_kept_to_type_checking_runs_the_serving_import_test(mutation):
+    """`if TYPE_CHECKING:` turned around loads the offline layer into every serving process: only the test of what a
+    serving process loads sees that, so such a patch module's mutants run it; an offline module's do not."""
+    serving = "test_architecture.py::test_a_serving_process_loads_none_of_the_offline_tools"
+    patch = mutation.tests_for(ROOT / "eagle3_patches" / "patches" / "cuda_graph_capture_order.py")
+    assert serving in [p.name for p in patch]
+    assert serving not in [p.name for p in mutation.tests_for(ROOT / "eagle3_patches" / "checkpoint" / "formats.py")]
