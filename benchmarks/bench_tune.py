@@ -5,7 +5,8 @@
    measured below, as an operator would dump theirs.
 2. **Calibration**: the real EAGLE3 server at the four calibration settings (steps/topk/draft tokens 1/1/2, 4/1/5,
    2/4/8, 3/4/16), each measured with sglang's serving benchmark (``eagle3_patches.bench.run_phase``: random ids,
-   greedy) at every batch size (its ``--max-concurrency``), written as ``eagle3-patches bench --json`` reports.
+   greedy) at every batch size (its ``--max-concurrency``): a warm-up phase, then ``--repeats`` phases whose median
+   stands for the setting, written as ``eagle3-patches bench --json`` reports.
 3. **tune**: ``eagle3-patches tune --draft --target --data <dump> --calibration ... --json`` as a user runs it: the
    draft's trees on the dump, the cost model fitted to the calibration, the prediction for every setting of the grid.
 4. **Reality**: more settings served and measured the same way (the evaluation set, and each batch size's
@@ -14,7 +15,8 @@
    recommended setting's measured tokens/s against the best measured, and the predicted against sglang's measured
    accept length at topk > 1 (the offline tree acceptance against the server's).
 
-    python benchmarks/bench_tune.py [--batch-sizes 1,4] [--prompts 4] [--max-new-tokens 24] [--data DUMP] [--out DIR]
+    python benchmarks/bench_tune.py [--batch-sizes 1,4] [--prompts 4] [--max-new-tokens 24] [--repeats 3]
+        [--data DUMP] [--out DIR]
 
 Minutes on CPU (a dozen servers start one after the other, each under the Triton interpreter).  Not a timed test: it
 prints its figures.  On a GPU host the same run (``--device cuda``) serves the tiny models on the GPU.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,11 +42,15 @@ from eagle3_patches.testing import tiny_models  # noqa: E402
 from eagle3_patches.testing.server import Server, ServerError, speculative_flags  # noqa: E402
 
 CALIBRATION = [tune.Setting(1, 1, 2), tune.Setting(4, 1, 5), tune.Setting(2, 4, 8), tune.Setting(3, 4, 16)]
+#: across the grid: short and long chains, narrow and wide trees (a ranking is only as telling as the spread of what
+#: it ranks)
 EVALUATION = [
     tune.Setting(2, 1, 3),
     tune.Setting(3, 1, 4),
+    tune.Setting(6, 1, 7),
     tune.Setting(2, 2, 4),
     tune.Setting(3, 2, 6),
+    tune.Setting(2, 8, 16),
 ]
 
 
@@ -76,9 +83,13 @@ def server_accept_length(url: str) -> float | None:
     return states[0].get("avg_spec_accept_length")
 
 
-def measure(target: Path, draft: Path, s: tune.Setting, batches, out: Path, kw: dict, device: str) -> dict:
-    """sglang's serving benchmark of the server at ``s``, one phase per batch size: an ``eagle3-patches bench
-    --json`` report (its first server's phases)."""
+def measure(
+    target: Path, draft: Path, s: tune.Setting, batches, out: Path, kw: dict, device: str, repeats: int
+) -> dict:
+    """sglang's serving benchmark of the server at ``s``, per batch size a warm-up phase (not counted: a server's first
+    requests pay what its later ones do not, and not alike at every setting) and ``repeats`` measured ones, of which
+    the median by output tokens/s stands for the setting (the others' tokens/s kept in ``runs_tokens_per_s``): an
+    ``eagle3-patches bench --json`` report (its first server's phases)."""
     # sglang adds to the accept length it reports (its server info, which its benchmark reads) when it logs a decode
     # step, every 40 by default: more than a short phase runs
     args = [*speculative_flags(str(draft), "EAGLE3", s.steps, s.topk, s.draft_tokens), "--decode-log-interval", "1"]
@@ -87,10 +98,15 @@ def measure(target: Path, draft: Path, s: tune.Setting, batches, out: Path, kw: 
     try:
         server.start()
         for b in batches:
-            phase, _ = bench.run_phase(server.url, b, label=s.label(), quiet=True, **kw)
+            bench.run_phase(server.url, b, label=s.label(), quiet=True, **kw)  # the warm-up
+            runs = sorted(
+                (bench.run_phase(server.url, b, label=s.label(), quiet=True, **kw)[0] for _ in range(repeats)),
+                key=lambda p: p.output_tokens_per_s,
+            )
+            phase = runs[len(runs) // 2]
             if phase.accept_length is None:  # the benchmark's own read of the server's figure came back empty
                 phase.accept_length = server_accept_length(server.url)
-            phases.append(asdict(phase))
+            phases.append({**asdict(phase), "runs_tokens_per_s": [p.output_tokens_per_s for p in runs]})
     finally:
         server.stop()
     report = {"servers": [{"url": server.url, "label": s.label(), "single": phases[0], "concurrent": None}]}
@@ -99,11 +115,19 @@ def measure(target: Path, draft: Path, s: tune.Setting, batches, out: Path, kw: 
     return report
 
 
+def _spread(phase: dict) -> str:
+    runs = phase.get("runs_tokens_per_s") or [phase["output_tokens_per_s"]]
+    return f"{min(runs):.4g}-{max(runs):.4g}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch-sizes", default="1,4")
     ap.add_argument("--prompts", type=int, default=4, help="requests per benchmark phase")
     ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="measured phases per server and batch size, after a warm-up one"
+    )
     ap.add_argument("--data", help="a dump of an earlier run to reuse (default: dump anew)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument(
@@ -135,14 +159,15 @@ def main() -> int:
             if saved.is_file():
                 measured[s] = json.loads(saved.read_text())
             else:
-                measured[s] = measure(target, draft, s, batches, out, kw, args.device)
+                measured[s] = measure(target, draft, s, batches, out, kw, args.device, args.repeats)
                 saved.write_text(json.dumps(measured[s]))
         except (ServerError, Exception) as exc:  # noqa: BLE001 - a setting that fails is reported, not fatal
             print(f"  {s.label()}: FAILED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
             return
         ph = measured[s].get("phases") or [measured[s]["servers"][0]["single"]]
         figures = ", ".join(
-            f"B={p['concurrency']} {p['output_tokens_per_s']:.4g} tok/s, accept length {p['accept_length']:.3f}"
+            f"B={p['concurrency']} {p['output_tokens_per_s']:.4g} tok/s (runs {_spread(p)}), accept length "
+            f"{p['accept_length']:.3f}"
             for p in ph
         )
         print(f"  {s.label()}: {figures} ({time.time() - t:.0f} s)", flush=True)
@@ -209,13 +234,29 @@ def main() -> int:
                     ph["output_tokens_per_s"],
                     predicted[b][s]["accept_length"],
                     ph["accept_length"],
+                    ph,
                 )
             )
         print(f"  batch size {b}:")
-        print(f"    {'setting':<10} {'pred tok/s':>10} {'meas tok/s':>10} {'pred acc':>9} {'meas acc':>9}  fit")
-        for s, p, m, pa, ma in rows:
+        print(
+            f"    {'setting':<10} {'pred tok/s':>10} {'meas tok/s':>10} {'runs':>13} {'pred acc':>9} "
+            f"{'meas acc':>9}  fit"
+        )
+        for s, p, m, pa, ma, ph in rows:
             fit_mark = "calibration" if s in CALIBRATION else ""
-            print(f"    {s.label():<10} {p:>10.4g} {m:>10.4g} {pa:>9.3f} {ma or 0:>9.3f}  {fit_mark}")
+            print(f"    {s.label():<10} {p:>10.4g} {m:>10.4g} {_spread(ph):>13} {pa:>9.3f} {ma or 0:>9.3f}  {fit_mark}")
+        widths = [
+            (max(r[5]["runs_tokens_per_s"]) - min(r[5]["runs_tokens_per_s"])) / r[2]
+            for r in rows
+            if len(r[5].get("runs_tokens_per_s") or []) > 1
+        ]
+        if widths:
+            rates = [r[2] for r in rows]
+            print(
+                f"    run-to-run spread of a setting (max - min over its median): median "
+                f"{statistics.median(widths):.0%}, largest {max(widths):.0%}; the settings' measured tok/s span "
+                f"{min(rates):.4g}-{max(rates):.4g}"
+            )
         rho = tune.spearman([r[1] for r in rows], [r[2] for r in rows])
         held = [r for r in rows if r[0] not in CALIBRATION]
         rho_held = tune.spearman([r[1] for r in held], [r[2] for r in held]) if len(held) > 2 else float("nan")
@@ -237,7 +278,12 @@ def main() -> int:
                 f"    topk > 1: predicted (the draft's tree on the dump) vs sglang's accept length: largest "
                 f"difference {err:.3f} over {len(tree)} settings"
             )
-        summary[b] = {"spearman": rho, "spearman_held_out": rho_held, "recommended_over_best": ratio}
+        summary[b] = {
+            "spearman": rho,
+            "spearman_held_out": rho_held,
+            "recommended_over_best": ratio,
+            "run_spread_median": statistics.median(widths) if widths else None,
+        }
     print(f"\nreports, logs and the plot: {out} ({time.time() - t0:.0f} s in all)")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0
