@@ -251,6 +251,8 @@ def _test_files(heavy: bool = False) -> list[Path]:
 TESTED_THROUGH = {
     # the storage tier's verdicts, per release and backend, are the patch's too (its launcher check and its rule)
     "eagle3_patches/patches/hicache_draft_kv.py": ["test_hicache_draft_storage.py"],
+    # its rule stands aside for the MLA draft, which the doctor's MLA tests judge
+    "eagle3_patches/patches/eagle3_draft_norms.py": ["test_doctor_mla_draft.py"],
     "eagle3_patches/checkpoint/formats.py": ["test_ckpt_doctor.py", "test_ckpt_convert.py"],
     "eagle3_patches/checkpoint/conversion_plan.py": [
         "test_ckpt_convert.py",
@@ -272,7 +274,7 @@ TESTED_THROUGH = {
         "test_ckpt_convert.py",
     ],
     "eagle3_patches/acceptance/target_states.py": ["test_measure_accept.py"],
-    "eagle3_patches/plugin.py": ["test_doctor_verdicts.py"],
+    "eagle3_patches/plugin.py": ["test_doctor_verdicts.py", "test_doctor_launch_environ.py"],
     "eagle3_patches/settings.py": ["test_settings_as_typed.py", "test_plugin.py", "test_activation.py"],
     # the watchdog on sglang's real scheduler classes, and its judging of windows served at another temperature
     "eagle3_patches/instruments/accept_watchdog.py": [

@@ -155,6 +155,7 @@ def test_aux_ids_meaning_changed_in_0513(make_draft, tiny):
     f = next(f for f in r.errors if f.code == "aux-ids-convention")
     assert "[1, 2, 3]" in f.what and "[2, 3, 4]" in f.what
     assert "the draft config states the output-of-layer convention" in f.what
+    assert f.found == "[2, 3, 4] (output-of-layer)"  # the ids as the config states them, and its convention
     assert "[3, 4, 5]" in f.fix and "input-of-layer" in f.fix  # what to write for 0.5.13
 
 

@@ -69,6 +69,19 @@ def test_the_plugin_switched_off_in_the_launchs_environment_is_not_loaded(env, l
     assert loaded_here(facts("0.5.23"), env)[0] is loaded
 
 
+def test_without_a_launch_environment_the_plugin_is_judged_by_this_processs(monkeypatch):
+    import importlib.metadata
+
+    from eagle3_patches.checkpoint.releases import facts
+    from eagle3_patches.plugin import ENTRY_POINT, GROUP, loaded_here
+
+    if ENTRY_POINT not in {ep.name for ep in importlib.metadata.entry_points(group=GROUP)}:
+        pytest.skip("eagle3-patches is not installed here with its plugin entry point")
+    monkeypatch.setenv("EAGLE3_PATCHES_PLUGIN", "0")
+    assert loaded_here(facts("0.5.23"))[0] is False
+    assert loaded_here(facts("0.5.23"), {})[0] is True  # a launch environment given is the one judged
+
+
 def test_run_only_or_disable_without_a_name_is_a_usage_error():
     from eagle3_patches.checkpoint.launch_args import LaunchArgsError, parse_launch_args
 
