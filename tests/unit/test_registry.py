@@ -78,6 +78,14 @@ def test_a_module_the_install_lacks_makes_its_patches_not_applicable_now_and_lat
     assert reg.status()["p"].state is State.PENDING  # the other module's patch is untouched
 
 
+def test_a_patch_of_a_module_the_install_lacks_does_not_stop_the_selection_after_it(module_name):
+    later = f"absent_{uuid.uuid4().hex}"
+    reg = Registry("t", [_patch(later, name="a"), _patch(module_name, name="b")])
+    reg.module_absent(later)
+    reg.apply()
+    assert [reg.status()[n].state for n in ("a", "b")] == [State.NOT_APPLICABLE, State.PENDING]
+
+
 def test_apply_twice_changes_nothing_and_revert_restores_identity(module_name):
     mod = importlib.import_module(module_name)
     original = mod.Target.__dict__["method"]
