@@ -20,14 +20,12 @@ _LAYER0 = re.compile(r"^(model\.)?layers\.0\.")
 HEAD = "lm_head.weight"
 PREFIXED_HEAD = "model." + HEAD
 
-#: how a name is spelt: as sglang's own checkpoints (``sglang``), speculators' ``layers.0.*`` (``speculators``), with
-#: a ``model.`` prefix sglang strips (``model-prefix``), or the vocabulary maps (``map``)
-NAMINGS = ("sglang", "speculators", "model-prefix", "map")
-
 
 def draft_tensor_name(raw: str) -> tuple[str, str]:
-    """(the parameter name sglang loads ``raw`` into, as sglang's own checkpoints spell it; how ``raw`` is spelt,
-    one of :data:`NAMINGS`).  ``model.lm_head.weight`` keeps its name: sglang loads it nowhere."""
+    """(the parameter name sglang loads ``raw`` into, as sglang's own checkpoints spell it; how ``raw`` is spelt: as
+    sglang's own checkpoints (``sglang``), speculators' ``layers.0.*`` (``speculators``), with a ``model.`` prefix
+    sglang strips (``model-prefix``), or a vocabulary map (``map``)).  ``model.lm_head.weight`` keeps its name:
+    sglang loads it nowhere."""
     if "d2t" in raw:
         return "d2t", "map"
     if "t2d" in raw:

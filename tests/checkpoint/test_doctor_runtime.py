@@ -110,6 +110,8 @@ def test_a_kimi_draft_with_its_own_rope_served_within_its_length_is_only_a_note(
     assert f.expected.startswith("the target's: rope_scaling yarn x64.0, rope_theta 50000.0")
     patched = r.with_patches  # stock 0.5.9's own bugs aside, a correct, common draft: nothing to heed
     assert patched is not None and not patched.codes(WARNING) and not patched.codes(ERROR), r.format()
+    at_length = run(tiny, "--context-length", "262144", draft=make_draft(config=KIMI_DRAFT_ROPE), target=target)
+    assert "within its own length (262144)" in finding(at_length, "draft-rope").what  # its whole length is within
 
 
 def test_a_draft_with_its_own_rope_served_past_its_length_points_at_the_length_finding(

@@ -13,6 +13,7 @@ from eagle3_patches.checkpoint.draft_names import draft_tensor_name
     [
         ("fc.weight", "fc.weight", "sglang"),
         ("model.fc.weight", "fc.weight", "model-prefix"),  # sglang tries the name, then model. + it
+        ("model.norm.weight", "norm.weight", "model-prefix"),  # a name after the head's in sort order too
         ("midlayer.self_attn.qkv_proj.weight", "midlayer.self_attn.qkv_proj.weight", "sglang"),
         ("layers.0.mlp.down_proj.weight", "midlayer.mlp.down_proj.weight", "speculators"),
         ("model.layers.0.input_layernorm.weight", "midlayer.input_layernorm.weight", "speculators"),
