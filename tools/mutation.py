@@ -267,6 +267,8 @@ TESTED_THROUGH = {
     ],
     "eagle3_patches/checkpoint/draft_fields.py": ["test_doctor_fields.py", "test_eagle3_draft_config_fields.py"],
     "eagle3_patches/checkpoint/d2t.py": ["test_ckpt_doctor.py"],
+    # the doctor's verdict on every draft layout, served, served after convert or not served
+    "eagle3_patches/doctor/draft_checks.py": ["test_draft_layouts.py"],
     "eagle3_patches/checkpoint/expected_accept.py": [
         "test_measure_accept.py",
         "test_accept_watchdog.py",
