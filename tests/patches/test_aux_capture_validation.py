@@ -241,3 +241,23 @@ def test_patched_refuses_two_batch_overlap_and_pipeline_parallel(tiny, flag, nee
 @pytest.mark.parametrize("flag", ["tbo", "pp"])
 def test_stock_starts_with_two_batch_overlap_or_pipeline_parallel_and_capture(tiny, flag):
     assert run_isolated(_parallelism_refusal, str(tiny["deepseek_v3"]), str(tiny["draft"]), flag) == ("ok", None)
+
+
+@pytest.mark.parametrize(("rows", "refused"), [([5, 5, 5], False), ([5, 10, 5], True), ([3, 3, 3], True)])
+def test_the_forward_check_refuses_any_state_of_another_row_count(rows, refused):
+    """One state of other rows is enough (a layer captured on the other side of a gather), and fewer rows than the
+    forward's tokens as much as more."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from eagle3_patches.errors import Eagle3CaptureError
+    from eagle3_patches.patches.aux_capture_validation import _checked_model_forward
+
+    model = SimpleNamespace(layers_to_capture=[2, 3, 4], pp_group=SimpleNamespace(is_last_rank=True))
+    out = (torch.zeros(5, 8), [torch.zeros(n, 8) for n in rows])
+    if refused:
+        with pytest.raises(Eagle3CaptureError, match="other tokens than its own"):
+            _checked_model_forward(lambda: out, model, (), {})
+    else:
+        assert _checked_model_forward(lambda: out, model, (), {}) is out
