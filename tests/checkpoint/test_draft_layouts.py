@@ -450,3 +450,16 @@ def test_an_fc_under_model_is_read_as_fc():
     assert found is not None and found.layout.key == "eagle-repo-eagle3"
     assert found.evidence == f"fc.weight takes {4 * H} = 4 x hidden ({H}) inputs"
     assert _key(cfg, {"model.fc.weight": (H, 2 * H)}) == "eagle-repo-eagle"
+
+
+def test_a_finding_owns_an_unserved_layout_from_its_first_release_on():
+    """The EAGLE-3.1 MLA draft: from 0.5.12 (the MLA class exists) draft-config-ignored reports it unserved; before,
+    nothing owns it (draft-kind-not-served says it); a layout with no owner is never owned."""
+    e31 = next(lay for lay in D.LAYOUTS if lay.key == "kimi-eagle31-mla")
+    assert [e31.owned_by(v) for v in ("0.5.11", "0.5.12", "0.5.12.post1", "0.5.13")] == [
+        None,
+        "draft-config-ignored",
+        "draft-config-ignored",
+        "draft-config-ignored",
+    ]
+    assert all(lay.owned_by("0.5.23") is None for lay in D.LAYOUTS if lay.owner is None)
