@@ -20,6 +20,7 @@ from transformers import DeepseekV3Config, LlamaConfig, Qwen3Config
 
 from eagle3_patches.checkpoint import draft_layouts as D
 from eagle3_patches.checkpoint.draft_kind import eagle3_draft_evidence
+from eagle3_patches.checkpoint.formats import MLA_DRAFT_ARCH
 from eagle3_patches.diagnostic import ERROR, INFO
 from eagle3_patches.doctor import doctor
 from eagle3_patches.testing import tiny_models as tm
@@ -463,3 +464,10 @@ def test_a_finding_owns_an_unserved_layout_from_its_first_release_on():
         "draft-config-ignored",
     ]
     assert all(lay.owned_by("0.5.23") is None for lay in D.LAYOUTS if lay.owner is None)
+
+
+@pytest.mark.parametrize("flag", D.EAGLE31_FIELDS)
+def test_one_eagle31_field_set_makes_an_mla_draft_eagle31(flag):
+    cfg = {"architectures": [MLA_DRAFT_ARCH], flag: True}
+    assert D.classify(cfg).layout.key == "kimi-eagle31-mla"
+    assert D.classify({"architectures": [MLA_DRAFT_ARCH], flag: False}).layout.key == "kimi-eagle3-mla"
