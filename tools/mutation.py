@@ -722,6 +722,11 @@ def test_order(
     return first_ones if covering_only else first_ones + [t for t in tests if t not in ran]
 
 
+def session_meta(module: Path) -> Path:
+    """Where a module's session records its part and source (beside its cosmic-ray database)."""
+    return STATE / f"{slug(module)}.json"
+
+
 def session_part(
     meta_path: Path, lines: list[int], operators: list[str], changed_since: str | None
 ) -> tuple[list[int], list[str], str | None]:
@@ -768,7 +773,7 @@ def run_module(
     files_at = len(argv) - len(files)
     command = shlex.join(argv)
     db_path = STATE / f"{slug(module)}.sqlite"
-    meta_path = STATE / f"{slug(module)}.json"
+    meta_path = session_meta(module)
     source = module.read_text()
     carry, started = False, time.strftime("%Y-%m-%d")
     if db_path.exists() and not fresh and meta_path.exists():
@@ -1024,7 +1029,7 @@ def score_rows(modules: list[Path]) -> tuple[list[str], list[tuple[Path, dict]]]
         if r is None:
             continue
         score = f"{100 * r['score']:.0f}%" if r["score"] is not None else "-"
-        meta = json.loads((STATE / f"{slug(module)}.json").read_text())
+        meta = json.loads(session_meta(module).read_text())
         part = f" (lines {_ranges(meta['lines'])} only)" if meta.get("lines") else ""
         part = f" (lines changed since {meta['changed_since']} only)" if meta.get("changed_since") else part
         part += f" (operators {', '.join(meta['operators'])} only)" if meta.get("operators") else ""
@@ -1216,7 +1221,7 @@ def main(argv: list[str] | None = None) -> int:
     for module in modules:
         line, only, since = args.line, args.operator, args.changed_since
         if args.retry_survivors and not args.fresh:
-            line, only, since = session_part(STATE / f"{slug(module)}.json", line, only, since)
+            line, only, since = session_part(session_meta(module), line, only, since)
         run_module(
             module,
             operators,

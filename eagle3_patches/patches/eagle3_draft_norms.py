@@ -218,8 +218,8 @@ class Eagle3DraftNorms(Patch):
             return Diagnostics()
         if setup.with_patches and not setup.patched(self.name):
             return Diagnostics()
-        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: the one other draft module, the MLA draft's
-        # (kimi_k25_eagle3.py), sorts before the Llama draft's
+        # pragma: no mutate core/ReplaceComparisonOperator_NotEq_Lt: every other draft module (the MLA draft's,
+        # kimi_k25_eagle3.py) sorts before the Llama draft's (tests/unit/test_draft_fields.py holds it)
         if setup_module(setup) != F.DRAFT_MODULE:
             # the norms are added to LlamaForCausalLMEagle3 only: eagle3_draft_config_fields judges the MLA draft
             return Diagnostics()

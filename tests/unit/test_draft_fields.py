@@ -127,3 +127,10 @@ def test_the_installed_module_is_none_without_sglang_or_its_file(monkeypatch, tm
     (tmp_path / F.DRAFT_MODULE).parent.mkdir(parents=True)
     (tmp_path / F.DRAFT_MODULE).write_text("x = config.norm_output\n")
     assert F.installed_source() == (tmp_path / F.DRAFT_MODULE, "x = config.norm_output\n")
+
+
+def test_every_other_draft_module_sorts_before_the_llama_drafts():
+    """eagle3_draft_norms' preflight stands aside for every draft module but the Llama one (`!=`), and marks the
+    `<` mutant of that test equivalent because the one other module sorts first: a module added after it in sort
+    order makes the mark wrong, and this test says so."""
+    assert all(m < F.DRAFT_MODULE for m in F.FIRST_READ_BY_MODULE if m != F.DRAFT_MODULE)
